@@ -1,0 +1,37 @@
+/* checkpoint/checkpoint.c — parsing and naming of recompute policies (see checkpoint.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "checkpoint/checkpoint.h"
+
+int recompute_parse(const char* s, RecomputePolicy* p, char err[256]) {
+    RecomputeCheck keep_check = p->check;
+    int keep_fresh = p->fresh_seeds;
+    memset(p, 0, sizeof(*p));
+    p->check = keep_check;
+    p->fresh_seeds = keep_fresh;
+    if (!strcmp(s, "none")) { p->every = 0; return 0; }
+    if (!strcmp(s, "layer")) { p->every = 1; return 0; }
+    if (!strncmp(s, "every:", 6)) {
+        char* end;
+        long k = strtol(s + 6, &end, 10);
+        if (s[6] != '\0' && *end == '\0' && k >= 1 && k <= 1000000) { p->every = (int)k; return 0; }
+    }
+    snprintf(err, 256, "--recompute %s: expected none, layer or every:K with K >= 1", s);
+    return -1;
+}
+
+int recompute_check_parse(const char* s, RecomputeCheck* c, char err[256]) {
+    if (!strcmp(s, "off")) { *c = CHECK_OFF; return 0; }
+    if (!strcmp(s, "warn")) { *c = CHECK_WARN; return 0; }
+    if (!strcmp(s, "stop")) { *c = CHECK_STOP; return 0; }
+    snprintf(err, 256, "--recompute-check %s: expected off, warn or stop", s);
+    return -1;
+}
+
+const char* recompute_name(const RecomputePolicy* p, char buf[32]) {
+    if (p->every == 0) snprintf(buf, 32, "none");
+    else if (p->every == 1) snprintf(buf, 32, "layer");
+    else snprintf(buf, 32, "every:%d", p->every);
+    return buf;
+}

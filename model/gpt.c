@@ -1,0 +1,556 @@
+/* model/gpt.c — the one orchestrator: layout of parameters and activations, initialisation,
+ * forward, backward, gradient clipping and AdamW. Backend-neutral: every computation is a call
+ * into model/ops.h or attention/attention.h.
+ *
+ * The step reads: forward (each layer draws its seeds into its record, then runs its kernels with
+ * those seeds) -> loss -> backward (each layer's dropout masks regenerated from its record) ->
+ * clip -> AdamW.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+#include "model/gpt.h"
+#include "model/ops.h"
+#include "model/mem.h"
+#include "attention/attention.h"
+
+const char* const gpt_param_names[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+const int gpt_param_decay[NUM_PARAMETER_TENSORS] = {
+    1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+
+const char* gpt_config_problem(const GPTConfig* c) {
+    if (c->max_seq_len <= 0) return "max sequence length must be positive";
+    if (c->vocab_size <= 0 || c->vocab_size > 65536) return "vocab size must be in 1..65536";
+    if (c->padded_vocab_size < c->vocab_size) return "padded vocab smaller than vocab";
+    if (c->num_layers <= 0) return "number of layers must be positive";
+    if (c->num_heads <= 0 || c->channels <= 0) return "heads and channels must be positive";
+    if (c->channels % c->num_heads != 0) return "channels must be a multiple of heads";
+    if (c->num_kv_heads <= 0 || c->num_heads % c->num_kv_heads != 0)
+        return "kv heads must divide heads";
+    /* sizes are computed in size_t, a few in int: refuse shapes that overflow either */
+    double C = c->channels, HD = C / c->num_heads, L = c->num_layers;
+    double qkv = (c->num_heads + 2.0 * c->num_kv_heads) * HD;
+    double params = (double)c->padded_vocab_size * C + (double)c->max_seq_len * C +
+                    L * (qkv * C + 8.0 * C * C + 12.0 * C);
+    if (qkv > 1 << 30 || 4.0 * C > 1 << 30 || params > 1099511627776.0)
+        return "model too large (over 2^40 parameters or 2^30 channels)";
+    return NULL;
+}
+
+void gpt_param_sizes(const GPTConfig* c, size_t s[NUM_PARAMETER_TENSORS]) {
+    size_t Vp = c->padded_vocab_size, C = c->channels, L = c->num_layers;
+    size_t maxT = c->max_seq_len, QKV = gpt_qkv_channels(c);
+    s[0] = Vp * C;        /* wte */
+    s[1] = maxT * C;      /* wpe */
+    s[2] = L * C;         /* ln1w */
+    s[3] = L * C;         /* ln1b */
+    s[4] = L * QKV * C;   /* qkvw */
+    s[5] = L * QKV;       /* qkvb */
+    s[6] = L * C * C;     /* attprojw */
+    s[7] = L * C;         /* attprojb */
+    s[8] = L * C;         /* ln2w */
+    s[9] = L * C;         /* ln2b */
+    s[10] = L * 4 * C * C; /* fcw */
+    s[11] = L * 4 * C;    /* fcb */
+    s[12] = L * C * 4 * C; /* fcprojw */
+    s[13] = L * C;        /* fcprojb */
+    s[14] = C;            /* lnfw */
+    s[15] = C;            /* lnfb */
+}
+
+void gpt_layer_act_sizes(const GPTConfig* c, int B, int T, size_t s[NUM_LAYER_ACTS]) {
+    size_t BT = (size_t)B * T, C = c->channels, QKV = gpt_qkv_channels(c), NH = c->num_heads;
+    s[0] = BT * C;      /* ln1 */
+    s[1] = BT;          /* ln1_mean */
+    s[2] = BT;          /* ln1_rstd */
+    s[3] = BT * QKV;    /* qkv */
+    s[4] = BT * C;      /* atty */
+    s[5] = BT * NH;     /* lse */
+    s[6] = BT * C;      /* resid2 */
+    s[7] = BT * C;      /* ln2 */
+    s[8] = BT;          /* ln2_mean */
+    s[9] = BT;          /* ln2_rstd */
+    s[10] = BT * 4 * C; /* fch */
+    s[11] = BT * 4 * C; /* fch_gelu */
+}
+
+/* Carves n tensors of the given sizes out of one block; every tensor starts 64-byte aligned.
+ * With base == NULL it only counts the floats needed. */
+static size_t carve(float* base, float** ptrs[], const size_t* sizes, int n) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (base != NULL && ptrs != NULL) *ptrs[i] = base + off;
+        off += mem_align_floats(sizes[i]);
+    }
+    return off;
+}
+
+static void param_ptrs(ParameterTensors* p, float** ptrs[NUM_PARAMETER_TENSORS]) {
+    float** q[NUM_PARAMETER_TENSORS] = {
+        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw, &p->attprojb,
+        &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
+    memcpy(ptrs, q, sizeof(q));
+}
+
+static void layer_act_ptrs(LayerActs* a, float** ptrs[NUM_LAYER_ACTS]) {
+    float** q[NUM_LAYER_ACTS] = {
+        &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->lse, &a->resid2,
+        &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu};
+    memcpy(ptrs, q, sizeof(q));
+}
+
+/* The activation block, in order: the kept residual streams, the tail (lnf, lnf_mean, lnf_rstd,
+ * logits, losses), then the layer slots, and under a recompute policy the residual-stream slots
+ * inside a segment and the check buffer. Under none every layer has its own slot and every
+ * residual stream is kept; under every:K there are K slots, and only segment inputs and the final
+ * LayerNorm's input are kept. Sets the counts (and the pointers when base != NULL); returns the
+ * floats needed. */
+static size_t plan_activations(GPT* m, float* base) {
+    const GPTConfig* c = &m->config;
+    const RecomputePolicy* p = &m->policy;
+    size_t BT = (size_t)m->B * m->T, C = c->channels;
+    int L = c->num_layers, K = ckpt_segment_len(p, L);
+    size_t off = 0;
+#define AT(n) (base == NULL ? NULL : base + (n))
+    for (int l = 0; l <= L; l++) {
+        if (!ckpt_resid_kept(p, L, l)) continue;
+        if (base != NULL) m->resid[l] = base + off;
+        off += mem_align_floats(BT * C);
+    }
+    size_t tail[5] = {BT * C, BT, BT, BT * c->padded_vocab_size, BT};
+    float** tp[5] = {&m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->losses};
+    off += carve(AT(off), tp, tail, 5);
+    size_t kept_tail = off;
+
+    size_t sizes[NUM_LAYER_ACTS];
+    gpt_layer_act_sizes(c, m->B, m->T, sizes);
+    size_t slot_floats = carve(NULL, NULL, sizes, NUM_LAYER_ACTS);
+    size_t slots_start = off;
+    off += (size_t)K * slot_floats;
+    for (int l = 0; l < L; l++) {
+        float** ptrs[NUM_LAYER_ACTS];
+        layer_act_ptrs(&m->layer[l], ptrs);
+        size_t slot = (size_t)ckpt_layer_slot(p, L, l);
+        if (base != NULL) carve(base + slots_start + slot * slot_floats, ptrs, sizes, NUM_LAYER_ACTS);
+    }
+    if (ckpt_recomputes(p)) {
+        /* residual streams inside a segment: slot l % K (never 0: that one is the kept input) */
+        size_t rs_start = off;
+        off += (size_t)K * mem_align_floats(BT * C);   /* slots 1..K-1, then the check buffer */
+        for (int l = 0; l <= L; l++) {
+            if (ckpt_resid_kept(p, L, l)) continue;
+            if (base != NULL) m->resid[l] = base + rs_start + (size_t)((l % K) - 1) * mem_align_floats(BT * C);
+        }
+        if (base != NULL) m->check = base + rs_start + (size_t)(K - 1) * mem_align_floats(BT * C);
+        m->num_kept_acts = kept_tail;
+        m->num_recompute_acts = off - kept_tail;
+    } else {
+        m->check = NULL;
+        m->num_kept_acts = off;
+        m->num_recompute_acts = 0;
+    }
+#undef AT
+    return off;
+}
+
+static size_t plan_scratch(GPT* m, float* base) {
+    const GPTConfig* c = &m->config;
+    size_t BT = (size_t)m->B * m->T, C = c->channels;
+    size_t sizes[7] = {BT * C, BT * C, BT * C, BT * C, BT * gpt_qkv_channels(c), BT * 4 * C,
+                       attention_backward_scratch_floats(m->B, m->T, c->num_heads,
+                                                         c->num_kv_heads, gpt_head_dim(c),
+                                                         m->plan_threads)};
+    GradScratch* g = &m->gs;
+    float** ptrs[7] = {&g->dresid, &g->dbranch, &g->dln, &g->datty, &g->dqkv, &g->dfch,
+                       &g->attn_scratch};
+    return carve(base, ptrs, sizes, 7);
+}
+
+int gpt_build(GPT* m, const GPTConfig* c, int B, int T, char err[256]) {
+    RecomputePolicy none = {0, 0, CHECK_OFF};
+    return gpt_build_policy(m, c, B, T, &none, err);
+}
+
+int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                     char err[256]) {
+    memset(m, 0, sizeof(*m));
+    const char* problem = gpt_config_problem(c);
+    if (problem != NULL) { snprintf(err, 256, "bad model configuration: %s", problem); return -1; }
+    if (B <= 0 || T <= 0 || T > c->max_seq_len) {
+        snprintf(err, 256, "batch %d x %d does not fit the model (max sequence length %d)",
+                 B, T, c->max_seq_len);
+        return -1;
+    }
+    m->config = *c;
+    m->policy = *policy;
+    m->B = B;
+    m->T = T;
+    m->plan_threads = omp_get_max_threads();
+    int L = c->num_layers;
+
+    gpt_param_sizes(c, m->param_sizes);
+    float** pp[NUM_PARAMETER_TENSORS];
+    size_t nfloats = carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
+    m->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) m->num_parameters += m->param_sizes[i];
+    m->params_memory = mem_alloc_floats(nfloats);
+    m->grads_memory = mem_alloc_floats(nfloats);
+    m->m_memory = mem_alloc_floats(nfloats);
+    m->v_memory = mem_alloc_floats(nfloats);
+    param_ptrs(&m->params, pp);
+    carve(m->params_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
+    param_ptrs(&m->grads, pp);
+    carve(m->grads_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
+
+    m->resid = mem_alloc((size_t)(L + 1) * sizeof(float*));
+    m->layer = mem_alloc((size_t)L * sizeof(LayerActs));
+    m->records = mem_alloc((size_t)L * sizeof(LayerRecord));
+    m->fresh_records = mem_alloc((size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord));
+    m->num_acts = plan_activations(m, NULL);
+    m->acts_memory = mem_alloc_floats(m->num_acts);
+    plan_activations(m, m->acts_memory);
+    size_t nscratch = plan_scratch(m, NULL);
+    float* scratch = mem_alloc_floats(nscratch);
+    plan_scratch(m, scratch);
+    m->inputs = mem_alloc((size_t)B * T * sizeof(int));
+    m->targets = mem_alloc((size_t)B * T * sizeof(int));
+
+    m->drop_embd = m->drop_attn = m->drop_resid = dropout_make(0.0);
+    m->mean_loss = -1.0f;
+    return 0;
+}
+
+void gpt_free(GPT* m) {
+    mem_free(m->params_memory);
+    mem_free(m->grads_memory);
+    mem_free(m->m_memory);
+    mem_free(m->v_memory);
+    mem_free(m->acts_memory);
+    mem_free(m->gs.dresid);   /* the start of the scratch block */
+    mem_free(m->resid);
+    mem_free(m->layer);
+    mem_free(m->records);
+    mem_free(m->fresh_records);
+    mem_free(m->inputs);
+    mem_free(m->targets);
+    memset(m, 0, sizeof(*m));
+}
+
+GPTMemory gpt_memory(const GPT* m) {
+    GPTMemory r;
+    float** pp[NUM_PARAMETER_TENSORS];
+    size_t pf = carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
+    r.params = pf * sizeof(float);
+    r.grads = pf * sizeof(float);
+    r.optimizer = 2 * pf * sizeof(float);
+    r.activations = m->num_kept_acts * sizeof(float);
+    r.recompute = m->num_recompute_acts * sizeof(float);
+    r.scratch = plan_scratch((GPT*)m, NULL) * sizeof(float);
+    return r;
+}
+
+/* ---- initialisation ----------------------------------------------------------------------- */
+
+/* N(0, std) for element i of tensor k: Box-Muller on one Philox call of the INIT stream. A pure
+ * function of (seed, k, i), so the weights do not depend on threads. */
+static void init_normal(float* x, size_t n, float std, uint64_t init_seed, uint32_t k) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t ctr[4] = {(uint32_t)i, (uint32_t)((uint64_t)i >> 32), k, 0};
+        uint32_t r[4];
+        philox4x32_10(ctr, (uint32_t)init_seed, (uint32_t)(init_seed >> 32), r);
+        double u1 = ((double)r[0] + 1.0) / 4294967297.0;  /* (0, 1) */
+        double u2 = (double)r[1] / 4294967296.0;          /* [0, 1) */
+        x[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+}
+
+void gpt_init_weights(GPT* m, uint64_t master_seed) {
+    const GPTConfig* c = &m->config;
+    uint64_t s = philox_stream_seed(master_seed, STREAM_INIT);
+    float proj_std = 0.02f / sqrtf(2.0f * c->num_layers);
+    float* ptr[NUM_PARAMETER_TENSORS];
+    memcpy(ptr, &m->params, sizeof(ptr));
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t n = m->param_sizes[k];
+        const char* name = gpt_param_names[k];
+        if (!strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw")) {
+            for (size_t i = 0; i < n; i++) ptr[k][i] = 1.0f;
+        } else if (!gpt_param_decay[k]) {
+            memset(ptr[k], 0, n * sizeof(float));   /* biases and LN biases */
+        } else {
+            int proj = !strcmp(name, "attprojw") || !strcmp(name, "fcprojw");
+            init_normal(ptr[k], n, proj ? proj_std : 0.02f, s, (uint32_t)k);
+        }
+    }
+    /* padded vocab rows are zero and stay zero (their gradient is zero) */
+    memset(m->params.wte + (size_t)c->vocab_size * c->channels, 0,
+           (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels * sizeof(float));
+}
+
+void gpt_set_dropout(GPT* m, uint64_t master_seed, double p_embd, double p_attn, double p_resid) {
+    if (!(p_embd >= 0 && p_embd < 1 && p_attn >= 0 && p_attn < 1 && p_resid >= 0 && p_resid < 1)) {
+        fprintf(stderr, "seedgpt: internal error: dropout probabilities must be in [0, 1)\n");
+        exit(1);
+    }
+    m->master_seed = master_seed;
+    m->drop_embd = dropout_make(p_embd);
+    m->drop_attn = dropout_make(p_attn);
+    m->drop_resid = dropout_make(p_resid);
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+/* Layer l's parameters. */
+typedef struct {
+    const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    const float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} LayerParams;
+
+static LayerParams layer_params(const ParameterTensors* p, const GPTConfig* c, int l) {
+    size_t C = c->channels, QKV = gpt_qkv_channels(c);
+    LayerParams lp = {
+        p->ln1w + l * C, p->ln1b + l * C, p->qkvw + l * QKV * C, p->qkvb + l * QKV,
+        p->attprojw + l * C * C, p->attprojb + l * C,
+        p->ln2w + l * C, p->ln2b + l * C, p->fcw + l * 4 * C * C, p->fcb + l * 4 * C,
+        p->fcprojw + l * C * 4 * C, p->fcprojb + l * C};
+    return lp;
+}
+
+static Dropout no_dropout(void) { return dropout_make(0.0); }
+
+/* One block: x -> out, with the seeds of rec; the activations go to layer l's slot. In the
+ * forward x = resid[l] and out = resid[l+1]; a recompute writes a segment's last output to the
+ * check buffer instead, so the stored value stays to be compared with. */
+static void layer_forward(GPT* m, int l, const float* x, float* out, const LayerRecord* rec,
+                          int B, int T, uint32_t g0, int train) {
+    const GPTConfig* c = &m->config;
+    int N = B * T, C = c->channels, QKV = gpt_qkv_channels(c);
+    LayerParams p = layer_params(&m->params, c, l);
+    LayerActs* a = &m->layer[l];
+    Dropout dattn = train ? m->drop_attn : no_dropout();
+    Dropout dres = train ? m->drop_resid : no_dropout();
+
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p.ln1w, p.ln1b, N, C);
+    matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, QKV);
+    attention_forward(a->atty, a->lse, a->qkv, B, T, c->num_heads, c->num_kv_heads,
+                      gpt_head_dim(c), g0, rec->seed[SITE_ATTN_PROB], dattn);
+    matmul_forward(a->resid2, a->atty, p.attprojw, p.attprojb, N, C, C);
+    residual_dropout_forward(a->resid2, x, a->resid2, B, T, C, g0,
+                             rec->seed[SITE_ATTN_RESID], dres);
+    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, p.ln2w, p.ln2b, N, C);
+    matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
+    gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    matmul_forward(out, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    residual_dropout_forward(out, a->resid2, out, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);
+}
+
+float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, uint32_t g0,
+                  uint32_t step, int train) {
+    const GPTConfig* c = &m->config;
+    int N = B * T, C = c->channels, L = c->num_layers;
+    if (B > m->B || T > m->T) {
+        fprintf(stderr, "seedgpt: internal error: batch %dx%d exceeds the planned %dx%d\n",
+                B, T, m->B, m->T);
+        exit(1);
+    }
+    for (int i = 0; i < B * T; i++) {
+        if (inputs[i] < 0 || inputs[i] >= c->vocab_size ||
+            (targets != NULL && (targets[i] < 0 || targets[i] >= c->vocab_size))) {
+            fprintf(stderr, "seedgpt: internal error: token out of vocabulary at position %d\n", i);
+            exit(1);
+        }
+    }
+    memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+    if (targets != NULL) memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    m->cur_B = B;
+    m->cur_T = T;
+    m->cur_g0 = g0;
+    m->cur_train = train;
+
+    /* layer 0's record holds the embedding's seed (site 0), so it is drawn before the embedding */
+    layer_record_draw(&m->records[0], m->master_seed, step, 0, PASS_FORWARD);
+    encoder_forward(m->resid[0], m->inputs, m->params.wte, m->params.wpe, B, T, C, g0,
+                    m->records[0].seed[SITE_EMBD], train ? m->drop_embd : no_dropout());
+    for (int l = 0; l < L; l++) {
+        if (l > 0) layer_record_draw(&m->records[l], m->master_seed, step, l, PASS_FORWARD);
+        layer_forward(m, l, m->resid[l], m->resid[l + 1], &m->records[l], B, T, g0, train);
+    }
+    layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], m->params.lnfw,
+                      m->params.lnfb, N, C);
+    matmul_forward(m->logits, m->lnf, m->params.wte, NULL, N, C, c->padded_vocab_size);
+
+    m->mean_loss = -1.0f;
+    if (targets != NULL) {
+        crossentropy_forward(m->losses, m->logits, m->targets, N, c->vocab_size,
+                             c->padded_vocab_size);
+        double sum = 0.0;
+        for (int i = 0; i < N; i++) sum += m->losses[i];
+        m->mean_loss = (float)(sum / N);
+    }
+    return m->mean_loss;
+}
+
+/* ---- backward ----------------------------------------------------------------------------- */
+
+void gpt_zero_grad(GPT* m) {
+    float** pp[NUM_PARAMETER_TENSORS];
+    size_t n = carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
+    memset(m->grads_memory, 0, n * sizeof(float));
+}
+
+/* Backward of layer l: on entry gs.dresid holds d resid[l+1]; on exit d resid[l]. */
+static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
+    const GPTConfig* c = &m->config;
+    int B = m->cur_B, T = m->cur_T, N = B * T, C = c->channels, QKV = gpt_qkv_channels(c);
+    uint32_t g0 = m->cur_g0;
+    LayerParams p = layer_params(&m->params, c, l);
+    LayerParams gp = layer_params(&m->grads, c, l);
+    float *dln1w = (float*)gp.ln1w, *dln1b = (float*)gp.ln1b;
+    float *dqkvw = (float*)gp.qkvw, *dqkvb = (float*)gp.qkvb;
+    float *dattprojw = (float*)gp.attprojw, *dattprojb = (float*)gp.attprojb;
+    float *dln2w = (float*)gp.ln2w, *dln2b = (float*)gp.ln2b;
+    float *dfcw = (float*)gp.fcw, *dfcb = (float*)gp.fcb;
+    float *dfcprojw = (float*)gp.fcprojw, *dfcprojb = (float*)gp.fcprojb;
+    LayerActs* a = &m->layer[l];
+    GradScratch* g = &m->gs;
+    Dropout dattn = m->cur_train ? m->drop_attn : no_dropout();
+    Dropout dres = m->cur_train ? m->drop_resid : no_dropout();
+
+    /* in the forward, out = resid2 + drop(fcproj(gelu(fc(ln2(resid2))))) */
+    dropout_backward(g->dbranch, g->dresid, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);
+    matmul_backward(g->dfch, dfcprojw, dfcprojb, g->dbranch, a->fch_gelu, p.fcprojw, N, 4 * C, C);
+    gelu_backward(g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
+    matmul_backward(g->dln, dfcw, dfcb, g->dfch, a->ln2, p.fcw, N, C, 4 * C);
+    layernorm_backward(g->dresid, dln2w, dln2b, g->dln, a->resid2, p.ln2w, a->ln2_mean,
+                       a->ln2_rstd, N, C);
+    /* now dresid = d resid2; in the forward, resid2 = x + drop(attproj(attn(qkv(ln1(x))))) */
+    dropout_backward(g->dbranch, g->dresid, B, T, C, g0, rec->seed[SITE_ATTN_RESID], dres);
+    matmul_backward(g->datty, dattprojw, dattprojb, g->dbranch, a->atty, p.attprojw, N, C, C);
+    attention_backward(g->dqkv, g->attn_scratch, g->datty, a->qkv, a->atty, a->lse, B, T,
+                       c->num_heads, c->num_kv_heads, gpt_head_dim(c), g0,
+                       rec->seed[SITE_ATTN_PROB], dattn);
+    matmul_backward(g->dln, dqkvw, dqkvb, g->dqkv, a->ln1, p.qkvw, N, C, QKV);
+    layernorm_backward(g->dresid, dln1w, dln1b, g->dln, m->resid[l], p.ln1w, a->ln1_mean,
+                       a->ln1_rstd, N, C);
+}
+
+#ifdef SEEDGPT_TEST_BUILD
+/* Test builds fill the recompute scratch with NaN before each recompute: a backward that read an
+ * activation the recompute did not write would turn the gradients into NaN. */
+static void poison_recompute_scratch(GPT* m) {
+    float* start = m->acts_memory + m->num_kept_acts;
+    for (size_t i = 0; i < m->num_recompute_acts; i++) start[i] = NAN;
+}
+#endif
+
+/* Recomputes layers [first, end) from the kept resid[first], with the records' seeds (or, for
+ * the negative control, fresh pass-1 seeds drawn into m->fresh_records), and checks the segment's
+ * output against the stored resid[end]. Returns the records the segment's backward must use. */
+static const LayerRecord* recompute_segment(GPT* m, int first, int end) {
+    int B = m->cur_B, T = m->cur_T, C = m->config.channels, L = m->config.num_layers;
+#ifdef SEEDGPT_TEST_BUILD
+    poison_recompute_scratch(m);
+#endif
+    const LayerRecord* recs = m->records + first;
+    if (m->policy.fresh_seeds) {
+        for (int l = first; l < end; l++)
+            layer_record_draw(&m->fresh_records[l - first], m->master_seed, m->records[l].step,
+                              (uint32_t)l, PASS_FRESH);
+        recs = m->fresh_records;
+    }
+    for (int l = first; l < end; l++) {
+        float* out = l == end - 1 ? m->check : m->resid[l + 1];
+        layer_forward(m, l, m->resid[l], out, &recs[l - first], B, T, m->cur_g0, m->cur_train);
+    }
+    if (m->policy.check != CHECK_OFF) {
+        size_t n = (size_t)B * T * C, differ = 0;
+        if (memcmp(m->check, m->resid[end], n * sizeof(float)) != 0) {
+            for (size_t i = 0; i < n; i++)
+                differ += memcmp(&m->check[i], &m->resid[end][i], sizeof(float)) != 0;
+        }
+        if (differ > 0) {
+            if (m->check_mismatches == 0) m->check_first_layer = first;
+            m->check_mismatches++;
+            fprintf(stderr, "seedgpt: recompute check: step %u, layers %d..%d: the recomputed "
+                    "output differs from the stored %s in %zu of %zu values\n",
+                    m->records[first].step, first, end - 1,
+                    end == L ? "input of the final LayerNorm" : "input of the next segment",
+                    differ, n);
+        }
+    }
+    return recs - first;   /* indexed by layer */
+}
+
+int gpt_backward(GPT* m, float dloss) {
+    const GPTConfig* c = &m->config;
+    if (omp_get_max_threads() > m->plan_threads) {
+        fprintf(stderr, "seedgpt: internal error: backward on %d threads, scratch planned for %d\n",
+                omp_get_max_threads(), m->plan_threads);
+        exit(1);
+    }
+    int B = m->cur_B, T = m->cur_T, N = B * T, C = c->channels, L = c->num_layers;
+    GradScratch* g = &m->gs;
+    m->check_mismatches = 0;
+    m->check_first_layer = -1;
+
+    /* loss -> logits (in place) -> LM head (tied to wte) -> final LayerNorm */
+    crossentropy_backward(m->logits, m->targets, dloss, N, c->vocab_size, c->padded_vocab_size);
+    matmul_backward(g->dln, m->grads.wte, NULL, m->logits, m->lnf, m->params.wte, N, C,
+                    c->padded_vocab_size);
+    memset(g->dresid, 0, (size_t)N * C * sizeof(float));
+    layernorm_backward(g->dresid, m->grads.lnfw, m->grads.lnfb, g->dln, m->resid[L],
+                       m->params.lnfw, m->lnf_mean, m->lnf_rstd, N, C);
+    /* the blocks, one segment at a time from the top; under none one segment, never recomputed */
+    int K = ckpt_segment_len(&m->policy, L);
+    for (int first = (L - 1) / K * K; first >= 0; first -= K) {
+        int end = first + K < L ? first + K : L;
+        const LayerRecord* recs = m->records;
+        if (ckpt_recomputes(&m->policy)) recs = recompute_segment(m, first, end);
+        for (int l = end - 1; l >= first; l--) layer_backward(m, l, &recs[l]);
+    }
+    /* in the forward, resid[0] = drop(wte[tok] + wpe[t]) */
+    dropout_backward(g->dbranch, g->dresid, B, T, C, m->cur_g0, m->records[0].seed[SITE_EMBD],
+                     m->cur_train ? m->drop_embd : no_dropout());
+    encoder_backward(m->grads.wte, m->grads.wpe, g->dbranch, m->inputs, B, T, C);
+    return m->check_mismatches;
+}
+
+/* ---- clipping and the optimizer ----------------------------------------------------------- */
+
+float gpt_grad_norm(GPT* m) {
+    float* g[NUM_PARAMETER_TENSORS];
+    memcpy(g, &m->grads, sizeof(g));
+    double ss = 0.0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) ss += sum_squares(g[k], m->param_sizes[k]);
+    return (float)sqrt(ss);
+}
+
+float gpt_clip_grads(GPT* m, float max_norm) {
+    float norm = gpt_grad_norm(m);
+    if (max_norm > 0.0f && isfinite(norm)) {
+        float coef = max_norm / (norm + 1e-6f);   /* as torch.nn.utils.clip_grad_norm_ */
+        if (coef < 1.0f) {
+            float* g[NUM_PARAMETER_TENSORS];
+            memcpy(g, &m->grads, sizeof(g));
+            for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+                scale_inplace(g[k], m->param_sizes[k], coef);
+        }
+    }
+    return norm;
+}
+
+void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    float *p[NUM_PARAMETER_TENSORS], *g[NUM_PARAMETER_TENSORS];
+    memcpy(p, &m->params, sizeof(p));
+    memcpy(g, &m->grads, sizeof(g));
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t off = (size_t)(p[k] - m->params_memory);
+        adamw_update(p[k], g[k], m->m_memory + off, m->v_memory + off, m->param_sizes[k], lr,
+                     beta1, beta2, eps, gpt_param_decay[k] ? weight_decay : 0.0f, t);
+    }
+}

@@ -1,0 +1,193 @@
+/* model/gpt.h — the GPT-2 model: configuration, parameter and activation layout, and the
+ * backend-neutral orchestration of one training step (forward, backward, clip, AdamW).
+ *
+ * Three structs tell the story: GPTConfig (the blueprint), ParameterTensors (the weights, one
+ * allocation with a table of named tensors), and the activations (one allocation; per-layer
+ * tables of pointers into it). Every op the orchestrator calls is declared in model/ops.h; which
+ * backend implements it is invisible here.
+ */
+#ifndef SEEDGPT_GPT_H
+#define SEEDGPT_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "attention/philox.h"
+#include "checkpoint/checkpoint.h"
+
+typedef struct {
+    int max_seq_len;        /* maxT: positions of wpe */
+    int vocab_size;         /* V: real tokens */
+    int padded_vocab_size;  /* Vp: V rounded up to a multiple of 128 (LM head rows) */
+    int num_layers;         /* L */
+    int num_heads;          /* NH: query heads */
+    int num_kv_heads;       /* NKV: key/value heads; divides NH (NKV == NH: plain GPT-2) */
+    int channels;           /* C = NH * HD */
+} GPTConfig;
+
+static inline int gpt_head_dim(const GPTConfig* c) { return c->channels / c->num_heads; }
+/* width of the fused q,k,v projection: NH query heads then NKV key heads then NKV value heads */
+static inline int gpt_qkv_channels(const GPTConfig* c) {
+    return (c->num_heads + 2 * c->num_kv_heads) * gpt_head_dim(c);
+}
+static inline int gpt_pad_vocab(int V) { return (V + 127) / 128 * 128; }
+
+/* Checks a configuration; returns NULL if fine, else a message naming the problem. */
+const char* gpt_config_problem(const GPTConfig* c);
+
+/* ---- parameters (llm.c order) ------------------------------------------------------------- */
+#define NUM_PARAMETER_TENSORS 16
+typedef struct {
+    float* wte;       /* (Vp, C) token embedding, also the LM head (tied); rows >= V are zero */
+    float* wpe;       /* (maxT, C) */
+    float* ln1w;      /* (L, C) */
+    float* ln1b;      /* (L, C) */
+    float* qkvw;      /* (L, QKV, C) */
+    float* qkvb;      /* (L, QKV) */
+    float* attprojw;  /* (L, C, C) */
+    float* attprojb;  /* (L, C) */
+    float* ln2w;      /* (L, C) */
+    float* ln2b;      /* (L, C) */
+    float* fcw;       /* (L, 4C, C) */
+    float* fcb;       /* (L, 4C) */
+    float* fcprojw;   /* (L, C, 4C) */
+    float* fcprojb;   /* (L, C) */
+    float* lnfw;      /* (C) */
+    float* lnfb;      /* (C) */
+} ParameterTensors;
+
+extern const char* const gpt_param_names[NUM_PARAMETER_TENSORS];
+/* nanoGPT's convention: weight decay on 2-D weights and embeddings, not on biases or LN. */
+extern const int gpt_param_decay[NUM_PARAMETER_TENSORS];
+
+/* Elements of each parameter tensor, in the order above. */
+void gpt_param_sizes(const GPTConfig* c, size_t sizes[NUM_PARAMETER_TENSORS]);
+
+/* ---- activations -------------------------------------------------------------------------- */
+/* What one layer's backward needs from its forward. B, T are the planned batch shape. */
+typedef struct {
+    float* ln1;        /* (B, T, C) */
+    float* ln1_mean;   /* (B, T) */
+    float* ln1_rstd;   /* (B, T) */
+    float* qkv;        /* (B, T, QKV) */
+    float* atty;       /* (B, T, C) attention output (probabilities dropped inside the kernel) */
+    float* lse;        /* (B, NH, T) row log-sum-exp of the scaled scores */
+    float* resid2;     /* (B, T, C) x + drop(attproj(atty)) */
+    float* ln2;        /* (B, T, C) */
+    float* ln2_mean;   /* (B, T) */
+    float* ln2_rstd;   /* (B, T) */
+    float* fch;        /* (B, T, 4C) first MLP linear, before GELU */
+    float* fch_gelu;   /* (B, T, 4C) */
+} LayerActs;
+#define NUM_LAYER_ACTS 12
+void gpt_layer_act_sizes(const GPTConfig* c, int B, int T, size_t sizes[NUM_LAYER_ACTS]);
+
+/* The gradients of one layer's activations: reused by every layer in the backward. */
+typedef struct {
+    float* dresid;   /* (B, T, C) gradient of the residual stream, carried from layer to layer */
+    float* dbranch;  /* (B, T, C) gradient of a residual branch's output (after its dropout) */
+    float* dln;      /* (B, T, C) */
+    float* datty;    /* (B, T, C) */
+    float* dqkv;     /* (B, T, QKV) */
+    float* dfch;     /* (B, T, 4C) also holds d(fch_gelu) first */
+    float* attn_scratch; /* attention_backward_scratch_floats(...) */
+} GradScratch;
+
+typedef struct {
+    GPTConfig config;
+    int B, T;                    /* the batch shape the buffers are planned for (at most) */
+    int plan_threads;            /* OpenMP threads the scratch is planned for (at most) */
+
+    ParameterTensors params;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;       /* including the zero padded-vocab rows */
+    float* params_memory;
+    ParameterTensors grads;
+    float* grads_memory;
+    float* m_memory;             /* AdamW first moment */
+    float* v_memory;             /* AdamW second moment */
+
+    /* activations: one allocation. Which of them survive from the forward to the backward is
+     * the recompute policy's choice (checkpoint/checkpoint.h): the tables below point either at
+     * kept memory or at the recompute scratch. */
+    RecomputePolicy policy;
+    float* acts_memory;
+    size_t num_acts;             /* floats of the whole block */
+    size_t num_kept_acts;        /* floats kept from the forward to the backward */
+    size_t num_recompute_acts;   /* floats of the recompute scratch (0 under none) */
+    float** resid;               /* (L+1) pointers to (B, T, C): resid[0] = dropped embedding,
+                                    resid[l+1] = output of layer l (input of layer l+1) */
+    LayerActs* layer;            /* (L) tables; layer l lives in slot ckpt_layer_slot(l) */
+    float* check;                /* (B, T, C) a recomputed segment's output, compared bit for bit
+                                    with the stored input of the next segment (NULL under none) */
+    float* lnf;                  /* (B, T, C) */
+    float* lnf_mean;             /* (B, T) */
+    float* lnf_rstd;             /* (B, T) */
+    float* logits;               /* (B, T, Vp); the backward turns them into dlogits in place */
+    float* losses;               /* (B, T) */
+    int* inputs;                 /* (B, T) copy of the last forward's tokens */
+    int* targets;                /* (B, T) */
+    GradScratch gs;
+
+    /* randomness: dropout probabilities turned into (thr, scale) once, on the host */
+    uint64_t master_seed;
+    Dropout drop_embd, drop_attn, drop_resid;
+    LayerRecord* records;        /* (L) seeds drawn by each layer's forward */
+    LayerRecord* fresh_records;  /* (K) pass-1 seeds of the negative control's recompute */
+
+    /* the value check of the last backward */
+    int check_mismatches;        /* recomputed segments whose output differed from the stored one */
+    int check_first_layer;       /* the first recomputed layer (in backward order) that differed */
+
+    /* the last forward */
+    int cur_B, cur_T;
+    uint32_t cur_g0;             /* global sequence index of row 0 */
+    int cur_train;               /* dropout was on */
+    float mean_loss;             /* -1 if no targets */
+} GPT;
+
+/* Plans and allocates everything for batches of up to B x T under a recompute policy:
+ * parameters, gradients, AdamW state, kept activations, recompute and gradient scratch. Nothing
+ * is allocated after this. Returns 0 or -1 (message in err). */
+int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                     char err[256]);
+/* The same with the policy none (every activation kept). */
+int gpt_build(GPT* m, const GPTConfig* c, int B, int T, char err[256]);
+void gpt_free(GPT* m);
+
+/* GPT-2 initialisation from the master seed's INIT stream: N(0, 0.02), residual projections
+ * N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0, padded vocab rows 0. */
+void gpt_init_weights(GPT* m, uint64_t master_seed);
+
+void gpt_set_dropout(GPT* m, uint64_t master_seed, double p_embd, double p_attn, double p_resid);
+
+/* Forward over inputs (B, T) (B <= m->B, T <= m->T). Row b is global sequence g0 + b (DESIGN §2).
+ * train != 0 turns dropout on and draws the step's seeds into the layer records. With targets,
+ * returns the mean loss over the B*T positions, else -1. */
+float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, uint32_t g0,
+                  uint32_t step, int train);
+
+void gpt_zero_grad(GPT* m);
+/* Backward of the last forward, accumulating into the parameter gradients. dloss is the
+ * derivative of the objective with respect to each position's loss (1/(B*T) for a mean).
+ * Under a recompute policy each segment is recomputed first, with the seeds of its layers'
+ * records. Returns the number of recomputed segments whose output failed the value check (0 when
+ * the check is off). */
+int gpt_backward(GPT* m, float dloss);
+
+/* Global L2 norm of the gradients (deterministic: fixed partition, fixed order). */
+float gpt_grad_norm(GPT* m);
+/* Scales the gradients so their norm is at most max_norm (0 disables); returns the norm before. */
+float gpt_clip_grads(GPT* m, float max_norm);
+/* AdamW with bias correction (t = step + 1) and decoupled weight decay on decaying tensors. */
+void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+
+/* Bytes of each planned region (for the start-up memory report). */
+typedef struct {
+    size_t params, grads, optimizer;
+    size_t activations;   /* kept from the forward to the backward */
+    size_t recompute;     /* scratch the recompute fills (K layers); 0 under none */
+    size_t scratch;       /* the backward's gradient scratch (one layer) */
+} GPTMemory;
+GPTMemory gpt_memory(const GPT* m);
+
+#endif

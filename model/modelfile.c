@@ -1,0 +1,281 @@
+/* model/modelfile.c — reading and writing model files (the weights only; the training state for
+ * resume is not this file's business). Byte layouts in docs/formats.md.
+ *
+ * Two formats, one tensor order (ParameterTensors, llm.c's order), both little-endian:
+ *   - plain GPT-2 (num_kv_heads == num_heads): llm.c's fp32 checkpoint, 256 x int32 header
+ *     {20240326, 3, maxT, V, L, NH, C, Vp, 0...}, so files move between llm.c and seedgpt;
+ *   - any other configuration (grouped-query heads): seedgpt's own header, 256 x int32
+ *     {MODELFILE_SEED_MAGIC, 1, maxT, V, L, NH, C, Vp, NKV, pos kind = 0, block kind = 0, 0...}.
+ * Then every parameter tensor as contiguous float32, tensor after tensor (the tensors in memory
+ * are separate 64-byte aligned blocks, so they are read and written one by one).
+ *
+ * Loading checks everything that can be checked before a single weight is read (magic, version,
+ * header fields, exact file size, the model's configuration), so a refused file leaves the model
+ * untouched. Saving writes PATH.tmp, fsyncs it and renames it over PATH: a failing save never
+ * damages the previous file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "model/modelfile.h"
+
+#define HEADER_INTS 256
+#define HEADER_BYTES (HEADER_INTS * 4)
+
+#define LLMC_MAGIC 20240326
+#define LLMC_VERSION 3            /* fp32 weights (llm.c's version 5 is bf16: not supported) */
+/* The file starts with the four ASCII bytes "SEED" (53 45 45 44), which read as a little-endian
+ * int32 are 0x44454553 = 1145390419. */
+#define MODELFILE_SEED_MAGIC 0x44454553
+#define MODELFILE_SEED_VERSION 1
+
+/* Header slots. 2..7 mean the same in both formats. */
+enum {
+    H_MAGIC = 0, H_VERSION = 1, H_MAXT = 2, H_V = 3, H_L = 4, H_NH = 5, H_C = 6, H_VP = 7,
+    H_NKV = 8,         /* seedgpt only */
+    H_POS_KIND = 9,    /* seedgpt only: 0 = learned absolute positions (wpe); must be 0 in v1 */
+    H_BLOCK_KIND = 10  /* seedgpt only: 0 = GPT-2 pre-norm block; must be 0 in v1 */
+};
+
+static int host_is_little_endian(void) {
+    const uint16_t probe = 1;
+    return *(const unsigned char*)&probe == 1;
+}
+
+static int is_plain_gpt2(const GPTConfig* c) { return c->num_kv_heads == c->num_heads; }
+
+static size_t total_params(const GPTConfig* c) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    gpt_param_sizes(c, sizes);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += sizes[i];
+    return n;
+}
+
+/* Reads and validates the header of the open file f (at offset 0): magic, version, fields,
+ * and the exact file size. Fills cfg; 0 or -1 with err. */
+static int parse_header(FILE* f, const char* path, GPTConfig* cfg, char err[256]) {
+    if (!host_is_little_endian()) {
+        snprintf(err, 256, "%s: model files are little-endian; this host is not", path);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        snprintf(err, 256, "%s: cannot stat: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, 256, "%s: not a regular file", path);
+        return -1;
+    }
+    int32_t h[HEADER_INTS];
+    if (st.st_size < HEADER_BYTES || fread(h, 4, HEADER_INTS, f) != HEADER_INTS) {
+        snprintf(err, 256, "%s: truncated header: file has %lld bytes, the header alone is %d",
+                 path, (long long)st.st_size, HEADER_BYTES);
+        return -1;
+    }
+    int seed_format;
+    if (h[H_MAGIC] == LLMC_MAGIC) {
+        seed_format = 0;
+        if (h[H_VERSION] != LLMC_VERSION) {
+            snprintf(err, 256, "%s: llm.c model file version %d, expected %d (fp32)%s", path,
+                     h[H_VERSION], LLMC_VERSION,
+                     h[H_VERSION] == 5 ? "; bf16 is not supported" : "");
+            return -1;
+        }
+    } else if (h[H_MAGIC] == MODELFILE_SEED_MAGIC) {
+        seed_format = 1;
+        if (h[H_VERSION] != MODELFILE_SEED_VERSION) {
+            snprintf(err, 256, "%s: seedgpt model file version %d, expected %d", path,
+                     h[H_VERSION], MODELFILE_SEED_VERSION);
+            return -1;
+        }
+    } else {
+        snprintf(err, 256, "%s: bad magic %d (0x%08x), expected %d (llm.c) or 0x%08x (seedgpt): "
+                 "not a model file", path, h[H_MAGIC], (uint32_t)h[H_MAGIC], LLMC_MAGIC,
+                 (uint32_t)MODELFILE_SEED_MAGIC);
+        return -1;
+    }
+    if (seed_format) {
+        /* options this version does not know must be absent, so a later file is never misread */
+        for (int k = H_POS_KIND; k < HEADER_INTS; k++) {
+            if (h[k] != 0) {
+                snprintf(err, 256, "%s: header slot %d is %d, must be 0 in seedgpt version %d "
+                         "(%s)", path, k, h[k], MODELFILE_SEED_VERSION,
+                         k == H_POS_KIND ? "positional encoding kind"
+                         : k == H_BLOCK_KIND ? "block kind" : "reserved");
+                return -1;
+            }
+        }
+    }
+
+    GPTConfig c;
+    c.max_seq_len = h[H_MAXT];
+    c.vocab_size = h[H_V];
+    c.num_layers = h[H_L];
+    c.num_heads = h[H_NH];
+    c.channels = h[H_C];
+    c.padded_vocab_size = h[H_VP];
+    c.num_kv_heads = seed_format ? h[H_NKV] : h[H_NH];
+    const char* problem = gpt_config_problem(&c);
+    if (problem != NULL) {
+        snprintf(err, 256, "%s: bad header (maxT %d, V %d, L %d, NH %d, NKV %d, C %d, Vp %d): %s",
+                 path, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.num_kv_heads,
+                 c.channels, c.padded_vocab_size, problem);
+        return -1;
+    }
+    /* the field values are positive int32s; bound the byte count before computing it in size_t
+     * so an absurd header cannot overflow the size check */
+    double C = c.channels, L = c.num_layers;
+    double QKV = ((double)c.num_heads + 2.0 * c.num_kv_heads) * (c.channels / c.num_heads);
+    double approx = ((double)c.padded_vocab_size + c.max_seq_len) * C
+                  + L * (QKV * C + QKV + C * C + 8.0 * C * C + 13.0 * C) + 2.0 * C;
+    if (approx * 4.0 > 1e18 || QKV > 2147483647.0) {
+        snprintf(err, 256, "%s: bad header: it describes %.3g parameters", path, approx);
+        return -1;
+    }
+    long long expected = HEADER_BYTES + (long long)total_params(&c) * 4;
+    if ((long long)st.st_size != expected) {
+        snprintf(err, 256, "%s: %s: file has %lld bytes, the header promises %lld "
+                 "(1024 + 4 x %zu parameters)", path,
+                 (long long)st.st_size < expected ? "truncated" : "oversized",
+                 (long long)st.st_size, expected, total_params(&c));
+        return -1;
+    }
+    *cfg = c;
+    return 0;
+}
+
+int modelfile_read_config(const char* path, GPTConfig* cfg, char err[256]) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(err, 256, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = parse_header(f, path, cfg, err);
+    fclose(f);
+    return rc;
+}
+
+/* Names the first field in which the file's configuration differs from the model's. */
+static int config_mismatch(const GPTConfig* file, const GPTConfig* model, const char* path,
+                           char err[256]) {
+    const char* names[7] = {"max_seq_len (maxT)", "vocab_size (V)", "padded_vocab_size (Vp)",
+                            "num_layers (L)", "num_heads (NH)", "num_kv_heads (NKV)",
+                            "channels (C)"};
+    int fv[7] = {file->max_seq_len, file->vocab_size, file->padded_vocab_size, file->num_layers,
+                 file->num_heads, file->num_kv_heads, file->channels};
+    int mv[7] = {model->max_seq_len, model->vocab_size, model->padded_vocab_size,
+                 model->num_layers, model->num_heads, model->num_kv_heads, model->channels};
+    for (int i = 0; i < 7; i++) {
+        if (fv[i] != mv[i]) {
+            snprintf(err, 256, "%s: configuration mismatch: %s is %d in the file but %d in the "
+                     "model", path, names[i], fv[i], mv[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int modelfile_load(GPT* m, const char* path, char err[256]) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(err, 256, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    GPTConfig fc;
+    if (parse_header(f, path, &fc, err) != 0 || config_mismatch(&fc, &m->config, path, err) != 0) {
+        fclose(f);
+        return -1;
+    }
+    float* ptr[NUM_PARAMETER_TENSORS];
+    memcpy(ptr, &m->params, sizeof(ptr));
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        if (fread(ptr[k], sizeof(float), m->param_sizes[k], f) != m->param_sizes[k]) {
+            /* the size was checked: only an I/O error gets here (the weights are then partial) */
+            snprintf(err, 256, "%s: read error in tensor %s: %s", path, gpt_param_names[k],
+                     ferror(f) ? strerror(errno) : "unexpected end of file");
+            fclose(f);
+            return -1;
+        }
+    }
+    fclose(f);
+    /* padded vocab rows never produce loss and must stay zero; llm.c writes them as zeros */
+    const GPTConfig* c = &m->config;
+    memset(m->params.wte + (size_t)c->vocab_size * c->channels, 0,
+           (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels * sizeof(float));
+    return 0;
+}
+
+/* fsync of the folder holding path, so the rename itself is durable. Best effort. */
+static void sync_parent_dir(const char* path) {
+    char dir[4096];
+    const char* slash = strrchr(path, '/');
+    if (slash == NULL) {
+        strcpy(dir, ".");
+    } else if (slash == path) {
+        strcpy(dir, "/");
+    } else {
+        size_t n = (size_t)(slash - path);
+        if (n >= sizeof(dir)) return;
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+int modelfile_save(const GPT* m, const char* path, char err[256]) {
+    const GPTConfig* c = &m->config;
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+        snprintf(err, 256, "%s: path too long", path);
+        return -1;
+    }
+    int32_t h[HEADER_INTS];
+    memset(h, 0, sizeof(h));
+    int plain = is_plain_gpt2(c);
+    h[H_MAGIC] = plain ? LLMC_MAGIC : MODELFILE_SEED_MAGIC;
+    h[H_VERSION] = plain ? LLMC_VERSION : MODELFILE_SEED_VERSION;
+    h[H_MAXT] = c->max_seq_len;
+    h[H_V] = c->vocab_size;
+    h[H_L] = c->num_layers;
+    h[H_NH] = c->num_heads;
+    h[H_C] = c->channels;
+    h[H_VP] = c->padded_vocab_size;
+    if (!plain) h[H_NKV] = c->num_kv_heads;   /* H_POS_KIND, H_BLOCK_KIND: 0 in version 1 */
+
+    FILE* f = fopen(tmp, "wb");
+    if (f == NULL) {
+        snprintf(err, 256, "%s: cannot create %s.tmp: %s", path, path, strerror(errno));
+        return -1;
+    }
+    const char* failed = NULL;
+    int saved_errno = 0;
+    if (fwrite(h, 4, HEADER_INTS, f) != HEADER_INTS) failed = "write";
+    float* ptr[NUM_PARAMETER_TENSORS];
+    memcpy(ptr, &m->params, sizeof(ptr));
+    for (int k = 0; k < NUM_PARAMETER_TENSORS && failed == NULL; k++) {
+        if (fwrite(ptr[k], sizeof(float), m->param_sizes[k], f) != m->param_sizes[k])
+            failed = "write";
+    }
+    if (failed == NULL && fflush(f) != 0) failed = "write";
+    if (failed == NULL && fsync(fileno(f)) != 0) failed = "fsync";
+    if (failed != NULL) saved_errno = errno;
+    if (fclose(f) != 0 && failed == NULL) { failed = "close"; saved_errno = errno; }
+    if (failed == NULL && rename(tmp, path) != 0) { failed = "rename"; saved_errno = errno; }
+    if (failed != NULL) {
+        unlink(tmp);
+        snprintf(err, 256, "%s: %s of %s.tmp failed: %s (the previous file, if any, is untouched)",
+                 path, failed, path, strerror(saved_errno));
+        return -1;
+    }
+    sync_parent_dir(path);
+    return 0;
+}

@@ -1,0 +1,24 @@
+/* model/modelfile.h — model files (DESIGN §2, docs/formats.md).
+ *
+ * Plain GPT-2 configurations (n_kv_head == n_head, learned positions) read and write llm.c's fp32
+ * checkpoint: 256 x int32 header (magic 20240326, version 3, maxT, V, L, NH, C, Vp), then the
+ * parameters in llm.c order (the order of ParameterTensors). Any other configuration uses
+ * seedgpt's own versioned header (see docs/formats.md). Loading refuses a wrong magic, version,
+ * size or a configuration that does not match the model, with one line in err.
+ */
+#ifndef SEEDGPT_MODELFILE_H
+#define SEEDGPT_MODELFILE_H
+
+#include "model/gpt.h"
+
+/* Reads only the header. Returns 0, or -1 with one line in err naming the file and the problem. */
+int modelfile_read_config(const char* path, GPTConfig* cfg, char err[256]);
+
+/* Loads the weights into m, whose configuration must equal the file's. 0 or -1 (err). */
+int modelfile_load(GPT* m, const char* path, char err[256]);
+
+/* Writes m's weights (llm.c v3 when the configuration is plain GPT-2, else seedgpt's own header)
+ * to path.tmp, fsyncs, renames into place. 0 or -1 (err); on failure the old file is intact. */
+int modelfile_save(const GPT* m, const char* path, char err[256]);
+
+#endif

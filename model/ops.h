@@ -1,0 +1,71 @@
+/* model/ops.h — the compute ops the orchestrator (model/gpt.c) calls. Each has a CPU
+ * implementation in model/ops_cpu.c (plain C + OpenMP, dense products through CBLAS) that is the
+ * reference for its CUDA twin. Attention lives in attention/attention.h.
+ *
+ * Conventions: N = B*T rows; tensors are row-major; "written" outputs are overwritten,
+ * "accumulated" outputs are added to (parameter gradients always accumulate, so micro-batches
+ * sum). Dropout is described by (seed, Dropout{thr, scale}) and the global sequence index g0 of
+ * row block 0: element (b, t, c) is kept iff philox_elem_draw(seed, g0 + b, t, c) >= thr. No op
+ * keeps a mask: the backward regenerates it. Every reduction runs over a fixed partition in a
+ * fixed order, so results do not depend on the number of threads.
+ */
+#ifndef SEEDGPT_OPS_H
+#define SEEDGPT_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "attention/philox.h"
+
+/* out (B,T,C) written = drop(wte[inp[b,t]] + wpe[t]). inp (B,T); wte (Vp,C); wpe (maxT,C). */
+void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
+                     int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop);
+/* dwte, dwpe accumulated from dout (B,T,C), the gradient of the embedding sum (after the
+ * dropout's backward). */
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
+                      int B, int T, int C);
+
+/* out (N,C), mean (N), rstd (N) written; eps 1e-5. */
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C);
+/* dinp accumulated (it is the residual stream's gradient); dweight, dbias accumulated. */
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C);
+
+/* out (N,OC) written = inp (N,C) . weight(OC,C)^T + bias(OC) (bias may be NULL). */
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int N, int C, int OC);
+/* dinp (N,C) written (skipped if NULL); dweight (OC,C) and dbias (OC) accumulated (dbias may be
+ * NULL). */
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC);
+
+/* GELU, tanh approximation. out written; in place allowed. */
+void gelu_forward(float* out, const float* inp, size_t n);
+/* dinp written = gelu'(inp) * dout; in place (dinp == dout) allowed. */
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+
+/* out (B,T,C) written = x + drop(branch); out may alias branch. */
+void residual_dropout_forward(float* out, const float* x, const float* branch,
+                              int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop);
+/* dy (B,T,C) written = the dropout's backward of dout: mask * scale * dout; may alias dout. */
+void dropout_backward(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
+                      uint64_t seed, Dropout drop);
+
+/* losses (N) written: -log softmax(logits[n, :V])[targets[n]]. logits (N, Vp). */
+void crossentropy_forward(float* losses, const float* logits, const int* targets,
+                          int N, int V, int Vp);
+/* In place: logits (N, Vp) become dlogits = dloss * (softmax - onehot) over the real vocab,
+ * 0 on the padded columns. */
+void crossentropy_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp);
+
+/* Sum of squares in double over a fixed partition of blocks, added in block order. */
+double sum_squares(const float* x, size_t n);
+void scale_inplace(float* x, size_t n, float s);
+
+/* AdamW on one tensor: decoupled weight decay p -= lr*wd*p, then the bias-corrected Adam step.
+ * t = optimizer step + 1. */
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+
+#endif

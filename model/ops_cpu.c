@@ -1,0 +1,332 @@
+/* model/ops_cpu.c — CPU implementations of model/ops.h: plain C + OpenMP, the model's dense
+ * products through CBLAS. The reference for the CUDA twins.
+ *
+ * Determinism (DESIGN §4): per-row work is split over rows; reductions across rows (bias and
+ * LayerNorm parameter gradients, embedding gradients, norms) are split over columns or fixed
+ * blocks, each output summed by one thread in a fixed order, so the number of threads never
+ * changes a bit. No OpenMP reduction clause on floats.
+ */
+#include <math.h>
+#include <string.h>
+#include <cblas.h>
+#include "model/ops.h"
+
+/* Columns per block in column-partitioned reductions (a multiple of 16 floats = 64 bytes). */
+#define COL_BLOCK 64
+
+/* ---- dropout of one (b, t) row ------------------------------------------------------------ */
+
+/* y[c] = x[c] * keep(g, t, c) * scale over one row of C channels. y may alias x. thr == 0 skips
+ * the generator: every element is kept (scale is 1 exactly when p = 0). */
+static inline void dropout_row(float* y, const float* x, int C, uint32_t g, uint32_t t,
+                               uint64_t seed, Dropout drop) {
+    if (!dropout_active(drop)) {
+        for (int c = 0; c < C; c++) y[c] = x[c] * drop.scale;
+        return;
+    }
+    uint32_t r[4];
+    for (int c0 = 0; c0 < C; c0 += 4) {
+        philox_elem_draw4(seed, g, t, (uint32_t)c0 >> 2, r);
+        int n = C - c0 < 4 ? C - c0 : 4;
+        for (int w = 0; w < n; w++) {
+            y[c0 + w] = r[w] >= drop.thr ? x[c0 + w] * drop.scale : 0.0f;
+        }
+    }
+}
+
+/* ---- embedding ---------------------------------------------------------------------------- */
+
+void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
+                     int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop) {
+    #pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int b = bt / T, t = bt % T;
+        float* o = out + (size_t)bt * C;
+        const float* e = wte + (size_t)inp[bt] * C;
+        const float* p = wpe + (size_t)t * C;
+        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+        dropout_row(o, o, C, g0 + (uint32_t)b, (uint32_t)t, embd_seed, drop);
+    }
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
+                      int B, int T, int C) {
+    int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+    /* dwte: rows scattered by token; split over channel blocks, rows in order. */
+    #pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            float* dw = dwte + (size_t)inp[bt] * C;
+            const float* d = dout + (size_t)bt * C;
+            for (int c = c0; c < c1; c++) dw[c] += d[c];
+        }
+    }
+    /* dwpe[t] sums the B rows of position t, in b order. */
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        float* dw = dwpe + (size_t)t * C;
+        for (int b = 0; b < B; b++) {
+            const float* d = dout + ((size_t)b * T + t) * C;
+            for (int c = 0; c < C; c++) dw[c] += d[c];
+        }
+    }
+}
+
+/* ---- layernorm ---------------------------------------------------------------------------- */
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C) {
+    const float eps = 1e-5f;
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        float v = 0.0f;
+        for (int c = 0; c < C; c++) { float d = x[c] - m; v += d * d; }
+        v /= C;
+        float s = 1.0f / sqrtf(v + eps);
+        float* o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] = (s * (x[c] - m)) * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C) {
+    /* in the forward, out = norm * w + b with norm = (x - mean) * rstd, so per row:
+     * dnorm = dout * w, and dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) */
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        const float* d = dout + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            float dnorm = weight[c] * d[c];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        float* dx = dinp + (size_t)n * C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            float dnorm = weight[c] * d[c];
+            dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+    /* dweight[c] = sum_n dout[n,c] * norm[n,c]; dbias[c] = sum_n dout[n,c]: one thread per block
+     * of channels, rows in order, then added to the accumulated gradient. */
+    int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+    #pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+        float aw[COL_BLOCK], ab[COL_BLOCK];
+        for (int c = 0; c < c1 - c0; c++) { aw[c] = 0.0f; ab[c] = 0.0f; }
+        for (int n = 0; n < N; n++) {
+            const float* x = inp + (size_t)n * C;
+            const float* d = dout + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                aw[c - c0] += d[c] * ((x[c] - m) * s);
+                ab[c - c0] += d[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) { dweight[c] += aw[c - c0]; dbias[c] += ab[c - c0]; }
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+/* C = op(A) op(B) + beta C through CBLAS, with the inner dimension K cut by us into fixed blocks of
+ * GEMM_KBLOCK, each block's product added into C in order. OpenBLAS itself cuts a long K into
+ * blocks whose sizes differ between its one-thread and its threaded driver (OpenBLAS 0.3.21,
+ * SkylakeX: every K >= 456 that is not a multiple of 32 gives other bits at 1 and 2 threads), and
+ * each block is rounded into C separately. Blocks no longer than its smallest block size are never
+ * cut again, so the sum order no longer depends on the thread count. Costs ~3% at GPT-2 shapes. */
+#define GEMM_KBLOCK 256
+static void sgemm_fixed_k(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                          const float* A, int lda, const float* B, int ldb, float beta,
+                          float* C, int ldc) {
+    for (int k0 = 0; k0 < K; k0 += GEMM_KBLOCK) {
+        int kb = K - k0 < GEMM_KBLOCK ? K - k0 : GEMM_KBLOCK;
+        const float* a = ta == CblasNoTrans ? A + k0 : A + (size_t)k0 * lda;  /* (M,K) or (K,M) */
+        const float* b = tb == CblasNoTrans ? B + (size_t)k0 * ldb : B + k0;  /* (K,N) or (N,K) */
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, kb, 1.0f, a, lda, b, ldb,
+                    k0 == 0 ? beta : 1.0f, C, ldc);
+    }
+}
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int N, int C, int OC) {
+    /* out (N,OC) = inp (N,C) . weight (OC,C)^T */
+    sgemm_fixed_k(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC);
+    if (bias != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            float* o = out + (size_t)n * OC;
+            for (int k = 0; k < OC; k++) o[k] += bias[k];
+        }
+    }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC) {
+    /* in the forward, out = inp . weight^T + bias, so:
+     * dinp (N,C) = dout (N,OC) . weight (OC,C); dweight (OC,C) += dout^T . inp; dbias += colsum */
+    if (dinp != NULL) {
+        sgemm_fixed_k(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, weight, C, 0.0f, dinp, C);
+    }
+    sgemm_fixed_k(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dbias != NULL) {
+        int nblocks = (OC + COL_BLOCK - 1) / COL_BLOCK;
+        #pragma omp parallel for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            int k0 = blk * COL_BLOCK, k1 = k0 + COL_BLOCK < OC ? k0 + COL_BLOCK : OC;
+            float acc[COL_BLOCK];
+            for (int k = 0; k < k1 - k0; k++) acc[k] = 0.0f;
+            for (int n = 0; n < N; n++) {
+                const float* d = dout + (size_t)n * OC;
+                for (int k = k0; k < k1; k++) acc[k - k0] += d[k];
+            }
+            for (int k = k0; k < k1; k++) dbias[k] += acc[k - k0];
+        }
+    }
+}
+
+/* ---- GELU (tanh approximation) ------------------------------------------------------------ */
+
+#define GELU_SCALING_FACTOR 0.7978845608028654f  /* sqrt(2 / pi) */
+
+void gelu_forward(float* out, const float* inp, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube)));
+    }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        float u = GELU_SCALING_FACTOR * (x + cube);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float local = 0.5f * (1.0f + th)
+                    + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = local * dout[i];
+    }
+}
+
+/* ---- residual + dropout ------------------------------------------------------------------- */
+
+void residual_dropout_forward(float* out, const float* x, const float* branch,
+                              int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop) {
+    #pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int b = bt / T, t = bt % T;
+        float* o = out + (size_t)bt * C;
+        const float* xr = x + (size_t)bt * C;
+        dropout_row(o, branch + (size_t)bt * C, C, g0 + (uint32_t)b, (uint32_t)t, seed, drop);
+        for (int c = 0; c < C; c++) o[c] = xr[c] + o[c];
+    }
+}
+
+void dropout_backward(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
+                      uint64_t seed, Dropout drop) {
+    /* in the forward y = x * keep * scale, so dx = dout * keep * scale: the same mask, redrawn */
+    #pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int b = bt / T, t = bt % T;
+        dropout_row(dy + (size_t)bt * C, dout + (size_t)bt * C, C, g0 + (uint32_t)b,
+                    (uint32_t)t, seed, drop);
+    }
+}
+
+/* ---- cross-entropy over the real vocabulary ----------------------------------------------- */
+
+void crossentropy_forward(float* losses, const float* logits, const int* targets,
+                          int N, int V, int Vp) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* l = logits + (size_t)n * Vp;
+        float maxv = -INFINITY;
+        for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) sum += exp((double)(l[v] - maxv));
+        losses[n] = (float)((double)maxv + log(sum) - (double)l[targets[n]]);
+    }
+}
+
+void crossentropy_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* l = logits + (size_t)n * Vp;
+        float maxv = -INFINITY;
+        for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) sum += exp((double)(l[v] - maxv));
+        double inv = 1.0 / sum;
+        for (int v = 0; v < V; v++) {
+            float p = (float)(exp((double)(l[v] - maxv)) * inv);
+            l[v] = (p - (v == targets[n] ? 1.0f : 0.0f)) * dloss;
+        }
+        for (int v = V; v < Vp; v++) l[v] = 0.0f;
+    }
+}
+
+/* ---- norms and the optimizer -------------------------------------------------------------- */
+
+#define NORM_BLOCK 16384
+
+double sum_squares(const float* x, size_t n) {
+    size_t nblocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    double total = 0.0;
+    /* one partial per fixed block, then the partials added in block order: the same bits for
+     * any number of threads */
+    enum { STACK_PARTIALS = 4096 };
+    double partial[STACK_PARTIALS];
+    for (size_t base = 0; base < nblocks; base += STACK_PARTIALS) {
+        size_t nb = nblocks - base < STACK_PARTIALS ? nblocks - base : STACK_PARTIALS;
+        #pragma omp parallel for schedule(static)
+        for (size_t k = 0; k < nb; k++) {
+            size_t i0 = (base + k) * NORM_BLOCK, i1 = i0 + NORM_BLOCK < n ? i0 + NORM_BLOCK : n;
+            double s = 0.0;
+            for (size_t i = i0; i < i1; i++) s += (double)x[i] * (double)x[i];
+            partial[k] = s;
+        }
+        for (size_t k = 0; k < nb; k++) total += partial[k];
+    }
+    return total;
+}
+
+void scale_inplace(float* x, size_t n, float s) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    float bc1 = 1.0f - powf(beta1, (float)t);
+    float bc2 = 1.0f - powf(beta2, (float)t);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        float p = params[i] * (1.0f - lr * weight_decay);  /* decoupled decay, as torch AdamW */
+        params[i] = p - lr * (mhat / (sqrtf(vhat) + eps));
+    }
+}
