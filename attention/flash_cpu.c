@@ -1,0 +1,602 @@
+/* attention/flash_cpu.c — the CPU flash attention: causal multi-head attention with grouped-query
+ * heads and dropout on the attention probabilities, forward and backward, fused (DESIGN §5).
+ *
+ * Owns: the tiling, the online softmax, the deterministic partitioning of the backward, the tile
+ * products and the exponential they use. Every keep bit comes from attention/philox.h; this file
+ * computes no Philox counter of its own. It allocates nothing: the forward's tile buffers live on
+ * each thread's stack, the backward's in the caller's scratch. Memory is O(T) per head: no T x T
+ * matrix exists, not even for one head.
+ *
+ * Per head (sigma = 1/sqrt(HD), causal j <= i, keep bit m_ij, scale = 1/(1-p)):
+ *   s_ij = sigma q_i.k_j    LSE_i = log sum_j exp(s_ij)    p_ij = exp(s_ij - LSE_i)
+ *   o_i  = sum_j (m_ij p_ij scale) v_j
+ * Forward: for a tile of BQ query rows, walk the key tiles of BK keys left to right keeping a
+ * running max m_i and a running sum l_i of the un-dropped weights exp(s_ij - m_i); the weights
+ * that reach the P.V accumulation are multiplied by the keep bit; o_i = acc_i * scale / l_i at the
+ * end. Dropping the unnormalised weight and dividing by the undropped sum is the same as dropping
+ * the normalised p_ij.
+ * Backward: D_i = do_i.o_i first; then p_ij is recomputed tile by tile from s_ij and LSE_i and the
+ * same keep bits are drawn again.
+ *   dv_j = sum_i (m p scale)_ij do_i     dp_ij = m_ij scale do_i.v_j     ds_ij = p_ij (dp_ij - D_i)
+ *   dq_i = sigma sum_j ds_ij k_j          dk_j  = sigma sum_i ds_ij q_i
+ *
+ * Determinism (DESIGN §4): every output element is written by one work item, which sums its terms
+ * in an order fixed by the tile sizes alone: no float atomics, no OpenMP reductions. dK and dV are
+ * owned by (sequence, kv head, key tile) items that sum over the group's query heads, then the
+ * query tiles, in ascending order; dQ by (sequence, query head, query tile) items that sum over
+ * the key tiles in ascending order. The price is that the backward computes s and do.v, and draws
+ * the keep bits, once in each pass.
+ * Results are bitwise identical for any thread count and any OpenMP schedule; they do depend on
+ * FLASH_BQ / FLASH_BK (the order of the online softmax and of the tile sums).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "attention/attention.h"
+
+/* Tile sizes: BQ query rows by BK keys. Any positive values work (tests build the kernel with
+ * others). Multiples of 8 keep the tile products in whole register blocks; BK a multiple of 32
+ * draws no keep bit it does not use (one Philox call covers four keys spread over 32). One
+ * thread's tiles take 2 (BQ + BK) HD + 2 BQ BK floats in the forward (on its stack: 64 KB at
+ * 64 x 64, HD = 64; raise OMP_STACKSIZE for head dims in the thousands) and tiles_floats(HD) in
+ * the backward (scratch: 128 KB at the same sizes). */
+#ifndef FLASH_BQ
+#define FLASH_BQ 64
+#endif
+#ifndef FLASH_BK
+#define FLASH_BK 64
+#endif
+#define BQ FLASH_BQ
+#define BK FLASH_BK
+
+/* a * b + c. With hardware FMA, one rounding (fmaf compiles to a vector FMA); otherwise two. ISO C
+ * mode (-std=c11) never contracts a * b + c on its own, so this macro and the AVX-512 block below
+ * are the only places FMA enters. Either way a result depends on the machine's instruction set and
+ * the tile sizes, never on threads. */
+#if defined(__FMA__)
+#define MADD(a, b, c) fmaf((a), (b), (c))
+#else
+#define MADD(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* The tile product has two implementations of one contract: an AVX-512 register block where the
+ * machine has it (8 x 32 floats in 16 zmm registers; gcc -O2 vectorises plain C with 256-bit
+ * vectors on such machines, and the products are most of the work: about 1.6x), and plain C
+ * loops everywhere else. -DFLASH_PORTABLE forces the plain C one (tests/test_attention_tiles.c
+ * builds it that way). With FMA both compute every element as the same chain of fused
+ * multiply-adds, so they agree bitwise. */
+#if defined(__AVX512F__) && defined(__FMA__) && !defined(FLASH_PORTABLE)
+#define FLASH_AVX512 1
+#include <immintrin.h>
+#else
+#define FLASH_AVX512 0
+#endif
+
+/* Rounds n up to a multiple of 16 floats, so every scratch buffer starts 64-byte aligned when the
+ * scratch does. */
+static size_t flash_round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* ---- exponential ----------------------------------------------------------------------------- */
+
+/* e^x in float, written so that gcc vectorises a loop of calls (libm's expf is a scalar call, and
+ * the softmax evaluates one exponential per score, as many as there are tile-product columns).
+ * n = round(x / ln2) by adding 1.5 * 2^23; r = x - n ln2 with ln2 in two parts (Cody-Waite) so r
+ * is exact to float precision; e^r on |r| <= ln2/2 by the degree-7 Taylor-like polynomial of
+ * Cephes' expf; 2^n placed in the exponent bits. Relative error under 2e-7 for x in [-87, 88]
+ * (measured in tests/test_attention_tiles.c). Below -87 (and at -inf) it returns 0: e^-87 < 2^-125
+ * cannot change a sum that holds e^0 = 1, and the softmax always has one. NaN stays NaN. */
+static inline float flash_exp(float x) {
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    float t = xc * 1.44269504088896341f + 12582912.0f;  /* 1.5 * 2^23: rounds to an integer */
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;                     /* ln2 high part: n * it is exact */
+    r = r - n * -2.12194440e-4f;                         /* ln2 low part */
+    float y = 1.9875691500e-4f;
+    y = y * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * (r * r) + r + 1.0f;
+    /* 2^n: t's low mantissa bits hold n + 2^22; unsigned arithmetic, so NaN is no UB */
+    uint32_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    bits = (bits - 0x4b400000u + 127u) << 23;           /* 0x4b400000 = bits of 1.5 * 2^23 */
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    y = y * two_n;
+    return x < -87.0f ? 0.0f : y;
+}
+
+/* ---- tile product ---------------------------------------------------------------------------- */
+
+/* C (M x N, row stride ldc) = (accumulate ? C : 0) + sum_k A(m, k) B(k, n), with
+ *   A(m, k) = A[m * a_rs + k * a_ks]   (a row-major tile, or a transposed view of one)
+ *   B(k, n) = B[k * ldb + n]           (rows contiguous over n)
+ * Every element sums its K terms in ascending k, one multiply-add each, whichever path computes
+ * it, so a score the backward recomputes is bitwise the forward's. */
+#if FLASH_AVX512
+
+/* Rows m .. m + MRB - 1, columns n .. n + w - 1 (w <= 32) of C: MRB x 2 zmm accumulators; the
+ * columns past w are masked off in every load and store. MRB is a constant at each call and the
+ * row loops are unrolled (gcc -O2 would not), so the accumulators live in registers. */
+static inline __attribute__((always_inline)) void
+mm_block_avx512(const int MRB, float* restrict C, int ldc, int accumulate,
+                const float* restrict A, int a_rs, int a_ks, const float* restrict B, int ldb,
+                int m, int n, int w, int K) {
+    const __mmask16 k0 = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
+    const __mmask16 k1 = w >= 32 ? (__mmask16)0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1) : 0;
+    __m512 c0[8], c1[8];
+    #pragma GCC unroll 8
+    for (int r = 0; r < MRB; r++) {
+        float* crow = C + (size_t)(m + r) * ldc + n;
+        c0[r] = accumulate ? _mm512_maskz_loadu_ps(k0, crow) : _mm512_setzero_ps();
+        c1[r] = accumulate ? _mm512_maskz_loadu_ps(k1, crow + 16) : _mm512_setzero_ps();
+    }
+    for (int k = 0; k < K; k++) {
+        const float* brow = B + (size_t)k * ldb + n;
+        const __m512 b0 = _mm512_maskz_loadu_ps(k0, brow);
+        const __m512 b1 = _mm512_maskz_loadu_ps(k1, brow + 16);
+        #pragma GCC unroll 8
+        for (int r = 0; r < MRB; r++) {
+            const __m512 a = _mm512_set1_ps(A[(size_t)(m + r) * a_rs + (size_t)k * a_ks]);
+            c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < MRB; r++) {
+        float* crow = C + (size_t)(m + r) * ldc + n;
+        _mm512_mask_storeu_ps(crow, k0, c0[r]);
+        _mm512_mask_storeu_ps(crow + 16, k1, c1[r]);
+    }
+}
+
+static void tile_mm(float* restrict C, int ldc, int accumulate,
+                    const float* restrict A, int a_rs, int a_ks,
+                    const float* restrict B, int ldb, int M, int N, int K) {
+    int m = 0;
+    for (; m + 8 <= M; m += 8)
+        for (int n = 0; n < N; n += 32)
+            mm_block_avx512(8, C, ldc, accumulate, A, a_rs, a_ks, B, ldb, m, n,
+                            N - n < 32 ? N - n : 32, K);
+    for (; m < M; m++)                           /* row tail, one row at a time */
+        for (int n = 0; n < N; n += 32)
+            mm_block_avx512(1, C, ldc, accumulate, A, a_rs, a_ks, B, ldb, m, n,
+                            N - n < 32 ? N - n : 32, K);
+}
+
+#else /* plain C */
+
+/* A block of MR rows by NR columns: gcc vectorises the loops over x (fixed trip count) and, with
+ * the row loop unrolled, keeps the block in vector registers. */
+#define FLASH_MR 8
+#define FLASH_NR 16
+
+static void tile_mm(float* restrict C, int ldc, int accumulate,
+                    const float* restrict A, int a_rs, int a_ks,
+                    const float* restrict B, int ldb, int M, int N, int K) {
+    int m = 0;
+    for (; m + FLASH_MR <= M; m += FLASH_MR) {
+        int n = 0;
+        for (; n + FLASH_NR <= N; n += FLASH_NR) {
+            float c[FLASH_MR][FLASH_NR];
+            for (int r = 0; r < FLASH_MR; r++)
+                for (int x = 0; x < FLASH_NR; x++)
+                    c[r][x] = accumulate ? C[(size_t)(m + r) * ldc + n + x] : 0.0f;
+            for (int k = 0; k < K; k++) {
+                const float* b = B + (size_t)k * ldb + n;
+                #pragma GCC unroll 8
+                for (int r = 0; r < FLASH_MR; r++) {
+                    const float a = A[(size_t)(m + r) * a_rs + (size_t)k * a_ks];
+                    for (int x = 0; x < FLASH_NR; x++) c[r][x] = MADD(a, b[x], c[r][x]);
+                }
+            }
+            for (int r = 0; r < FLASH_MR; r++)
+                for (int x = 0; x < FLASH_NR; x++) C[(size_t)(m + r) * ldc + n + x] = c[r][x];
+        }
+        for (; n < N; n++)                       /* column tail */
+            for (int r = 0; r < FLASH_MR; r++) {
+                float c = accumulate ? C[(size_t)(m + r) * ldc + n] : 0.0f;
+                for (int k = 0; k < K; k++)
+                    c = MADD(A[(size_t)(m + r) * a_rs + (size_t)k * a_ks], B[(size_t)k * ldb + n], c);
+                C[(size_t)(m + r) * ldc + n] = c;
+            }
+    }
+    for (; m < M; m++)                           /* row tail */
+        for (int n = 0; n < N; n++) {
+            float c = accumulate ? C[(size_t)m * ldc + n] : 0.0f;
+            for (int k = 0; k < K; k++)
+                c = MADD(A[(size_t)m * a_rs + (size_t)k * a_ks], B[(size_t)k * ldb + n], c);
+            C[(size_t)m * ldc + n] = c;
+        }
+}
+
+#endif
+
+/* ---- tile helpers ---------------------------------------------------------------------------- */
+
+/* dst (HD, width) = the transpose of n source rows of HD floats (row stride ld); columns
+ * n .. width-1 are zero, so a tile product can always run the full width. Each pass transposes the
+ * operand it keeps fixed once per work item, so no product ever needs a transposed copy of the
+ * operand that changes from tile to tile. */
+static void transpose_rows(float* restrict dst, int width, const float* restrict src, size_t ld,
+                           int n, int HD) {
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < HD; d++) dst[(size_t)d * width + j] = src[(size_t)j * ld + d];
+    for (int d = 0; d < HD; d++)
+        for (int j = n; j < width; j++) dst[(size_t)d * width + j] = 0.0f;
+}
+
+/* How many keys of the tile j0 .. j0 + nk - 1 query i sees (causal j <= i): 0 .. nk. */
+static int visible_keys(int i, int j0, int nk) {
+    int nv = i - j0 + 1;
+    return nv < 0 ? 0 : (nv > nk ? nk : nv);
+}
+
+/* The keep bits of a tile: queries i0 + r (r < nq) against keys j0 + c (c < nk) of head h in
+ * sequence g. keep[r * rs + c * cs] = 1.0f if kept (draw >= thr), else 0.0f; every entry of the
+ * rows x cols tile is written (0 for the future j > i, where nothing is drawn, and for padding
+ * r >= nq or c >= nk), so the loops that read it need no branch. One Philox call gives keys j,
+ * j+8, j+16, j+24 of an aligned block of 32; a block's eight calls are independent, and gcc runs
+ * them side by side in vector lanes. */
+static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
+                      int i0, int nq, int j0, int nk,
+                      uint64_t seed, uint32_t g, uint32_t h, uint32_t thr) {
+    for (int r = 0; r < rows; r++) {
+        const int i = i0 + r, nv = r < nq ? visible_keys(i, j0, nk) : 0;
+        float* kr = keep + (size_t)r * rs;
+        for (int c = nv; c < cols; c++) kr[(size_t)c * cs] = 0.0f;
+        if (nv == 0) continue;
+        for (int blk = j0 >> 5; blk <= (j0 + nv - 1) >> 5; blk++) {
+            uint32_t draw[8][4];
+            for (int lo = 0; lo < 8; lo++)
+                philox_attn_draw4(seed, g, h, (uint32_t)i, (uint32_t)blk, (uint32_t)lo, draw[lo]);
+            for (int w = 0; w < 4; w++)
+                for (int lo = 0; lo < 8; lo++) {
+                    const int c = (blk << 5) + 8 * w + lo - j0;
+                    if (c >= 0 && c < nv) kr[(size_t)c * cs] = draw[lo][w] >= thr ? 1.0f : 0.0f;
+                }
+        }
+    }
+}
+
+/* ---- forward --------------------------------------------------------------------------------- */
+
+/* Work item (b, h, query tile of BQ rows). Its scores are held key-major, St[c * BQ + r] =
+ * s(i0 + r, j0 + c), so that every softmax step runs along a key row with one lane per query:
+ * the running max, the rescale and the running sum of each query are vector operations, and each
+ * query sums its keys in ascending order. */
+void attention_forward(float* out, float* lse, const float* qkv,
+                       int B, int T, int NH, int NKV, int HD,
+                       uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;  /* qkv row stride */
+    const size_t C = (size_t)NH * HD;                 /* out row stride */
+    const int G = NH / NKV;                           /* query heads per kv head */
+    const int nqt = (T + BQ - 1) / BQ;
+    const float sigma = 1.0f / sqrtf((float)HD);
+    const long n_items = (long)B * NH * nqt;
+
+    #pragma omp parallel
+    {
+        /* This thread's tiles, on its stack: */
+        float Qt[HD * BQ] __attribute__((aligned(64)));    /* (HD, BQ) queries, transposed */
+        float St[BK * BQ] __attribute__((aligned(64)));    /* (BK, BQ) scores, then weights */
+        float keep[BK * BQ] __attribute__((aligned(64)));  /* (BK, BQ) keep bits */
+        float acc[BQ * HD] __attribute__((aligned(64)));   /* (BQ, HD) sum of weight * v */
+        float mrun[BQ], lrun[BQ];   /* running max; running sum of the undropped weights */
+        float corr[BQ], tsum[BQ];   /* this key tile: rescale of the old sums; sum of its weights */
+
+        /* The longest rows (the last query tiles) first, to balance the load. The schedule cannot
+         * change a result: each item owns its outputs. */
+        #pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < n_items; item++) {
+            const int qt = nqt - 1 - (int)(item / ((long)B * NH));
+            const int bh = (int)(item % ((long)B * NH));
+            const int b = bh / NH, h = bh % NH, kvh = h / G;
+            const int i0 = qt * BQ, nq = T - i0 < BQ ? T - i0 : BQ;
+            const float* qkv_b = qkv + (size_t)b * T * QKV;
+
+            transpose_rows(Qt, BQ, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, HD);
+            memset(acc, 0, sizeof(float) * (size_t)nq * HD);
+            /* -FLT_MAX, not -inf: the padding queries r >= nq see no key, and must rescale by
+             * exp(0) = 1 rather than by exp(-inf + inf) = NaN. A real query sees key 0 in the first
+             * tile, where its factor exp(-FLT_MAX - m) is 0. */
+            for (int r = 0; r < BQ; r++) { mrun[r] = -FLT_MAX; lrun[r] = 0.0f; }
+
+            for (int j0 = 0; j0 < i0 + nq; j0 += BK) {      /* key tiles up to the last query */
+                const int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
+                const float* k_rows = qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD;
+                const float* v_rows = qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD;
+                tile_mm(St, BQ, 0, k_rows, (int)QKV, 1, Qt, BQ, nk, BQ, HD);  /* (nk, BQ) K Q^T */
+
+                /* s = sigma q.k where the query sees the key, -inf elsewhere (and for padding) */
+                for (int c = 0; c < nk; c++)
+                    for (int r = 0; r < BQ; r++) {
+                        const float sc = St[c * BQ + r] * sigma;
+                        St[c * BQ + r] = ((j0 + c <= i0 + r) & (r < nq)) ? sc : -INFINITY;
+                    }
+                for (int r = 0; r < BQ; r++) corr[r] = mrun[r];
+                for (int c = 0; c < nk; c++)
+                    for (int r = 0; r < BQ; r++)
+                        mrun[r] = St[c * BQ + r] > mrun[r] ? St[c * BQ + r] : mrun[r];
+                for (int r = 0; r < BQ; r++) { corr[r] = flash_exp(corr[r] - mrun[r]); tsum[r] = 0.0f; }
+                for (int c = 0; c < nk; c++)
+                    for (int r = 0; r < BQ; r++) {
+                        const float w = flash_exp(St[c * BQ + r] - mrun[r]);
+                        St[c * BQ + r] = w;
+                        tsum[r] += w;
+                    }
+                for (int r = 0; r < BQ; r++) lrun[r] = lrun[r] * corr[r] + tsum[r];
+
+                /* dropout: only the weights that reach v lose the dropped keys */
+                if (dropout_active(drop)) {
+                    keep_tile(keep, 1, BQ, BQ, nk, i0, nq, j0, nk, attn_seed, g0 + (uint32_t)b,
+                              (uint32_t)h, drop.thr);
+                    for (int c = 0; c < nk; c++)
+                        for (int r = 0; r < BQ; r++)
+                            St[c * BQ + r] = keep[c * BQ + r] != 0.0f ? St[c * BQ + r] : 0.0f;
+                }
+                for (int r = 0; r < nq; r++) {
+                    float* a = acc + (size_t)r * HD;
+                    #pragma omp simd
+                    for (int d = 0; d < HD; d++) a[d] *= corr[r];
+                }
+                /* acc += W V: A(r, c) = St[c * BQ + r] */
+                tile_mm(acc, HD, 1, St, 1, BQ, v_rows, (int)QKV, nq, HD, nk);
+            }
+
+            for (int r = 0; r < nq; r++) {
+                const int i = i0 + r;
+                const float rs = drop.scale / lrun[r];
+                float* o = out + ((size_t)b * T + i) * C + (size_t)h * HD;
+                #pragma omp simd
+                for (int d = 0; d < HD; d++) o[d] = acc[(size_t)r * HD + d] * rs;
+                lse[((size_t)b * NH + h) * T + i] = mrun[r] + logf(lrun[r]);
+            }
+        }
+    }
+}
+
+/* ---- backward -------------------------------------------------------------------------------- */
+
+/* One thread's backward tiles, carved out of the scratch. Pass 1 holds its tiles query-major,
+ * X[r * BK + c]; pass 2 key-major, X[c * BQ + r]. */
+typedef struct {
+    float* X1;    /* (HD, max(BQ, BK)) pass 1: keys, transposed; pass 2: queries, transposed */
+    float* X2;    /* (HD, max(BQ, BK)) pass 1: values, transposed; pass 2: do, transposed */
+    float* P;     /* (BQ, BK) s, then p */
+    float* dS;    /* (BQ, BK) do.v, then ds */
+    float* Pd;    /* (BQ, BK) m p scale: the weights the forward applied to v (pass 1) */
+    float* keep;  /* (BQ, BK) keep bits */
+    float* acc1;  /* (max(BQ, BK), HD) pass 1: dK before sigma; pass 2: dQ before sigma */
+    float* acc2;  /* (BK, HD) pass 1: dV */
+    float* Lt;    /* (BQ) pass 2: LSE of the tile's queries, 0 for padding */
+    float* Dt;    /* (BQ) pass 2: D of the tile's queries, 0 for padding */
+} ThreadTiles;
+
+#define FLASH_BQK (BQ > BK ? BQ : BK)
+
+static size_t tiles_floats(int HD) {
+    return 2 * flash_round16((size_t)HD * FLASH_BQK) + 4 * flash_round16((size_t)BQ * BK)
+         + flash_round16((size_t)FLASH_BQK * HD) + flash_round16((size_t)BK * HD)
+         + 2 * flash_round16(BQ);
+}
+
+static ThreadTiles tiles_at(float* base, int HD) {
+    ThreadTiles t;
+    t.X1 = base;   base += flash_round16((size_t)HD * FLASH_BQK);
+    t.X2 = base;   base += flash_round16((size_t)HD * FLASH_BQK);
+    t.P = base;    base += flash_round16((size_t)BQ * BK);
+    t.dS = base;   base += flash_round16((size_t)BQ * BK);
+    t.Pd = base;   base += flash_round16((size_t)BQ * BK);
+    t.keep = base; base += flash_round16((size_t)BQ * BK);
+    t.acc1 = base; base += flash_round16((size_t)FLASH_BQK * HD);
+    t.acc2 = base; base += flash_round16((size_t)BK * HD);
+    t.Lt = base;   base += flash_round16(BQ);
+    t.Dt = base;
+    return t;
+}
+
+size_t attention_backward_scratch_floats(int B, int T, int NH, int NKV, int HD, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    return flash_round16((size_t)B * NH * T)            /* D_i = do_i . o_i */
+         + (size_t)nthreads * tiles_floats(HD);
+}
+
+/* The softmax backward of one row of a tile. On entry p holds q.k and ds holds do.v; on exit
+ *   p  = p_ij = exp(sigma q.k - LSE_i)   (0 where the query does not see the key, or padding)
+ *   pd = m_ij p_ij scale                  (the weight the forward applied to v_j)
+ *   ds = p_ij (m_ij scale do_i.v_j - D_i)
+ * keep == NULL: no dropout (m = 1). The exponential is computed everywhere and then selected, so
+ * the loops have no branch and vectorise. */
+
+/* Pass 1: query row i against the BK keys j0 + c of a query-major tile (nk real). */
+static void grad_query_row(float* restrict p, float* restrict pd, float* restrict ds,
+                           const float* restrict keep, int i, int j0, int nk, float sigma,
+                           float L, float Di, float scale) {
+    for (int c = 0; c < BK; c++) {
+        const float e = flash_exp(p[c] * sigma - L);
+        p[c] = ((j0 + c <= i) & (c < nk)) ? e : 0.0f;
+    }
+    if (keep)
+        for (int c = 0; c < BK; c++) {
+            const float ms = keep[c] != 0.0f ? scale : 0.0f;   /* m_ij scale */
+            pd[c] = p[c] * ms;
+            ds[c] = p[c] * (ds[c] * ms - Di);
+        }
+    else
+        for (int c = 0; c < BK; c++) {
+            pd[c] = p[c] * scale;
+            ds[c] = p[c] * (ds[c] * scale - Di);
+        }
+}
+
+/* Pass 2: key row j against the BQ queries i0 + r of a key-major tile (nq real); L and Di per
+ * query in Lt, Dt. pd is not needed there. */
+static void grad_key_row(float* restrict p, float* restrict ds, const float* restrict keep,
+                         const float* restrict Lt, const float* restrict Dt, int j, int i0, int nq,
+                         float sigma, float scale) {
+    for (int r = 0; r < BQ; r++) {
+        const float e = flash_exp(p[r] * sigma - Lt[r]);
+        p[r] = ((j <= i0 + r) & (r < nq)) ? e : 0.0f;
+    }
+    if (keep)
+        for (int r = 0; r < BQ; r++) {
+            const float ms = keep[r] != 0.0f ? scale : 0.0f;
+            ds[r] = p[r] * (ds[r] * ms - Dt[r]);
+        }
+    else
+        for (int r = 0; r < BQ; r++) ds[r] = p[r] * (ds[r] * scale - Dt[r]);
+}
+
+/* In the forward pass o_i = sum_j m_ij p_ij scale v_j with p_ij = exp(s_ij - LSE_i), so now:
+ *   dv_j += m_ij p_ij scale do_i      dp_ij = m_ij scale do_i.v_j      ds_ij = p_ij (dp_ij - D_i)
+ *   dk_j += sigma ds_ij q_i           dq_i += sigma ds_ij k_j
+ * The scores come from the same tile product as the forward's (every element the same chain of
+ * multiply-adds over d), so each p_ij is recomputed from bitwise the forward's s_ij. */
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* out, const float* lse,
+                        int B, int T, int NH, int NKV, int HD,
+                        uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const size_t C = (size_t)NH * HD;
+    const int G = NH / NKV;
+    const int nqt = (T + BQ - 1) / BQ, nkt = (T + BK - 1) / BK;
+    const float sigma = 1.0f / sqrtf((float)HD);
+    const int dropping = dropout_active(drop);
+    float* D = scratch;                                   /* (B, NH, T) */
+    float* tiles_base = scratch + flash_round16((size_t)B * NH * T);
+    const size_t per_thread = tiles_floats(HD);
+
+#ifdef SEEDGPT_TEST_BUILD
+    /* Test builds poison the scratch: a read of anything this call did not write shows as NaN. */
+    {
+        int nt = 1;
+#ifdef _OPENMP
+        nt = omp_get_max_threads();
+#endif
+        const size_t n = flash_round16((size_t)B * NH * T) + (size_t)nt * per_thread;
+        for (size_t x = 0; x < n; x++) scratch[x] = NAN;
+    }
+#endif
+
+    #pragma omp parallel
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        ThreadTiles t = tiles_at(tiles_base + (size_t)tid * per_thread, HD);
+
+        /* Pass 0: D_i = do_i . o_i for every (b, h, i); o is the forward's output, after dropout. */
+        #pragma omp for schedule(static)
+        for (long bh = 0; bh < (long)B * NH; bh++) {
+            const int b = (int)(bh / NH), h = (int)(bh % NH);
+            for (int i = 0; i < T; i++) {
+                const float* o = out + ((size_t)b * T + i) * C + (size_t)h * HD;
+                const float* dO = dout + ((size_t)b * T + i) * C + (size_t)h * HD;
+                float s = 0.0f;   /* the chain of multiply-adds the tile products use */
+                for (int d = 0; d < HD; d++) s = MADD(dO[d], o[d], s);
+                D[(size_t)bh * T + i] = s;
+            }
+        }
+        /* (the barrier at the end of omp for: pass 1 reads every D) */
+
+        /* Pass 1: dK, dV. Item (b, kv head, key tile), the longest columns (first tiles) first.
+         * It sums over its group's query heads, then over the query tiles from the diagonal down,
+         * in that fixed order. Tiles query-major: P[r * BK + c]. */
+        #pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < (long)B * NKV * nkt; item++) {
+            const int kt = (int)(item / ((long)B * NKV));
+            const int bk = (int)(item % ((long)B * NKV));
+            const int b = bk / NKV, kvh = bk % NKV;
+            const int j0 = kt * BK, nk = T - j0 < BK ? T - j0 : BK;
+            const uint32_t g = g0 + (uint32_t)b;
+            const float* qkv_b = qkv + (size_t)b * T * QKV;
+            float* Kt = t.X1;   /* (HD, BK) */
+            float* Vt = t.X2;   /* (HD, BK) */
+            transpose_rows(Kt, BK, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, nk, HD);
+            transpose_rows(Vt, BK, qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, nk, HD);
+            memset(t.acc1, 0, sizeof(float) * (size_t)nk * HD);
+            memset(t.acc2, 0, sizeof(float) * (size_t)nk * HD);
+            for (int h = kvh * G; h < (kvh + 1) * G; h++) {
+                const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+                const float* D_bh = D + ((size_t)b * NH + h) * T;
+                for (int i0 = (j0 / BQ) * BQ; i0 < T; i0 += BQ) {
+                    const int nq = T - i0 < BQ ? T - i0 : BQ;
+                    const float* q_rows = qkv_b + (size_t)i0 * QKV + (size_t)h * HD;
+                    const float* do_rows = dout + ((size_t)b * T + i0) * C + (size_t)h * HD;
+                    tile_mm(t.P, BK, 0, q_rows, (int)QKV, 1, Kt, BK, nq, BK, HD);    /* Q K^T */
+                    tile_mm(t.dS, BK, 0, do_rows, (int)C, 1, Vt, BK, nq, BK, HD);    /* dO V^T */
+                    if (dropping)
+                        keep_tile(t.keep, BK, 1, nq, BK, i0, nq, j0, nk, attn_seed, g, (uint32_t)h,
+                                  drop.thr);
+                    for (int r = 0; r < nq; r++)
+                        grad_query_row(t.P + (size_t)r * BK, t.Pd + (size_t)r * BK,
+                                       t.dS + (size_t)r * BK, dropping ? t.keep + (size_t)r * BK : NULL,
+                                       i0 + r, j0, nk, sigma, lse_bh[i0 + r], D_bh[i0 + r], drop.scale);
+                    /* dK += dS^T Q, dV += Pd^T dO: A(c, r) = X[r * BK + c] */
+                    tile_mm(t.acc1, HD, 1, t.dS, 1, BK, q_rows, (int)QKV, nk, HD, nq);
+                    tile_mm(t.acc2, HD, 1, t.Pd, 1, BK, do_rows, (int)C, nk, HD, nq);
+                }
+            }
+            for (int j = 0; j < nk; j++) {
+                float* dk = dqkv + ((size_t)b * T + j0 + j) * QKV + (size_t)(NH + kvh) * HD;
+                float* dv = dqkv + ((size_t)b * T + j0 + j) * QKV + (size_t)(NH + NKV + kvh) * HD;
+                #pragma omp simd
+                for (int d = 0; d < HD; d++) {
+                    dk[d] = t.acc1[(size_t)j * HD + d] * sigma;
+                    dv[d] = t.acc2[(size_t)j * HD + d];
+                }
+            }
+        }
+
+        /* Pass 2: dQ. Item (b, query head, query tile), the longest rows first; it sums over the
+         * key tiles in ascending order. Tiles key-major: P[c * BQ + r]. */
+        #pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < (long)B * NH * nqt; item++) {
+            const int qt = nqt - 1 - (int)(item / ((long)B * NH));
+            const int bh = (int)(item % ((long)B * NH));
+            const int b = bh / NH, h = bh % NH, kvh = h / G;
+            const int i0 = qt * BQ, nq = T - i0 < BQ ? T - i0 : BQ;
+            const uint32_t g = g0 + (uint32_t)b;
+            const float* qkv_b = qkv + (size_t)b * T * QKV;
+            float* Qt = t.X1;    /* (HD, BQ) */
+            float* dOt = t.X2;   /* (HD, BQ) */
+            transpose_rows(Qt, BQ, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, HD);
+            transpose_rows(dOt, BQ, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq, HD);
+            for (int r = 0; r < BQ; r++) {
+                t.Lt[r] = r < nq ? lse[(size_t)bh * T + i0 + r] : 0.0f;
+                t.Dt[r] = r < nq ? D[(size_t)bh * T + i0 + r] : 0.0f;
+            }
+            memset(t.acc1, 0, sizeof(float) * (size_t)nq * HD);
+            for (int j0 = 0; j0 < i0 + nq; j0 += BK) {
+                const int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
+                const float* k_rows = qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD;
+                const float* v_rows = qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD;
+                tile_mm(t.P, BQ, 0, k_rows, (int)QKV, 1, Qt, BQ, nk, BQ, HD);    /* K Q^T */
+                tile_mm(t.dS, BQ, 0, v_rows, (int)QKV, 1, dOt, BQ, nk, BQ, HD);  /* V dO^T */
+                if (dropping)
+                    keep_tile(t.keep, 1, BQ, BQ, nk, i0, nq, j0, nk, attn_seed, g, (uint32_t)h,
+                              drop.thr);
+                for (int c = 0; c < nk; c++)
+                    grad_key_row(t.P + (size_t)c * BQ, t.dS + (size_t)c * BQ,
+                                 dropping ? t.keep + (size_t)c * BQ : NULL, t.Lt, t.Dt,
+                                 j0 + c, i0, nq, sigma, drop.scale);
+                /* dQ += dS K: A(r, c) = dS[c * BQ + r] */
+                tile_mm(t.acc1, HD, 1, t.dS, 1, BQ, k_rows, (int)QKV, nq, HD, nk);
+            }
+            for (int r = 0; r < nq; r++) {
+                float* dq = dqkv + ((size_t)b * T + i0 + r) * QKV + (size_t)h * HD;
+                #pragma omp simd
+                for (int d = 0; d < HD; d++) dq[d] = t.acc1[(size_t)r * HD + d] * sigma;
+            }
+        }
+    }
+}
