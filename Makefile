@@ -1,0 +1,91 @@
+# seedgpt — build, test, bench.
+#   make            the CPU trainer ./train
+#   make test       every test; ends with "N passed, N failed"
+#   make bench      speed and memory (not a test)
+#   make cuda       the CUDA build (needs nvcc)
+
+CC      ?= gcc
+NVCC    ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+# Bitwise reproducibility (DESIGN §4): no -ffast-math; ISO C mode keeps FMA contraction off.
+CFLAGS  ?= -O2 -march=native
+CFLAGS  += -std=c11 -fopenmp -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -g -I.
+LDLIBS  += -lopenblas -lm
+
+BUILD   := build
+
+CORE_SRC := model/gpt.c model/ops_cpu.c model/mem.c model/modelfile.c checkpoint/checkpoint.c \
+            attention/flash_cpu.c \
+            data/tokenizer.c data/shards.c data/prepare.c
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
+# Test builds: the same sources with SEEDGPT_TEST_BUILD (NaN-filled scratch, allocation counting).
+TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
+
+HEADERS := $(wildcard model/*.h attention/*.h data/*.h checkpoint/*.h tests/*.h)
+
+.PHONY: all test test-run kjv setup bench clean
+all: train
+
+train: $(BUILD)/train.o $(CORE_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/test/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -c -o $@ $<
+
+# ---- tests ---------------------------------------------------------------------------------
+# Each C test is tests/NAME.c linked against the test build of the core.
+C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model
+C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
+
+# cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
+HAVE_CUDA := $(shell test -f $(CUDA_HOME)/include/curand.h && echo 1)
+ifeq ($(HAVE_CUDA),1)
+CURAND_TEST := $(BUILD)/tests/test_curand
+$(BUILD)/tests/test_curand: tests/test_curand.c attention/philox.h tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 -lcurand \
+		-Wl,-rpath,$(CUDA_HOME)/lib64 -lm
+CURAND_RUN := $(CURAND_TEST)
+else
+CURAND_TEST :=
+CURAND_RUN := "echo SKIP philox_matches_curand_host: no CUDA toolkit at $(CUDA_HOME)"
+endif
+
+$(BUILD)/tests/bigram_baseline: tests/bigram_baseline.c $(TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(TEST_OBJ) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TEST_OBJ) $(HEADERS) $(wildcard tests/*.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(filter tests/ref_%.c,$(wildcard tests/*.c)) $(TEST_OBJ) $(LDLIBS)
+
+# The PyTorch oracle: the whole model against an independent implementation (SKIP without torch).
+ORACLE := $(BUILD)/tests/oracle_harness
+TORCH_PYTHON ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit; }; done; echo /usr/bin/python3)
+
+# `make test` first installs what is missing (scripts/setup.sh), then builds and runs everything.
+test:
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory test-run
+
+test-run: train $(C_TEST_BINS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline
+	@tests/run.sh $(C_TEST_BINS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
+		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh \
+		tests/test_learn.sh
+
+setup:
+	@scripts/setup.sh
+
+# The first run: the King James Bible, a small model, a few minutes on 2 cores.
+kjv:
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory train
+	@scripts/kjv.sh
+
+clean:
+	rm -rf $(BUILD) train

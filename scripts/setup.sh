@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — installs what seedgpt's build and tests need on Debian 12, when missing:
+#   libopenblas-dev   CBLAS for the model's dense products
+#   python3-torch     the PyTorch oracle tests (with /usr/bin/python3)
+#   bible-kjv         real text for the learning test and the README's first run
+#   gnuplot-nox       scripts/drift_plot.sh draws docs/img/recompute-drift.png with it
+# As root it runs apt-get; otherwise it prints the exact command to run.
+set -euo pipefail
+need=()
+dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)
+dpkg -s python3-torch >/dev/null 2>&1 || need+=(python3-torch)
+dpkg -s python3-numpy >/dev/null 2>&1 || need+=(python3-numpy)
+dpkg -s bible-kjv >/dev/null 2>&1 || need+=(bible-kjv)
+command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+if [ "$(id -u)" -eq 0 ]; then
+    echo "setup: installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+else
+    echo "setup: missing packages; run:"
+    echo "  sudo apt-get update && sudo apt-get install -y ${need[*]}"
+    exit 1
+fi
