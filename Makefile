@@ -23,7 +23,7 @@ TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
 HEADERS := $(wildcard model/*.h attention/*.h data/*.h checkpoint/*.h tests/*.h)
 
-.PHONY: all test test-run kjv setup bench clean
+.PHONY: all test test-run kjv setup verify bench clean
 all: train
 
 train: $(BUILD)/train.o $(CORE_OBJ)
@@ -39,7 +39,7 @@ $(BUILD)/test/%.o: %.c $(HEADERS)
 
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
-C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model
+C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
@@ -80,6 +80,14 @@ test-run: train $(C_TEST_BINS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_ba
 
 setup:
 	@scripts/setup.sh
+
+# `make verify`: the teaching table of recompute and dropout (docs/recompute-and-dropout.md).
+verify: $(BUILD)/verify
+	@$(BUILD)/verify
+
+$(BUILD)/verify: tests/verify.c $(CORE_OBJ) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(CORE_OBJ) $(LDLIBS)
 
 # The first run: the King James Bible, a small model, a few minutes on 2 cores.
 kjv:

@@ -233,6 +233,11 @@ static void parse_options(Options* o, int argc, char** argv) {
                         "--heads, --kv-heads, --embd and --seq-len\n");
         exit(2);
     }
+    if (o->policy.fresh_seeds && o->policy.every == 0) {
+        fprintf(stderr, "seedgpt: --recompute-seeds fresh needs a recompute policy (--recompute "
+                        "layer or every:K): under none nothing is recomputed\n");
+        exit(2);
+    }
     if (o->kv_heads == 0) o->kv_heads = o->heads;
     if (o->attn_dropout < 0) o->attn_dropout = o->dropout;
     if (o->resid_dropout < 0) o->resid_dropout = o->dropout;
