@@ -56,6 +56,22 @@ CURAND_TEST :=
 CURAND_RUN := "echo SKIP philox_matches_curand_host: no CUDA toolkit at $(CUDA_HOME)"
 endif
 
+# The attention kernel at other tile sizes: the test #includes attention/flash_cpu.c itself, so it
+# links no core object, only the attention reference.
+ATTN_TILE_TESTS := $(BUILD)/tests/test_attention_tiles $(BUILD)/tests/test_attention_tiles_odd
+
+$(BUILD)/tests/test_attention_tiles: tests/test_attention_tiles.c attention/flash_cpu.c tests/ref_attention.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< tests/ref_attention.c $(LDLIBS)
+
+$(BUILD)/tests/test_attention_tiles_odd: tests/test_attention_tiles.c attention/flash_cpu.c tests/ref_attention.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -DFLASH_BQ=7 -DFLASH_BK=5 -DFLASH_PORTABLE -o $@ $< tests/ref_attention.c $(LDLIBS)
+
+$(BUILD)/bench_attention: tests/bench_attention.c $(BUILD)/attention/flash_cpu.o $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/attention/flash_cpu.o $(LDLIBS)
+
 $(BUILD)/tests/bigram_baseline: tests/bigram_baseline.c $(TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_OBJ) $(LDLIBS)
@@ -73,8 +89,8 @@ test:
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory test-run
 
-test-run: train $(C_TEST_BINS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline
-	@tests/run.sh $(C_TEST_BINS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
+test-run: train $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline
+	@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh \
 		tests/test_learn.sh
 
