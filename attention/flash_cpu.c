@@ -37,6 +37,7 @@
 #include <omp.h>
 #endif
 #include "attention/attention.h"
+#include "attention/vexp.h"
 
 /* Tile sizes: BQ query rows by BK keys. Any positive values work (tests build the kernel with
  * others). Multiples of 8 keep the tile products in whole register blocks; BK a multiple of 32
@@ -79,39 +80,6 @@
 /* Rounds n up to a multiple of 16 floats, so every scratch buffer starts 64-byte aligned when the
  * scratch does. */
 static size_t flash_round16(size_t n) { return (n + 15) & ~(size_t)15; }
-
-/* ---- exponential ----------------------------------------------------------------------------- */
-
-/* e^x in float, written so that gcc vectorises a loop of calls (libm's expf is a scalar call, and
- * the softmax evaluates one exponential per score, as many as there are tile-product columns).
- * n = round(x / ln2) by adding 1.5 * 2^23; r = x - n ln2 with ln2 in two parts (Cody-Waite) so r
- * is exact to float precision; e^r on |r| <= ln2/2 by the degree-7 Taylor-like polynomial of
- * Cephes' expf; 2^n placed in the exponent bits. Relative error under 2e-7 for x in [-87, 88]
- * (measured in tests/test_attention_tiles.c). Below -87 (and at -inf) it returns 0: e^-87 < 2^-125
- * cannot change a sum that holds e^0 = 1, and the softmax always has one. NaN stays NaN. */
-static inline float flash_exp(float x) {
-    float xc = x < -87.0f ? -87.0f : x;
-    xc = xc > 88.0f ? 88.0f : xc;
-    float t = xc * 1.44269504088896341f + 12582912.0f;  /* 1.5 * 2^23: rounds to an integer */
-    float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f;                     /* ln2 high part: n * it is exact */
-    r = r - n * -2.12194440e-4f;                         /* ln2 low part */
-    float y = 1.9875691500e-4f;
-    y = y * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * (r * r) + r + 1.0f;
-    /* 2^n: t's low mantissa bits hold n + 2^22; unsigned arithmetic, so NaN is no UB */
-    uint32_t bits;
-    memcpy(&bits, &t, sizeof bits);
-    bits = (bits - 0x4b400000u + 127u) << 23;           /* 0x4b400000 = bits of 1.5 * 2^23 */
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    y = y * two_n;
-    return x < -87.0f ? 0.0f : y;
-}
 
 /* ---- tile product ---------------------------------------------------------------------------- */
 
@@ -325,10 +293,10 @@ void attention_forward(float* out, float* lse, const float* qkv,
                 for (int c = 0; c < nk; c++)
                     for (int r = 0; r < BQ; r++)
                         mrun[r] = St[c * BQ + r] > mrun[r] ? St[c * BQ + r] : mrun[r];
-                for (int r = 0; r < BQ; r++) { corr[r] = flash_exp(corr[r] - mrun[r]); tsum[r] = 0.0f; }
+                for (int r = 0; r < BQ; r++) { corr[r] = vexpf(corr[r] - mrun[r]); tsum[r] = 0.0f; }
                 for (int c = 0; c < nk; c++)
                     for (int r = 0; r < BQ; r++) {
-                        const float w = flash_exp(St[c * BQ + r] - mrun[r]);
+                        const float w = vexpf(St[c * BQ + r] - mrun[r]);
                         St[c * BQ + r] = w;
                         tsum[r] += w;
                     }
@@ -421,7 +389,7 @@ static void grad_query_row(float* restrict p, float* restrict pd, float* restric
                            const float* restrict keep, int i, int j0, int nk, float sigma,
                            float L, float Di, float scale) {
     for (int c = 0; c < BK; c++) {
-        const float e = flash_exp(p[c] * sigma - L);
+        const float e = vexpf(p[c] * sigma - L);
         p[c] = ((j0 + c <= i) & (c < nk)) ? e : 0.0f;
     }
     if (keep)
@@ -443,7 +411,7 @@ static void grad_key_row(float* restrict p, float* restrict ds, const float* res
                          const float* restrict Lt, const float* restrict Dt, int j, int i0, int nq,
                          float sigma, float scale) {
     for (int r = 0; r < BQ; r++) {
-        const float e = flash_exp(p[r] * sigma - Lt[r]);
+        const float e = vexpf(p[r] * sigma - Lt[r]);
         p[r] = ((j <= i0 + r) & (r < nq)) ? e : 0.0f;
     }
     if (keep)
