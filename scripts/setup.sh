@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs what seedgpt's build and tests need on Debian 12, when missing:
-#   libopenblas-dev   CBLAS for the model's dense products
+#   libopenblas-dev   CBLAS for the model's dense products (headers)
+#   libopenblas0-openmp  OpenBLAS built on OpenMP, which the Makefile links: one thread pool
 #   python3-torch     the PyTorch oracle tests (with /usr/bin/python3)
 #   bible-kjv         real text for the learning test and the README's first run
 #   gnuplot-nox       scripts/drift_plot.sh draws docs/img/recompute-drift.png with it
@@ -8,6 +9,7 @@
 set -euo pipefail
 need=()
 dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)
+dpkg -s libopenblas0-openmp >/dev/null 2>&1 || need+=(libopenblas0-openmp)
 dpkg -s python3-torch >/dev/null 2>&1 || need+=(python3-torch)
 dpkg -s python3-numpy >/dev/null 2>&1 || need+=(python3-numpy)
 dpkg -s bible-kjv >/dev/null 2>&1 || need+=(bible-kjv)
