@@ -1,4 +1,5 @@
 /* checkpoint/checkpoint.c — parsing and naming of recompute policies (see checkpoint.h). */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,10 @@ int recompute_parse(const char* s, RecomputePolicy* p, char err[256]) {
     if (!strncmp(s, "every:", 6)) {
         char* end;
         long k = strtol(s + 6, &end, 10);
-        if (s[6] != '\0' && *end == '\0' && k >= 1 && k <= 1000000) { p->every = (int)k; return 0; }
+        if (isdigit((unsigned char)s[6]) && *end == '\0' && k >= 1 && k <= 1000000) {
+            p->every = (int)k;
+            return 0;
+        }
     }
     snprintf(err, 256, "--recompute %s: expected none, layer or every:K with K >= 1", s);
     return -1;
