@@ -19,22 +19,28 @@ LDLIBS  += -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP) -l:libopenblas.so.0 -lm
 else
 LDLIBS  += -lopenblas -lm
 endif
+# zlib: the CRC32 of training states (model/state.c)
+LDLIBS  += -lz
+# GPT-2 BPE (data/bpe.c): encoder.json through cJSON, the pre-tokenising regex through PCRE2
+LDLIBS  += -lcjson -lpcre2-8
 
 BUILD   := build
 
-CORE_SRC := model/gpt.c model/ops_cpu.c model/mem.c model/modelfile.c checkpoint/checkpoint.c \
+CORE_SRC := model/gpt.c model/ops_cpu.c model/mem.c model/modelfile.c model/state.c checkpoint/checkpoint.c \
             attention/flash_cpu.c \
-            data/tokenizer.c data/shards.c data/prepare.c
+            data/tokenizer.c data/bpe.c data/shards.c data/prepare.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 # Test builds: the same sources with SEEDGPT_TEST_BUILD (NaN-filled scratch, allocation counting).
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
 HEADERS := $(wildcard model/*.h attention/*.h data/*.h checkpoint/*.h tests/*.h)
 
-.PHONY: all test test-run kjv setup verify bench clean
-all: train
+.PHONY: all test test-run test-asan fuzz kjv setup verify bench clean
+# test-asan builds its trainer elsewhere (TRAIN_BIN)
+TRAIN_BIN ?= train
+all: $(TRAIN_BIN)
 
-train: $(BUILD)/train.o $(CORE_OBJ)
+$(TRAIN_BIN): $(BUILD)/train.o $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: %.c $(HEADERS)
@@ -47,7 +53,8 @@ $(BUILD)/test/%.o: %.c $(HEADERS)
 
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
-C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint
+C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint \
+           test_state test_corrupt test_bpe
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
@@ -104,10 +111,33 @@ test:
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory test-run
 
-test-run: train $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline
+test-run: $(TRAIN_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline
 	@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh \
-		tests/test_learn.sh
+		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
+		tests/test_resume.sh "$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)"
+
+# Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
+# `make fuzz`: each libFuzzer target (tests/fuzz/) for FUZZ_SECONDS; make test runs 10 s each,
+# and the whole suite once more under ASan + UBSan (test-asan, ~1.5 min on 2 cores).
+FUZZ_SECONDS ?= 60
+FUZZ_CI ?= tests/fuzz/run.sh 10
+ASAN_CI ?= $(MAKE) -s --no-print-directory test-asan
+LEARN_TEST ?= tests/test_learn.sh
+fuzz: $(TRAIN_BIN)
+	@tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+# `make test-asan`: the suite under ASan + UBSan (any UBSan report aborts), in build/asan. The
+# learning test is skipped there (too slow under ASan; make test runs it), and so are the fuzzers
+# (already sanitized).
+ASAN_BUILD := build/asan
+ASAN_CFLAGS := $(filter-out -O2,$(CFLAGS)) -O1 -fno-omit-frame-pointer \
+               -fsanitize=address,undefined -fno-sanitize-recover=undefined
+test-asan:
+	@SEEDGPT_TRAIN=$(ASAN_BUILD)/train $(MAKE) --no-print-directory test-run BUILD=$(ASAN_BUILD) \
+		TRAIN_BIN=$(ASAN_BUILD)/train CFLAGS="$(ASAN_CFLAGS)" ASAN_CI= \
+		FUZZ_CI="echo SKIP fuzz: make test runs the fuzzers, which are sanitized themselves" \
+		LEARN_TEST="echo SKIP learns_kjv_below_bigram_baseline: too slow under ASan, make test runs it"
 
 setup:
 	@scripts/setup.sh

@@ -1,27 +1,41 @@
-/* train.c — seedgpt's entry point: command line, training loop, logging, evaluation, model save.
+/* train.c — seedgpt's entry point: command line, training loop, logging, evaluation, model save,
+ * training states (save, resume, pruning), the non-finite guard and the stop signals.
  *
  *   ./train [flags]            train (./train --help lists every flag)
  *   ./train prepare ...        text -> token shards (data/prepare.h)
  *
  * The step: batch from data/ -> gpt_forward (each layer draws its dropout seeds into its record)
  * -> loss -> gpt_backward (masks regenerated from the records) -> clip -> AdamW.
+ *
+ * Resume (DESIGN §6). Everything a step depends on is a function of the step number (dropout
+ * seeds, learning rate, AdamW's bias correction), of the loader's (epoch, position, shuffle seed),
+ * or of the weights and moments — and those are exactly what a state file holds (model/state.h).
+ * So K steps + resume + N-K steps equals N steps, bit for bit.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <omp.h>
 #include "model/gpt.h"
 #include "model/mem.h"
 #include "model/modelfile.h"
+#include "model/state.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "data/prepare.h"
 
 void openblas_set_num_threads(int num_threads);  /* OpenBLAS's own; not in every cblas.h */
+
+/* Exit statuses (also in --help). */
+enum { EXIT_BAD_INPUT = 2, EXIT_RECOMPUTE_CHECK = 3, EXIT_NON_FINITE = 4 };
 
 /* ---- options ------------------------------------------------------------------------------ */
 
@@ -32,6 +46,7 @@ typedef struct {
     const char* save_path;
     const char* log_json;
     const char* tokenizer;
+    const char* bpe_dir;     /* gpt2's encoder.json + vocab.bpe; NULL: $SEEDGPT_BPE_DIR, else data/gpt2 */
     /* a fresh model */
     int layers, heads, kv_heads, embd, vocab, seq_len;
     /* the batch */
@@ -50,7 +65,60 @@ typedef struct {
     int threads;
     /* activation checkpointing */
     RecomputePolicy policy;
+    /* run folder, resume, the non-finite guard */
+    const char* out_dir;
+    const char* resume_dir;
+    int save_every, keep, max_bad_steps;
+    int log_json_is_default;   /* log_json is DIR/log.jsonl because --out was given without it */
 } Options;
+
+/* Every flag, and what it is to a resumed run:
+ *   R_LOCAL   this process only, not stored in a state
+ *   R_SHAPE   stored in the state's header (model shape, batch, seq, seed): must agree
+ *   R_FIXED   stored in the state's option text: must agree
+ *   R_CHANGE  stored in the option text, may change on resume (omitted: the state's value) */
+enum { R_LOCAL, R_SHAPE, R_FIXED, R_CHANGE };
+enum {
+    F_TRAIN, F_VAL, F_INIT, F_SAVE, F_LOG_JSON, F_TOKENIZER, F_BPE_DIR,
+    F_LAYERS, F_HEADS, F_KV_HEADS, F_EMBD, F_VOCAB, F_SEQ_LEN,
+    F_BATCH, F_SEQ, F_STEPS,
+    F_LR, F_LR_SCHEDULE, F_WARMUP, F_FINAL_LR_FRAC, F_BETA1, F_BETA2, F_EPS, F_WEIGHT_DECAY,
+    F_CLIP,
+    F_SEED, F_SHUFFLE, F_DROPOUT, F_ATTN_DROPOUT, F_RESID_DROPOUT, F_EMBD_DROPOUT,
+    F_LOG_EVERY, F_EVAL_EVERY, F_EVAL_BATCHES, F_THREADS,
+    F_RECOMPUTE, F_RECOMPUTE_CHECK, F_RECOMPUTE_SEEDS,
+    F_OUT, F_RESUME, F_SAVE_EVERY, F_KEEP, F_MAX_BAD_STEPS,
+    NUM_FLAGS
+};
+static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
+    [F_TRAIN] = {"--train", R_CHANGE},          [F_VAL] = {"--val", R_CHANGE},
+    [F_INIT] = {"--init", R_LOCAL},             [F_SAVE] = {"--save", R_CHANGE},
+    [F_LOG_JSON] = {"--log-json", R_CHANGE},    [F_TOKENIZER] = {"--tokenizer", R_FIXED},
+    [F_BPE_DIR] = {"--bpe-dir", R_LOCAL},
+    [F_LAYERS] = {"--layers", R_SHAPE},         [F_HEADS] = {"--heads", R_SHAPE},
+    [F_KV_HEADS] = {"--kv-heads", R_SHAPE},     [F_EMBD] = {"--embd", R_SHAPE},
+    [F_VOCAB] = {"--vocab", R_SHAPE},           [F_SEQ_LEN] = {"--seq-len", R_SHAPE},
+    [F_BATCH] = {"--batch", R_SHAPE},           [F_SEQ] = {"--seq", R_SHAPE},
+    [F_STEPS] = {"--steps", R_CHANGE},
+    [F_LR] = {"--lr", R_FIXED},                 [F_LR_SCHEDULE] = {"--lr-schedule", R_FIXED},
+    [F_WARMUP] = {"--warmup", R_FIXED},         [F_FINAL_LR_FRAC] = {"--final-lr-frac", R_FIXED},
+    [F_BETA1] = {"--beta1", R_FIXED},           [F_BETA2] = {"--beta2", R_FIXED},
+    [F_EPS] = {"--eps", R_FIXED},               [F_WEIGHT_DECAY] = {"--weight-decay", R_FIXED},
+    [F_CLIP] = {"--clip", R_FIXED},
+    [F_SEED] = {"--seed", R_SHAPE},             [F_SHUFFLE] = {"--shuffle", R_FIXED},
+    [F_DROPOUT] = {"--dropout", R_LOCAL},       /* resolved into the three below */
+    [F_ATTN_DROPOUT] = {"--attn-dropout", R_FIXED},
+    [F_RESID_DROPOUT] = {"--resid-dropout", R_FIXED},
+    [F_EMBD_DROPOUT] = {"--embd-dropout", R_FIXED},
+    [F_LOG_EVERY] = {"--log-every", R_CHANGE},  [F_EVAL_EVERY] = {"--eval-every", R_CHANGE},
+    [F_EVAL_BATCHES] = {"--eval-batches", R_CHANGE},
+    [F_THREADS] = {"--threads", R_LOCAL},
+    [F_RECOMPUTE] = {"--recompute", R_CHANGE},  [F_RECOMPUTE_CHECK] = {"--recompute-check", R_CHANGE},
+    [F_RECOMPUTE_SEEDS] = {"--recompute-seeds", R_FIXED},
+    [F_OUT] = {"--out", R_LOCAL},               [F_RESUME] = {"--resume", R_LOCAL},
+    [F_SAVE_EVERY] = {"--save-every", R_CHANGE}, [F_KEEP] = {"--keep", R_CHANGE},
+    [F_MAX_BAD_STEPS] = {"--max-bad-steps", R_CHANGE},
+};
 
 static void usage(FILE* f) {
     fprintf(f,
@@ -62,9 +130,10 @@ static void usage(FILE* f) {
 "data\n"
 "  --train PATH        training shards: a file or a glob pattern, e.g. 'data/kjv/train_*.bin'\n"
 "  --val PATH          validation shards (optional)\n"
-"  --tokenizer NAME    tokenizer of the shards: byte (default; vocab 257)\n"
+"  --tokenizer NAME    tokenizer of the shards: byte (default; vocab 257) or gpt2 (vocab 50257)\n"
+"  --bpe-dir DIR       gpt2's encoder.json + vocab.bpe (default $SEEDGPT_BPE_DIR, else data/gpt2)\n"
 "  --shuffle 0|1       visit training windows in a seeded shuffled order each epoch (default 1)\n"
-"model (a fresh model, unless --init)\n"
+"model (a fresh model, unless --init or --resume)\n"
 "  --init PATH         start from a model file (llm.c fp32 v3 or seedgpt's own)\n"
 "  --layers L          blocks (default 4)\n"
 "  --heads H           query heads (default 4)\n"
@@ -83,6 +152,8 @@ static void usage(FILE* f) {
 "  --beta1 X --beta2 X --eps X   AdamW moments (defaults 0.9, 0.95, 1e-8)\n"
 "  --weight-decay X    decoupled, on 2-D weights and embeddings only (default 0.1)\n"
 "  --clip X            clip the global gradient norm to X; 0 disables (default 1.0)\n"
+"  --max-bad-steps N   stop (exit status 4) after N consecutive steps with a non-finite loss or\n"
+"                      gradient norm; such a step skips its update (default 10; 0: never stop)\n"
 "randomness\n"
 "  --seed S            master seed: weights, shuffling and every dropout mask (default 1337)\n"
 "  --dropout P         dropout probability at every site (default 0)\n"
@@ -101,22 +172,47 @@ static void usage(FILE* f) {
 "output\n"
 "  --log-every N       a progress line every N steps (default 10)\n"
 "  --log-json PATH     JSON lines: {\"type\":\"train\",...} per step, {\"type\":\"eval\",...}\n"
+"                      (default with --out: DIR/log.jsonl)\n"
 "  --eval-every N      validation loss every N steps, and at the end (default 0: only at the end)\n"
 "  --eval-batches N    validation windows per evaluation (default 8)\n"
 "  --save PATH         write the model file at the end\n"
-"  --threads N         OpenMP and OpenBLAS threads (default: all cores)\n");
+"  --threads N         OpenMP and OpenBLAS threads (default: all cores)\n"
+"run folder and resume\n"
+"  --out DIR           write training states DIR/state_SSSSSSSS.bin (S = steps done) and the model\n"
+"                      DIR/model.bin beside them: every --save-every steps, at the end, and on\n"
+"                      SIGINT/SIGTERM (the current step finishes, the state is saved, exit\n"
+"                      status 128 + signal: 130 or 143). A folder that already holds states is\n"
+"                      refused unless the run resumes from it\n"
+"  --save-every N      a state every N steps (default 0: only at the end and on a signal)\n"
+"  --keep N            keep the newest N states (default 2; 0 keeps all)\n"
+"  --resume DIR        continue from the newest state in DIR that loads cleanly (states that do\n"
+"                      not are skipped with a message). Flags not given take the state's values;\n"
+"                      a given flag that contradicts the state is refused. Only these may change:\n"
+"                      --steps --train --val --log-every --log-json --eval-every --eval-batches\n"
+"                      --save --save-every --keep --max-bad-steps --recompute --recompute-check\n"
+"                      --threads --out (default: DIR)\n"
+"exit status: 0 done, 2 bad flag or file (one line on stderr, nothing overwritten), 3 recompute\n"
+"check failed (stop), 4 --max-bad-steps reached, 130/143 stopped by SIGINT/SIGTERM after saving\n");
 }
 
+/* Where the values being parsed come from, for messages: the command line or a state file. */
+static const char* parse_source = NULL;
+
 static void die_flag(const char* flag, const char* value, const char* expected) {
-    fprintf(stderr, "seedgpt: %s %s: expected %s\n", flag, value ? value : "(missing)", expected);
-    exit(2);
+    if (parse_source)
+        fprintf(stderr, "seedgpt: %s: stored option %s %s: expected %s\n", parse_source, flag,
+                value ? value : "(missing)", expected);
+    else
+        fprintf(stderr, "seedgpt: %s %s: expected %s\n", flag, value ? value : "(missing)", expected);
+    exit(EXIT_BAD_INPUT);
 }
 
 static long parse_long(const char* flag, const char* s, long lo, long hi) {
     char* end;
     errno = 0;
     long v = s ? strtol(s, &end, 10) : 0;
-    if (s == NULL || *s == '\0' || *end != '\0' || errno != 0 || v < lo || v > hi) {
+    if (s == NULL || *s == '\0' || isspace((unsigned char)*s) || *end != '\0' || errno != 0 ||
+        v < lo || v > hi) {
         char buf[96];
         snprintf(buf, sizeof(buf), "an integer in [%ld, %ld]", lo, hi);
         die_flag(flag, s, buf);
@@ -128,7 +224,8 @@ static double parse_double(const char* flag, const char* s, double lo, double hi
     char* end;
     errno = 0;
     double v = s ? strtod(s, &end) : 0;
-    if (s == NULL || *s == '\0' || *end != '\0' || errno != 0 || !isfinite(v) || v < lo ||
+    if (s == NULL || *s == '\0' || isspace((unsigned char)*s) || *end != '\0' || errno != 0 ||
+        !isfinite(v) || v < lo ||
         (hi_open ? v >= hi : v > hi)) {
         char buf[96];
         snprintf(buf, sizeof(buf), "a number in [%g, %g%s", lo, hi, hi_open ? ")" : "]");
@@ -137,7 +234,12 @@ static double parse_double(const char* flag, const char* s, double lo, double hi
     return v;
 }
 
-static void parse_options(Options* o, int argc, char** argv) {
+static const char* parse_path(const char* flag, const char* v) {
+    if (v == NULL || *v == '\0') die_flag(flag, v, "a path");
+    return v;
+}
+
+static void set_defaults(Options* o) {
     memset(o, 0, sizeof(*o));
     o->tokenizer = "byte";
     o->layers = 4; o->heads = 4; o->kv_heads = 0; o->embd = 128; o->vocab = 0; o->seq_len = 256;
@@ -148,100 +250,292 @@ static void parse_options(Options* o, int argc, char** argv) {
     o->dropout = 0.0; o->attn_dropout = o->resid_dropout = o->embd_dropout = -1.0;
     o->log_every = 10; o->eval_every = 0; o->eval_batches = 8; o->threads = 0;
     o->policy.every = 0; o->policy.fresh_seeds = 0; o->policy.check = CHECK_WARN;
-    char err[256];
-    int seen_layers = 0, seen_heads = 0, seen_kv = 0, seen_embd = 0, seen_seqlen = 0;
+    o->save_every = 0; o->keep = 2; o->max_bad_steps = 10;
+}
 
+/* Sets flag `id` of o from the text v, or exits with one line naming the flag. */
+static void apply_flag(Options* o, int id, const char* v) {
+    const char* f = flags[id].name;
+    char err[256];
+    switch (id) {
+    case F_TRAIN: o->train_path = parse_path(f, v); break;
+    case F_VAL: o->val_path = parse_path(f, v); break;
+    case F_INIT: o->init_path = parse_path(f, v); break;
+    case F_SAVE: o->save_path = parse_path(f, v); break;
+    case F_LOG_JSON: o->log_json = parse_path(f, v); break;
+    case F_TOKENIZER: o->tokenizer = v; break;
+    case F_BPE_DIR: o->bpe_dir = v; break;
+    case F_LAYERS: o->layers = parse_long(f, v, 1, 1024); break;
+    case F_HEADS: o->heads = parse_long(f, v, 1, 1024); break;
+    case F_KV_HEADS: o->kv_heads = parse_long(f, v, 1, 1024); break;
+    case F_EMBD: o->embd = parse_long(f, v, 1, 65536); break;
+    case F_VOCAB: o->vocab = parse_long(f, v, 1, 65536); break;
+    case F_SEQ_LEN: o->seq_len = parse_long(f, v, 1, 1 << 20); break;
+    case F_BATCH: o->batch = parse_long(f, v, 1, 1 << 20); break;
+    case F_SEQ: o->seq = parse_long(f, v, 1, 1 << 20); break;
+    case F_STEPS: o->steps = parse_long(f, v, 0, 2000000000L); break;
+    case F_LR: o->lr = parse_double(f, v, 0, 10, 0); break;
+    case F_LR_SCHEDULE:
+        if (strcmp(v, "constant") && strcmp(v, "cosine") && strcmp(v, "linear"))
+            die_flag(f, v, "constant, cosine or linear");
+        o->lr_schedule = v;
+        break;
+    case F_WARMUP: o->warmup = parse_long(f, v, 0, 2000000000L); break;
+    case F_FINAL_LR_FRAC: o->final_lr_frac = parse_double(f, v, 0, 1, 0); break;
+    case F_BETA1: o->beta1 = parse_double(f, v, 0, 1, 1); break;
+    case F_BETA2: o->beta2 = parse_double(f, v, 0, 1, 1); break;
+    case F_EPS: o->eps = parse_double(f, v, 0, 1, 0); break;
+    case F_WEIGHT_DECAY: o->weight_decay = parse_double(f, v, 0, 10, 0); break;
+    case F_CLIP: o->clip = parse_double(f, v, 0, 1e30, 0); break;
+    case F_SHUFFLE: o->shuffle = parse_long(f, v, 0, 1); break;
+    case F_SEED: {
+        char* end;
+        errno = 0;
+        unsigned long long s = strtoull(v, &end, 0);
+        if (*v == '\0' || *v == '-' || *v == '+' || *v == ' ' || *end != '\0' || errno != 0)
+            die_flag(f, v, "an unsigned 64-bit integer");
+        o->seed = s;
+        break;
+    }
+    case F_DROPOUT: o->dropout = parse_double(f, v, 0, 1, 1); break;
+    case F_ATTN_DROPOUT: o->attn_dropout = parse_double(f, v, 0, 1, 1); break;
+    case F_RESID_DROPOUT: o->resid_dropout = parse_double(f, v, 0, 1, 1); break;
+    case F_EMBD_DROPOUT: o->embd_dropout = parse_double(f, v, 0, 1, 1); break;
+    case F_LOG_EVERY: o->log_every = parse_long(f, v, 0, 2000000000L); break;
+    case F_EVAL_EVERY: o->eval_every = parse_long(f, v, 0, 2000000000L); break;
+    case F_EVAL_BATCHES: o->eval_batches = parse_long(f, v, 1, 1000000); break;
+    case F_THREADS: o->threads = parse_long(f, v, 1, 1024); break;
+    case F_RECOMPUTE:
+        if (recompute_parse(v, &o->policy, err) != 0) die_flag(f, v, "none, layer or every:K");
+        break;
+    case F_RECOMPUTE_CHECK:
+        if (recompute_check_parse(v, &o->policy.check, err) != 0) die_flag(f, v, "off, warn or stop");
+        break;
+    case F_RECOMPUTE_SEEDS:
+        if (strcmp(v, "captured") && strcmp(v, "fresh")) die_flag(f, v, "captured or fresh");
+        o->policy.fresh_seeds = !strcmp(v, "fresh");
+        break;
+    case F_OUT: o->out_dir = parse_path(f, v); break;
+    case F_RESUME: o->resume_dir = parse_path(f, v); break;
+    case F_SAVE_EVERY: o->save_every = parse_long(f, v, 0, 2000000000L); break;
+    case F_KEEP: o->keep = parse_long(f, v, 0, 1000000); break;
+    case F_MAX_BAD_STEPS: o->max_bad_steps = parse_long(f, v, 0, 2000000000L); break;
+    }
+}
+
+static int find_flag(const char* name) {
+    for (int id = 0; id < NUM_FLAGS; id++)
+        if (!strcmp(flags[id].name, name)) return id;
+    return -1;
+}
+
+/* The shortest %.Ng (N = 15..17) that reads back as the same double. */
+static void fmt_double(char* buf, size_t cap, double v) {
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, cap, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+/* The value of flag id as text, in the one canonical form used for storing and comparing
+ * (doubles in the shortest form that reads back exactly). 0, or -1 when the flag has no value. */
+static int format_flag(const Options* o, int id, char* buf, size_t cap) {
+    char pname[32];
+    const char* s = NULL;
+    switch (id) {
+    case F_TRAIN: s = o->train_path; break;
+    case F_VAL: s = o->val_path; break;
+    case F_INIT: s = o->init_path; break;
+    case F_SAVE: s = o->save_path; break;
+    case F_LOG_JSON: s = o->log_json; break;
+    case F_TOKENIZER: s = o->tokenizer; break;
+    case F_BPE_DIR: s = o->bpe_dir; break;
+    case F_LAYERS: snprintf(buf, cap, "%d", o->layers); return 0;
+    case F_HEADS: snprintf(buf, cap, "%d", o->heads); return 0;
+    case F_KV_HEADS: snprintf(buf, cap, "%d", o->kv_heads ? o->kv_heads : o->heads); return 0;
+    case F_EMBD: snprintf(buf, cap, "%d", o->embd); return 0;
+    case F_VOCAB: snprintf(buf, cap, "%d", o->vocab); return 0;
+    case F_SEQ_LEN: snprintf(buf, cap, "%d", o->seq_len); return 0;
+    case F_BATCH: snprintf(buf, cap, "%d", o->batch); return 0;
+    case F_SEQ: snprintf(buf, cap, "%d", o->seq ? o->seq : o->seq_len); return 0;
+    case F_STEPS: snprintf(buf, cap, "%d", o->steps); return 0;
+    case F_LR: fmt_double(buf, cap, o->lr); return 0;
+    case F_LR_SCHEDULE: s = o->lr_schedule; break;
+    case F_WARMUP: snprintf(buf, cap, "%d", o->warmup); return 0;
+    case F_FINAL_LR_FRAC: fmt_double(buf, cap, o->final_lr_frac); return 0;
+    case F_BETA1: fmt_double(buf, cap, o->beta1); return 0;
+    case F_BETA2: fmt_double(buf, cap, o->beta2); return 0;
+    case F_EPS: fmt_double(buf, cap, o->eps); return 0;
+    case F_WEIGHT_DECAY: fmt_double(buf, cap, o->weight_decay); return 0;
+    case F_CLIP: fmt_double(buf, cap, o->clip); return 0;
+    case F_SEED: snprintf(buf, cap, "%llu", (unsigned long long)o->seed); return 0;
+    case F_SHUFFLE: snprintf(buf, cap, "%d", o->shuffle); return 0;
+    case F_DROPOUT: return -1;
+    case F_ATTN_DROPOUT: fmt_double(buf, cap, o->attn_dropout); return 0;
+    case F_RESID_DROPOUT: fmt_double(buf, cap, o->resid_dropout); return 0;
+    case F_EMBD_DROPOUT: fmt_double(buf, cap, o->embd_dropout); return 0;
+    case F_LOG_EVERY: snprintf(buf, cap, "%d", o->log_every); return 0;
+    case F_EVAL_EVERY: snprintf(buf, cap, "%d", o->eval_every); return 0;
+    case F_EVAL_BATCHES: snprintf(buf, cap, "%d", o->eval_batches); return 0;
+    case F_THREADS: snprintf(buf, cap, "%d", o->threads); return 0;
+    case F_RECOMPUTE: s = recompute_name(&o->policy, pname); break;
+    case F_RECOMPUTE_CHECK:
+        s = o->policy.check == CHECK_OFF ? "off" : o->policy.check == CHECK_WARN ? "warn" : "stop";
+        break;
+    case F_RECOMPUTE_SEEDS: s = o->policy.fresh_seeds ? "fresh" : "captured"; break;
+    case F_OUT: s = o->out_dir; break;
+    case F_RESUME: s = o->resume_dir; break;
+    case F_SAVE_EVERY: snprintf(buf, cap, "%d", o->save_every); return 0;
+    case F_KEEP: snprintf(buf, cap, "%d", o->keep); return 0;
+    case F_MAX_BAD_STEPS: snprintf(buf, cap, "%d", o->max_bad_steps); return 0;
+    }
+    if (s == NULL) return -1;
+    snprintf(buf, cap, "%s", s);
+    return 0;
+}
+
+/* Parses argv into o; raw[id] is the text given for flag id (NULL: not given). --dropout counts
+ * as given for each site it sets. */
+static void parse_options(Options* o, const char* raw[NUM_FLAGS], int argc, char** argv) {
+    set_defaults(o);
+    for (int id = 0; id < NUM_FLAGS; id++) raw[id] = NULL;
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); exit(0); }
         if (strncmp(f, "--", 2) != 0) {
             fprintf(stderr, "seedgpt: unexpected argument '%s' (see ./train --help)\n", f);
-            exit(2);
+            exit(EXIT_BAD_INPUT);
+        }
+        int id = find_flag(f);
+        if (id < 0) {
+            fprintf(stderr, "seedgpt: unknown flag %s (see ./train --help)\n", f);
+            exit(EXIT_BAD_INPUT);
         }
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) die_flag(f, NULL, "a value");
         i++;
-        if (!strcmp(f, "--train")) o->train_path = v;
-        else if (!strcmp(f, "--val")) o->val_path = v;
-        else if (!strcmp(f, "--init")) o->init_path = v;
-        else if (!strcmp(f, "--save")) o->save_path = v;
-        else if (!strcmp(f, "--log-json")) o->log_json = v;
-        else if (!strcmp(f, "--tokenizer")) o->tokenizer = v;
-        else if (!strcmp(f, "--layers")) { o->layers = parse_long(f, v, 1, 1024); seen_layers = 1; }
-        else if (!strcmp(f, "--heads")) { o->heads = parse_long(f, v, 1, 1024); seen_heads = 1; }
-        else if (!strcmp(f, "--kv-heads")) { o->kv_heads = parse_long(f, v, 1, 1024); seen_kv = 1; }
-        else if (!strcmp(f, "--embd")) { o->embd = parse_long(f, v, 1, 65536); seen_embd = 1; }
-        else if (!strcmp(f, "--vocab")) o->vocab = parse_long(f, v, 1, 65536);
-        else if (!strcmp(f, "--seq-len")) { o->seq_len = parse_long(f, v, 1, 1 << 20); seen_seqlen = 1; }
-        else if (!strcmp(f, "--batch")) o->batch = parse_long(f, v, 1, 1 << 20);
-        else if (!strcmp(f, "--seq")) o->seq = parse_long(f, v, 1, 1 << 20);
-        else if (!strcmp(f, "--steps")) o->steps = parse_long(f, v, 0, 2000000000L);
-        else if (!strcmp(f, "--lr")) o->lr = parse_double(f, v, 0, 10, 0);
-        else if (!strcmp(f, "--lr-schedule")) {
-            if (strcmp(v, "constant") && strcmp(v, "cosine") && strcmp(v, "linear"))
-                die_flag(f, v, "constant, cosine or linear");
-            o->lr_schedule = v;
-        }
-        else if (!strcmp(f, "--warmup")) o->warmup = parse_long(f, v, 0, 2000000000L);
-        else if (!strcmp(f, "--final-lr-frac")) o->final_lr_frac = parse_double(f, v, 0, 1, 0);
-        else if (!strcmp(f, "--beta1")) o->beta1 = parse_double(f, v, 0, 1, 1);
-        else if (!strcmp(f, "--beta2")) o->beta2 = parse_double(f, v, 0, 1, 1);
-        else if (!strcmp(f, "--eps")) o->eps = parse_double(f, v, 0, 1, 0);
-        else if (!strcmp(f, "--weight-decay")) o->weight_decay = parse_double(f, v, 0, 10, 0);
-        else if (!strcmp(f, "--clip")) o->clip = parse_double(f, v, 0, 1e30, 0);
-        else if (!strcmp(f, "--shuffle")) o->shuffle = parse_long(f, v, 0, 1);
-        else if (!strcmp(f, "--seed")) {
-            char* end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 0);
-            if (*v == '\0' || *v == '-' || *end != '\0' || errno != 0)
-                die_flag(f, v, "an unsigned 64-bit integer");
-            o->seed = s;
-        }
-        else if (!strcmp(f, "--dropout")) o->dropout = parse_double(f, v, 0, 1, 1);
-        else if (!strcmp(f, "--attn-dropout")) o->attn_dropout = parse_double(f, v, 0, 1, 1);
-        else if (!strcmp(f, "--resid-dropout")) o->resid_dropout = parse_double(f, v, 0, 1, 1);
-        else if (!strcmp(f, "--embd-dropout")) o->embd_dropout = parse_double(f, v, 0, 1, 1);
-        else if (!strcmp(f, "--log-every")) o->log_every = parse_long(f, v, 0, 2000000000L);
-        else if (!strcmp(f, "--eval-every")) o->eval_every = parse_long(f, v, 0, 2000000000L);
-        else if (!strcmp(f, "--eval-batches")) o->eval_batches = parse_long(f, v, 1, 1000000);
-        else if (!strcmp(f, "--threads")) o->threads = parse_long(f, v, 1, 1024);
-        else if (!strcmp(f, "--recompute")) {
-            if (recompute_parse(v, &o->policy, err) != 0) { fprintf(stderr, "seedgpt: %s\n", err); exit(2); }
-        }
-        else if (!strcmp(f, "--recompute-check")) {
-            if (recompute_check_parse(v, &o->policy.check, err) != 0) {
-                fprintf(stderr, "seedgpt: %s\n", err);
-                exit(2);
+        apply_flag(o, id, v);
+        raw[id] = v;
+    }
+    if (raw[F_DROPOUT] != NULL) {
+        const int sites[3] = {F_ATTN_DROPOUT, F_RESID_DROPOUT, F_EMBD_DROPOUT};
+        for (int k = 0; k < 3; k++) {
+            if (raw[sites[k]] == NULL) {
+                apply_flag(o, sites[k], raw[F_DROPOUT]);
+                raw[sites[k]] = raw[F_DROPOUT];
             }
         }
-        else if (!strcmp(f, "--recompute-seeds")) {
-            if (strcmp(v, "captured") && strcmp(v, "fresh")) die_flag(f, v, "captured or fresh");
-            o->policy.fresh_seeds = !strcmp(v, "fresh");
-        }
-        else {
-            fprintf(stderr, "seedgpt: unknown flag %s (see ./train --help)\n", f);
-            exit(2);
-        }
     }
+    if (o->attn_dropout < 0) o->attn_dropout = o->dropout;
+    if (o->resid_dropout < 0) o->resid_dropout = o->dropout;
+    if (o->embd_dropout < 0) o->embd_dropout = o->dropout;
+}
+
+/* Checks that concern the final options (after a resume merged them). */
+static void check_options(const Options* o, const char* raw[NUM_FLAGS]) {
     if (o->train_path == NULL) {
         fprintf(stderr, "seedgpt: --train PATH is required (see ./train --help)\n");
-        exit(2);
+        exit(EXIT_BAD_INPUT);
     }
-    if (o->init_path != NULL && (seen_layers || seen_heads || seen_kv || seen_embd || seen_seqlen)) {
+    if (o->resume_dir == NULL && o->init_path != NULL &&
+        (raw[F_LAYERS] || raw[F_HEADS] || raw[F_KV_HEADS] || raw[F_EMBD] || raw[F_SEQ_LEN])) {
         fprintf(stderr, "seedgpt: --init takes the model shape from the file; drop --layers, "
                         "--heads, --kv-heads, --embd and --seq-len\n");
-        exit(2);
+        exit(EXIT_BAD_INPUT);
     }
     if (o->policy.fresh_seeds && o->policy.every == 0) {
         fprintf(stderr, "seedgpt: --recompute-seeds fresh needs a recompute policy (--recompute "
                         "layer or every:K): under none nothing is recomputed\n");
-        exit(2);
+        exit(EXIT_BAD_INPUT);
     }
-    if (o->kv_heads == 0) o->kv_heads = o->heads;
-    if (o->attn_dropout < 0) o->attn_dropout = o->dropout;
-    if (o->resid_dropout < 0) o->resid_dropout = o->dropout;
-    if (o->embd_dropout < 0) o->embd_dropout = o->dropout;
+    if (o->out_dir == NULL && raw[F_SAVE_EVERY] != NULL && o->save_every > 0) {
+        fprintf(stderr, "seedgpt: --save-every %d needs a run folder: add --out DIR\n",
+                o->save_every);
+        exit(EXIT_BAD_INPUT);
+    }
+}
+
+/* The options a state stores, one "--flag value\n" line each (values with a newline are not
+ * stored: such a flag must then be given again on resume). */
+static void format_state_options(const Options* o, char* out, size_t cap) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (int id = 0; id < NUM_FLAGS; id++) {
+        if (flags[id].resume != R_FIXED && flags[id].resume != R_CHANGE) continue;
+        if (id == F_LOG_JSON && o->log_json_is_default) continue;
+        char v[4200];
+        if (format_flag(o, id, v, sizeof(v)) != 0 || strchr(v, '\n') != NULL) continue;
+        int w = snprintf(out + n, cap - n, "%s %s\n", flags[id].name, v);
+        if (w < 0 || (size_t)w >= cap - n) { out[n] = '\0'; return; }   /* too long: stop */
+        n += (size_t)w;
+    }
+}
+
+/* The options of a state: defaults, then the state's header and option text. The text is
+ * split in place (st points into info->options). */
+static void options_from_state(Options* st, StateInfo* info, const char* path) {
+    set_defaults(st);
+    parse_source = path;
+    char* line = info->options;
+    while (*line) {
+        char* nl = strchr(line, '\n');
+        if (nl == NULL) {
+            fprintf(stderr, "seedgpt: %s: the option text does not end with a newline\n", path);
+            exit(EXIT_BAD_INPUT);
+        }
+        *nl = '\0';
+        char* space = strchr(line, ' ');
+        if (space == NULL) {
+            fprintf(stderr, "seedgpt: %s: bad option line \"%s\"\n", path, line);
+            exit(EXIT_BAD_INPUT);
+        }
+        *space = '\0';
+        int id = find_flag(line);
+        if (id < 0 || (flags[id].resume != R_FIXED && flags[id].resume != R_CHANGE)) {
+            fprintf(stderr, "seedgpt: %s: the state holds an option this build does not take "
+                    "from a state: %s\n", path, line);
+            exit(EXIT_BAD_INPUT);
+        }
+        apply_flag(st, id, space + 1);
+        line = nl + 1;
+    }
+    parse_source = NULL;
+    const GPTConfig* c = &info->config;
+    st->layers = c->num_layers;
+    st->heads = c->num_heads;
+    st->kv_heads = c->num_kv_heads;
+    st->embd = c->channels;
+    st->vocab = c->vocab_size;
+    st->seq_len = c->max_seq_len;
+    st->batch = info->batch;
+    st->seq = info->seq;
+    st->seed = info->master_seed;
+}
+
+/* Resume: the state's options, with the command line's on top. A given flag that is not allowed
+ * to change and differs from the state is refused, naming the flag and both values. */
+static void merge_resumed_options(Options* o, const Options* cmd, const char* raw[NUM_FLAGS],
+                                  const Options* st, const char* state_path) {
+    for (int id = 0; id < NUM_FLAGS; id++) {
+        if (raw[id] == NULL) continue;
+        if (flags[id].resume != R_SHAPE && flags[id].resume != R_FIXED) continue;
+        char a[4200], b[4200];
+        int ra = format_flag(cmd, id, a, sizeof(a)), rb = format_flag(st, id, b, sizeof(b));
+        if (ra != rb || strcmp(a, b) != 0) {
+            int via_dropout = raw[F_DROPOUT] != NULL && raw[id] == raw[F_DROPOUT] &&
+                              (id == F_ATTN_DROPOUT || id == F_RESID_DROPOUT || id == F_EMBD_DROPOUT);
+            fprintf(stderr, "seedgpt: --resume: %s %s%s contradicts the state %s, which has %s %s "
+                    "(drop the flag to continue the run as it was, or start a new run)\n",
+                    flags[id].name, a, via_dropout ? " (from --dropout)" : "", state_path,
+                    flags[id].name, b);
+            exit(EXIT_BAD_INPUT);
+        }
+    }
+    *o = *st;
+    for (int id = 0; id < NUM_FLAGS; id++) {
+        if (raw[id] != NULL && id != F_DROPOUT) apply_flag(o, id, raw[id]);
+    }
+    o->dropout = cmd->dropout;
 }
 
 /* ---- the learning-rate schedule ----------------------------------------------------------- */
@@ -271,37 +565,265 @@ static float evaluate(GPT* m, DataLoader* val, int n, int* inputs, int* targets)
     for (int k = 0; k < n; k++) {
         if (loader_window(val, (size_t)k, inputs, targets) != 0) {
             fprintf(stderr, "seedgpt: %s\n", val->err);
-            exit(2);
+            exit(EXIT_BAD_INPUT);
         }
         sum += gpt_forward(m, inputs, targets, val->B, val->T, 0, 0, 0);
     }
     return (float)(sum / n);
 }
 
+/* A float for the JSON log: %.9g round-trips a float exactly; NaN and Inf are not JSON. */
+static void json_float(FILE* f, const char* key, double v) {
+    if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
+    else fprintf(f, ",\"%s\":null", key);
+}
+
+/* ---- the run folder ----------------------------------------------------------------------- */
+
+/* mkdir -p; 0 or -1 with errno. */
+static int make_dirs(const char* path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) { errno = ENAMETOOLONG; return -1; }
+    for (char* p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(buf, &st) != 0) return -1;
+    if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
+    return 0;
+}
+
+/* The newest state in dir that passes every check of state_read_info; states that do not are
+ * reported and skipped. Exits (status 2) when dir holds none that loads. */
+static void pick_state(const char* dir, char* path, size_t cap, StateInfo* info) {
+    uint64_t* steps;
+    int n;
+    char err[256];
+    if (state_list(dir, &steps, &n, err) != 0) {
+        fprintf(stderr, "seedgpt: --resume %s\n", err);
+        exit(EXIT_BAD_INPUT);
+    }
+    if (n == 0) {
+        fprintf(stderr, "seedgpt: --resume %s: no training state in the folder (state_*.bin)\n", dir);
+        exit(EXIT_BAD_INPUT);
+    }
+    char first_err[256] = "";
+    for (int i = 0; i < n; i++) {
+        if (state_path(path, cap, dir, steps[i]) != 0) continue;
+        if (state_read_info(path, info, err) == 0) { free(steps); return; }
+        fprintf(stderr, "seedgpt: skipping %s\n", err);
+        if (first_err[0] == '\0') snprintf(first_err, sizeof(first_err), "%s", err);
+    }
+    free(steps);
+    fprintf(stderr, "seedgpt: --resume %s: none of its %d state file(s) loads (newest: %s)\n", dir,
+            n, first_err);
+    exit(EXIT_BAD_INPUT);
+}
+
+/* On resume the JSON log keeps only the rows of steps before the resumed one: the steps after
+ * the state (run before a crash) are run again and logged again, so the log reads as one run.
+ * Written to PATH.tmp and renamed. 0, or -1 with err. */
+static int truncate_log(const char* path, int start_step, char err[256]) {
+    FILE* in = fopen(path, "rb");
+    if (in == NULL) return errno == ENOENT ? 0 : (snprintf(err, 256, "--log-json %s: cannot read: "
+                                                           "%s", path, strerror(errno)), -1);
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* out = fopen(tmp, "wb");
+    if (out == NULL) {
+        snprintf(err, 256, "--log-json %s: cannot create %s.tmp: %s", path, path, strerror(errno));
+        fclose(in);
+        return -1;
+    }
+    char* line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int failed = 0;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        if (line[len - 1] != '\n') break;            /* a torn last line */
+        const char* s = strstr(line, "\"step\":");
+        if (s != NULL && atol(s + 7) >= start_step) continue;
+        if (fwrite(line, 1, (size_t)len, out) != (size_t)len) failed = 1;
+    }
+    free(line);
+    fclose(in);
+    if (fflush(out) != 0 || fsync(fileno(out)) != 0) failed = 1;
+    if (fclose(out) != 0) failed = 1;
+    fault_kill_point("log_truncate", -1);
+    if (failed || rename(tmp, path) != 0) {
+        snprintf(err, 256, "--log-json %s: cannot rewrite the log: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- stop signals --------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t stop_signal = 0;
+
+/* The first SIGINT/SIGTERM asks the loop to finish the step and save; a second one ends the
+ * process at once (a state write it interrupts leaves the previous state intact). */
+static void on_stop_signal(int sig) {
+    if (stop_signal != 0) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+}
+
+static void install_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const Options* o;
+    GPT* model;
+    DataLoader* loader;
+    uint32_t bad_consecutive;    /* non-finite steps in a row */
+    uint64_t bad_total;
+    int last_saved;              /* the step of the newest state written by this process, or -1 */
+} Run;
+
+/* DIR/model.bin: the weights of the newest state, as a model file. */
+static void save_run_model(Run* r) {
+    char mpath[4200], err[256];
+    snprintf(mpath, sizeof(mpath), "%s/model.bin", r->o->out_dir);
+    if (modelfile_save(r->model, mpath, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        exit(EXIT_BAD_INPUT);
+    }
+}
+
+/* Writes the state after `done` steps (and DIR/model.bin), then prunes. Exits on failure: a run
+ * that was asked to keep states does not go on without them. */
+static void save_state(Run* r, int done) {
+    const Options* o = r->o;
+    static StateInfo info;   /* 16 KiB of option text: not on the stack */
+    char path[4096] = "", err[256];
+    memset(&info, 0, sizeof(info));
+    info.step = (uint64_t)done;
+    info.master_seed = o->seed;
+    LoaderState ls = loader_get_state(r->loader);
+    info.loader.epoch = ls.epoch;
+    info.loader.pos = ls.pos;
+    info.loader.shuffle_seed = ls.shuffle_seed;
+    info.loader.num_windows = ls.num_windows;
+    info.loader.shuffle = ls.shuffle;
+    info.batch = r->loader->B;
+    info.seq = r->loader->T;
+    info.bad_consecutive = r->bad_consecutive;
+    info.bad_total = r->bad_total;
+    format_state_options(o, info.options, sizeof(info.options));
+    if (state_path(path, sizeof(path), o->out_dir, info.step) != 0 ||
+        state_save(path, r->model, &info, err) != 0) {
+        fprintf(stderr, "seedgpt: cannot save the training state: %s\n",
+                path[0] ? err : "--out path too long");
+        exit(EXIT_BAD_INPUT);
+    }
+    fault_kill_point("model_before", -1);
+    save_run_model(r);
+    fault_kill_point("model_saved", -1);
+    state_prune(o->out_dir, o->keep > 0 ? o->keep : INT32_MAX, info.step);   /* keep 0: all */
+    r->last_saved = done;
+    printf("saved %s\n", path);
+    fflush(stdout);
+}
+
 int main(int argc, char** argv) {
     if (argc >= 2 && !strcmp(argv[1], "prepare")) return prepare_main(argc - 2, argv + 2);
 
-    Options o;
-    parse_options(&o, argc, argv);
+    char err[256];
+    if (fault_check_env(err) != 0) { fprintf(stderr, "seedgpt: %s\n", err); return EXIT_BAD_INPUT; }
+
+    Options cmd, o;
+    const char* raw[NUM_FLAGS];
+    parse_options(&cmd, raw, argc, argv);
+    o = cmd;
+
+    /* resume: the newest state that loads, its options under the command line's */
+    static StateInfo resumed;
+    char state_file[4096] = "";
+    int resuming = cmd.resume_dir != NULL;
+    if (resuming) {
+        if (cmd.init_path != NULL) {
+            fprintf(stderr, "seedgpt: --init %s and --resume %s: the weights come from the state; "
+                    "drop --init\n", cmd.init_path, cmd.resume_dir);
+            return EXIT_BAD_INPUT;
+        }
+        pick_state(cmd.resume_dir, state_file, sizeof(state_file), &resumed);
+        static Options st;
+        static StateInfo text;   /* options_from_state splits the text in place; st points in */
+        text = resumed;
+        options_from_state(&st, &text, state_file);
+        merge_resumed_options(&o, &cmd, raw, &st, state_file);
+        if (o.out_dir == NULL) o.out_dir = cmd.resume_dir;
+        if (o.steps < (int)resumed.step) {
+            fprintf(stderr, "seedgpt: --steps %d is below the %llu steps the state %s has done\n",
+                    o.steps, (unsigned long long)resumed.step, state_file);
+            return EXIT_BAD_INPUT;
+        }
+        if (st.steps != o.steps && strcmp(o.lr_schedule, "constant") != 0)
+            printf("note: the %s schedule now spans %d steps (the state's run planned %d): the "
+                   "learning rate from step %llu on follows the new span\n", o.lr_schedule,
+                   o.steps, st.steps, (unsigned long long)resumed.step);
+        if (st.train_path != NULL && o.train_path != NULL && strcmp(st.train_path, o.train_path) != 0)
+            printf("note: --train %s differs from the state's %s; continuing at epoch %llu, "
+                   "window %llu of the new split\n", o.train_path, st.train_path,
+                   (unsigned long long)resumed.loader.epoch, (unsigned long long)resumed.loader.pos);
+    }
+    check_options(&o, raw);
+    if (o.log_json == NULL && o.out_dir != NULL) {
+        static char log_default[4200];
+        snprintf(log_default, sizeof(log_default), "%s/log.jsonl", o.out_dir);
+        o.log_json = log_default;
+        o.log_json_is_default = 1;   /* not stored: a resume into another --out logs there */
+    }
+
     if (o.threads > 0) omp_set_num_threads(o.threads);
     int threads = omp_get_max_threads();
     openblas_set_num_threads(threads);
 
-    char err[256];
     Tokenizer tok;
-    if (tokenizer_init(&tok, o.tokenizer, err) != 0) { fprintf(stderr, "seedgpt: %s\n", err); return 2; }
+    if (tokenizer_open(&tok, o.tokenizer, o.bpe_dir, err) != 0) { fprintf(stderr, "seedgpt: %s\n", err); return EXIT_BAD_INPUT; }
 
-    /* the model's configuration: from the file, or from the flags */
+    /* from here on errors leave through `cleanup`, which releases whatever was opened */
+    int rc = 0;
+    DataLoader train_loader, val_loader;
+    int train_open = 0, have_val = o.val_path != NULL, val_open = 0, model_built = 0;
+    GPT model;
+    FILE* jsonf = NULL;
+    int* inputs = NULL;
+    int* targets = NULL;
+
+    /* the model's configuration: from the state, the file, or the flags */
     GPTConfig cfg;
-    if (o.init_path != NULL) {
+    if (resuming) {
+        cfg = resumed.config;
+    } else if (o.init_path != NULL) {
         if (modelfile_read_config(o.init_path, &cfg, err) != 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
-            return 2;
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
         }
         if (o.vocab != 0 && o.vocab != cfg.vocab_size) {
             fprintf(stderr, "seedgpt: --vocab %d contradicts %s (vocab %d)\n", o.vocab,
                     o.init_path, cfg.vocab_size);
-            return 2;
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
         }
     } else {
         cfg.max_seq_len = o.seq_len;
@@ -309,58 +831,150 @@ int main(int argc, char** argv) {
         cfg.padded_vocab_size = gpt_pad_vocab(cfg.vocab_size);
         cfg.num_layers = o.layers;
         cfg.num_heads = o.heads;
-        cfg.num_kv_heads = o.kv_heads;
+        cfg.num_kv_heads = o.kv_heads ? o.kv_heads : o.heads;
         cfg.channels = o.embd;
         const char* problem = gpt_config_problem(&cfg);
-        if (problem != NULL) { fprintf(stderr, "seedgpt: model flags: %s\n", problem); return 2; }
+        if (problem != NULL) {
+            fprintf(stderr, "seedgpt: model flags: %s\n", problem);
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
+        }
     }
     if (cfg.vocab_size < tok.vocab_size) {
         fprintf(stderr, "seedgpt: model vocab %d is smaller than the %s tokenizer's %d\n",
                 cfg.vocab_size, tokenizer_name(&tok), tok.vocab_size);
-        return 2;
+        rc = EXIT_BAD_INPUT;
+        goto cleanup;
+    }
+    /* weights, gradients and AdamW's two moments must fit in memory: refuse, rather than die in
+     * the allocator (or in the kernel's OOM killer) */
+    {
+        size_t sizes[NUM_PARAMETER_TENSORS];
+        double P = 0;
+        gpt_param_sizes(&cfg, sizes);
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) P += (double)sizes[k];
+        double need = 16.0 * P, have = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
+        if (have > 0 && need > have) {
+            fprintf(stderr, "seedgpt: model (L%d C%d V%d maxT %d) has %.3g parameters: weights, "
+                    "gradients and AdamW moments need %.1f GiB, this machine has %.1f GiB\n",
+                    cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len, P,
+                    need / 1073741824.0, have / 1073741824.0);
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
+        }
     }
     int B = o.batch, T = o.seq ? o.seq : cfg.max_seq_len;
     if (T > cfg.max_seq_len) {
         fprintf(stderr, "seedgpt: --seq %d exceeds the model's maximum context %d\n", T,
                 cfg.max_seq_len);
-        return 2;
+        rc = EXIT_BAD_INPUT;
+        goto cleanup;
     }
 
-    DataLoader train_loader, val_loader;
+    /* the run folder: created if missing; a fresh run never writes into another run's states */
+    if (o.out_dir != NULL) {
+        if (make_dirs(o.out_dir) != 0) {
+            fprintf(stderr, "seedgpt: --out %s: cannot create the folder: %s\n", o.out_dir,
+                    strerror(errno));
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
+        }
+        int same_dir = resuming && strcmp(o.out_dir, cmd.resume_dir) == 0;
+        uint64_t* steps;
+        int n;
+        if (!same_dir && state_list(o.out_dir, &steps, &n, err) == 0) {
+            if (n > 0) {
+                fprintf(stderr, "seedgpt: --out %s already holds training states (newest: "
+                        "state_%08llu.bin): continue that run with --resume %s, or choose another "
+                        "folder\n", o.out_dir, (unsigned long long)steps[0], o.out_dir);
+                free(steps);
+                rc = EXIT_BAD_INPUT;
+                goto cleanup;
+            }
+            free(steps);
+        }
+    }
+
     uint64_t shuffle_seed = philox_stream_seed(o.seed, STREAM_SHUFFLE);
     if (loader_open(&train_loader, o.train_path, B, T, cfg.vocab_size, o.shuffle, shuffle_seed,
                     err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
-        return 2;
+        rc = EXIT_BAD_INPUT;
+        goto cleanup;
     }
-    int have_val = o.val_path != NULL;
-    if (have_val && loader_open(&val_loader, o.val_path, B, T, cfg.vocab_size, 0, 0, err) != 0) {
-        fprintf(stderr, "seedgpt: %s\n", err);
-        return 2;
+    train_open = 1;
+    if (have_val) {
+        if (loader_open(&val_loader, o.val_path, B, T, cfg.vocab_size, 0, 0, err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
+        }
+        val_open = 1;
     }
-
-    GPT model;
     if (gpt_build_policy(&model, &cfg, B, T, &o.policy, err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
-        return 2;
+        rc = EXIT_BAD_INPUT;
+        goto cleanup;
     }
-    if (o.init_path != NULL) {
+    model_built = 1;
+    Run run = {&o, &model, &train_loader, 0, 0, -1};
+    int start_step = 0;
+    if (resuming) {
+        if (state_load(state_file, &model, &resumed, err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
+        }
+        LoaderState ls;
+        memset(&ls, 0, sizeof(ls));
+        ls.epoch = resumed.loader.epoch;
+        ls.pos = resumed.loader.pos;
+        ls.shuffle_seed = resumed.loader.shuffle_seed;
+        ls.num_windows = resumed.loader.num_windows;
+        ls.shuffle = resumed.loader.shuffle;
+        if (ls.shuffle != o.shuffle || ls.shuffle_seed != shuffle_seed) {
+            fprintf(stderr, "seedgpt: %s: the loader state (shuffle %d, seed %llu) does not match "
+                    "the run's (shuffle %d, seed %llu)\n", state_file, (int)ls.shuffle,
+                    (unsigned long long)ls.shuffle_seed, o.shuffle,
+                    (unsigned long long)shuffle_seed);
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
+        }
+        if (loader_set_state(&train_loader, &ls, err) != 0) {
+            fprintf(stderr, "seedgpt: --resume %s: %s\n", state_file, err);
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
+        }
+        start_step = (int)resumed.step;
+        printf("resumed from %s: step %d, epoch %llu, window %llu\n", state_file, start_step,
+               (unsigned long long)resumed.loader.epoch, (unsigned long long)resumed.loader.pos);
+        fflush(stdout);
+        run.bad_consecutive = resumed.bad_consecutive;
+        run.bad_total = resumed.bad_total;
+        run.last_saved = start_step;
+    } else if (o.init_path != NULL) {
         if (modelfile_load(&model, o.init_path, err) != 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
-            return 2;
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
         }
     } else {
         gpt_init_weights(&model, o.seed);
     }
     gpt_set_dropout(&model, o.seed, o.embd_dropout, o.attn_dropout, o.resid_dropout);
 
-    FILE* jsonf = NULL;
     if (o.log_json != NULL) {
-        jsonf = fopen(o.log_json, "w");
+        if (resuming && truncate_log(o.log_json, start_step, err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
+        }
+        jsonf = fopen(o.log_json, resuming ? "a" : "w");
         if (jsonf == NULL) {
             fprintf(stderr, "seedgpt: --log-json %s: cannot open for writing (%s)\n", o.log_json,
                     strerror(errno));
-            return 2;
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
         }
     }
 
@@ -382,75 +996,124 @@ int main(int argc, char** argv) {
            mem.activations / 1048576.0, mem.recompute / 1048576.0, mem.scratch / 1048576.0);
     fflush(stdout);
 
-    int* inputs = mem_alloc((size_t)B * T * sizeof(int));
-    int* targets = mem_alloc((size_t)B * T * sizeof(int));
+    install_stop_signals();
+    inputs = mem_alloc((size_t)B * T * sizeof(int));
+    targets = mem_alloc((size_t)B * T * sizeof(int));
     double total_ms = 0.0;
     float last_loss = 0.0f;
-    for (int step = 0; step < o.steps; step++) {
+    int step = start_step;
+    for (; step < o.steps && stop_signal == 0; step++) {
         if (loader_next(&train_loader, inputs, targets) != 0) {
             fprintf(stderr, "seedgpt: %s\n", train_loader.err);
-            return 2;
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
         }
         double t0 = now_ms();
         float loss = gpt_forward(&model, inputs, targets, B, T, 0, (uint32_t)step, 1);
+        if (fault_fires("nan_loss", step)) loss = NAN;           /* test hook */
         gpt_zero_grad(&model);
         int mismatches = gpt_backward(&model, 1.0f / (B * T));
         if (mismatches > 0 && o.policy.check == CHECK_STOP) {
             fprintf(stderr, "seedgpt: stopping at step %d: the recompute check failed in %d "
                     "segment(s), first at layer %d (--recompute-check stop)\n", step, mismatches,
                     model.check_first_layer);
-            return 3;
+            rc = EXIT_RECOMPUTE_CHECK;
+            goto cleanup;
         }
+        if (fault_fires("nan_grad", step)) model.grads_memory[0] = NAN;   /* test hook */
         float norm = gpt_clip_grads(&model, (float)o.clip);
         double lr = lr_at(&o, step);
+        /* the guard: a non-finite loss or norm skips the update; the step and the loader have
+         * advanced all the same (DESIGN §2) */
         int finite = isfinite(loss) && isfinite(norm);
+        fault_kill_point("step_mid", step);
         if (finite) {
             gpt_adamw(&model, (float)lr, (float)o.beta1, (float)o.beta2, (float)o.eps,
                       (float)o.weight_decay, step + 1);
+            run.bad_consecutive = 0;
+        } else {
+            run.bad_consecutive++;
+            run.bad_total++;
         }
+        fault_kill_point("step_updated", step);
         double ms = now_ms() - t0;
         total_ms += ms;
         last_loss = loss;
-        if (!finite) printf("step %d: non-finite loss %g or grad norm %g; update skipped\n",
-                            step, loss, norm);
+        if (!finite) {
+            printf("step %d: non-finite loss %g or grad norm %g; update skipped (%u in a row, "
+                   "%llu in all)\n", step, loss, norm, run.bad_consecutive,
+                   (unsigned long long)run.bad_total);
+        }
         if (o.log_every > 0 && (step % o.log_every == 0 || step == o.steps - 1)) {
             printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n",
                    step, o.steps, loss, lr, norm, ms, B * T / (ms / 1e3));
             fflush(stdout);
         }
         if (jsonf != NULL) {
-            fprintf(jsonf, "{\"type\":\"train\",\"step\":%d,\"loss\":%.9g,\"grad_norm\":%.9g,"
-                           "\"lr\":%.9g,\"step_ms\":%.3f,\"peak_bytes\":%zu}\n",
-                    step, loss, norm, lr, ms, mem_stats().peak_bytes);
+            fprintf(jsonf, "{\"type\":\"train\",\"step\":%d", step);
+            json_float(jsonf, "loss", loss);
+            json_float(jsonf, "grad_norm", norm);
+            json_float(jsonf, "lr", lr);
+            fprintf(jsonf, ",\"step_ms\":%.3f,\"peak_bytes\":%zu%s}\n", ms, mem_stats().peak_bytes,
+                    finite ? "" : ",\"skipped\":true");
             fflush(jsonf);
+        }
+        fault_kill_point("step_logged", step);
+        if (o.max_bad_steps > 0 && run.bad_consecutive >= (uint32_t)o.max_bad_steps) {
+            fprintf(stderr, "seedgpt: stopping at step %d: %u consecutive steps with a non-finite "
+                    "loss or gradient norm (--max-bad-steps %d); nothing more is saved%s%s%s\n",
+                    step, run.bad_consecutive, o.max_bad_steps,
+                    o.out_dir ? " (the states already in " : "", o.out_dir ? o.out_dir : "",
+                    o.out_dir ? " stay)" : "");
+            rc = EXIT_NON_FINITE;
+            goto cleanup;
         }
         int last = step == o.steps - 1;
         if (have_val && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last)) {
             float vl = evaluate(&model, &val_loader, o.eval_batches, inputs, targets);
             printf("step %5d | val loss %.4f\n", step, vl);
             if (jsonf != NULL) {
-                fprintf(jsonf, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g}\n", step, vl);
+                fprintf(jsonf, "{\"type\":\"eval\",\"step\":%d", step);
+                json_float(jsonf, "val_loss", vl);
+                fprintf(jsonf, "}\n");
                 fflush(jsonf);
             }
         }
+        if (o.out_dir != NULL && o.save_every > 0 && (step + 1) % o.save_every == 0 && !last)
+            save_state(&run, step + 1);
+        if (fault_fires("sigterm", step)) raise(SIGTERM);        /* test hook */
     }
-    if (o.steps > 0) {
-        printf("done: %d steps, final loss %.4f, mean %.1f ms/step\n", o.steps, last_loss,
-               total_ms / o.steps);
+    int done = step;
+    if (done > start_step) {
+        printf("done: %d steps%s, final loss %.4f, mean %.1f ms/step\n", done,
+               done < o.steps ? " (stopped early)" : "", last_loss,
+               total_ms / (done - start_step));
+    } else if (resuming) {
+        printf("nothing to train: the state is at step %d of %d\n", start_step, o.steps);
     }
+    if (o.out_dir != NULL && run.last_saved != done) save_state(&run, done);
+    /* a crash between a state's rename and its model.bin leaves the model file one state behind */
+    else if (o.out_dir != NULL && done == start_step) save_run_model(&run);
     if (o.save_path != NULL) {
         if (modelfile_save(&model, o.save_path, err) != 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
-            return 2;
+            rc = EXIT_BAD_INPUT;
+            goto cleanup;
         }
         printf("saved %s\n", o.save_path);
     }
+    if (stop_signal != 0 && done < o.steps) {
+        printf("stopped by %s after step %d%s\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+               done - 1, o.out_dir ? " (state saved)" : "");
+        rc = 128 + stop_signal;
+    }
+cleanup:
     if (jsonf != NULL) fclose(jsonf);
     mem_free(inputs);
     mem_free(targets);
-    loader_close(&train_loader);
-    if (have_val) loader_close(&val_loader);
-    gpt_free(&model);
+    if (train_open) loader_close(&train_loader);
+    if (val_open) loader_close(&val_loader);
+    if (model_built) gpt_free(&model);
     tokenizer_free(&tok);
-    return 0;
+    return rc;
 }

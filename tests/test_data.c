@@ -137,14 +137,15 @@ static void test_tokenizer(void) {
            "byte_tokenizer_eot_decodes_to_nothing_bad_ids_refused",
            "eot -> %d bytes, 257 -> %d, -1 -> %d, cap 0 -> %d", weot, wbig, wneg, wcap);
 
-    char err[256] = "";
+    char err[256] = "", nobpe[300];
     Tokenizer t2;
-    int rg = tokenizer_init(&t2, "gpt2", err);
-    int gpt2_msg = contains(err, "gpt2 tokenizer not built yet");
+    path_in(nobpe, sizeof(nobpe), "no_bpe_files_here");
+    int rg = tokenizer_open(&t2, "gpt2", nobpe, err);
+    int gpt2_msg = contains(err, nobpe) && contains(err, "encoder.json");
     int rb = tokenizer_init(&t2, "byte", err);
     int rx = tokenizer_init(&t2, "bogus", err);
     expect(rg != 0 && gpt2_msg && rb == 0 && t2.vocab_size == 257 && rx != 0 && contains(err, "bogus"),
-           "tokenizer_init_by_name_byte_ok_gpt2_and_unknown_refused",
+           "tokenizer_by_name_byte_ok_gpt2_without_its_files_and_unknown_refused",
            "gpt2 rc %d (message ok %d), byte rc %d, bogus rc %d: \"%s\"", rg, gpt2_msg, rb, rx, err);
 }
 
@@ -710,10 +711,12 @@ static void test_prepare(void) {
     expect(rc == 0 && contains(msg, "usage") && contains(msg, "round((1-F)*n)"),
            "prepare_help_prints_usage_and_split_rule", "rc %d, %zu chars", rc, strlen(msg));
 
-    const char* ag[] = {"--tokenizer", "gpt2", docs[0], out3};
-    rc = run_prepare(4, ag, msg, sizeof(msg));
-    expect(rc == 2 && contains(msg, "gpt2 tokenizer not built yet") && !strchr(msg, '\n'),
-           "prepare_refuses_gpt2_tokenizer_for_now", "rc %d: \"%s\"", rc, msg);
+    char nobpe[300];
+    path_in(nobpe, sizeof(nobpe), "no_bpe_files_here");
+    const char* ag[] = {"--tokenizer", "gpt2", "--bpe-dir", nobpe, docs[0], out3};
+    rc = run_prepare(6, ag, msg, sizeof(msg));
+    expect(rc == 2 && contains(msg, "encoder.json") && contains(msg, "get_gpt2_bpe.sh") && !strchr(msg, '\n'),
+           "prepare_refuses_gpt2_without_its_files_in_one_line", "rc %d: \"%s\"", rc, msg);
 
     const char* af[] = {"--val-fraction", "0.1", docs[0], out3};
     rc = run_prepare(4, af, msg, sizeof(msg));

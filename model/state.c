@@ -1,0 +1,665 @@
+/* model/state.c — the training-state file (model/state.h; byte layout in docs/formats.md), the
+ * state files of a run folder, and the crash tests' fault points.
+ *
+ * Owns: the state header and its checks, the CRC32 (zlib's) over the whole file, the
+ * tmp + fsync + rename discipline for writing one, and the finiteness check on both sides.
+ * May not: print, exit (except the deliberate SIGKILL of a fault point), or know data/.
+ */
+#include "model/state.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* Header offsets (bytes). Everything little-endian; the host must be too (checked). */
+enum {
+    O_MAGIC = 0,            /* char[8] "SEEDSTAT" */
+    O_VERSION = 8,          /* u32 */
+    O_HEADER_BYTES = 12,    /* u32 = 256 */
+    O_CONFIG = 16,          /* i32 x 7: maxT, V, Vp, L, NH, NKV, C */
+    O_RESERVED0 = 44,       /* u32 = 0 */
+    O_PARAMS = 48,          /* u64 P: floats in each of weights, m, v */
+    O_STEP = 56,            /* u64 */
+    O_SEED = 64,            /* u64 master seed */
+    O_EPOCH = 72,           /* u64 loader */
+    O_POS = 80,             /* u64 loader */
+    O_SHUFFLE_SEED = 88,    /* u64 loader */
+    O_WINDOWS = 96,         /* u64 loader */
+    O_SHUFFLE = 104,        /* i32 loader */
+    O_BATCH = 108,          /* i32 B */
+    O_SEQ = 112,            /* i32 T */
+    O_BAD_RUN = 116,        /* u32 consecutive non-finite steps */
+    O_BAD_TOTAL = 120,      /* u64 */
+    O_OPTIONS_BYTES = 128,  /* u64 */
+    O_RESERVED = 136        /* bytes 136..255 = 0 */
+};
+
+static int host_is_little_endian(void) {
+    const uint16_t probe = 1;
+    return *(const unsigned char*)&probe == 1;
+}
+
+static void set_err(char err[256], const char* fmt, ...) {
+    if (!err) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, 256, fmt, ap);
+    va_end(ap);
+}
+
+static uint32_t get_u32(const unsigned char* h, int off) { uint32_t v; memcpy(&v, h + off, 4); return v; }
+static int32_t get_i32(const unsigned char* h, int off) { int32_t v; memcpy(&v, h + off, 4); return v; }
+static uint64_t get_u64(const unsigned char* h, int off) { uint64_t v; memcpy(&v, h + off, 8); return v; }
+static void put_u32(unsigned char* h, int off, uint32_t v) { memcpy(h + off, &v, 4); }
+static void put_i32(unsigned char* h, int off, int32_t v) { memcpy(h + off, &v, 4); }
+static void put_u64(unsigned char* h, int off, uint64_t v) { memcpy(h + off, &v, 8); }
+
+/* zlib's crc32 takes a 32-bit length: feed big buffers in pieces. */
+static uint32_t crc_update(uint32_t crc, const void* buf, size_t n) {
+    const unsigned char* p = buf;
+    while (n > 0) {
+        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = (uint32_t)crc32(crc, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+    return crc;
+}
+
+static size_t sum_param_sizes(const GPTConfig* c) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    gpt_param_sizes(c, sizes);
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) n += sizes[k];
+    return n;
+}
+
+/* The three arrays of a state, tensor by tensor: weights, then m, then v, each in llm.c order.
+ * m and v sit at the weights' offsets inside their own allocations. */
+static float* array_tensor(const GPT* m, int which, int k) {
+    float* p[NUM_PARAMETER_TENSORS];
+    memcpy(p, &m->params, sizeof(p));
+    size_t off = (size_t)(p[k] - m->params_memory);
+    float* base = which == 0 ? m->params_memory : which == 1 ? m->m_memory : m->v_memory;
+    return base + off;
+}
+static const char* const array_names[3] = {"weights", "AdamW m", "AdamW v"};
+
+/* The first non-finite value of the three arrays: 0 if none, else -1 with err. */
+static int check_finite(const GPT* m, const char* path, const char* when, char err[256]) {
+    for (int which = 0; which < 3; which++) {
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            const float* t = array_tensor(m, which, k);
+            for (size_t i = 0; i < m->param_sizes[k]; i++) {
+                if (!isfinite(t[i])) {
+                    set_err(err, "%s: %s: %s tensor %s element %zu is %g (a state never holds a "
+                            "non-finite value)", path, when, array_names[which], gpt_param_names[k],
+                            i, (double)t[i]);
+                    return -1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static void sync_dir(const char* dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+static void sync_parent_dir(const char* path) {
+    char dir[4096];
+    const char* slash = strrchr(path, '/');
+    if (slash == NULL) {
+        strcpy(dir, ".");
+    } else if (slash == path) {
+        strcpy(dir, "/");
+    } else {
+        size_t n = (size_t)(slash - path);
+        if (n >= sizeof(dir)) return;
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    sync_dir(dir);
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+static int write_crc(FILE* f, const void* buf, size_t n, uint32_t* crc) {
+    *crc = crc_update(*crc, buf, n);
+    return fwrite(buf, 1, n, f) == n ? 0 : -1;
+}
+
+int state_save(const char* path, const GPT* m, const StateInfo* info, char err[256]) {
+    if (!host_is_little_endian()) {
+        set_err(err, "%s: state files are little-endian; this host is not", path);
+        return -1;
+    }
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+        set_err(err, "%s: path too long", path);
+        return -1;
+    }
+    size_t opt_len = strnlen(info->options, STATE_MAX_OPTIONS + 1);
+    if (opt_len > STATE_MAX_OPTIONS) {
+        set_err(err, "%s: option text longer than %d bytes", path, STATE_MAX_OPTIONS);
+        return -1;
+    }
+    if (check_finite(m, path, "refusing to save", err) != 0) return -1;
+
+    const GPTConfig* c = &m->config;
+    unsigned char h[STATE_HEADER_BYTES];
+    memset(h, 0, sizeof(h));
+    memcpy(h + O_MAGIC, STATE_MAGIC, 8);
+    put_u32(h, O_VERSION, STATE_VERSION);
+    put_u32(h, O_HEADER_BYTES, STATE_HEADER_BYTES);
+    int32_t cf[7] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers,
+                     c->num_heads, c->num_kv_heads, c->channels};
+    for (int i = 0; i < 7; i++) put_i32(h, O_CONFIG + 4 * i, cf[i]);
+    put_u64(h, O_PARAMS, sum_param_sizes(c));
+    put_u64(h, O_STEP, info->step);
+    put_u64(h, O_SEED, info->master_seed);
+    put_u64(h, O_EPOCH, info->loader.epoch);
+    put_u64(h, O_POS, info->loader.pos);
+    put_u64(h, O_SHUFFLE_SEED, info->loader.shuffle_seed);
+    put_u64(h, O_WINDOWS, info->loader.num_windows);
+    put_i32(h, O_SHUFFLE, info->loader.shuffle);
+    put_i32(h, O_BATCH, info->batch);
+    put_i32(h, O_SEQ, info->seq);
+    put_u32(h, O_BAD_RUN, info->bad_consecutive);
+    put_u64(h, O_BAD_TOTAL, info->bad_total);
+    put_u64(h, O_OPTIONS_BYTES, opt_len);
+
+    FILE* f = fopen(tmp, "wb");
+    if (f == NULL) {
+        set_err(err, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+        return -1;
+    }
+    fault_kill_point("state_open", -1);
+    const char* failed = NULL;
+    uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+    if (write_crc(f, h, sizeof(h), &crc) != 0 || fflush(f) != 0) failed = "write";
+    fault_kill_point("state_header", -1);
+    if (failed == NULL && write_crc(f, info->options, opt_len, &crc) != 0) failed = "write";
+    for (int which = 0; which < 3 && failed == NULL; which++) {
+        for (int k = 0; k < NUM_PARAMETER_TENSORS && failed == NULL; k++) {
+            if (write_crc(f, array_tensor(m, which, k), m->param_sizes[k] * sizeof(float), &crc) != 0)
+                failed = "write";
+        }
+        if (which == 0) {   /* the weights are out, the moments not yet */
+            if (failed == NULL && fflush(f) != 0) failed = "write";
+            fault_kill_point("state_payload", -1);
+        }
+    }
+    unsigned char trailer[4];
+    put_u32(trailer, 0, crc);
+    if (failed == NULL && fwrite(trailer, 1, 4, f) != 4) failed = "write";
+    if (failed == NULL && fflush(f) != 0) failed = "write";
+    fault_kill_point("state_written", -1);
+    if (failed == NULL && fsync(fileno(f)) != 0) failed = "fsync";
+    int saved_errno = errno;
+    if (fclose(f) != 0 && failed == NULL) { failed = "close"; saved_errno = errno; }
+    if (failed == NULL) fault_kill_point("state_fsynced", -1);
+    if (failed == NULL && rename(tmp, path) != 0) { failed = "rename"; saved_errno = errno; }
+    if (failed != NULL) {
+        unlink(tmp);
+        set_err(err, "%s: %s of %s failed: %s (the previous file, if any, is untouched)", path,
+                failed, tmp, strerror(saved_errno));
+        return -1;
+    }
+    fault_kill_point("state_renamed", -1);
+    sync_parent_dir(path);
+    return 0;
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+static int read_full(FILE* f, void* buf, size_t n) { return fread(buf, 1, n, f) == n ? 0 : -1; }
+
+/* Checks the 256 header bytes of a file of `size` bytes and fills info (options not yet). */
+static int parse_header(const unsigned char* h, long long size, const char* path, StateInfo* info,
+                        char err[256]) {
+    if (memcmp(h + O_MAGIC, STATE_MAGIC, 8) != 0) {
+        char shown[9];
+        for (int i = 0; i < 8; i++) shown[i] = h[i] >= 32 && h[i] < 127 ? (char)h[i] : '?';
+        shown[8] = '\0';
+        set_err(err, "%s: bad magic \"%s\" (expected \"%s\"): not a seedgpt training state", path,
+                shown, STATE_MAGIC);
+        return -1;
+    }
+    uint32_t version = get_u32(h, O_VERSION);
+    if (version != STATE_VERSION) {
+        set_err(err, "%s: state file version %u, this build reads version %d", path, version,
+                STATE_VERSION);
+        return -1;
+    }
+    uint32_t hb = get_u32(h, O_HEADER_BYTES);
+    if (hb != STATE_HEADER_BYTES) {
+        set_err(err, "%s: header size %u, expected %d", path, hb, STATE_HEADER_BYTES);
+        return -1;
+    }
+    if (get_u32(h, O_RESERVED0) != 0) {
+        set_err(err, "%s: reserved header bytes %d..%d are not 0", path, O_RESERVED0, O_RESERVED0 + 3);
+        return -1;
+    }
+    for (int i = O_RESERVED; i < STATE_HEADER_BYTES; i++) {
+        if (h[i] != 0) {
+            set_err(err, "%s: reserved header byte %d is %d, must be 0 in version %d", path, i,
+                    h[i], STATE_VERSION);
+            return -1;
+        }
+    }
+    GPTConfig c;
+    c.max_seq_len = get_i32(h, O_CONFIG + 0);
+    c.vocab_size = get_i32(h, O_CONFIG + 4);
+    c.padded_vocab_size = get_i32(h, O_CONFIG + 8);
+    c.num_layers = get_i32(h, O_CONFIG + 12);
+    c.num_heads = get_i32(h, O_CONFIG + 16);
+    c.num_kv_heads = get_i32(h, O_CONFIG + 20);
+    c.channels = get_i32(h, O_CONFIG + 24);
+    const char* problem = gpt_config_problem(&c);
+    if (problem != NULL) {
+        set_err(err, "%s: bad configuration in header (maxT %d, V %d, Vp %d, L %d, NH %d, NKV %d, "
+                "C %d): %s", path, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers,
+                c.num_heads, c.num_kv_heads, c.channels, problem);
+        return -1;
+    }
+    uint64_t P = get_u64(h, O_PARAMS);
+    size_t want_P = sum_param_sizes(&c);
+    if (P != want_P) {
+        set_err(err, "%s: inconsistent header: %llu parameters, the configuration has %zu", path,
+                (unsigned long long)P, want_P);
+        return -1;
+    }
+    info->config = c;
+    info->num_parameters = P;
+    info->step = get_u64(h, O_STEP);
+    info->master_seed = get_u64(h, O_SEED);
+    info->loader.epoch = get_u64(h, O_EPOCH);
+    info->loader.pos = get_u64(h, O_POS);
+    info->loader.shuffle_seed = get_u64(h, O_SHUFFLE_SEED);
+    info->loader.num_windows = get_u64(h, O_WINDOWS);
+    info->loader.shuffle = get_i32(h, O_SHUFFLE);
+    info->batch = get_i32(h, O_BATCH);
+    info->seq = get_i32(h, O_SEQ);
+    info->bad_consecutive = get_u32(h, O_BAD_RUN);
+    info->bad_total = get_u64(h, O_BAD_TOTAL);
+    uint64_t opt_len = get_u64(h, O_OPTIONS_BYTES);
+    if (info->step > INT32_MAX) {
+        set_err(err, "%s: bad header: step %llu (at most %d)", path,
+                (unsigned long long)info->step, INT32_MAX);
+        return -1;
+    }
+    if (info->batch < 1 || info->seq < 1 || info->seq > c.max_seq_len) {
+        set_err(err, "%s: bad header: batch %d x seq %d (both >= 1, seq <= maxT %d)", path,
+                info->batch, info->seq, c.max_seq_len);
+        return -1;
+    }
+    const StateLoader* l = &info->loader;
+    if (l->num_windows == 0 || l->pos >= l->num_windows || (l->shuffle != 0 && l->shuffle != 1)) {
+        set_err(err, "%s: bad header: loader position %llu of %llu windows, shuffle %d", path,
+                (unsigned long long)l->pos, (unsigned long long)l->num_windows, (int)l->shuffle);
+        return -1;
+    }
+    if (info->bad_total > info->step || info->bad_consecutive > info->bad_total) {
+        set_err(err, "%s: inconsistent header: %u consecutive and %llu total non-finite steps in "
+                "%llu steps", path, info->bad_consecutive, (unsigned long long)info->bad_total,
+                (unsigned long long)info->step);
+        return -1;
+    }
+    if (opt_len > STATE_MAX_OPTIONS) {
+        set_err(err, "%s: bad header: %llu bytes of option text (at most %d)", path,
+                (unsigned long long)opt_len, STATE_MAX_OPTIONS);
+        return -1;
+    }
+    /* P <= 2^40 (gpt_config_problem), so the size fits easily in 64 bits */
+    long long expected = STATE_HEADER_BYTES + (long long)opt_len + 12LL * (long long)P + 4;
+    if (size != expected) {
+        set_err(err, "%s: %s: file has %lld bytes, the header promises %lld (256 + %llu option "
+                "bytes + 3 x 4 x %llu parameters + 4)", path,
+                size < expected ? "truncated" : "oversized, trailing bytes", size, expected,
+                (unsigned long long)opt_len, (unsigned long long)P);
+        return -1;
+    }
+    return 0;
+}
+
+/* Opens path and checks the header and size; leaves f positioned after the header. */
+static FILE* open_checked(const char* path, StateInfo* info, unsigned char h[STATE_HEADER_BYTES],
+                          char err[256]) {
+    if (!host_is_little_endian()) {
+        set_err(err, "%s: state files are little-endian; this host is not", path);
+        return NULL;
+    }
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        set_err(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        set_err(err, "%s: not a regular file", path);
+        fclose(f);
+        return NULL;
+    }
+    long long size = (long long)st.st_size;
+    if (size < STATE_HEADER_BYTES || read_full(f, h, STATE_HEADER_BYTES) != 0) {
+        set_err(err, "%s: truncated: file has %lld bytes, the state header alone is %d", path,
+                size, STATE_HEADER_BYTES);
+        fclose(f);
+        return NULL;
+    }
+    if (parse_header(h, size, path, info, err) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    return f;
+}
+
+/* Reads the option text (after the header) into info->options and checks it is text. */
+static int read_options(FILE* f, const unsigned char* h, const char* path, StateInfo* info,
+                        uint32_t* crc, char err[256]) {
+    size_t n = (size_t)get_u64(h, O_OPTIONS_BYTES);
+    if (read_full(f, info->options, n) != 0) {
+        set_err(err, "%s: read error in the option text", path);
+        return -1;
+    }
+    info->options[n] = '\0';
+    *crc = crc_update(*crc, info->options, n);
+    if (strlen(info->options) != n) {
+        set_err(err, "%s: option text holds a NUL byte", path);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_trailer(FILE* f, const char* path, uint32_t crc, char err[256]) {
+    unsigned char t[4];
+    if (read_full(f, t, 4) != 0) {
+        set_err(err, "%s: read error at the checksum", path);
+        return -1;
+    }
+    uint32_t stored = get_u32(t, 0);
+    if (stored != crc) {
+        set_err(err, "%s: checksum mismatch: stored CRC32 0x%08x, contents give 0x%08x (corrupted "
+                "file)", path, stored, crc);
+        return -1;
+    }
+    return 0;
+}
+
+int state_read_info(const char* path, StateInfo* info, char err[256]) {
+    unsigned char h[STATE_HEADER_BYTES];
+    memset(info, 0, sizeof(*info));
+    FILE* f = open_checked(path, info, h, err);
+    if (f == NULL) return -1;
+    uint32_t crc = crc_update((uint32_t)crc32(0L, Z_NULL, 0), h, sizeof(h));
+    if (read_options(f, h, path, info, &crc, err) != 0) { fclose(f); return -1; }
+    /* the payload: 12 P bytes, streamed through the CRC */
+    size_t left = (size_t)info->num_parameters * 12;
+    enum { CHUNK = 1 << 20 };
+    unsigned char* buf = malloc(CHUNK);
+    if (buf == NULL) { set_err(err, "%s: out of memory", path); fclose(f); return -1; }
+    while (left > 0) {
+        size_t n = left < CHUNK ? left : CHUNK;
+        if (read_full(f, buf, n) != 0) {
+            set_err(err, "%s: read error in the tensors (file changed while reading?)", path);
+            free(buf);
+            fclose(f);
+            return -1;
+        }
+        crc = crc_update(crc, buf, n);
+        left -= n;
+    }
+    free(buf);
+    int rc = check_trailer(f, path, crc, err);
+    fclose(f);
+    return rc;
+}
+
+/* Names the first configuration field that differs. */
+static int config_mismatch(const GPTConfig* file, const GPTConfig* model, const char* path,
+                           char err[256]) {
+    const char* names[7] = {"max_seq_len (maxT)", "vocab_size (V)", "padded_vocab_size (Vp)",
+                            "num_layers (L)", "num_heads (NH)", "num_kv_heads (NKV)",
+                            "channels (C)"};
+    int fv[7] = {file->max_seq_len, file->vocab_size, file->padded_vocab_size, file->num_layers,
+                 file->num_heads, file->num_kv_heads, file->channels};
+    int mv[7] = {model->max_seq_len, model->vocab_size, model->padded_vocab_size,
+                 model->num_layers, model->num_heads, model->num_kv_heads, model->channels};
+    for (int i = 0; i < 7; i++) {
+        if (fv[i] != mv[i]) {
+            set_err(err, "%s: configuration mismatch: %s is %d in the state but %d in the model",
+                    path, names[i], fv[i], mv[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int state_load(const char* path, GPT* m, StateInfo* info, char err[256]) {
+    if (state_read_info(path, info, err) != 0) return -1;
+    if (config_mismatch(&info->config, &m->config, path, err) != 0) return -1;
+    /* second pass: into the model, the CRC again (the file may have changed in between) */
+    unsigned char h[STATE_HEADER_BYTES];
+    StateInfo again;
+    FILE* f = open_checked(path, &again, h, err);
+    if (f == NULL) return -1;
+    uint32_t crc = crc_update((uint32_t)crc32(0L, Z_NULL, 0), h, sizeof(h));
+    if (read_options(f, h, path, &again, &crc, err) != 0) { fclose(f); return -1; }
+    for (int which = 0; which < 3; which++) {
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            float* t = array_tensor(m, which, k);
+            size_t n = m->param_sizes[k] * sizeof(float);
+            if (read_full(f, t, n) != 0) {
+                set_err(err, "%s: read error in %s tensor %s", path, array_names[which],
+                        gpt_param_names[k]);
+                fclose(f);
+                return -1;
+            }
+            crc = crc_update(crc, t, n);
+        }
+    }
+    int rc = check_trailer(f, path, crc, err);
+    fclose(f);
+    if (rc != 0) return -1;
+    if (memcmp(&again.config, &info->config, sizeof(GPTConfig)) != 0 || again.step != info->step) {
+        set_err(err, "%s: the file changed while it was being read", path);
+        return -1;
+    }
+    return check_finite(m, path, "refusing to load", err);
+}
+
+/* ---- state files in a run folder ---------------------------------------------------------- */
+
+int state_path(char* out, size_t cap, const char* dir, uint64_t step) {
+    int n = snprintf(out, cap, "%s/state_%08llu.bin", dir, (unsigned long long)step);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* "state_<digits>.bin" -> step; 0 on a match. */
+static int parse_state_name(const char* name, uint64_t* step) {
+    if (strncmp(name, "state_", 6) != 0) return -1;
+    const char* d = name + 6;
+    size_t nd = strspn(d, "0123456789");
+    if (nd == 0 || nd > 19 || strcmp(d + nd, ".bin") != 0) return -1;
+    uint64_t v = 0;
+    for (size_t i = 0; i < nd; i++) v = v * 10 + (uint64_t)(d[i] - '0');
+    *step = v;
+    return 0;
+}
+
+static int cmp_desc(const void* a, const void* b) {
+    uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int state_list(const char* dir, uint64_t** steps, int* n, char err[256]) {
+    *steps = NULL;
+    *n = 0;
+    DIR* d = opendir(dir);
+    if (d == NULL) {
+        set_err(err, "%s: cannot read the folder: %s", dir, strerror(errno));
+        return -1;
+    }
+    int cap = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        uint64_t s;
+        if (parse_state_name(e->d_name, &s) != 0) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            uint64_t* grown = realloc(*steps, (size_t)cap * sizeof(uint64_t));
+            if (grown == NULL) {
+                free(*steps);
+                *steps = NULL;
+                *n = 0;
+                closedir(d);
+                set_err(err, "%s: out of memory listing states", dir);
+                return -1;
+            }
+            *steps = grown;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    if (*n > 1) qsort(*steps, (size_t)*n, sizeof(uint64_t), cmp_desc);
+    return 0;
+}
+
+int state_prune(const char* dir, int keep, uint64_t current) {
+    uint64_t* steps;
+    int n, removed = 0, kept = 0;
+    char path[4096];
+    if (state_list(dir, &steps, &n, NULL) == 0) {
+        for (int i = 0; i < n; i++) {
+            if (steps[i] > current) continue;        /* not ours to judge */
+            if (kept < keep) { kept++; continue; }
+            if (state_path(path, sizeof(path), dir, steps[i]) == 0 && unlink(path) == 0) {
+                removed++;
+                fault_kill_point("state_prune", -1);
+            }
+        }
+        free(steps);
+    }
+    /* temporary files of interrupted saves */
+    DIR* d = opendir(dir);
+    if (d != NULL) {
+        struct dirent* e;
+        while ((e = readdir(d)) != NULL) {
+            size_t len = strlen(e->d_name);
+            if (strncmp(e->d_name, "state_", 6) == 0 && len > 8 &&
+                strcmp(e->d_name + len - 8, ".bin.tmp") == 0 &&
+                snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) < (int)sizeof(path) &&
+                unlink(path) == 0) {
+                removed++;
+            }
+        }
+        closedir(d);
+    }
+    sync_dir(dir);
+    return removed;
+}
+
+/* ---- fault points ------------------------------------------------------------------------- */
+
+#define MAX_FAULTS 16
+typedef struct {
+    char name[40];
+    long lo, hi;     /* fires for lo <= index <= hi */
+    long hits;       /* times this process reached the point */
+} Fault;
+static Fault faults[MAX_FAULTS];
+static int num_faults = -1;   /* -1: SEEDGPT_FAULT not read yet */
+
+/* Parses spec into faults; 0, or -1 with err. */
+static int parse_faults(const char* spec, Fault* out, int* n, char err[256]) {
+    *n = 0;
+    const char* p = spec;
+    while (*p) {
+        if (*n == MAX_FAULTS) {
+            set_err(err, "SEEDGPT_FAULT: more than %d entries", MAX_FAULTS);
+            return -1;
+        }
+        Fault* f = &out[*n];
+        memset(f, 0, sizeof(*f));
+        size_t nl = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        if (nl == 0 || nl >= sizeof(f->name) || p[nl] != ':') {
+            set_err(err, "SEEDGPT_FAULT \"%s\": expected NAME:N or NAME:N-M, comma separated", spec);
+            return -1;
+        }
+        memcpy(f->name, p, nl);
+        p += nl + 1;
+        char* end;
+        errno = 0;
+        long lo = strtol(p, &end, 10), hi;
+        if (end == p || *p == '-' || *p == '+' || errno != 0 || lo < 0) {
+            set_err(err, "SEEDGPT_FAULT \"%s\": bad number after %s:", spec, f->name);
+            return -1;
+        }
+        p = end;
+        hi = lo;
+        if (*p == '-') {
+            p++;
+            errno = 0;
+            hi = strtol(p, &end, 10);
+            if (end == p || *p == '-' || *p == '+' || errno != 0 || hi < lo) {
+                set_err(err, "SEEDGPT_FAULT \"%s\": bad range after %s:", spec, f->name);
+                return -1;
+            }
+            p = end;
+        }
+        f->lo = lo;
+        f->hi = hi;
+        (*n)++;
+        if (*p == ',' && p[1] != '\0') p++;
+        else if (*p != '\0') {
+            set_err(err, "SEEDGPT_FAULT \"%s\": unexpected '%c'", spec, *p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int fault_check_env(char err[256]) {
+    const char* spec = getenv("SEEDGPT_FAULT");
+    if (spec == NULL) return 0;
+    Fault tmp[MAX_FAULTS];
+    int n;
+    return parse_faults(spec, tmp, &n, err);
+}
+
+int fault_fires(const char* name, long index) {
+    if (num_faults < 0) {
+        const char* spec = getenv("SEEDGPT_FAULT");
+        if (spec == NULL || parse_faults(spec, faults, &num_faults, NULL) != 0) num_faults = 0;
+    }
+    int fires = 0;
+    for (int i = 0; i < num_faults; i++) {
+        Fault* f = &faults[i];
+        if (strcmp(f->name, name) != 0) continue;
+        long at = index >= 0 ? index : ++f->hits;
+        if (at >= f->lo && at <= f->hi) fires = 1;
+    }
+    return fires;
+}
+
+void fault_kill_point(const char* name, long index) {
+    if (fault_fires(name, index)) {
+        fflush(stdout);   /* the diagnostics so far; no other stream: a real kill flushes nothing */
+        raise(SIGKILL);
+    }
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# tests/fuzz/run.sh [SECONDS] — builds the libFuzzer targets of tests/fuzz/ with clang
+# (-fsanitize=fuzzer,address,undefined; UBSan findings abort) into $BUILD/fuzz, seeds each with
+# real files made by ./train, and runs each for SECONDS (default 60). Targets: shard, modelfile,
+# state (fuzz_*.c), tokenizer (names and text through prepare) and, where data/bpe.c exists, bpe
+# (GPT-2's encoder.json + vocab.bpe). One line per target:
+# "ok   fuzz_NAME_...: N executions in S s, corpus C inputs" or FAIL with the crashing input saved
+# under $BUILD/fuzz/artifacts. Without clang's libFuzzer the targets report SKIP.
+#   make fuzz               60 s per target (FUZZ_SECONDS=...)
+#   make test               runs it with 10 s per target
+set -u
+cd "$(dirname "$0")/../.."
+SECONDS_PER=${1:-60}
+B=${BUILD:-build}/fuzz
+TRAIN=${SEEDGPT_TRAIN:-./train}
+CLANG=${FUZZ_CC:-clang}
+TARGETS=(shard modelfile state tokenizer)
+LIBS=(-lopenblas -lm -lz)
+TOKENIZER_SRC="data/tokenizer.c data/prepare.c data/shards.c"
+if [ -f data/bpe.c ]; then   # GPT-2's BPE: its files are a loader too
+    TARGETS+=(bpe)
+    TOKENIZER_SRC+=" data/bpe.c"
+    LIBS+=(-lcjson -lpcre2-8)
+fi
+export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
+
+probe=$(mktemp -d)
+printf 'int LLVMFuzzerTestOneInput(const char* d, unsigned long n) { return 0; }\n' > "$probe/p.c"
+if ! command -v "$CLANG" > /dev/null 2>&1 ||
+   ! "$CLANG" -fsanitize=fuzzer,address,undefined -o "$probe/p" "$probe/p.c" > /dev/null 2>&1; then
+    for t in "${TARGETS[@]}"; do
+        echo "SKIP fuzz_${t}: no clang with libFuzzer (Debian: clang-14 and libclang-rt-14-dev)"
+    done
+    rm -rf "$probe"
+    exit 0
+fi
+rm -rf "$probe"
+
+# ---- build: project sources once, instrumented for coverage, ASan and UBSan
+CFLAGS=(-std=c11 -g -O1 -fno-omit-frame-pointer -fopenmp -D_GNU_SOURCE -I.
+        -fno-sanitize-recover=undefined -Wall -Wno-unused-parameter -Wno-pass-failed)
+mkdir -p "$B/obj" "$B/artifacts"
+newest_header=$(ls -t model/*.h data/*.h attention/*.h checkpoint/*.h tests/fuzz/*.h | head -1)
+obj() {   # obj SRC -> prints the object, building it when out of date
+    local o="$B/obj/$(echo "$1" | tr / _).o"
+    if [ ! -f "$o" ] || [ "$1" -nt "$o" ] || [ "$newest_header" -nt "$o" ]; then
+        "$CLANG" "${CFLAGS[@]}" -fsanitize=fuzzer-no-link,address,undefined -c -o "$o" "$1" || return 1
+    fi
+    echo "$o"
+}
+MODEL=(model/gpt.c model/ops_cpu.c model/mem.c checkpoint/checkpoint.c attention/flash_cpu.c)
+declare -A SRC=(
+    [shard]="data/shards.c"
+    [modelfile]="model/modelfile.c ${MODEL[*]}"
+    [state]="model/state.c ${MODEL[*]}"
+    [tokenizer]="$TOKENIZER_SRC"
+    [bpe]="data/bpe.c"
+)
+build_failed=0
+for t in "${TARGETS[@]}"; do
+    objs=()
+    for s in ${SRC[$t]} tests/fuzz/fuzz_$t.c; do
+        o=$(obj "$s") || { build_failed=1; continue 2; }
+        objs+=("$o")
+    done
+    bin="$B/fuzz_$t"
+    if [ ! -x "$bin" ] || [ -n "$(find "${objs[@]}" -newer "$bin" 2> /dev/null)" ]; then
+        "$CLANG" "${CFLAGS[@]}" -fsanitize=fuzzer,address,undefined -o "$bin" "${objs[@]}" \
+            "${LIBS[@]}" || build_failed=1
+    fi
+done
+if [ $build_failed -ne 0 ]; then echo "FAIL fuzz_targets_build: clang failed (see above)"; exit 1; fi
+
+# ---- seeds: real files from ./train (a shard, both model formats, a state), and two texts
+seeds=$B/seeds
+rm -rf "$seeds"
+mkdir -p "$seeds"/{shard,modelfile,state,tokenizer,bpe}
+printf 'byte\000In the beginning was the word.\n' > "$seeds/tokenizer/text"
+printf 'gpt2\000\000\001\377 binary' > "$seeds/tokenizer/other"
+if [ -x "$TRAIN" ]; then
+    w=$(mktemp -d)
+    head -c 600 README.md > "$w/t.txt"
+    "$TRAIN" prepare "$w/t.txt" "$w/d" > /dev/null 2>&1
+    cp "$w/d/train_000000.bin" "$seeds/shard/" 2> /dev/null
+    tiny=(--train "$w/d/train_*.bin" --layers 1 --embd 4 --seq-len 4 --batch 1 --threads 1
+          --log-every 0)
+    "$TRAIN" "${tiny[@]}" --heads 1 --steps 0 --save "$seeds/modelfile/llmc.bin" > /dev/null 2>&1
+    "$TRAIN" "${tiny[@]}" --heads 2 --kv-heads 1 --steps 0 --save "$seeds/modelfile/seed.bin" \
+        > /dev/null 2>&1
+    "$TRAIN" "${tiny[@]}" --heads 1 --steps 2 --out "$w/run" > /dev/null 2>&1
+    for f in "$w"/run/state_*.bin; do
+        [ -f "$f" ] || continue
+        { printf '\001'; cat "$f"; } > "$seeds/state/fixcrc_$(basename "$f")"
+        { printf '\000'; cat "$f"; } > "$seeds/state/$(basename "$f")"
+    done
+    rm -rf "$w"
+fi
+
+# a tiny GPT-2-style tokenizer: the 256 byte tokens in GPT-2's byte -> character spelling, a few
+# merges, <|endoftext|>; as the bpe target reads it (2 bytes: length of encoder.json)
+python3 - "$seeds/bpe/tiny" << 'PY' 2> /dev/null
+import json, struct, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs: bs.append(b); cs.append(256 + n); n += 1
+ch = {b: chr(c) for b, c in zip(bs, cs)}
+vocab = [ch[b] for b in range(256)]
+merges = [(ch[32], "t"), (ch[32] + "t", "h"), ("h", "e"), (ch[32] + "th", "e")]
+vocab += [a + b for a, b in merges] + ["<|endoftext|>"]
+enc = json.dumps({t: i for i, t in enumerate(vocab)}, ensure_ascii=False).encode()
+bpe = ("#version: 0.2\n" + "".join(a + " " + b + "\n" for a, b in merges)).encode()
+open(sys.argv[1], "wb").write(struct.pack("<H", len(enc)) + enc + bpe)
+PY
+
+# ---- run (temporary files in $B/tmp: a crashing target leaves its own there)
+rm -rf "$B/tmp"
+mkdir -p "$B/tmp"
+export TMPDIR=$B/tmp
+failed=0
+for t in "${TARGETS[@]}"; do
+    corpus=$B/corpus/$t
+    mkdir -p "$corpus"
+    log=$B/fuzz_$t.log
+    "$B/fuzz_$t" -max_total_time="$SECONDS_PER" -timeout=20 -rss_limit_mb=4096 -max_len=65536 \
+        -print_final_stats=1 -artifact_prefix="$B/artifacts/${t}-" "$corpus" "$seeds/$t" \
+        > "$log" 2>&1
+    rc=$?
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    ncorpus=$(ls "$corpus" | wc -l)
+    if [ $rc -eq 0 ]; then
+        echo "ok   fuzz_${t}_loader_survives_${SECONDS_PER}s: ${execs:-?} executions, no crash, no" \
+             "sanitizer report (corpus $ncorpus inputs, $(ls "$seeds/$t" | wc -l) seeds)"
+    else
+        art=$(ls -t "$B/artifacts/${t}-"* 2> /dev/null | head -1)
+        echo "FAIL fuzz_${t}_loader_survives_${SECONDS_PER}s: status $rc after ${execs:-?}" \
+             "executions; input saved as ${art:-?}; $(grep -m1 -E 'ERROR|runtime error|deadly' "$log")"
+        failed=1
+    fi
+done
+exit $failed
