@@ -2,7 +2,11 @@
 #   make            the CPU trainer ./train
 #   make test       every test; ends with "N passed, N failed"
 #   make bench      speed and memory (not a test)
-#   make cuda       the CUDA build (needs nvcc)
+#   make verify     the recompute-and-dropout teaching table
+#   make kjv        the README's first run: a small model on the King James Bible
+#   make fuzz       the loaders' fuzzers (FUZZ_SECONDS each); make test-asan: the suite under ASan
+# (The CUDA backend is not built yet; nvcc only compiles attention/philox.h as device code in a
+# test.)
 
 CC      ?= gcc
 NVCC    ?= nvcc
