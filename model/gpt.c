@@ -41,6 +41,20 @@ const char* gpt_config_problem(const GPTConfig* c) {
     return NULL;
 }
 
+const char* gpt_config_diff(const GPTConfig* a, const GPTConfig* b, int* va, int* vb) {
+    static const char* const names[7] = {"max_seq_len (maxT)", "vocab_size (V)",
+                                         "padded_vocab_size (Vp)", "num_layers (L)",
+                                         "num_heads (NH)", "num_kv_heads (NKV)", "channels (C)"};
+    int fa[7] = {a->max_seq_len, a->vocab_size, a->padded_vocab_size, a->num_layers,
+                 a->num_heads, a->num_kv_heads, a->channels};
+    int fb[7] = {b->max_seq_len, b->vocab_size, b->padded_vocab_size, b->num_layers,
+                 b->num_heads, b->num_kv_heads, b->channels};
+    for (int i = 0; i < 7; i++) {
+        if (fa[i] != fb[i]) { *va = fa[i]; *vb = fb[i]; return names[i]; }
+    }
+    return NULL;
+}
+
 void gpt_param_sizes(const GPTConfig* c, size_t s[NUM_PARAMETER_TENSORS]) {
     size_t Vp = c->padded_vocab_size, C = c->channels, L = c->num_layers;
     size_t maxT = c->max_seq_len, QKV = gpt_qkv_channels(c);

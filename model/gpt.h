@@ -33,6 +33,9 @@ static inline int gpt_pad_vocab(int V) { return (V + 127) / 128 * 128; }
 
 /* Checks a configuration; returns NULL if fine, else a message naming the problem. */
 const char* gpt_config_problem(const GPTConfig* c);
+/* The first field in which a and b differ, e.g. "num_heads (NH)", with the two values in *va and
+ * *vb; NULL when the configurations are equal. */
+const char* gpt_config_diff(const GPTConfig* a, const GPTConfig* b, int* va, int* vb);
 
 /* ---- parameters (llm.c order) ------------------------------------------------------------- */
 #define NUM_PARAMETER_TENSORS 16

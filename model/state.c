@@ -433,21 +433,12 @@ int state_read_info(const char* path, StateInfo* info, char err[256]) {
 /* Names the first configuration field that differs. */
 static int config_mismatch(const GPTConfig* file, const GPTConfig* model, const char* path,
                            char err[256]) {
-    const char* names[7] = {"max_seq_len (maxT)", "vocab_size (V)", "padded_vocab_size (Vp)",
-                            "num_layers (L)", "num_heads (NH)", "num_kv_heads (NKV)",
-                            "channels (C)"};
-    int fv[7] = {file->max_seq_len, file->vocab_size, file->padded_vocab_size, file->num_layers,
-                 file->num_heads, file->num_kv_heads, file->channels};
-    int mv[7] = {model->max_seq_len, model->vocab_size, model->padded_vocab_size,
-                 model->num_layers, model->num_heads, model->num_kv_heads, model->channels};
-    for (int i = 0; i < 7; i++) {
-        if (fv[i] != mv[i]) {
-            set_err(err, "%s: configuration mismatch: %s is %d in the state but %d in the model",
-                    path, names[i], fv[i], mv[i]);
-            return -1;
-        }
-    }
-    return 0;
+    int fv, mv;
+    const char* field = gpt_config_diff(file, model, &fv, &mv);
+    if (field == NULL) return 0;
+    set_err(err, "%s: configuration mismatch: %s is %d in the state but %d in the model", path,
+            field, fv, mv);
+    return -1;
 }
 
 int state_load(const char* path, GPT* m, StateInfo* info, char err[256]) {
