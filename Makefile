@@ -3,7 +3,10 @@
 #   make test       every test; ends with "N passed, N failed"
 #   make bench      speed and memory (not a test)
 #   make verify     the recompute-and-dropout teaching table
-#   make kjv        the README's first run: a small model on the King James Bible
+#   make demo       the README's first run: setup, the King James Bible, a small model with dropout
+#                   and recompute, eval, a sample and the loss plot (DEMO_STEPS, default 1500)
+#   make plot RUN=DIR   DIR/log.jsonl -> DIR/loss.png (gnuplot)
+#   make kjv        a small model on the King James Bible (plain: no recompute, no plot)
 #   make fuzz       the loaders' fuzzers (FUZZ_SECONDS each); make test-asan: the suite under ASan
 # (The CUDA backend is not built yet; nvcc only compiles attention/philox.h as device code in a
 # test.)
@@ -30,7 +33,8 @@ LDLIBS  += -lcjson -lpcre2-8
 
 BUILD   := build
 
-CORE_SRC := model/gpt.c model/ops_cpu.c model/mem.c model/modelfile.c model/state.c checkpoint/checkpoint.c \
+CORE_SRC := model/gpt.c model/ops_cpu.c model/mem.c model/modelfile.c model/state.c model/sample.c \
+            checkpoint/checkpoint.c \
             attention/flash_cpu.c \
             data/tokenizer.c data/bpe.c data/shards.c data/prepare.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
@@ -39,7 +43,7 @@ TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
 HEADERS := $(wildcard model/*.h attention/*.h data/*.h checkpoint/*.h tests/*.h)
 
-.PHONY: all test test-run test-asan fuzz kjv setup verify bench clean
+.PHONY: all test test-run test-asan fuzz kjv demo plot setup verify bench clean
 # test-asan builds its trainer elsewhere (TRAIN_BIN)
 TRAIN_BIN ?= train
 all: $(TRAIN_BIN)
@@ -58,7 +62,7 @@ $(BUILD)/test/%.o: %.c $(HEADERS)
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint \
-           test_state test_corrupt test_bpe
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
@@ -119,7 +123,7 @@ test-run: $(TRAIN_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE
 	@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
-		tests/test_resume.sh "$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)"
+		tests/test_resume.sh tests/test_train_cli.sh "$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
 # `make fuzz`: each libFuzzer target (tests/fuzz/) for FUZZ_SECONDS; make test runs 10 s each,
@@ -159,6 +163,17 @@ kjv:
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory train
 	@scripts/kjv.sh
+
+# `make demo`: the README's first command (scripts/demo.sh; DEMO_STEPS=N shortens it).
+demo:
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory train
+	@scripts/demo.sh
+
+# `make plot RUN=DIR`: the loss and learning-rate curves of a run folder.
+plot:
+	@test -n "$(RUN)" || { echo "usage: make plot RUN=DIR (a run folder with log.jsonl)"; exit 2; }
+	@scripts/plot.sh "$(RUN)"
 
 clean:
 	rm -rf $(BUILD) train

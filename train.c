@@ -3,6 +3,8 @@
  *
  *   ./train [flags]            train (./train --help lists every flag)
  *   ./train prepare ...        text -> token shards (data/prepare.h)
+ *   ./train sample ...         text from a model file (model/sample.h: KV cache, its own stream)
+ *   ./train plot RUNDIR        loss and lr curves to RUNDIR/loss.png (runs scripts/plot.sh)
  *
  * The step: batch from data/ -> gpt_forward (each layer draws its dropout seeds into its record)
  * -> loss -> gpt_backward (masks regenerated from the records) -> clip -> AdamW.
@@ -24,10 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 #include <omp.h>
+#include <cblas.h>
 #include "model/gpt.h"
 #include "model/mem.h"
 #include "model/modelfile.h"
 #include "model/state.h"
+#include "model/sample.h"
+#include "model/schedule.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "data/prepare.h"
@@ -62,6 +67,10 @@ typedef struct {
     double dropout, attn_dropout, resid_dropout, embd_dropout;   /* < 0: unset */
     /* logging and evaluation */
     int log_every, eval_every, eval_batches;
+    int sample_every, sample_tokens;
+    double peak_gflops;      /* 0: measure this machine's sgemm at start-up */
+    /* gradient accumulation: tokens per optimizer step (0: one micro-batch, B*T) */
+    long total_batch;
     int threads;
     /* activation checkpointing */
     RecomputePolicy policy;
@@ -88,6 +97,7 @@ enum {
     F_LOG_EVERY, F_EVAL_EVERY, F_EVAL_BATCHES, F_THREADS,
     F_RECOMPUTE, F_RECOMPUTE_CHECK, F_RECOMPUTE_SEEDS,
     F_OUT, F_RESUME, F_SAVE_EVERY, F_KEEP, F_MAX_BAD_STEPS,
+    F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH,
     NUM_FLAGS
 };
 static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
@@ -118,6 +128,8 @@ static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
     [F_OUT] = {"--out", R_LOCAL},               [F_RESUME] = {"--resume", R_LOCAL},
     [F_SAVE_EVERY] = {"--save-every", R_CHANGE}, [F_KEEP] = {"--keep", R_CHANGE},
     [F_MAX_BAD_STEPS] = {"--max-bad-steps", R_CHANGE},
+    [F_SAMPLE_EVERY] = {"--sample-every", R_CHANGE}, [F_SAMPLE_TOKENS] = {"--sample-tokens", R_CHANGE},
+    [F_PEAK_GFLOPS] = {"--peak-gflops", R_LOCAL}, [F_TOTAL_BATCH] = {"--total-batch", R_FIXED},
 };
 
 static void usage(FILE* f) {
@@ -125,6 +137,8 @@ static void usage(FILE* f) {
 "seedgpt: train a GPT-2 in C, with dropout that survives activation recompute.\n"
 "\n"
 "usage: ./train [flags]              train a model\n"
+"       ./train sample --help        generate text from a model file\n"
+"       ./train plot RUNDIR          RUNDIR/log.jsonl -> RUNDIR/loss.png (gnuplot)\n"
 "       ./train prepare --help       turn text files into token shards\n"
 "\n"
 "data\n"
@@ -144,6 +158,10 @@ static void usage(FILE* f) {
 "batch and schedule\n"
 "  --batch B           sequences per step (default 8)\n"
 "  --seq T             training sequence length, <= seq-len (default seq-len)\n"
+"  --total-batch N     tokens per optimizer step, a multiple of B*T (default B*T): the gradient\n"
+"                      of A = N/(B*T) micro-batches, each the next window of the loader, is\n"
+"                      summed; micro-batch a holds global sequences a*B .. a*B+B-1, so the\n"
+"                      dropout masks, loss and gradient equal those of one batch of A*B sequences\n"
 "  --steps N           optimizer steps (default 100)\n"
 "  --lr X              peak learning rate (default 1e-3)\n"
 "  --lr-schedule S     constant | cosine | linear (default cosine)\n"
@@ -175,6 +193,11 @@ static void usage(FILE* f) {
 "                      (default with --out: DIR/log.jsonl)\n"
 "  --eval-every N      validation loss every N steps, and at the end (default 0: only at the end)\n"
 "  --eval-batches N    validation windows per evaluation (default 8)\n"
+"  --sample-every N    print a sample every N steps (default 0: never): --sample-tokens tokens\n"
+"                      (default 64) after an EOT, temperature 1, drawn from the master seed's\n"
+"                      SAMPLE stream with counter (position, step, 0, 0); moves no loader\n"
+"  --peak-gflops X     the FLOP rate MFU is measured against (default: this machine's sgemm,\n"
+"                      measured for ~0.2 s at start-up)\n"
 "  --save PATH         write the model file at the end\n"
 "  --threads N         OpenMP and OpenBLAS threads (default: all cores)\n"
 "run folder and resume\n"
@@ -249,6 +272,7 @@ static void set_defaults(Options* o) {
     o->seed = 1337; o->shuffle = 1;
     o->dropout = 0.0; o->attn_dropout = o->resid_dropout = o->embd_dropout = -1.0;
     o->log_every = 10; o->eval_every = 0; o->eval_batches = 8; o->threads = 0;
+    o->sample_every = 0; o->sample_tokens = 64; o->peak_gflops = 0; o->total_batch = 0;
     o->policy.every = 0; o->policy.fresh_seeds = 0; o->policy.check = CHECK_WARN;
     o->save_every = 0; o->keep = 2; o->max_bad_steps = 10;
 }
@@ -320,6 +344,10 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_SAVE_EVERY: o->save_every = parse_long(f, v, 0, 2000000000L); break;
     case F_KEEP: o->keep = parse_long(f, v, 0, 1000000); break;
     case F_MAX_BAD_STEPS: o->max_bad_steps = parse_long(f, v, 0, 2000000000L); break;
+    case F_SAMPLE_EVERY: o->sample_every = parse_long(f, v, 0, 2000000000L); break;
+    case F_SAMPLE_TOKENS: o->sample_tokens = parse_long(f, v, 1, 1 << 24); break;
+    case F_PEAK_GFLOPS: o->peak_gflops = parse_double(f, v, 0, 1e12, 0); break;
+    case F_TOTAL_BATCH: o->total_batch = parse_long(f, v, 0, 1L << 40); break;
     }
 }
 
@@ -388,6 +416,13 @@ static int format_flag(const Options* o, int id, char* buf, size_t cap) {
     case F_SAVE_EVERY: snprintf(buf, cap, "%d", o->save_every); return 0;
     case F_KEEP: snprintf(buf, cap, "%d", o->keep); return 0;
     case F_MAX_BAD_STEPS: snprintf(buf, cap, "%d", o->max_bad_steps); return 0;
+    case F_SAMPLE_EVERY: snprintf(buf, cap, "%d", o->sample_every); return 0;
+    case F_SAMPLE_TOKENS: snprintf(buf, cap, "%d", o->sample_tokens); return 0;
+    case F_PEAK_GFLOPS: fmt_double(buf, cap, o->peak_gflops); return 0;
+    case F_TOTAL_BATCH:   /* canonical: the tokens per step, also when left to the default */
+        snprintf(buf, cap, "%ld", o->total_batch ? o->total_batch
+                                  : (long)o->batch * (o->seq ? o->seq : o->seq_len));
+        return 0;
     }
     if (s == NULL) return -1;
     snprintf(buf, cap, "%s", s);
@@ -541,13 +576,7 @@ static void merge_resumed_options(Options* o, const Options* cmd, const char* ra
 /* ---- the learning-rate schedule ----------------------------------------------------------- */
 
 static double lr_at(const Options* o, int step) {
-    if (step < o->warmup) return o->lr * (step + 1) / o->warmup;
-    if (!strcmp(o->lr_schedule, "constant")) return o->lr;
-    double lr_min = o->lr * o->final_lr_frac;
-    int span = o->steps - o->warmup;
-    double progress = span > 1 ? (double)(step - o->warmup) / (span - 1) : 1.0;
-    if (!strcmp(o->lr_schedule, "linear")) return o->lr - (o->lr - lr_min) * progress;
-    return lr_min + 0.5 * (1.0 + cos(M_PI * progress)) * (o->lr - lr_min);
+    return lr_schedule_at(o->lr_schedule, o->lr, o->warmup, o->steps, o->final_lr_frac, step);
 }
 
 static double now_ms(void) {
@@ -570,6 +599,41 @@ static float evaluate(GPT* m, DataLoader* val, int n, int* inputs, int* targets)
         sum += gpt_forward(m, inputs, targets, val->B, val->T, 0, 0, 0);
     }
     return (float)(sum / n);
+}
+
+/* This machine's sgemm rate in GFLOP/s: 512^3 products for about 0.2 s, the best of them. The
+ * peak MFU is measured against when --peak-gflops is not given. */
+static double measure_sgemm_gflops(void) {
+    enum { M = 512 };
+    float* a = mem_alloc_floats((size_t)M * M);
+    float* b = mem_alloc_floats((size_t)M * M);
+    float* c = mem_alloc_floats((size_t)M * M);
+    for (size_t i = 0; i < (size_t)M * M; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
+    double best = 0.0, start = now_ms();
+    do {
+        double t0 = now_ms();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, M, M, 1.0f, a, M, b, M, 0.0f, c, M);
+        double ms = now_ms() - t0;
+        double g = 2.0 * M * M * M / (ms * 1e6);
+        if (g > best) best = g;
+    } while (now_ms() - start < 200.0);
+    mem_free(a); mem_free(b); mem_free(c);
+    return best;
+}
+
+/* Model FLOPs of one token's forward and backward (nanoGPT's estimate): 6 per parameter, plus
+ * the attention's 12 * L * C * T (scores and weighted sum, forward 1/3, backward 2/3; causal
+ * masking not subtracted). A recompute's extra forward is not counted: MFU is model FLOPs. */
+static double flops_per_token(const GPT* m, int T) {
+    const GPTConfig* c = &m->config;
+    return 6.0 * (double)m->num_parameters + 12.0 * c->num_layers * c->channels * (double)T;
+}
+
+static void fmt_duration(char* buf, size_t cap, double seconds) {
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) snprintf(buf, cap, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+    else if (s >= 60) snprintf(buf, cap, "%ldm%02lds", s / 60, s % 60);
+    else snprintf(buf, cap, "%lds", s);
 }
 
 /* A float for the JSON log: %.9g round-trips a float exactly; NaN and Inf are not JSON. */
@@ -743,8 +807,169 @@ static void save_state(Run* r, int done) {
     fflush(stdout);
 }
 
+/* ---- sampling ------------------------------------------------------------------------------ */
+
+/* Feeds the prompt (ids; none: the EOT token starts the text, as GPT-2 was trained) and generates
+ * up to n tokens, writing the decoded text to f. Generation ends early at an EOT token (printed as
+ * nothing: EOT ends a document) or when the model's context is full. The draw at position t uses
+ * counter (t, stream, 0, 0) of sample_seed (model/sample.h). Returns the tokens generated. */
+static int generate(Sampler* s, const Tokenizer* tok, const int* prompt, int np, int n,
+                    double temperature, int top_k, uint64_t sample_seed, uint32_t stream, FILE* f) {
+    const GPTConfig* c = &s->model->config;
+    unsigned char buf[256];
+    const float* logits = NULL;
+    sampler_reset(s);
+    int start = tok->eot;
+    if (np == 0) { prompt = &start; np = 1; }
+    for (int i = 0; i < np; i++) {
+        logits = sampler_feed(s, prompt[i]);
+        if (logits == NULL) return 0;
+    }
+    int made = 0;
+    for (; made < n; made++) {
+        int next = sample_pick(logits, c->vocab_size, temperature, top_k, sample_seed,
+                               (uint32_t)s->pos, stream, s->order);
+        if (next == tok->eot) break;
+        int len = tokenizer_decode(tok, next, buf, sizeof(buf));
+        if (len > 0) fwrite(buf, 1, (size_t)len, f);
+        if (s->pos >= c->max_seq_len) { made++; break; }
+        logits = sampler_feed(s, next);
+    }
+    fflush(f);
+    return made;
+}
+
+static void sample_usage(FILE* f) {
+    fprintf(f,
+"usage: ./train sample --init MODEL [flags]\n"
+"  --init PATH         the model file (llm.c fp32 v3 or seedgpt's own)\n"
+"  --prompt TEXT       the text to continue (default: none; generation starts after an EOT)\n"
+"  --tokens N          tokens to generate (default 256); ends early at EOT or a full context\n"
+"  --temperature X     softmax temperature; 0 is greedy (default 1.0)\n"
+"  --top-k K           draw from the K most likely tokens; 0: all (default 0)\n"
+"  --seed S            the draws are Philox(counter = (position, 0, 0, 0), key =\n"
+"                      philox_stream_seed(S, STREAM_SAMPLE)) (default 1337)\n"
+"  --tokenizer NAME    byte (default) or gpt2;  --bpe-dir DIR  gpt2's files\n"
+"  --threads N         OpenMP and OpenBLAS threads (default: all cores)\n"
+"The prompt is printed, then the generated text, then a newline. The key/value cache makes the\n"
+"cost of each new token linear in the context length.\n");
+}
+
+static int sample_main(int argc, char** argv) {
+    const char *init = NULL, *prompt = "", *tokname = "byte", *bpe_dir = NULL;
+    long ntok = 256, top_k = 0;
+    double temperature = 1.0;
+    uint64_t seed = 1337;
+    for (int i = 0; i < argc; i++) {
+        const char* f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { sample_usage(stdout); return 0; }
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strncmp(f, "--", 2) != 0) {
+            fprintf(stderr, "seedgpt: sample: unexpected argument '%s' (see ./train sample --help)\n", f);
+            return EXIT_BAD_INPUT;
+        }
+        if (v == NULL) die_flag(f, NULL, "a value");
+        i++;
+        if (!strcmp(f, "--init")) init = parse_path(f, v);
+        else if (!strcmp(f, "--prompt")) prompt = v;
+        else if (!strcmp(f, "--tokens")) ntok = parse_long(f, v, 0, 1 << 24);
+        else if (!strcmp(f, "--temperature")) temperature = parse_double(f, v, 0, 100, 0);
+        else if (!strcmp(f, "--top-k")) top_k = parse_long(f, v, 0, 1 << 24);
+        else if (!strcmp(f, "--tokenizer")) tokname = v;
+        else if (!strcmp(f, "--bpe-dir")) bpe_dir = v;
+        else if (!strcmp(f, "--threads")) {
+            int t = (int)parse_long(f, v, 1, 1024);
+            omp_set_num_threads(t);
+        } else if (!strcmp(f, "--seed")) {
+            char* end;
+            errno = 0;
+            unsigned long long sv = strtoull(v, &end, 0);
+            if (*v == '\0' || *v == '-' || *v == '+' || *v == ' ' || *end != '\0' || errno != 0)
+                die_flag(f, v, "an unsigned 64-bit integer");
+            seed = sv;
+        } else {
+            fprintf(stderr, "seedgpt: sample: unknown flag %s (see ./train sample --help)\n", f);
+            return EXIT_BAD_INPUT;
+        }
+    }
+    if (init == NULL) {
+        fprintf(stderr, "seedgpt: sample: --init MODEL is required (see ./train sample --help)\n");
+        return EXIT_BAD_INPUT;
+    }
+    openblas_set_num_threads(omp_get_max_threads());
+    char err[256];
+    Tokenizer tok;
+    if (tokenizer_open(&tok, tokname, bpe_dir, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    GPTConfig cfg;
+    GPT model;
+    if (modelfile_read_config(init, &cfg, err) != 0 || gpt_build(&model, &cfg, 1, 1, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        tokenizer_free(&tok);
+        return EXIT_BAD_INPUT;
+    }
+    if (modelfile_load(&model, init, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        gpt_free(&model);
+        tokenizer_free(&tok);
+        return EXIT_BAD_INPUT;
+    }
+    if (cfg.vocab_size < tok.vocab_size) {
+        fprintf(stderr, "seedgpt: sample: model vocab %d is smaller than the %s tokenizer's %d\n",
+                cfg.vocab_size, tokenizer_name(&tok), tok.vocab_size);
+        gpt_free(&model);
+        tokenizer_free(&tok);
+        return EXIT_BAD_INPUT;
+    }
+    size_t plen = strlen(prompt);
+    uint16_t* ids16 = malloc((tokenizer_max_tokens(&tok, plen) + 1) * sizeof(uint16_t));
+    size_t np = tokenizer_encode(&tok, (const unsigned char*)prompt, plen, ids16);
+    int rc = 0;
+    if ((long)np >= cfg.max_seq_len) {
+        fprintf(stderr, "seedgpt: sample: --prompt is %zu tokens; the model's context is %d\n", np,
+                cfg.max_seq_len);
+        rc = EXIT_BAD_INPUT;
+    } else {
+        int* ids = malloc((np + 1) * sizeof(int));
+        for (size_t i = 0; i < np; i++) ids[i] = ids16[i];
+        Sampler s;
+        sampler_init(&s, &model);
+        fwrite(prompt, 1, plen, stdout);
+        double t0 = now_ms();
+        int made = generate(&s, &tok, ids, (int)np, (int)ntok, temperature, (int)top_k,
+                            philox_stream_seed(seed, STREAM_SAMPLE), 0, stdout);
+        double ms = now_ms() - t0;
+        printf("\n");
+        fflush(stdout);
+        fprintf(stderr, "sample: %d tokens in %.0f ms (%.1f tokens/s)%s\n", made, ms,
+                made > 0 ? made / (ms / 1e3) : 0.0,
+                s.pos >= cfg.max_seq_len ? ", stopped at the model's full context" : "");
+        sampler_free(&s);
+        free(ids);
+    }
+    free(ids16);
+    gpt_free(&model);
+    tokenizer_free(&tok);
+    return rc;
+}
+
 int main(int argc, char** argv) {
     if (argc >= 2 && !strcmp(argv[1], "prepare")) return prepare_main(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "sample")) return sample_main(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "plot")) {
+        /* scripts/plot.sh beside this binary (the repository root), else in the working folder */
+        static char script[4200];
+        const char* slash = strrchr(argv[0], '/');
+        snprintf(script, sizeof(script), "%.*sscripts/plot.sh", slash ? (int)(slash - argv[0] + 1) : 0,
+                 argv[0]);
+        if (access(script, X_OK) != 0) snprintf(script, sizeof(script), "scripts/plot.sh");
+        argv[1] = script;
+        execv(script, argv + 1);
+        fprintf(stderr, "seedgpt: plot: cannot run %s: %s\n", script, strerror(errno));
+        return EXIT_BAD_INPUT;
+    }
 
     char err[256];
     if (fault_check_env(err) != 0) { fprintf(stderr, "seedgpt: %s\n", err); return EXIT_BAD_INPUT; }
@@ -808,6 +1033,8 @@ int main(int argc, char** argv) {
     FILE* jsonf = NULL;
     int* inputs = NULL;
     int* targets = NULL;
+    Sampler sampler;             /* --sample-every */
+    int have_sampler = 0;
 
     /* the model's configuration: from the state, the file, or the flags */
     GPTConfig cfg;
@@ -870,6 +1097,15 @@ int main(int argc, char** argv) {
         rc = EXIT_BAD_INPUT;
         goto cleanup;
     }
+
+    long tokens_per_micro = (long)B * T;
+    if (o.total_batch != 0 && o.total_batch % tokens_per_micro != 0) {
+        fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of batch x seq = %d x %d "
+                "= %ld tokens\n", o.total_batch, B, T, tokens_per_micro);
+        rc = EXIT_BAD_INPUT;
+        goto cleanup;
+    }
+    int A = o.total_batch ? (int)(o.total_batch / tokens_per_micro) : 1;   /* micro-batches */
 
     /* the run folder: created if missing; a fresh run never writes into another run's states */
     if (o.out_dir != NULL) {
@@ -982,7 +1218,9 @@ int main(int argc, char** argv) {
     printf("model: L%d H%d KV%d C%d V%d (padded %d) maxT %d, %zu parameters\n",
            cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.channels, cfg.vocab_size,
            cfg.padded_vocab_size, cfg.max_seq_len, model.num_parameters);
-    printf("batch %d x %d, %d steps, %zu training windows, %d threads\n", B, T, o.steps,
+    printf("batch %d x %d", B, T);
+    if (A > 1) printf(" x %d micro-batches (%ld tokens per step)", A, (long)A * B * T);
+    printf(", %d steps, %zu training windows, %d threads\n", o.steps,
            loader_num_windows(&train_loader), threads);
     printf("dropout: embd %g attn %g resid %g, seed %llu\n", o.embd_dropout, o.attn_dropout,
            o.resid_dropout, (unsigned long long)o.seed);
@@ -999,27 +1237,45 @@ int main(int argc, char** argv) {
     install_stop_signals();
     inputs = mem_alloc((size_t)B * T * sizeof(int));
     targets = mem_alloc((size_t)B * T * sizeof(int));
-    double total_ms = 0.0;
-    float last_loss = 0.0f;
+    /* progress: model FLOPs per step against this machine's (or the given) peak */
+    double peak_gflops = o.peak_gflops;
+    if (peak_gflops <= 0 && o.log_every > 0) {
+        peak_gflops = measure_sgemm_gflops();
+        printf("peak: sgemm %.1f GFLOP/s measured on this machine (MFU is against it; "
+               "--peak-gflops X to set)\n", peak_gflops);
+    }
+    double step_tokens = (double)A * B * T;
+    double step_flops = flops_per_token(&model, T) * step_tokens;
+    /* samples during training: a sampler of their own, allocated before step 0 */
+    if (o.sample_every > 0) { sampler_init(&sampler, &model); have_sampler = 1; }
+    uint64_t sample_seed = philox_stream_seed(o.seed, STREAM_SAMPLE);
+    double total_ms = 0.0, run_start = now_ms();
+    float last_loss = 0.0f, last_val = NAN;
     int step = start_step;
     for (; step < o.steps && stop_signal == 0; step++) {
-        if (loader_next(&train_loader, inputs, targets) != 0) {
-            fprintf(stderr, "seedgpt: %s\n", train_loader.err);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-        double t0 = now_ms();
-        float loss = gpt_forward(&model, inputs, targets, B, T, 0, (uint32_t)step, 1);
-        if (fault_fires("nan_loss", step)) loss = NAN;           /* test hook */
+        /* A micro-batches, each the loader's next window; micro-batch a is global sequences
+         * a*B .. a*B+B-1 (DESIGN §2), and each position's loss weighs 1/(A*B*T) */
+        double t0 = now_ms(), loss_sum = 0.0;
         gpt_zero_grad(&model);
-        int mismatches = gpt_backward(&model, 1.0f / (B * T));
-        if (mismatches > 0 && o.policy.check == CHECK_STOP) {
-            fprintf(stderr, "seedgpt: stopping at step %d: the recompute check failed in %d "
-                    "segment(s), first at layer %d (--recompute-check stop)\n", step, mismatches,
-                    model.check_first_layer);
-            rc = EXIT_RECOMPUTE_CHECK;
-            goto cleanup;
+        for (int a = 0; a < A; a++) {
+            if (loader_next(&train_loader, inputs, targets) != 0) {
+                fprintf(stderr, "seedgpt: %s\n", train_loader.err);
+                rc = EXIT_BAD_INPUT;
+                goto cleanup;
+            }
+            loss_sum += gpt_forward(&model, inputs, targets, B, T, (uint32_t)(a * B),
+                                    (uint32_t)step, 1);
+            int mismatches = gpt_backward(&model, 1.0f / ((float)B * T * A));
+            if (mismatches > 0 && o.policy.check == CHECK_STOP) {
+                fprintf(stderr, "seedgpt: stopping at step %d: the recompute check failed in %d "
+                        "segment(s), first at layer %d (--recompute-check stop)\n", step, mismatches,
+                        model.check_first_layer);
+                rc = EXIT_RECOMPUTE_CHECK;
+                goto cleanup;
+            }
         }
+        float loss = A == 1 ? (float)loss_sum : (float)(loss_sum / A);
+        if (fault_fires("nan_loss", step)) loss = NAN;           /* test hook */
         if (fault_fires("nan_grad", step)) model.grads_memory[0] = NAN;   /* test hook */
         float norm = gpt_clip_grads(&model, (float)o.clip);
         double lr = lr_at(&o, step);
@@ -1045,8 +1301,13 @@ int main(int argc, char** argv) {
                    (unsigned long long)run.bad_total);
         }
         if (o.log_every > 0 && (step % o.log_every == 0 || step == o.steps - 1)) {
-            printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n",
-                   step, o.steps, loss, lr, norm, ms, B * T / (ms / 1e3));
+            char eta[32];
+            fmt_duration(eta, sizeof(eta), (o.steps - step - 1) * (total_ms / (step + 1 - start_step)) / 1e3);
+            printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f | %.0f tok/s | %.1f ms | "
+                   "MFU %.1f%% | mem %.0f MiB | ETA %s\n",
+                   step, o.steps, loss, lr, norm, step_tokens / (ms / 1e3), ms,
+                   100.0 * step_flops / (ms * 1e6) / peak_gflops,
+                   mem_stats().peak_bytes / 1048576.0, eta);
             fflush(stdout);
         }
         if (jsonf != NULL) {
@@ -1072,6 +1333,7 @@ int main(int argc, char** argv) {
         if (have_val && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last)) {
             float vl = evaluate(&model, &val_loader, o.eval_batches, inputs, targets);
             printf("step %5d | val loss %.4f\n", step, vl);
+            last_val = vl;
             if (jsonf != NULL) {
                 fprintf(jsonf, "{\"type\":\"eval\",\"step\":%d", step);
                 json_float(jsonf, "val_loss", vl);
@@ -1079,15 +1341,30 @@ int main(int argc, char** argv) {
                 fflush(jsonf);
             }
         }
+        if (have_sampler && (step + 1) % o.sample_every == 0) {
+            printf("step %5d | sample: ", step);
+            generate(&sampler, &tok, NULL, 0, o.sample_tokens, 1.0, 0, sample_seed,
+                     (uint32_t)step, stdout);
+            printf("\n");
+            fflush(stdout);
+        }
         if (o.out_dir != NULL && o.save_every > 0 && (step + 1) % o.save_every == 0 && !last)
             save_state(&run, step + 1);
         if (fault_fires("sigterm", step)) raise(SIGTERM);        /* test hook */
     }
     int done = step;
     if (done > start_step) {
-        printf("done: %d steps%s, final loss %.4f, mean %.1f ms/step\n", done,
-               done < o.steps ? " (stopped early)" : "", last_loss,
-               total_ms / (done - start_step));
+        double mean_ms = total_ms / (done - start_step);
+        char wall[32];
+        fmt_duration(wall, sizeof(wall), (now_ms() - run_start) / 1e3);
+        printf("done: %d steps%s, final loss %.4f", done, done < o.steps ? " (stopped early)" : "",
+               last_loss);
+        if (!isnan(last_val)) printf(", val loss %.4f", last_val);
+        printf(", mean %.1f ms/step, %.0f tok/s", mean_ms, step_tokens / (mean_ms / 1e3));
+        if (peak_gflops > 0)
+            printf(", MFU %.1f%% of %.1f GFLOP/s", 100.0 * step_flops / (mean_ms * 1e6) / peak_gflops,
+                   peak_gflops);
+        printf(", peak memory %.0f MiB, wall %s\n", mem_stats().peak_bytes / 1048576.0, wall);
     } else if (resuming) {
         printf("nothing to train: the state is at step %d of %d\n", start_step, o.steps);
     }
@@ -1108,6 +1385,7 @@ int main(int argc, char** argv) {
         rc = 128 + stop_signal;
     }
 cleanup:
+    if (have_sampler) sampler_free(&sampler);
     if (jsonf != NULL) fclose(jsonf);
     mem_free(inputs);
     mem_free(targets);

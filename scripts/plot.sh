@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# scripts/plot.sh RUNDIR [OUT.png] — train and validation loss, and the learning rate, from a run's
+# JSON log (RUNDIR/log.jsonl, or RUNDIR itself when it is a .jsonl file) to RUNDIR/loss.png (or
+# OUT.png), with gnuplot. `./train plot RUNDIR` and `make plot RUN=RUNDIR` call this script.
+set -euo pipefail
+if [ $# -lt 1 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then
+    echo "usage: scripts/plot.sh RUNDIR [OUT.png]   (RUNDIR/log.jsonl -> RUNDIR/loss.png)"
+    [ $# -ge 1 ] && exit 0 || exit 2
+fi
+if [ -d "$1" ]; then log="$1/log.jsonl"; png="${2:-$1/loss.png}"; else log="$1"; png="${2:-${1%.jsonl}.png}"; fi
+[ -s "$log" ] || { echo "seedgpt: plot: $log: no such log (train with --out DIR or --log-json PATH)" >&2; exit 2; }
+command -v gnuplot >/dev/null 2>&1 || { echo "seedgpt: plot: gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)" >&2; exit 2; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_plot.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+# "step value" rows; skipped steps (null loss) are left out
+grep '"type":"train"' "$log" | sed -n 's/.*"step":\([0-9]*\),"loss":\([-0-9.eE+]*\),.*/\1 \2/p' > "$tmp/train.dat"
+grep '"type":"train"' "$log" | sed -n 's/.*"step":\([0-9]*\),.*"lr":\([-0-9.eE+]*\).*/\1 \2/p' > "$tmp/lr.dat"
+grep '"type":"eval"' "$log" | sed -n 's/.*"step":\([0-9]*\),"val_loss":\([-0-9.eE+]*\).*/\1 \2/p' > "$tmp/val.dat" || true
+[ -s "$tmp/train.dat" ] || { echo "seedgpt: plot: $log holds no training rows" >&2; exit 2; }
+valplot=""
+[ -s "$tmp/val.dat" ] && valplot=", \"$tmp/val.dat\" using 1:2 with linespoints lw 2 pt 7 lc rgb \"#d62728\" title \"validation loss\""
+gnuplot <<GP
+set terminal pngcairo size 1000,720 font "DejaVu Sans,11"
+set output "$png.tmp"
+set multiplot layout 2,1 title "seedgpt: $log"
+set grid
+set lmargin 12
+set ylabel "loss (nats/token)"
+plot "$tmp/train.dat" using 1:2 with lines lw 1.5 lc rgb "#1f77b4" title "training loss"$valplot
+set ylabel "learning rate"
+set xlabel "step"
+set format y "%.1e"
+plot "$tmp/lr.dat" using 1:2 with lines lw 2 lc rgb "#2ca02c" notitle
+unset multiplot
+GP
+mv "$png.tmp" "$png"
+echo "wrote $png"

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# tests/test_train_cli.sh — the training run's options end to end through ./train, on a tiny model
+# and a few KB of this repository's README (each run well under a second):
+#   - evaluation (--eval-every) and samples (--sample-every) do not change the training
+#     trajectory: the same train losses, %.9g, with and without them (dropout 0.1, shuffling);
+#   - --total-batch: B=2 with 2 micro-batches follows B=4 to rounding (with --shuffle 0 the two
+#     B=2 windows 2s, 2s+1 are the tokens of B=4 window s, and micro-batch a sits at g0 = 2a, so
+#     the dropout masks are the same), and a total that is not a multiple of B*T is refused;
+#   - ./train sample: the same seed gives the same text, another seed other text, and a model
+#     file that does not exist is refused with one line.
+set -u
+cd "$(dirname "$0")/.."
+TRAIN=${SEEDGPT_TRAIN:-./train}
+export OMP_WAIT_POLICY=passive
+W=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_cli.XXXXXX")
+failed=0
+trap 'if [ $failed -eq 0 ]; then rm -rf "$W"; else echo "# work folder kept: $W"; fi' EXIT
+ok()   { echo "ok   $1: $2"; }
+fail() { echo "FAIL $1: $2"; failed=1; }
+
+mkdir -p "$W/text"
+head -c 6000 README.md > "$W/text/doc.txt"
+"$TRAIN" prepare "$W/text/doc.txt" "$W/data" > /dev/null || { fail cli_data "prepare failed"; exit 1; }
+BASE=(--train "$W/data/train_*.bin" --val "$W/data/val_*.bin" --layers 2 --heads 2 --embd 32
+      --seq-len 32 --lr 3e-3 --warmup 2 --dropout 0.1 --log-every 0 --seed 5 --threads 2)
+train_losses() { grep '"type":"train"' "$1" | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
+
+# ---- evaluation and samples leave the trajectory alone
+"$TRAIN" "${BASE[@]}" --batch 4 --steps 20 --shuffle 1 --log-json "$W/plain.jsonl" > "$W/plain.out" 2>&1
+rc1=$?
+"$TRAIN" "${BASE[@]}" --batch 4 --steps 20 --shuffle 1 --eval-every 3 --eval-batches 2 \
+    --sample-every 4 --sample-tokens 16 --log-json "$W/eval.jsonl" > "$W/eval.out" 2>&1
+rc2=$?
+nev=$(grep -c '"type":"eval"' "$W/eval.jsonl")
+nsm=$(grep -c 'sample: ' "$W/eval.out")
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$nev" -ge 6 ] && [ "$nsm" -eq 5 ] &&
+   diff <(train_losses "$W/plain.jsonl") <(train_losses "$W/eval.jsonl") > /dev/null; then
+    ok eval_and_samples_do_not_change_the_training_trajectory \
+       "20 train losses identical with $nev evaluations and $nsm samples (last $(train_losses "$W/eval.jsonl" | tail -1))"
+else
+    fail eval_and_samples_do_not_change_the_training_trajectory \
+       "statuses $rc1 $rc2, $nev evals, $nsm samples; first difference: $(diff <(train_losses "$W/plain.jsonl") <(train_losses "$W/eval.jsonl") | grep '^[<>]' | head -2 | tr '\n' ' ')"
+fi
+
+# ---- --total-batch
+"$TRAIN" "${BASE[@]}" --batch 4 --steps 6 --shuffle 0 --log-json "$W/b4.jsonl" > "$W/b4.out" 2>&1
+rc1=$?
+"$TRAIN" "${BASE[@]}" --batch 2 --total-batch 128 --steps 6 --shuffle 0 --log-json "$W/b2a2.jsonl" > "$W/b2a2.out" 2>&1
+rc2=$?
+worst=$(paste <(train_losses "$W/b4.jsonl") <(train_losses "$W/b2a2.jsonl") |
+        awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > w) w = r} END {printf "%.2e", w + 0}')
+n=$(train_losses "$W/b2a2.jsonl" | wc -l)
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$n" -eq 6 ] && awk -v w="$worst" 'BEGIN{exit !(w < 1e-5)}' &&
+   grep -q 'x 2 micro-batches (128 tokens per step)' "$W/b2a2.out"; then
+    ok total_batch_B2xA2_follows_B4_through_train "6 steps, worst loss rel. difference $worst"
+else
+    fail total_batch_B2xA2_follows_B4_through_train "statuses $rc1 $rc2, $n steps, worst loss rel. difference $worst"
+fi
+"$TRAIN" "${BASE[@]}" --batch 2 --total-batch 100 --steps 1 > "$W/bad.out" 2> "$W/bad.err"
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l < "$W/bad.err")" -eq 1 ] && grep -q 'total-batch 100: expected a multiple' "$W/bad.err"; then
+    ok total_batch_not_a_multiple_is_refused "status 2: $(cat "$W/bad.err")"
+else
+    fail total_batch_not_a_multiple_is_refused "status $rc: $(head -2 "$W/bad.err")"
+fi
+
+# ---- ./train sample
+"$TRAIN" "${BASE[@]}" --batch 4 --steps 10 --save "$W/model.bin" > /dev/null 2>&1
+S=(sample --init "$W/model.bin" --prompt "seed" --tokens 24 --threads 2)
+a=$("$TRAIN" "${S[@]}" --seed 1 2>/dev/null); rca=$?
+b=$("$TRAIN" "${S[@]}" --seed 1 2>/dev/null)
+c=$("$TRAIN" "${S[@]}" --seed 2 2>/dev/null)
+if [ $rca -eq 0 ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] && [ "${a#seed}" != "$a" ]; then
+    ok sample_is_a_function_of_the_seed "seed 1 twice: the same ${#a} bytes; seed 2 differs"
+else
+    fail sample_is_a_function_of_the_seed "status $rca; seed 1: '$a' / '$b'; seed 2: '$c'"
+fi
+"$TRAIN" sample --init "$W/missing.bin" > /dev/null 2> "$W/miss.err"
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l < "$W/miss.err")" -eq 1 ]; then
+    ok sample_refuses_a_missing_model_in_one_line "status 2: $(cat "$W/miss.err")"
+else
+    fail sample_refuses_a_missing_model_in_one_line "status $rc: $(head -2 "$W/miss.err")"
+fi
+exit $failed
