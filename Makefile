@@ -129,7 +129,7 @@ test-run: $(TRAIN_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE
 # `make fuzz`: each libFuzzer target (tests/fuzz/) for FUZZ_SECONDS; make test runs 10 s each,
 # and the whole suite once more under ASan + UBSan (test-asan, ~1.5 min on 2 cores).
 FUZZ_SECONDS ?= 60
-FUZZ_CI ?= tests/fuzz/run.sh 10
+FUZZ_CI ?= FUZZ_SEED=1 tests/fuzz/run.sh 10
 ASAN_CI ?= $(MAKE) -s --no-print-directory test-asan
 LEARN_TEST ?= tests/test_learn.sh
 fuzz: $(TRAIN_BIN)

@@ -74,11 +74,15 @@ struct Bpe {
     HeapEntry* heap;
 };
 
+/* One line, always: token spellings quoted from a hostile encoder.json may hold control bytes
+ * (a newline would split the message), so those are shown as '?'. */
 static void set_err(char* err, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, 256, fmt, ap);
     va_end(ap);
+    for (char* c = err; *c; c++)
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f) *c = '?';
 }
 
 static uint64_t fnv1a(const unsigned char* s, size_t n) {

@@ -122,7 +122,9 @@ for t in "${TARGETS[@]}"; do
     corpus=$B/corpus/$t
     mkdir -p "$corpus"
     log=$B/fuzz_$t.log
-    "$B/fuzz_$t" -max_total_time="$SECONDS_PER" -timeout=20 -rss_limit_mb=4096 -max_len=65536 \
+    # FUZZ_SEED fixes libFuzzer's random seed (make test does, so a CI run is reproducible)
+    "$B/fuzz_$t" ${FUZZ_SEED:+-seed=$FUZZ_SEED} -max_total_time="$SECONDS_PER" -timeout=20 \
+        -rss_limit_mb=4096 -max_len=65536 \
         -print_final_stats=1 -artifact_prefix="$B/artifacts/${t}-" "$corpus" "$seeds/$t" \
         > "$log" 2>&1
     rc=$?
