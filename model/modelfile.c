@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "model/modelfile.h"
+#include "model/fsync_dir.h"
 
 #define HEADER_INTS 256
 #define HEADER_BYTES (HEADER_INTS * 4)
@@ -201,27 +202,6 @@ int modelfile_load(GPT* m, const char* path, char err[256]) {
     return 0;
 }
 
-/* fsync of the folder holding path, so the rename itself is durable. Best effort. */
-static void sync_parent_dir(const char* path) {
-    char dir[4096];
-    const char* slash = strrchr(path, '/');
-    if (slash == NULL) {
-        strcpy(dir, ".");
-    } else if (slash == path) {
-        strcpy(dir, "/");
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof(dir)) return;
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 int modelfile_save(const GPT* m, const char* path, char err[256]) {
     const GPTConfig* c = &m->config;
     char tmp[4096];
@@ -267,6 +247,6 @@ int modelfile_save(const GPT* m, const char* path, char err[256]) {
                  path, failed, path, strerror(saved_errno));
         return -1;
     }
-    sync_parent_dir(path);
+    fsync_parent_dir(path);
     return 0;
 }

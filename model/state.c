@@ -6,6 +6,7 @@
  * May not: print, exit (except the deliberate SIGKILL of a fault point), or know data/.
  */
 #include "model/state.h"
+#include "model/fsync_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -112,30 +113,6 @@ static int check_finite(const GPT* m, const char* path, const char* when, char e
     return 0;
 }
 
-static void sync_dir(const char* dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
-static void sync_parent_dir(const char* path) {
-    char dir[4096];
-    const char* slash = strrchr(path, '/');
-    if (slash == NULL) {
-        strcpy(dir, ".");
-    } else if (slash == path) {
-        strcpy(dir, "/");
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof(dir)) return;
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-    }
-    sync_dir(dir);
-}
-
 /* ---- writing ------------------------------------------------------------------------------ */
 
 static int write_crc(FILE* f, const void* buf, size_t n, uint32_t* crc) {
@@ -221,7 +198,7 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
         return -1;
     }
     fault_kill_point("state_renamed", -1);
-    sync_parent_dir(path);
+    fsync_parent_dir(path);
     return 0;
 }
 
@@ -561,7 +538,7 @@ int state_prune(const char* dir, int keep, uint64_t current) {
         }
         closedir(d);
     }
-    sync_dir(dir);
+    fsync_dir(dir);
     return removed;
 }
 
