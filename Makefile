@@ -8,8 +8,10 @@
 #   make plot RUN=DIR   DIR/log.jsonl -> DIR/loss.png (gnuplot)
 #   make kjv        a small model on the King James Bible (plain: no recompute, no plot)
 #   make fuzz       the loaders' fuzzers (FUZZ_SECONDS each); make test-asan: the suite under ASan
-# (The CUDA backend is not built yet; nvcc only compiles attention/philox.h as device code in a
-# test.)
+#   make cuda       the CUDA trainer ./train_cuda (nvcc; --device cpu|cuda, default cuda)
+#   make test-cuda-emu   the CUDA kernels run on the CPU through attention/cuda_emu.h, against
+#                   their CPU twins (part of make test)
+#   make test-cuda  the same tests on a real GPU (needs one)
 
 CC      ?= gcc
 NVCC    ?= nvcc
@@ -33,7 +35,7 @@ LDLIBS  += -lcjson -lpcre2-8
 
 BUILD   := build
 
-CORE_SRC := model/gpt.c model/ops_cpu.c model/mem.c model/modelfile.c model/state.c model/sample.c \
+CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/mem.c model/modelfile.c model/state.c model/sample.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c \
             data/tokenizer.c data/bpe.c data/shards.c data/prepare.c
@@ -175,5 +177,78 @@ plot:
 	@test -n "$(RUN)" || { echo "usage: make plot RUN=DIR (a run folder with log.jsonl)"; exit 2; }
 	@scripts/plot.sh "$(RUN)"
 
+# ---- CUDA ----------------------------------------------------------------------------------
+# The .cu sources next to their CPU twins (model/, attention/) build two ways: with nvcc for a GPU,
+# and as C++ with -DSG_EMU against the emulation (attention/cuda_emu.h, attention/cuda_emu.cpp) so
+# that CI runs every kernel on the CPU. model/backend.c is compiled once more with SEEDGPT_CUDA to
+# add the CUDA table. Tests of CUDA code are tests/cuda/test_*.cu; each builds both ways too.
+CUDA_SRC      := $(sort $(wildcard model/*.cu attention/*.cu))
+CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
+CUDA_HEADERS  := $(HEADERS) $(wildcard attention/*.h model/*.h tests/cuda/*.h)
+NVCC_ARCH     ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS     ?= -O3 -std=c++17 -I. $(NVCC_ARCH) -Xcompiler -fopenmp -lineinfo
+# the register / shared memory / spill report of every kernel, printed by the build
+NVCC_PTXAS    ?= -Xptxas -v
+CUDA_LIBS     := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcudart -lstdc++
+CUDA_BUILD    := $(BUILD)/cuda
+CUDA_OBJ      := $(CUDA_SRC:%.cu=$(CUDA_BUILD)/%.o)
+CUDA_CORE_OBJ := $(filter-out $(BUILD)/model/backend.o,$(CORE_OBJ)) $(CUDA_BUILD)/model/backend.o
+
+.PHONY: cuda test-cuda test-cuda-emu
+cuda: train_cuda
+
+train_cuda: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(CUDA_BUILD)/train.o: train.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSEEDGPT_CUDA -c -o $@ $<
+
+$(CUDA_BUILD)/model/backend.o: model/backend.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSEEDGPT_CUDA -c -o $@ $<
+
+$(CUDA_BUILD)/%.o: %.cu $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(NVCC_PTXAS) -c -o $@ $<
+
+# make test-cuda: the CUDA tests on a real GPU (test objects of the core: CPU twins as reference)
+CUDA_TEST_BINS := $(CUDA_TEST_SRC:tests/cuda/%.cu=$(CUDA_BUILD)/tests/%)
+CUDA_TEST_CORE := $(filter-out $(BUILD)/test/model/backend.o,$(TEST_OBJ)) $(CUDA_BUILD)/test/model/backend.o
+$(CUDA_BUILD)/test/model/backend.o: model/backend.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -DSEEDGPT_CUDA -c -o $@ $<
+$(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(CUDA_OBJ) $(CUDA_TEST_CORE) $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_OBJ) $(CUDA_TEST_CORE) \
+		$(filter tests/ref_%.c,$(wildcard tests/*.c)) -Xcompiler -fopenmp $(LDLIBS) -lcublas -lcublasLt
+test-cuda: train_cuda $(CUDA_TEST_BINS)
+	@tests/run.sh $(CUDA_TEST_BINS)
+
+# make test-cuda-emu: the same kernel and test sources as C++ on the CPU (attention/cuda_emu.h).
+EMU_CXX       ?= g++
+EMU_CXXFLAGS  ?= -O2 -g
+EMU_FLAGS     := -std=c++17 -DSG_EMU -I. -pthread -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-parameter
+EMU_BUILD     := $(BUILD)/emu
+EMU_RT_OBJ    := $(EMU_BUILD)/attention/cuda_emu_rt.o
+EMU_OBJ       := $(CUDA_SRC:%.cu=$(EMU_BUILD)/%.o)
+EMU_TEST_BINS := $(CUDA_TEST_SRC:tests/cuda/%.cu=$(EMU_BUILD)/tests/%)
+$(EMU_RT_OBJ): attention/cuda_emu.cpp $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -c -o $@ $<
+$(EMU_BUILD)/%.o: %.cu $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -x c++ -c -o $@ $<
+$(EMU_BUILD)/tests/%: tests/cuda/%.cu $(EMU_OBJ) $(EMU_RT_OBJ) $(CUDA_TEST_CORE) $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -DSEEDGPT_TEST_BUILD -x c++ -c -o $@.o $<
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $@.o $(EMU_OBJ) $(EMU_RT_OBJ) $(CUDA_TEST_CORE) \
+		$(filter tests/ref_%.c,$(wildcard tests/*.c)) $(LDLIBS)
+# the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU
+$(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)
+	$(EMU_CXX) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
+test-cuda-emu: $(EMU_TEST_BINS) $(EMU_BUILD)/train
+	@tests/run.sh $(EMU_TEST_BINS)
+
 clean:
-	rm -rf $(BUILD) train
+	rm -rf $(BUILD) train train_cuda

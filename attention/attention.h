@@ -18,6 +18,10 @@
 #include <stdint.h>
 #include "philox.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* out, lse: written. */
 void attention_forward(float* out, float* lse, const float* qkv,
                        int B, int T, int NH, int NKV, int HD,
@@ -36,4 +40,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         int B, int T, int NH, int NKV, int HD,
                         uint32_t g0, uint64_t attn_seed, Dropout drop);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

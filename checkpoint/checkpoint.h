@@ -12,6 +12,10 @@
 #include <stdint.h>
 #include "attention/philox.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     uint32_t step;              /* the optimizer step these seeds belong to */
     uint32_t layer;
@@ -74,4 +78,7 @@ static inline int ckpt_layer_slot(const RecomputePolicy* p, int L, int l) {
     return l % ckpt_segment_len(p, L);
 }
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -14,6 +14,10 @@
 #include "attention/philox.h"
 #include "checkpoint/checkpoint.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int max_seq_len;        /* maxT: positions of wpe */
     int vocab_size;         /* V: real tokens */
@@ -193,4 +197,7 @@ typedef struct {
 } GPTMemory;
 GPTMemory gpt_memory(const GPT* m);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -6,6 +6,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define MEM_ALIGN 64
 
 /* floats rounded up to a whole number of 64-byte lines */
@@ -23,4 +27,7 @@ typedef struct {
 } MemStats;
 MemStats mem_stats(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -16,6 +16,10 @@
 #include <stdint.h>
 #include "attention/philox.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* out (B,T,C) written = drop(wte[inp[b,t]] + wpe[t]). inp (B,T); wte (Vp,C); wpe (maxT,C). */
 void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
                      int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop);
@@ -68,4 +72,7 @@ void scale_inplace(float* x, size_t n, float s);
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,0 +1,77 @@
+/* attention/device.h — the one doorway between seedgpt's CUDA sources and a device. Every .cu
+ * file includes this header first and uses only what it names, so the same kernel sources build
+ * two ways:
+ *   - with nvcc, for a real GPU (this file maps the macros onto CUDA syntax);
+ *   - with a C++ compiler and -DSG_EMU, against attention/cuda_emu.h, which runs each launch on
+ *     the CPU with pooled real threads per block (`make test-cuda-emu`).
+ *
+ * The supported subset (what kernels may use):
+ *   - launches only through SG_LAUNCH(kernel, grid, block, smem_bytes, args...), each followed by
+ *     SG_CHECK_LAUNCH(); no <<<...>>> anywhere else;
+ *   - dynamic shared memory only through SG_DYN_SHARED(type, name) (one per kernel, at its top);
+ *     fixed-size shared arrays only through SG_SHARED(type, name, count) (a 1-D array); no bare
+ *     __shared__ and no `extern __shared__`;
+ *   - __syncthreads(), __syncwarp(mask), and the warp collectives __shfl_sync, __shfl_xor_sync,
+ *     __shfl_down_sync, __shfl_up_sync, __ballot_sync, __all_sync, __any_sync with an explicit
+ *     mask (float, int, unsigned; width 32); no __activemask, no lockstep assumptions (a warp's
+ *     threads meet only at those calls), no cooperative groups, no grid-wide sync, no block
+ *     waiting on another block;
+ *   - integer atomics (atomicAdd/atomicMax/atomicCAS on int/unsigned); no float atomics (DESIGN §5);
+ *   - threadIdx, blockIdx, blockDim, gridDim, warpSize; dim3;
+ *   - math: expf, logf, sqrtf, rsqrtf, tanhf, fmaxf, fminf, fabsf, __expf, __logf, __fdividef,
+ *     __float_as_uint, __uint_as_float, min/max on int;
+ *   - host API: cudaMalloc, cudaFree, cudaMemcpy (H2D, D2H, D2D), cudaMemset, cudaDeviceSynchronize,
+ *     cudaGetLastError, cudaGetErrorString, cudaFuncSetAttribute(kernel,
+ *     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), cudaMemGetInfo, cudaGetDeviceProperties;
+ *     cuBLAS: cublasCreate, cublasDestroy, cublasSgemm, cublasSgemmStridedBatched, cublasSetMathMode
+ *     (the emulation runs them on the CPU through CBLAS, column-major as cuBLAS defines them).
+ *   - every CUDA / cuBLAS call wrapped in SG_CHECK / SG_CUBLAS_CHECK.
+ * The emulation checks launches as a GPU would (at most 1024 threads a block, dynamic shared memory
+ * above 48 KiB only after the opt-in attribute, grid limits), poisons shared memory at every block
+ * start, and reports a divergent barrier (a thread that left the kernel or waits at another
+ * __syncthreads while the rest wait) with the kernel's name instead of hanging.
+ * It does not model registers, timing, the memory model or the real cuBLAS: a real GPU still has
+ * the last word (`make test-cuda`, scripts/gpu_check.sh).
+ */
+#ifndef SEEDGPT_DEVICE_H
+#define SEEDGPT_DEVICE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef SG_EMU
+#include "attention/cuda_emu.h"
+#else
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+#define SG_LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem)>>>(__VA_ARGS__)
+/* one raw dynamic buffer per translation unit, viewed with the kernel's type */
+#define SG_DYN_SHARED(type, name) \
+    extern __shared__ __align__(16) unsigned char sg_dyn_smem_[]; \
+    type* name = reinterpret_cast<type*>(sg_dyn_smem_)
+#define SG_SHARED(type, name, count) __shared__ __align__(16) type name[count]
+#endif
+
+/* Every CUDA runtime call: one line naming the call, the file and line, then exit. */
+#define SG_CHECK(call) do { \
+    cudaError_t sg_err_ = (call); \
+    if (sg_err_ != cudaSuccess) { \
+        fprintf(stderr, "seedgpt: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+                cudaGetErrorString(sg_err_)); \
+        exit(1); \
+    } \
+} while (0)
+#define SG_CHECK_LAUNCH() SG_CHECK(cudaGetLastError())
+#define SG_CUBLAS_CHECK(call) do { \
+    cublasStatus_t sg_st_ = (call); \
+    if (sg_st_ != CUBLAS_STATUS_SUCCESS) { \
+        fprintf(stderr, "seedgpt: cuBLAS error %d at %s:%d: %s\n", (int)sg_st_, __FILE__, \
+                __LINE__, #call); \
+        exit(1); \
+    } \
+} while (0)
+
+static inline unsigned sg_ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+#endif

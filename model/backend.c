@@ -1,0 +1,107 @@
+/* model/backend.c — the backend tables: the CPU one always, the CUDA one in builds made with
+ * SEEDGPT_CUDA (`make cuda`, and the emulated build of `make test-cuda-emu`). */
+#include <string.h>
+#include "model/backend.h"
+#include "model/ops.h"
+#include "model/mem.h"
+#include "attention/attention.h"
+#ifdef SEEDGPT_CUDA
+#include "model/ops_cuda.h"
+#include "attention/attention_cuda.h"
+#endif
+
+static void* cpu_alloc(size_t bytes) { return mem_alloc(bytes); }
+static void cpu_copy(void* dst, const void* src, size_t bytes) {
+    if (dst != src && bytes > 0) memcpy(dst, src, bytes);
+}
+static void cpu_fill(float* x, size_t n, float value) {
+    for (size_t i = 0; i < n; i++) x[i] = value;
+}
+static size_t cpu_count_differ(const float* a, const float* b, size_t n) {
+    if (memcmp(a, b, n * sizeof(float)) == 0) return 0;
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return differ;
+}
+static size_t cpu_peak_bytes(void) { return mem_stats().peak_bytes; }
+static void cpu_synchronize(void) {}
+
+const Backend backend_cpu = {
+    .name = "cpu",
+    .host_memory = 1,
+    .alloc = cpu_alloc,
+    .free = mem_free,
+    .to_backend = cpu_copy,
+    .to_host = cpu_copy,
+    .fill = cpu_fill,
+    .count_differ = cpu_count_differ,
+    .peak_bytes = cpu_peak_bytes,
+    .synchronize = cpu_synchronize,
+    .encoder_forward = encoder_forward,
+    .encoder_backward = encoder_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward = layernorm_backward,
+    .matmul_forward = matmul_forward,
+    .matmul_backward = matmul_backward,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .residual_dropout_forward = residual_dropout_forward,
+    .dropout_backward = dropout_backward,
+    .crossentropy_forward = crossentropy_forward,
+    .crossentropy_backward = crossentropy_backward,
+    .sum_squares = sum_squares,
+    .scale_inplace = scale_inplace,
+    .adamw_update = adamw_update,
+    .attention_forward = attention_forward,
+    .attention_backward_scratch_floats = attention_backward_scratch_floats,
+    .attention_backward = attention_backward,
+};
+
+#ifdef SEEDGPT_CUDA
+static const Backend backend_cuda = {
+    .name = "cuda",
+    .host_memory = 0,
+    .alloc = device_alloc_cuda,
+    .free = device_free_cuda,
+    .to_backend = device_to_backend_cuda,
+    .to_host = device_to_host_cuda,
+    .fill = device_fill_cuda,
+    .count_differ = device_count_differ_cuda,
+    .peak_bytes = device_peak_bytes_cuda,
+    .synchronize = device_synchronize_cuda,
+    .encoder_forward = encoder_forward_cuda,
+    .encoder_backward = encoder_backward_cuda,
+    .layernorm_forward = layernorm_forward_cuda,
+    .layernorm_backward = layernorm_backward_cuda,
+    .matmul_forward = matmul_forward_cuda,
+    .matmul_backward = matmul_backward_cuda,
+    .gelu_forward = gelu_forward_cuda,
+    .gelu_backward = gelu_backward_cuda,
+    .residual_dropout_forward = residual_dropout_forward_cuda,
+    .dropout_backward = dropout_backward_cuda,
+    .crossentropy_forward = crossentropy_forward_cuda,
+    .crossentropy_backward = crossentropy_backward_cuda,
+    .sum_squares = sum_squares_cuda,
+    .scale_inplace = scale_inplace_cuda,
+    .adamw_update = adamw_update_cuda,
+    .attention_forward = attention_forward_cuda,
+    .attention_backward_scratch_floats = attention_backward_scratch_floats_cuda,
+    .attention_backward = attention_backward_cuda,
+};
+#endif
+
+const Backend* backend_by_name(const char* name) {
+    if (strcmp(name, "cpu") == 0) return &backend_cpu;
+#ifdef SEEDGPT_CUDA
+    if (strcmp(name, "cuda") == 0) return &backend_cuda;
+#endif
+    return NULL;
+}
+
+const char* backend_default_name(void) {
+#ifdef SEEDGPT_CUDA
+    return "cuda";
+#else
+    return "cpu";
+#endif
+}

@@ -1,0 +1,87 @@
+/* model/backend.h — the table through which the orchestrator (model/gpt.c) reaches a backend:
+ * its memory and its ops. The CPU backend (model/backend.c) points at model/ops_cpu.c and
+ * attention/flash_cpu.c; the CUDA backend (built by `make cuda`) at their .cu twins, with the same
+ * signatures: every pointer an op receives lives in that backend's memory.
+ *
+ * The orchestrator never asks which backend it holds, except for the host mirrors of the weights
+ * and optimizer state (the CPU backend's memory is host memory, so its mirrors are the memory
+ * itself).
+ */
+#ifndef SEEDGPT_BACKEND_H
+#define SEEDGPT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "attention/philox.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct Backend {
+    const char* name;          /* "cpu" or "cuda" */
+    int host_memory;           /* 1: the backend's memory is host memory (no copies needed) */
+
+    /* ---- memory ---- */
+    /* one arena per model: aligned (64 bytes), zeroed; exits with a message if it is not there */
+    void* (*alloc)(size_t bytes);
+    void (*free)(void* p);
+    void (*to_backend)(void* dst, const void* host_src, size_t bytes);
+    void (*to_host)(void* host_dst, const void* src, size_t bytes);
+    void (*fill)(float* x, size_t n, float value);
+    /* elements whose bits differ (the recompute value check) */
+    size_t (*count_differ)(const float* a, const float* b, size_t n);
+    /* the backend's memory high-water mark in bytes (what the step JSON reports) */
+    size_t (*peak_bytes)(void);
+    void (*synchronize)(void);
+
+    /* ---- ops: the signatures and contracts of model/ops.h and attention/attention.h ---- */
+    void (*encoder_forward)(float* out, const int* inp, const float* wte, const float* wpe,
+                            int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop);
+    void (*encoder_backward)(float* dwte, float* dwpe, const float* dout, const int* inp,
+                             int B, int T, int C);
+    void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp,
+                              const float* weight, const float* bias, int N, int C);
+    void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, const float* mean,
+                               const float* rstd, int N, int C);
+    void (*matmul_forward)(float* out, const float* inp, const float* weight, const float* bias,
+                           int N, int C, int OC);
+    void (*matmul_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, int N, int C, int OC);
+    void (*gelu_forward)(float* out, const float* inp, size_t n);
+    void (*gelu_backward)(float* dinp, const float* inp, const float* dout, size_t n);
+    void (*residual_dropout_forward)(float* out, const float* x, const float* branch,
+                                     int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop);
+    void (*dropout_backward)(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
+                             uint64_t seed, Dropout drop);
+    void (*crossentropy_forward)(float* losses, const float* logits, const int* targets,
+                                 int N, int V, int Vp);
+    void (*crossentropy_backward)(float* logits, const int* targets, float dloss, int N, int V,
+                                  int Vp);
+    double (*sum_squares)(const float* x, size_t n);
+    void (*scale_inplace)(float* x, size_t n, float s);
+    void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+    void (*attention_forward)(float* out, float* lse, const float* qkv,
+                              int B, int T, int NH, int NKV, int HD,
+                              uint32_t g0, uint64_t attn_seed, Dropout drop);
+    size_t (*attention_backward_scratch_floats)(int B, int T, int NH, int NKV, int HD,
+                                                int nthreads);
+    void (*attention_backward)(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                               const float* out, const float* lse,
+                               int B, int T, int NH, int NKV, int HD,
+                               uint32_t g0, uint64_t attn_seed, Dropout drop);
+} Backend;
+
+extern const Backend backend_cpu;
+
+/* "cpu" or "cuda"; NULL if this build has no such backend (the CPU build has no "cuda"). */
+const Backend* backend_by_name(const char* name);
+/* The backend a run gets without --device: "cuda" in a build that has it, else "cpu". */
+const char* backend_default_name(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,57 @@
+/* model/ops_cuda.h — the CUDA twins of model/ops.h (model/ops_cuda.cu) and the CUDA backend's
+ * memory functions (model/device_cuda.cu). Same signatures and contracts as the CPU ops; every
+ * pointer is device memory. Only model/backend.c and the CUDA tests include this.
+ */
+#ifndef SEEDGPT_OPS_CUDA_H
+#define SEEDGPT_OPS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "attention/philox.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void encoder_forward_cuda(float* out, const int* inp, const float* wte, const float* wpe,
+                          int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop);
+void encoder_backward_cuda(float* dwte, float* dwpe, const float* dout, const int* inp,
+                           int B, int T, int C);
+void layernorm_forward_cuda(float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int N, int C);
+void layernorm_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, const float* mean,
+                             const float* rstd, int N, int C);
+void matmul_forward_cuda(float* out, const float* inp, const float* weight, const float* bias,
+                         int N, int C, int OC);
+void matmul_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int N, int C, int OC);
+void gelu_forward_cuda(float* out, const float* inp, size_t n);
+void gelu_backward_cuda(float* dinp, const float* inp, const float* dout, size_t n);
+void residual_dropout_forward_cuda(float* out, const float* x, const float* branch,
+                                   int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop);
+void dropout_backward_cuda(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
+                           uint64_t seed, Dropout drop);
+void crossentropy_forward_cuda(float* losses, const float* logits, const int* targets,
+                               int N, int V, int Vp);
+void crossentropy_backward_cuda(float* logits, const int* targets, float dloss, int N, int V,
+                                int Vp);
+double sum_squares_cuda(const float* x, size_t n);
+void scale_inplace_cuda(float* x, size_t n, float s);
+void adamw_update_cuda(float* params, const float* grads, float* m, float* v, size_t n,
+                       float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+
+/* model/device_cuda.cu: the CUDA backend's memory (counted; peak reported) */
+void* device_alloc_cuda(size_t bytes);
+void device_free_cuda(void* p);
+void device_to_backend_cuda(void* dst, const void* host_src, size_t bytes);
+void device_to_host_cuda(void* host_dst, const void* src, size_t bytes);
+void device_fill_cuda(float* x, size_t n, float value);
+size_t device_count_differ_cuda(const float* a, const float* b, size_t n);
+size_t device_peak_bytes_cuda(void);
+void device_synchronize_cuda(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
