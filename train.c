@@ -72,6 +72,7 @@ typedef struct {
     /* gradient accumulation: tokens per optimizer step (0: one micro-batch, B*T) */
     long total_batch;
     int threads;
+    const char* device;      /* "cpu" or "cuda" (model/backend.h) */
     /* activation checkpointing */
     RecomputePolicy policy;
     /* run folder, resume, the non-finite guard */
@@ -97,7 +98,7 @@ enum {
     F_LOG_EVERY, F_EVAL_EVERY, F_EVAL_BATCHES, F_THREADS,
     F_RECOMPUTE, F_RECOMPUTE_CHECK, F_RECOMPUTE_SEEDS,
     F_OUT, F_RESUME, F_SAVE_EVERY, F_KEEP, F_MAX_BAD_STEPS,
-    F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH,
+    F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH, F_DEVICE,
     NUM_FLAGS
 };
 static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
@@ -130,6 +131,7 @@ static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
     [F_MAX_BAD_STEPS] = {"--max-bad-steps", R_CHANGE},
     [F_SAMPLE_EVERY] = {"--sample-every", R_CHANGE}, [F_SAMPLE_TOKENS] = {"--sample-tokens", R_CHANGE},
     [F_PEAK_GFLOPS] = {"--peak-gflops", R_LOCAL}, [F_TOTAL_BATCH] = {"--total-batch", R_FIXED},
+    [F_DEVICE] = {"--device", R_LOCAL},   /* a state saved on one backend resumes on the other */
 };
 
 static void usage(FILE* f) {
@@ -200,6 +202,10 @@ static void usage(FILE* f) {
 "                      measured for ~0.2 s at start-up)\n"
 "  --save PATH         write the model file at the end\n"
 "  --threads N         OpenMP and OpenBLAS threads (default: all cores)\n"
+"  --device D          cpu | cuda: where the model's memory lives and its ops run (default:\n"
+"                      cuda in ./train_cuda, built by `make cuda`; cpu in ./train). Masks,\n"
+"                      seeds, recompute and states are the same on both; a state saved on one\n"
+"                      resumes on the other\n"
 "run folder and resume\n"
 "  --out DIR           write training states DIR/state_SSSSSSSS.bin (S = steps done) and the model\n"
 "                      DIR/model.bin beside them: every --save-every steps, at the end, and on\n"
@@ -273,6 +279,7 @@ static void set_defaults(Options* o) {
     o->dropout = 0.0; o->attn_dropout = o->resid_dropout = o->embd_dropout = -1.0;
     o->log_every = 10; o->eval_every = 0; o->eval_batches = 8; o->threads = 0;
     o->sample_every = 0; o->sample_tokens = 64; o->peak_gflops = 0; o->total_batch = 0;
+    o->device = backend_default_name();
     o->policy.every = 0; o->policy.fresh_seeds = 0; o->policy.check = CHECK_WARN;
     o->save_every = 0; o->keep = 2; o->max_bad_steps = 10;
 }
@@ -329,6 +336,12 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_EVAL_EVERY: o->eval_every = parse_long(f, v, 0, 2000000000L); break;
     case F_EVAL_BATCHES: o->eval_batches = parse_long(f, v, 1, 1000000); break;
     case F_THREADS: o->threads = parse_long(f, v, 1, 1024); break;
+    case F_DEVICE:
+        if (strcmp(v, "cpu") && strcmp(v, "cuda")) die_flag(f, v, "cpu or cuda");
+        if (backend_by_name(v) == NULL)
+            die_flag(f, v, "cpu (this binary has no CUDA backend: `make cuda` builds ./train_cuda)");
+        o->device = v;
+        break;
     case F_RECOMPUTE:
         if (recompute_parse(v, &o->policy, err) != 0) die_flag(f, v, "none, layer or every:K");
         break;
@@ -406,6 +419,7 @@ static int format_flag(const Options* o, int id, char* buf, size_t cap) {
     case F_EVAL_EVERY: snprintf(buf, cap, "%d", o->eval_every); return 0;
     case F_EVAL_BATCHES: snprintf(buf, cap, "%d", o->eval_batches); return 0;
     case F_THREADS: snprintf(buf, cap, "%d", o->threads); return 0;
+    case F_DEVICE: s = o->device; break;
     case F_RECOMPUTE: s = recompute_name(&o->policy, pname); break;
     case F_RECOMPUTE_CHECK:
         s = o->policy.check == CHECK_OFF ? "off" : o->policy.check == CHECK_WARN ? "warn" : "stop";
@@ -753,6 +767,11 @@ static void install_stop_signals(void) {
 
 /* ---- the run ------------------------------------------------------------------------------ */
 
+/* The memory figure of progress lines: the host's peak on the CPU, the device's on CUDA. */
+static size_t run_peak_bytes(const GPT* m) {
+    return m->be->host_memory ? mem_stats().peak_bytes : m->be->peak_bytes();
+}
+
 typedef struct {
     const Options* o;
     GPT* model;
@@ -766,6 +785,7 @@ typedef struct {
 static void save_run_model(Run* r) {
     char mpath[4200], err[256];
     snprintf(mpath, sizeof(mpath), "%s/model.bin", r->o->out_dir);
+    gpt_to_host(r->model);
     if (modelfile_save(r->model, mpath, err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
         exit(EXIT_BAD_INPUT);
@@ -792,6 +812,7 @@ static void save_state(Run* r, int done) {
     info.bad_consecutive = r->bad_consecutive;
     info.bad_total = r->bad_total;
     format_state_options(o, info.options, sizeof(info.options));
+    gpt_to_host(r->model);
     if (state_path(path, sizeof(path), o->out_dir, info.step) != 0 ||
         state_save(path, r->model, &info, err) != 0) {
         fprintf(stderr, "seedgpt: cannot save the training state: %s\n",
@@ -1147,7 +1168,7 @@ int main(int argc, char** argv) {
         }
         val_open = 1;
     }
-    if (gpt_build_policy(&model, &cfg, B, T, &o.policy, err) != 0) {
+    if (gpt_build_on(&model, &cfg, B, T, &o.policy, backend_by_name(o.device), err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
         rc = EXIT_BAD_INPUT;
         goto cleanup;
@@ -1220,8 +1241,8 @@ int main(int argc, char** argv) {
            cfg.padded_vocab_size, cfg.max_seq_len, model.num_parameters);
     printf("batch %d x %d", B, T);
     if (A > 1) printf(" x %d micro-batches (%ld tokens per step)", A, (long)A * B * T);
-    printf(", %d steps, %zu training windows, %d threads\n", o.steps,
-           loader_num_windows(&train_loader), threads);
+    printf(", %d steps, %zu training windows, %d threads, device %s\n", o.steps,
+           loader_num_windows(&train_loader), threads, model.be->name);
     printf("dropout: embd %g attn %g resid %g, seed %llu\n", o.embd_dropout, o.attn_dropout,
            o.resid_dropout, (unsigned long long)o.seed);
     char pname[32];
@@ -1239,7 +1260,7 @@ int main(int argc, char** argv) {
     targets = mem_alloc((size_t)B * T * sizeof(int));
     /* progress: model FLOPs per step against this machine's (or the given) peak */
     double peak_gflops = o.peak_gflops;
-    if (peak_gflops <= 0 && o.log_every > 0) {
+    if (peak_gflops <= 0 && o.log_every > 0 && model.be->host_memory) {
         peak_gflops = measure_sgemm_gflops();
         printf("peak: sgemm %.1f GFLOP/s measured on this machine (MFU is against it; "
                "--peak-gflops X to set)\n", peak_gflops);
@@ -1276,7 +1297,7 @@ int main(int argc, char** argv) {
         }
         float loss = A == 1 ? (float)loss_sum : (float)(loss_sum / A);
         if (fault_fires("nan_loss", step)) loss = NAN;           /* test hook */
-        if (fault_fires("nan_grad", step)) model.grads_memory[0] = NAN;   /* test hook */
+        if (fault_fires("nan_grad", step)) model.be->fill(model.grads_memory, 1, NAN);   /* test hook */
         float norm = gpt_clip_grads(&model, (float)o.clip);
         double lr = lr_at(&o, step);
         /* the guard: a non-finite loss or norm skips the update; the step and the loader have
@@ -1303,11 +1324,10 @@ int main(int argc, char** argv) {
         if (o.log_every > 0 && (step % o.log_every == 0 || step == o.steps - 1)) {
             char eta[32];
             fmt_duration(eta, sizeof(eta), (o.steps - step - 1) * (total_ms / (step + 1 - start_step)) / 1e3);
-            printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f | %.0f tok/s | %.1f ms | "
-                   "MFU %.1f%% | mem %.0f MiB | ETA %s\n",
-                   step, o.steps, loss, lr, norm, step_tokens / (ms / 1e3), ms,
-                   100.0 * step_flops / (ms * 1e6) / peak_gflops,
-                   mem_stats().peak_bytes / 1048576.0, eta);
+            printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f | %.0f tok/s | %.1f ms | ",
+                   step, o.steps, loss, lr, norm, step_tokens / (ms / 1e3), ms);
+            if (peak_gflops > 0) printf("MFU %.1f%% | ", 100.0 * step_flops / (ms * 1e6) / peak_gflops);
+            printf("mem %.0f MiB | ETA %s\n", run_peak_bytes(&model) / 1048576.0, eta);
             fflush(stdout);
         }
         if (jsonf != NULL) {
@@ -1315,8 +1335,10 @@ int main(int argc, char** argv) {
             json_float(jsonf, "loss", loss);
             json_float(jsonf, "grad_norm", norm);
             json_float(jsonf, "lr", lr);
-            fprintf(jsonf, ",\"step_ms\":%.3f,\"peak_bytes\":%zu%s}\n", ms, mem_stats().peak_bytes,
-                    finite ? "" : ",\"skipped\":true");
+            fprintf(jsonf, ",\"step_ms\":%.3f,\"peak_bytes\":%zu", ms, mem_stats().peak_bytes);
+            if (!model.be->host_memory)
+                fprintf(jsonf, ",\"device_peak_bytes\":%zu", model.be->peak_bytes());
+            fprintf(jsonf, "%s}\n", finite ? "" : ",\"skipped\":true");
             fflush(jsonf);
         }
         fault_kill_point("step_logged", step);
@@ -1342,6 +1364,7 @@ int main(int argc, char** argv) {
             }
         }
         if (have_sampler && (step + 1) % o.sample_every == 0) {
+            gpt_to_host(&model);   /* sampling runs on the host copy of the weights */
             printf("step %5d | sample: ", step);
             generate(&sampler, &tok, NULL, 0, o.sample_tokens, 1.0, 0, sample_seed,
                      (uint32_t)step, stdout);
@@ -1364,7 +1387,8 @@ int main(int argc, char** argv) {
         if (peak_gflops > 0)
             printf(", MFU %.1f%% of %.1f GFLOP/s", 100.0 * step_flops / (mean_ms * 1e6) / peak_gflops,
                    peak_gflops);
-        printf(", peak memory %.0f MiB, wall %s\n", mem_stats().peak_bytes / 1048576.0, wall);
+        printf(", peak %s memory %.0f MiB, wall %s\n", model.be->host_memory ? "host" : "device",
+               run_peak_bytes(&model) / 1048576.0, wall);
     } else if (resuming) {
         printf("nothing to train: the state is at step %d of %d\n", start_step, o.steps);
     }
@@ -1372,6 +1396,7 @@ int main(int argc, char** argv) {
     /* a crash between a state's rename and its model.bin leaves the model file one state behind */
     else if (o.out_dir != NULL && done == start_step) save_run_model(&run);
     if (o.save_path != NULL) {
+        gpt_to_host(&model);
         if (modelfile_save(&model, o.save_path, err) != 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
             rc = EXIT_BAD_INPUT;

@@ -1,6 +1,7 @@
 /* model/gpt.c — the one orchestrator: layout of parameters and activations, initialisation,
- * forward, backward, gradient clipping and AdamW. Backend-neutral: every computation is a call
- * into model/ops.h or attention/attention.h.
+ * forward, backward, gradient clipping and AdamW. Backend-neutral: every computation and every
+ * touch of the model's memory goes through the backend table m->be (model/backend.h), whose ops
+ * have the contracts of model/ops.h and attention/attention.h.
  *
  * The step reads: forward (each layer draws its seeds into its record, then runs its kernels with
  * those seeds) -> loss -> backward (each layer's dropout masks regenerated from its record) ->
@@ -12,9 +13,7 @@
 #include <string.h>
 #include <omp.h>
 #include "model/gpt.h"
-#include "model/ops.h"
 #include "model/mem.h"
-#include "attention/attention.h"
 
 const char* const gpt_param_names[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -175,9 +174,9 @@ static size_t plan_scratch(GPT* m, float* base) {
     const GPTConfig* c = &m->config;
     size_t BT = (size_t)m->B * m->T, C = c->channels;
     size_t sizes[7] = {BT * C, BT * C, BT * C, BT * C, BT * gpt_qkv_channels(c), BT * 4 * C,
-                       attention_backward_scratch_floats(m->B, m->T, c->num_heads,
-                                                         c->num_kv_heads, gpt_head_dim(c),
-                                                         m->plan_threads)};
+                       m->be->attention_backward_scratch_floats(m->B, m->T, c->num_heads,
+                                                                c->num_kv_heads, gpt_head_dim(c),
+                                                                m->plan_threads)};
     GradScratch* g = &m->gs;
     float** ptrs[7] = {&g->dresid, &g->dbranch, &g->dln, &g->datty, &g->dqkv, &g->dfch,
                        &g->attn_scratch};
@@ -191,6 +190,11 @@ int gpt_build(GPT* m, const GPTConfig* c, int B, int T, char err[256]) {
 
 int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                      char err[256]) {
+    return gpt_build_on(m, c, B, T, policy, &backend_cpu, err);
+}
+
+int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                 const Backend* be, char err[256]) {
     memset(m, 0, sizeof(*m));
     const char* problem = gpt_config_problem(c);
     if (problem != NULL) { snprintf(err, 256, "bad model configuration: %s", problem); return -1; }
@@ -201,37 +205,59 @@ int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePo
     }
     m->config = *c;
     m->policy = *policy;
+    m->be = be;
     m->B = B;
     m->T = T;
     m->plan_threads = omp_get_max_threads();
     int L = c->num_layers;
+    size_t BT = (size_t)B * T;
 
+    /* the host-side tables first: the activation plan fills them */
+    m->resid = mem_alloc((size_t)(L + 1) * sizeof(float*));
+    m->layer = mem_alloc((size_t)L * sizeof(LayerActs));
+    m->records = mem_alloc((size_t)L * sizeof(LayerRecord));
+    m->fresh_records = mem_alloc((size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord));
+
+    /* one backend arena: parameters, gradients, AdamW m and v, activations, gradient scratch,
+     * then the tokens (ints, the size of floats) */
     gpt_param_sizes(c, m->param_sizes);
     float** pp[NUM_PARAMETER_TENSORS];
-    size_t nfloats = carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
+    size_t pfloats = carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
     m->num_parameters = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) m->num_parameters += m->param_sizes[i];
-    m->params_memory = mem_alloc_floats(nfloats);
-    m->grads_memory = mem_alloc_floats(nfloats);
-    m->m_memory = mem_alloc_floats(nfloats);
-    m->v_memory = mem_alloc_floats(nfloats);
+    m->num_acts = plan_activations(m, NULL);
+    size_t nscratch = plan_scratch(m, NULL);
+    size_t ntok = mem_align_floats(BT);
+    size_t total = 4 * pfloats + m->num_acts + nscratch + 2 * ntok;
+    float* base = be->alloc(total * sizeof(float));
+    m->arena = base;
+    m->params_memory = base;
+    m->grads_memory = base + pfloats;
+    m->m_memory = base + 2 * pfloats;
+    m->v_memory = base + 3 * pfloats;
+    m->acts_memory = base + 4 * pfloats;
+    plan_activations(m, m->acts_memory);
+    plan_scratch(m, m->acts_memory + m->num_acts);
+    m->inputs = (int*)(m->acts_memory + m->num_acts + nscratch);
+    m->targets = m->inputs + ntok;
     param_ptrs(&m->params, pp);
     carve(m->params_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
     param_ptrs(&m->grads, pp);
     carve(m->grads_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
 
-    m->resid = mem_alloc((size_t)(L + 1) * sizeof(float*));
-    m->layer = mem_alloc((size_t)L * sizeof(LayerActs));
-    m->records = mem_alloc((size_t)L * sizeof(LayerRecord));
-    m->fresh_records = mem_alloc((size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord));
-    m->num_acts = plan_activations(m, NULL);
-    m->acts_memory = mem_alloc_floats(m->num_acts);
-    plan_activations(m, m->acts_memory);
-    size_t nscratch = plan_scratch(m, NULL);
-    float* scratch = mem_alloc_floats(nscratch);
-    plan_scratch(m, scratch);
-    m->inputs = mem_alloc((size_t)B * T * sizeof(int));
-    m->targets = mem_alloc((size_t)B * T * sizeof(int));
+    if (be->host_memory) {
+        m->host_params_memory = m->params_memory;
+        m->host_m_memory = m->m_memory;
+        m->host_v_memory = m->v_memory;
+        m->host_losses = m->losses;
+    } else {
+        m->host_params_memory = mem_alloc_floats(3 * pfloats + mem_align_floats(BT));
+        m->host_m_memory = m->host_params_memory + pfloats;
+        m->host_v_memory = m->host_params_memory + 2 * pfloats;
+        m->host_losses = m->host_params_memory + 3 * pfloats;
+    }
+    param_ptrs(&m->host_params, pp);
+    carve(m->host_params_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
 
     m->drop_embd = m->drop_attn = m->drop_resid = dropout_make(0.0);
     m->mean_loss = -1.0f;
@@ -239,19 +265,35 @@ int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePo
 }
 
 void gpt_free(GPT* m) {
-    mem_free(m->params_memory);
-    mem_free(m->grads_memory);
-    mem_free(m->m_memory);
-    mem_free(m->v_memory);
-    mem_free(m->acts_memory);
-    mem_free(m->gs.dresid);   /* the start of the scratch block */
+    if (m->be == NULL) return;
+    m->be->free(m->arena);
+    if (!m->be->host_memory) mem_free(m->host_params_memory);
     mem_free(m->resid);
     mem_free(m->layer);
     mem_free(m->records);
     mem_free(m->fresh_records);
-    mem_free(m->inputs);
-    mem_free(m->targets);
     memset(m, 0, sizeof(*m));
+}
+
+static size_t param_block_floats(const GPT* m) {
+    float** pp[NUM_PARAMETER_TENSORS];
+    return carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
+}
+
+void gpt_to_host(GPT* m) {
+    if (m->be->host_memory) return;
+    size_t bytes = param_block_floats(m) * sizeof(float);
+    m->be->to_host(m->host_params_memory, m->params_memory, bytes);
+    m->be->to_host(m->host_m_memory, m->m_memory, bytes);
+    m->be->to_host(m->host_v_memory, m->v_memory, bytes);
+}
+
+void gpt_to_backend(GPT* m) {
+    if (m->be->host_memory) return;
+    size_t bytes = param_block_floats(m) * sizeof(float);
+    m->be->to_backend(m->params_memory, m->host_params_memory, bytes);
+    m->be->to_backend(m->m_memory, m->host_m_memory, bytes);
+    m->be->to_backend(m->v_memory, m->host_v_memory, bytes);
 }
 
 GPTMemory gpt_memory(const GPT* m) {
@@ -288,7 +330,7 @@ void gpt_init_weights(GPT* m, uint64_t master_seed) {
     uint64_t s = philox_stream_seed(master_seed, STREAM_INIT);
     float proj_std = 0.02f / sqrtf(2.0f * c->num_layers);
     float* ptr[NUM_PARAMETER_TENSORS];
-    memcpy(ptr, &m->params, sizeof(ptr));
+    memcpy(ptr, &m->host_params, sizeof(ptr));
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         size_t n = m->param_sizes[k];
         const char* name = gpt_param_names[k];
@@ -302,8 +344,12 @@ void gpt_init_weights(GPT* m, uint64_t master_seed) {
         }
     }
     /* padded vocab rows are zero and stay zero (their gradient is zero) */
-    memset(m->params.wte + (size_t)c->vocab_size * c->channels, 0,
+    memset(m->host_params.wte + (size_t)c->vocab_size * c->channels, 0,
            (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels * sizeof(float));
+    size_t pf = param_block_floats(m);
+    memset(m->host_m_memory, 0, pf * sizeof(float));
+    memset(m->host_v_memory, 0, pf * sizeof(float));
+    gpt_to_backend(m);
 }
 
 void gpt_set_dropout(GPT* m, uint64_t master_seed, double p_embd, double p_attn, double p_resid) {
@@ -349,18 +395,18 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
     Dropout dattn = train ? m->drop_attn : no_dropout();
     Dropout dres = train ? m->drop_resid : no_dropout();
 
-    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p.ln1w, p.ln1b, N, C);
-    matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, QKV);
-    attention_forward(a->atty, a->lse, a->qkv, B, T, c->num_heads, c->num_kv_heads,
+    m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p.ln1w, p.ln1b, N, C);
+    m->be->matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, QKV);
+    m->be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->num_heads, c->num_kv_heads,
                       gpt_head_dim(c), g0, rec->seed[SITE_ATTN_PROB], dattn);
-    matmul_forward(a->resid2, a->atty, p.attprojw, p.attprojb, N, C, C);
-    residual_dropout_forward(a->resid2, x, a->resid2, B, T, C, g0,
+    m->be->matmul_forward(a->resid2, a->atty, p.attprojw, p.attprojb, N, C, C);
+    m->be->residual_dropout_forward(a->resid2, x, a->resid2, B, T, C, g0,
                              rec->seed[SITE_ATTN_RESID], dres);
-    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, p.ln2w, p.ln2b, N, C);
-    matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
-    gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    matmul_forward(out, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
-    residual_dropout_forward(out, a->resid2, out, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);
+    m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, p.ln2w, p.ln2b, N, C);
+    m->be->matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
+    m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    m->be->matmul_forward(out, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    m->be->residual_dropout_forward(out, a->resid2, out, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);
 }
 
 float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, uint32_t g0,
@@ -379,8 +425,8 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
             exit(1);
         }
     }
-    memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
-    if (targets != NULL) memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    m->be->to_backend(m->inputs, inputs, (size_t)N * sizeof(int));
+    if (targets != NULL) m->be->to_backend(m->targets, targets, (size_t)N * sizeof(int));
     m->cur_B = B;
     m->cur_T = T;
     m->cur_g0 = g0;
@@ -388,22 +434,23 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
 
     /* layer 0's record holds the embedding's seed (site 0), so it is drawn before the embedding */
     layer_record_draw(&m->records[0], m->master_seed, step, 0, PASS_FORWARD);
-    encoder_forward(m->resid[0], m->inputs, m->params.wte, m->params.wpe, B, T, C, g0,
+    m->be->encoder_forward(m->resid[0], m->inputs, m->params.wte, m->params.wpe, B, T, C, g0,
                     m->records[0].seed[SITE_EMBD], train ? m->drop_embd : no_dropout());
     for (int l = 0; l < L; l++) {
         if (l > 0) layer_record_draw(&m->records[l], m->master_seed, step, l, PASS_FORWARD);
         layer_forward(m, l, m->resid[l], m->resid[l + 1], &m->records[l], B, T, g0, train);
     }
-    layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], m->params.lnfw,
+    m->be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], m->params.lnfw,
                       m->params.lnfb, N, C);
-    matmul_forward(m->logits, m->lnf, m->params.wte, NULL, N, C, c->padded_vocab_size);
+    m->be->matmul_forward(m->logits, m->lnf, m->params.wte, NULL, N, C, c->padded_vocab_size);
 
     m->mean_loss = -1.0f;
     if (targets != NULL) {
-        crossentropy_forward(m->losses, m->logits, m->targets, N, c->vocab_size,
+        m->be->crossentropy_forward(m->losses, m->logits, m->targets, N, c->vocab_size,
                              c->padded_vocab_size);
+        m->be->to_host(m->host_losses, m->losses, (size_t)N * sizeof(float));
         double sum = 0.0;
-        for (int i = 0; i < N; i++) sum += m->losses[i];
+        for (int i = 0; i < N; i++) sum += m->host_losses[i];
         m->mean_loss = (float)(sum / N);
     }
     return m->mean_loss;
@@ -412,9 +459,7 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
 /* ---- backward ----------------------------------------------------------------------------- */
 
 void gpt_zero_grad(GPT* m) {
-    float** pp[NUM_PARAMETER_TENSORS];
-    size_t n = carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
-    memset(m->grads_memory, 0, n * sizeof(float));
+    m->be->fill(m->grads_memory, param_block_floats(m), 0.0f);
 }
 
 /* Backward of layer l: on entry gs.dresid holds d resid[l+1]; on exit d resid[l]. */
@@ -436,20 +481,20 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
     Dropout dres = m->cur_train ? m->drop_resid : no_dropout();
 
     /* in the forward, out = resid2 + drop(fcproj(gelu(fc(ln2(resid2))))) */
-    dropout_backward(g->dbranch, g->dresid, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);
-    matmul_backward(g->dfch, dfcprojw, dfcprojb, g->dbranch, a->fch_gelu, p.fcprojw, N, 4 * C, C);
-    gelu_backward(g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
-    matmul_backward(g->dln, dfcw, dfcb, g->dfch, a->ln2, p.fcw, N, C, 4 * C);
-    layernorm_backward(g->dresid, dln2w, dln2b, g->dln, a->resid2, p.ln2w, a->ln2_mean,
+    m->be->dropout_backward(g->dbranch, g->dresid, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);
+    m->be->matmul_backward(g->dfch, dfcprojw, dfcprojb, g->dbranch, a->fch_gelu, p.fcprojw, N, 4 * C, C);
+    m->be->gelu_backward(g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
+    m->be->matmul_backward(g->dln, dfcw, dfcb, g->dfch, a->ln2, p.fcw, N, C, 4 * C);
+    m->be->layernorm_backward(g->dresid, dln2w, dln2b, g->dln, a->resid2, p.ln2w, a->ln2_mean,
                        a->ln2_rstd, N, C);
     /* now dresid = d resid2; in the forward, resid2 = x + drop(attproj(attn(qkv(ln1(x))))) */
-    dropout_backward(g->dbranch, g->dresid, B, T, C, g0, rec->seed[SITE_ATTN_RESID], dres);
-    matmul_backward(g->datty, dattprojw, dattprojb, g->dbranch, a->atty, p.attprojw, N, C, C);
-    attention_backward(g->dqkv, g->attn_scratch, g->datty, a->qkv, a->atty, a->lse, B, T,
+    m->be->dropout_backward(g->dbranch, g->dresid, B, T, C, g0, rec->seed[SITE_ATTN_RESID], dres);
+    m->be->matmul_backward(g->datty, dattprojw, dattprojb, g->dbranch, a->atty, p.attprojw, N, C, C);
+    m->be->attention_backward(g->dqkv, g->attn_scratch, g->datty, a->qkv, a->atty, a->lse, B, T,
                        c->num_heads, c->num_kv_heads, gpt_head_dim(c), g0,
                        rec->seed[SITE_ATTN_PROB], dattn);
-    matmul_backward(g->dln, dqkvw, dqkvb, g->dqkv, a->ln1, p.qkvw, N, C, QKV);
-    layernorm_backward(g->dresid, dln1w, dln1b, g->dln, m->resid[l], p.ln1w, a->ln1_mean,
+    m->be->matmul_backward(g->dln, dqkvw, dqkvb, g->dqkv, a->ln1, p.qkvw, N, C, QKV);
+    m->be->layernorm_backward(g->dresid, dln1w, dln1b, g->dln, m->resid[l], p.ln1w, a->ln1_mean,
                        a->ln1_rstd, N, C);
 }
 
@@ -457,8 +502,7 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
 /* Test builds fill the recompute scratch with NaN before each recompute: a backward that read an
  * activation the recompute did not write would turn the gradients into NaN. */
 static void poison_recompute_scratch(GPT* m) {
-    float* start = m->acts_memory + m->num_kept_acts;
-    for (size_t i = 0; i < m->num_recompute_acts; i++) start[i] = NAN;
+    m->be->fill(m->acts_memory + m->num_kept_acts, m->num_recompute_acts, NAN);
 }
 #endif
 
@@ -482,11 +526,8 @@ static const LayerRecord* recompute_segment(GPT* m, int first, int end) {
         layer_forward(m, l, m->resid[l], out, &recs[l - first], B, T, m->cur_g0, m->cur_train);
     }
     if (m->policy.check != CHECK_OFF) {
-        size_t n = (size_t)B * T * C, differ = 0;
-        if (memcmp(m->check, m->resid[end], n * sizeof(float)) != 0) {
-            for (size_t i = 0; i < n; i++)
-                differ += memcmp(&m->check[i], &m->resid[end][i], sizeof(float)) != 0;
-        }
+        size_t n = (size_t)B * T * C;
+        size_t differ = m->be->count_differ(m->check, m->resid[end], n);
         if (differ > 0) {
             if (m->check_mismatches == 0) m->check_first_layer = first;
             m->check_mismatches++;
@@ -502,7 +543,7 @@ static const LayerRecord* recompute_segment(GPT* m, int first, int end) {
 
 int gpt_backward(GPT* m, float dloss) {
     const GPTConfig* c = &m->config;
-    if (omp_get_max_threads() > m->plan_threads) {
+    if (m->be->host_memory && omp_get_max_threads() > m->plan_threads) {
         fprintf(stderr, "seedgpt: internal error: backward on %d threads, scratch planned for %d\n",
                 omp_get_max_threads(), m->plan_threads);
         exit(1);
@@ -513,11 +554,11 @@ int gpt_backward(GPT* m, float dloss) {
     m->check_first_layer = -1;
 
     /* loss -> logits (in place) -> LM head (tied to wte) -> final LayerNorm */
-    crossentropy_backward(m->logits, m->targets, dloss, N, c->vocab_size, c->padded_vocab_size);
-    matmul_backward(g->dln, m->grads.wte, NULL, m->logits, m->lnf, m->params.wte, N, C,
+    m->be->crossentropy_backward(m->logits, m->targets, dloss, N, c->vocab_size, c->padded_vocab_size);
+    m->be->matmul_backward(g->dln, m->grads.wte, NULL, m->logits, m->lnf, m->params.wte, N, C,
                     c->padded_vocab_size);
-    memset(g->dresid, 0, (size_t)N * C * sizeof(float));
-    layernorm_backward(g->dresid, m->grads.lnfw, m->grads.lnfb, g->dln, m->resid[L],
+    m->be->fill(g->dresid, (size_t)N * C, 0.0f);
+    m->be->layernorm_backward(g->dresid, m->grads.lnfw, m->grads.lnfb, g->dln, m->resid[L],
                        m->params.lnfw, m->lnf_mean, m->lnf_rstd, N, C);
     /* the blocks, one segment at a time from the top; under none one segment, never recomputed */
     int K = ckpt_segment_len(&m->policy, L);
@@ -528,9 +569,9 @@ int gpt_backward(GPT* m, float dloss) {
         for (int l = end - 1; l >= first; l--) layer_backward(m, l, &recs[l]);
     }
     /* in the forward, resid[0] = drop(wte[tok] + wpe[t]) */
-    dropout_backward(g->dbranch, g->dresid, B, T, C, m->cur_g0, m->records[0].seed[SITE_EMBD],
+    m->be->dropout_backward(g->dbranch, g->dresid, B, T, C, m->cur_g0, m->records[0].seed[SITE_EMBD],
                      m->cur_train ? m->drop_embd : no_dropout());
-    encoder_backward(m->grads.wte, m->grads.wpe, g->dbranch, m->inputs, B, T, C);
+    m->be->encoder_backward(m->grads.wte, m->grads.wpe, g->dbranch, m->inputs, B, T, C);
     return m->check_mismatches;
 }
 
@@ -540,7 +581,7 @@ float gpt_grad_norm(GPT* m) {
     float* g[NUM_PARAMETER_TENSORS];
     memcpy(g, &m->grads, sizeof(g));
     double ss = 0.0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) ss += sum_squares(g[k], m->param_sizes[k]);
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) ss += m->be->sum_squares(g[k], m->param_sizes[k]);
     return (float)sqrt(ss);
 }
 
@@ -552,7 +593,7 @@ float gpt_clip_grads(GPT* m, float max_norm) {
             float* g[NUM_PARAMETER_TENSORS];
             memcpy(g, &m->grads, sizeof(g));
             for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
-                scale_inplace(g[k], m->param_sizes[k], coef);
+                m->be->scale_inplace(g[k], m->param_sizes[k], coef);
         }
     }
     return norm;
@@ -564,7 +605,7 @@ void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weig
     memcpy(g, &m->grads, sizeof(g));
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         size_t off = (size_t)(p[k] - m->params_memory);
-        adamw_update(p[k], g[k], m->m_memory + off, m->v_memory + off, m->param_sizes[k], lr,
+        m->be->adamw_update(p[k], g[k], m->m_memory + off, m->v_memory + off, m->param_sizes[k], lr,
                      beta1, beta2, eps, gpt_param_decay[k] ? weight_decay : 0.0f, t);
     }
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include "attention/philox.h"
 #include "checkpoint/checkpoint.h"
+#include "model/backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -102,7 +103,9 @@ typedef struct {
 typedef struct {
     GPTConfig config;
     int B, T;                    /* the batch shape the buffers are planned for (at most) */
-    int plan_threads;            /* OpenMP threads the scratch is planned for (at most) */
+    int plan_threads;            /* OpenMP threads the scratch is planned for (at most; CPU) */
+    const Backend* be;           /* where every buffer below lives and every op runs */
+    void* arena;                 /* the one backend allocation all buffers below are carved from */
 
     ParameterTensors params;
     size_t param_sizes[NUM_PARAMETER_TENSORS];
@@ -112,6 +115,14 @@ typedef struct {
     float* grads_memory;
     float* m_memory;             /* AdamW first moment */
     float* v_memory;             /* AdamW second moment */
+    /* Host copies of the weights and the AdamW state, for initialisation, model and state files
+     * and sampling; gpt_to_host / gpt_to_backend move them. On the CPU backend they are the
+     * backend memory itself (the copies are no-ops). */
+    float* host_params_memory;
+    float* host_m_memory;
+    float* host_v_memory;
+    ParameterTensors host_params; /* the table into host_params_memory */
+    float* host_losses;          /* (B, T) the last forward's losses, on the host */
 
     /* activations: one allocation. Which of them survive from the forward to the backward is
      * the recompute policy's choice (checkpoint/checkpoint.h): the tables below point either at
@@ -152,17 +163,28 @@ typedef struct {
     float mean_loss;             /* -1 if no targets */
 } GPT;
 
-/* Plans and allocates everything for batches of up to B x T under a recompute policy:
- * parameters, gradients, AdamW state, kept activations, recompute and gradient scratch. Nothing
- * is allocated after this. Returns 0 or -1 (message in err). */
+/* Plans and allocates everything for batches of up to B x T under a recompute policy on a
+ * backend: parameters, gradients, AdamW state, kept activations, recompute and gradient scratch,
+ * in one backend allocation (plus the host copies when the backend's memory is not host memory).
+ * Nothing is allocated after this. Returns 0 or -1 (message in err). */
+int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                 const Backend* be, char err[256]);
+/* The same on the CPU backend. */
 int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                      char err[256]);
-/* The same with the policy none (every activation kept). */
+/* The same with the policy none (every activation kept), on the CPU. */
 int gpt_build(GPT* m, const GPTConfig* c, int B, int T, char err[256]);
 void gpt_free(GPT* m);
 
+/* Weights and AdamW state: backend -> host copies, and host copies -> backend (no-ops on the CPU).
+ * Call gpt_to_host before writing a model or state file or sampling, gpt_to_backend after
+ * loading one. */
+void gpt_to_host(GPT* m);
+void gpt_to_backend(GPT* m);
+
 /* GPT-2 initialisation from the master seed's INIT stream: N(0, 0.02), residual projections
- * N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0, padded vocab rows 0. */
+ * N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0, padded vocab rows 0. Written to the host
+ * copy and moved to the backend; the AdamW state is zeroed. */
 void gpt_init_weights(GPT* m, uint64_t master_seed);
 
 void gpt_set_dropout(GPT* m, uint64_t master_seed, double p_embd, double p_attn, double p_resid);

@@ -184,7 +184,7 @@ int modelfile_load(GPT* m, const char* path, char err[256]) {
         return -1;
     }
     float* ptr[NUM_PARAMETER_TENSORS];
-    memcpy(ptr, &m->params, sizeof(ptr));
+    memcpy(ptr, &m->host_params, sizeof(ptr));
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         if (fread(ptr[k], sizeof(float), m->param_sizes[k], f) != m->param_sizes[k]) {
             /* the size was checked: only an I/O error gets here (the weights are then partial) */
@@ -197,8 +197,9 @@ int modelfile_load(GPT* m, const char* path, char err[256]) {
     fclose(f);
     /* padded vocab rows never produce loss and must stay zero; llm.c writes them as zeros */
     const GPTConfig* c = &m->config;
-    memset(m->params.wte + (size_t)c->vocab_size * c->channels, 0,
+    memset(m->host_params.wte + (size_t)c->vocab_size * c->channels, 0,
            (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels * sizeof(float));
+    gpt_to_backend(m);
     return 0;
 }
 
@@ -231,7 +232,7 @@ int modelfile_save(const GPT* m, const char* path, char err[256]) {
     int saved_errno = 0;
     if (fwrite(h, 4, HEADER_INTS, f) != HEADER_INTS) failed = "write";
     float* ptr[NUM_PARAMETER_TENSORS];
-    memcpy(ptr, &m->params, sizeof(ptr));
+    memcpy(ptr, &m->host_params, sizeof(ptr));
     for (int k = 0; k < NUM_PARAMETER_TENSORS && failed == NULL; k++) {
         if (fwrite(ptr[k], sizeof(float), m->param_sizes[k], f) != m->param_sizes[k])
             failed = "write";

@@ -15,10 +15,10 @@
 int modelfile_read_config(const char* path, GPTConfig* cfg, char err[256]);
 
 /* Loads the weights into m, whose configuration must equal the file's. 0 or -1 (err). */
-int modelfile_load(GPT* m, const char* path, char err[256]);
+int modelfile_load(GPT* m, const char* path, char err[256]);  /* then moves them to the backend */
 
 /* Writes m's weights (llm.c v3 when the configuration is plain GPT-2, else seedgpt's own header)
  * to path.tmp, fsyncs, renames into place. 0 or -1 (err); on failure the old file is intact. */
-int modelfile_save(const GPT* m, const char* path, char err[256]);
+int modelfile_save(const GPT* m, const char* path, char err[256]);  /* the host copy: gpt_to_host first */
 
 #endif

@@ -76,7 +76,7 @@ static void attend_one(Sampler* s, int l, int t) {
 const float* sampler_feed(Sampler* s, int token) {
     const GPT* m = s->model;
     const GPTConfig* c = &m->config;
-    const ParameterTensors* p = &m->params;
+    const ParameterTensors* p = &m->host_params;   /* sampling runs on the CPU */
     int t = s->pos, C = c->channels, L = c->num_layers, QKV = gpt_qkv_channels(c);
     int HD = gpt_head_dim(c), NH = c->num_heads;
     size_t KV = (size_t)c->num_kv_heads * HD;

@@ -85,12 +85,14 @@ static size_t sum_param_sizes(const GPTConfig* c) {
 }
 
 /* The three arrays of a state, tensor by tensor: weights, then m, then v, each in llm.c order.
- * m and v sit at the weights' offsets inside their own allocations. */
+ * m and v sit at the weights' offsets inside their own blocks. These are the host copies: the
+ * caller moves them (gpt_to_host before a save, gpt_to_backend after a load). */
 static float* array_tensor(const GPT* m, int which, int k) {
     float* p[NUM_PARAMETER_TENSORS];
-    memcpy(p, &m->params, sizeof(p));
-    size_t off = (size_t)(p[k] - m->params_memory);
-    float* base = which == 0 ? m->params_memory : which == 1 ? m->m_memory : m->v_memory;
+    memcpy(p, &m->host_params, sizeof(p));
+    size_t off = (size_t)(p[k] - m->host_params_memory);
+    float* base = which == 0 ? m->host_params_memory : which == 1 ? m->host_m_memory
+                                                                  : m->host_v_memory;
     return base + off;
 }
 static const char* const array_names[3] = {"weights", "AdamW m", "AdamW v"};
@@ -448,7 +450,9 @@ int state_load(const char* path, GPT* m, StateInfo* info, char err[256]) {
         set_err(err, "%s: the file changed while it was being read", path);
         return -1;
     }
-    return check_finite(m, path, "refusing to load", err);
+    if (check_finite(m, path, "refusing to load", err) != 0) return -1;
+    gpt_to_backend(m);
+    return 0;
 }
 
 /* ---- state files in a run folder ---------------------------------------------------------- */

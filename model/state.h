@@ -53,7 +53,7 @@ typedef struct {
  * m) to path via path.tmp + fsync + rename + folder fsync. Refuses, writing nothing, when a
  * weight or moment is not finite (naming the tensor and index) or the option text is too long.
  * 0, or -1 with err; on failure the file at path (if any) is untouched. */
-int state_save(const char* path, const GPT* m, const StateInfo* info, char err[256]);
+int state_save(const char* path, const GPT* m, const StateInfo* info, char err[256]);  /* host copies: gpt_to_host first */
 
 /* Reads and checks a state file without a model: magic, version, every header field, the exact
  * size, and the CRC32 over the whole file. Fills info. 0 or -1 (err names the file and the
