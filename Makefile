@@ -28,8 +28,6 @@ LDLIBS  += -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP) -l:libopenblas.so.0 -lm
 else
 LDLIBS  += -lopenblas -lm
 endif
-# zlib: the CRC32 of training states (model/state.c)
-LDLIBS  += -lz
 # GPT-2 BPE (data/bpe.c): encoder.json through cJSON, the pre-tokenising regex through PCRE2
 LDLIBS  += -lcjson -lpcre2-8
 
@@ -108,9 +106,10 @@ $(BUILD)/tests/bigram_baseline: tests/bigram_baseline.c $(TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_OBJ) $(LDLIBS)
 
+# zlib is the tests' independent oracle of the state files' CRC-32 (the trainer computes its own)
 $(BUILD)/tests/%: tests/%.c $(TEST_OBJ) $(HEADERS) $(wildcard tests/*.c)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(filter tests/ref_%.c,$(wildcard tests/*.c)) $(TEST_OBJ) $(LDLIBS)
+	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(filter tests/ref_%.c,$(wildcard tests/*.c)) $(TEST_OBJ) $(LDLIBS) -lz
 
 # The PyTorch oracle: the whole model against an independent implementation (SKIP without torch).
 ORACLE := $(BUILD)/tests/oracle_harness
@@ -223,7 +222,9 @@ $(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(CUDA_OBJ) $(CUDA_TEST_CORE) $(CUDA_HEAD
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_OBJ) $(CUDA_TEST_CORE) \
 		$(filter tests/ref_%.c,$(wildcard tests/*.c)) -Xcompiler -fopenmp $(LDLIBS) -lcublas -lcublasLt
 test-cuda: train_cuda $(CUDA_TEST_BINS)
-	@tests/run.sh $(CUDA_TEST_BINS)
+	@tests/run.sh $(CUDA_TEST_BINS) "tests/cuda/test_cross_backend.sh ./train_cuda"
+.PHONY: cuda-test-bins
+cuda-test-bins: $(CUDA_TEST_BINS)
 
 # make test-cuda-emu: the same kernel and test sources as C++ on the CPU (attention/cuda_emu.h).
 EMU_CXX       ?= g++

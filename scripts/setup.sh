@@ -5,7 +5,7 @@
 #   python3-torch     the PyTorch oracle tests (with /usr/bin/python3)
 #   bible-kjv         real text for the learning test and the README's first run
 #   gnuplot-nox       scripts/drift_plot.sh draws docs/img/recompute-drift.png with it
-#   zlib1g-dev        CRC32 of training states (model/state.c)
+#   zlib1g-dev        the tests check the state files' CRC-32 against zlib's
 #   clang, libclang-rt-14-dev   libFuzzer + ASan/UBSan for the fuzz targets (tests/fuzz/)
 #   libcjson-dev, libpcre2-dev  GPT-2's BPE (data/bpe.c): encoder.json and the pre-tokenising regex
 #   nodejs, npm       the GPT-2 tokenizer's oracle test runs the npm package gpt-3-encoder
