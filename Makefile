@@ -28,15 +28,23 @@ LDLIBS  += -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP) -l:libopenblas.so.0 -lm
 else
 LDLIBS  += -lopenblas -lm
 endif
-# GPT-2 BPE (data/bpe.c): encoder.json through cJSON, the pre-tokenising regex through PCRE2
+# GPT-2 BPE (data/bpe.c): encoder.json through cJSON, the pre-tokenising regex through PCRE2.
+# Without their headers the build takes data/bpe_none.c, whose loader refuses --tokenizer gpt2
+# (scripts/setup.sh installs them; a bare GPU machine may not have them).
+HAVE_BPE_LIBS := $(shell test -f /usr/include/cjson/cJSON.h && test -f /usr/include/pcre2.h && echo 1)
+ifeq ($(HAVE_BPE_LIBS),1)
+BPE_SRC := data/bpe.c
 LDLIBS  += -lcjson -lpcre2-8
+else
+BPE_SRC := data/bpe_none.c
+endif
 
 BUILD   := build
 
 CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/mem.c model/modelfile.c model/state.c model/sample.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c \
-            data/tokenizer.c data/bpe.c data/shards.c data/prepare.c
+            data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 # Test builds: the same sources with SEEDGPT_TEST_BUILD (NaN-filled scratch, allocation counting).
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)

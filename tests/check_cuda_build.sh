@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# tests/check_cuda_build.sh — the CUDA build compiles and links: `make cuda` (./train_cuda: every
+# .cu of model/ and attention/ through nvcc for sm_90 + PTX, linked with cuBLAS and the runtime)
+# and the CUDA tests of `make test-cuda`. Nothing here runs on a GPU; the kernels themselves run
+# in CI through the emulation (make test-cuda-emu). SKIP where nvcc is absent.
+set -u
+cd "$(dirname "$0")/.."
+NVCC=${NVCC:-nvcc}
+if ! command -v "$NVCC" >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+    NVCC=/usr/local/cuda/bin/nvcc
+fi
+if ! command -v "$NVCC" >/dev/null 2>&1; then
+    echo "SKIP cuda_trainer_builds: nvcc not found"
+    echo "SKIP cuda_tests_build: nvcc not found"
+    exit 0
+fi
+log=build/check_cuda_build.log
+mkdir -p build
+start=$(date +%s)
+if make --no-print-directory NVCC="$NVCC" cuda > "$log" 2>&1; then
+    kernels=$(grep -c "Compiling entry function" "$log")
+    echo "ok   cuda_trainer_builds: make cuda built ./train_cuda with $("$NVCC" --version | grep -o 'release [0-9.]*'), ptxas reported $kernels kernels, $(( $(date +%s) - start )) s"
+    grep -A2 "Compiling entry function" "$log" | grep -E "spill|registers" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | \
+        grep -i "spill" | head -3 | sed 's/^/# ptxas: /'
+else
+    echo "FAIL cuda_trainer_builds: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
+    exit 1
+fi
+if make --no-print-directory NVCC="$NVCC" cuda-test-bins >> "$log" 2>&1; then
+    echo "ok   cuda_tests_build: the tests of make test-cuda compiled with nvcc"
+else
+    echo "FAIL cuda_tests_build: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
+    exit 1
+fi

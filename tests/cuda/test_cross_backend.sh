@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tests/cuda/test_cross_backend.sh TRAIN — one trainer binary with both backends (./train_cuda, or
+# its emulated build build/emu/train) end to end:
+#   - the same run on --device cuda and --device cpu: the same number of steps, every loss within
+#     fp32 agreement (the kernels sum in other orders, the masks are the same bits);
+#   - a state saved on one backend resumes on the other (both directions), and the resumed run
+#     ends where the straight run on the resuming backend ends, within the same tolerance;
+#   - recompute layer vs none on --device cuda: identical losses and model files, byte for byte.
+# Tiny model, few steps: the emulated build runs every GPU thread as a CPU thread.
+set -u
+cd "$(dirname "$0")/../.."
+TRAIN=${1:-./train_cuda}
+export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+W=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_xbackend.XXXXXX")
+failed=0
+trap 'if [ $failed -eq 0 ]; then rm -rf "$W"; else echo "# work folder kept: $W"; fi' EXIT
+ok()   { echo "ok   $1: $2"; }
+fail() { echo "FAIL $1: $2"; failed=1; }
+
+if [ ! -x "$TRAIN" ]; then fail cross_backend_has_a_trainer "$TRAIN is not built"; exit 1; fi
+
+mkdir -p "$W/text"
+head -c 2400 README.md > "$W/text/doc.txt"
+"$TRAIN" prepare "$W/text/doc.txt" "$W/data" > /dev/null || { fail cross_backend_data "prepare failed"; exit 1; }
+BASE=(--train "$W/data/train_*.bin" --val "$W/data/val_*.bin" --layers 2 --heads 2 --embd 32
+      --seq-len 16 --batch 2 --steps 8 --lr 3e-3 --dropout 0.1 --eval-every 4 --eval-batches 1
+      --log-every 0 --seed 7)
+
+run() {  # NAME ARGS...: a run into $W/NAME (log and model file)
+    local name=$1; shift
+    "$TRAIN" "${BASE[@]}" --log-json "$W/$name.jsonl" "$@" > "$W/$name.out" 2>&1
+}
+# the training loss of every step, one line per step in step order (a resumed log holds each once)
+losses() { grep -o '"type":"train","step":[0-9]*,"loss":[^,}]*' "$1" | sed 's/.*"step":\([0-9]*\),"loss":/\1 /' | sort -n -k1,1 -u | cut -d' ' -f2; }
+# worst relative difference of two loss lists
+worst() { paste <(losses "$1") <(losses "$2") | awk 'BEGIN{w=0;n=0} {n++; d=($1-$2)/$2; if(d<0)d=-d; if(d>w)w=d} END{printf "%d losses, worst rel diff %.2e\n", n, w; exit (n==0)}'; }
+close() { paste <(losses "$1") <(losses "$2") | awk -v tol="$3" 'BEGIN{bad=0;n=0} {n++; d=($1-$2)/$2; if(d<0)d=-d; if(d>tol)bad=1} END{exit (bad || n==0)}'; }
+
+run cpu --device cpu --save "$W/cpu.bin" || { fail cross_backend_cpu_run "$(tail -1 "$W/cpu.out")"; exit 1; }
+run cuda --device cuda --save "$W/cuda.bin" || { fail cross_backend_cuda_run "$(tail -1 "$W/cuda.out")"; exit 1; }
+if [ "$(losses "$W/cpu.jsonl" | wc -l)" = "$(losses "$W/cuda.jsonl" | wc -l)" ] && close "$W/cpu.jsonl" "$W/cuda.jsonl" 1e-4; then
+    ok cuda_run_matches_cpu_run "$(worst "$W/cuda.jsonl" "$W/cpu.jsonl") (dropout 0.1, 8 steps)"
+else
+    fail cuda_run_matches_cpu_run "$(worst "$W/cuda.jsonl" "$W/cpu.jsonl")"
+fi
+
+# recompute on CUDA: bitwise the same run
+run cuda_layer --device cuda --recompute layer --save "$W/cuda_layer.bin"
+if diff <(losses "$W/cuda.jsonl") <(losses "$W/cuda_layer.jsonl") > /dev/null && cmp -s "$W/cuda.bin" "$W/cuda_layer.bin"; then
+    ok cuda_recompute_layer_run_bitwise_equals_none "$(losses "$W/cuda.jsonl" | wc -l) losses and the model file identical"
+else
+    fail cuda_recompute_layer_run_bitwise_equals_none "$(diff <(losses "$W/cuda.jsonl") <(losses "$W/cuda_layer.jsonl") | head -2 | tr '\n' ' ') $(cmp "$W/cuda.bin" "$W/cuda_layer.bin" 2>&1)"
+fi
+
+# a state saved on one backend resumes on the other
+for dir in "cuda cpu" "cpu cuda"; do
+    set -- $dir
+    from=$1; to=$2
+    rm -rf "$W/run_$from"
+    "$TRAIN" "${BASE[@]}" --device "$from" --steps 4 --out "$W/run_$from" > "$W/leg1_$from.out" 2>&1
+    "$TRAIN" "${BASE[@]}" --device "$to" --resume "$W/run_$from" > "$W/leg2_$from.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && close "$W/$to.jsonl" "$W/run_$from/log.jsonl" 1e-4 && grep -q '"step":7' "$W/run_$from/log.jsonl"; then
+        ok "state_saved_on_${from}_resumes_on_${to}" "4 steps on $from, 4 on $to: $(worst "$W/run_$from/log.jsonl" "$W/$to.jsonl") vs the straight $to run"
+    else
+        fail "state_saved_on_${from}_resumes_on_${to}" "status $rc: $(tail -1 "$W/leg2_$from.out") $(worst "$W/run_$from/log.jsonl" "$W/$to.jsonl")"
+    fi
+done
+[ $failed -eq 0 ]
