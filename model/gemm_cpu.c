@@ -18,7 +18,8 @@
  * ([k][NR]), zero-padded at the edges, over all of K at once where that fits; the output is cut
  * into tiles of MC_PANELS x NC_PANELS panels shared over the OpenMP threads, each walked in blocks
  * of KC values of k; a micro-kernel keeps an MR x NR block of accumulators in registers, lanes
- * along j (each lane its own element's chain). Paths:
+ * along j (each lane its own element's chain). At most DIRECT_MAX_ROWS rows skip the packing.
+ * Paths:
  * AVX-512 (MR 12, NR 32), AVX2+FMA (MR 6, NR 16) and portable C (MR 4, NR 16, fmaf), chosen at run
  * time; all compute the same chains, so they give the same bits (tests/test_gemm.c).
  */
@@ -203,6 +204,39 @@ static void pack_b(float* dst, const float* B, size_t rsb, size_t csb, int j0, i
 
 /* ---- driver -------------------------------------------------------------------------------- */
 
+/* A few rows (sampling feeds one): packing B would cost more than the product itself, so the
+ * chains are walked straight from A and B, DIRECT_NJ columns at a time. Same chains, same bits. */
+#define DIRECT_MAX_ROWS 4
+#define DIRECT_NJ 8
+static void gemm_direct(int M, int N, int K, const float* A, size_t rsa, size_t csa,
+                        const float* B, size_t rsb, size_t csb, int accumulate, float* C,
+                        size_t ldc) {
+    const int nblocks = (N + DIRECT_NJ - 1) / DIRECT_NJ;
+    #pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+        const int j0 = blk * DIRECT_NJ, nj = N - j0 < DIRECT_NJ ? N - j0 : DIRECT_NJ;
+        const float* b0 = B + (size_t)j0 * csb;
+        for (int i = 0; i < M; i++) {
+            const float* a = A + (size_t)i * rsa;
+            float* c = C + (size_t)i * ldc + j0;
+            float acc[DIRECT_NJ];
+            for (int j = 0; j < DIRECT_NJ; j++) acc[j] = accumulate && j < nj ? c[j] : 0.0f;
+            if (nj == DIRECT_NJ) {
+                for (int k = 0; k < K; k++) {
+                    const float av = a[(size_t)k * csa], *b = b0 + (size_t)k * rsb;
+                    for (int j = 0; j < DIRECT_NJ; j++) acc[j] = fmaf(av, b[j * csb], acc[j]);
+                }
+            } else {
+                for (int k = 0; k < K; k++) {
+                    const float av = a[(size_t)k * csa], *b = b0 + (size_t)k * rsb;
+                    for (int j = 0; j < nj; j++) acc[j] = fmaf(av, b[j * csb], acc[j]);
+                }
+            }
+            for (int j = 0; j < nj; j++) c[j] = acc[j];
+        }
+    }
+}
+
 /* Packed panels of one k block, grown to the largest call seen and kept (64-byte aligned). */
 static float* pack_buf = NULL;
 static size_t pack_cap = 0;
@@ -227,6 +261,10 @@ void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
     if (K <= 0) {
         if (!accumulate)
             for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, sizeof(float) * N);
+        return;
+    }
+    if (M <= DIRECT_MAX_ROWS) {
+        gemm_direct(M, N, K, A, rsa, csa, B, rsb, csb, accumulate, C, ldc);
         return;
     }
     PathDesc pd = path_desc(gemm_path_selected());

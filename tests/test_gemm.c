@@ -66,9 +66,9 @@ static size_t count_differ(const float* a, const float* b, size_t n) {
 
 static void set_path(GemmPath g) { setenv("SEEDGPT_GEMM", gemm_path_name(g), 1); }
 
-static const int dims[] = {1, 7, 33, 65};
+static const int dims[] = {1, 4, 7, 33, 65};
 static const int ks[] = {1, 7, 33, 65, 300};
-#define NDIMS 4
+#define NDIMS 5
 #define NKS 5
 
 /* Against float64, within the chain's error bound K * eps * sum |a b| (plus one rounding), and
@@ -116,9 +116,10 @@ static void test_reference(Layout lay, int accumulate) {
 
 /* The same product at 1, 2 and 3 threads, on shapes with many tiles and ragged edges. */
 static void test_threads(Layout lay) {
-    const int shapes[][3] = {{200, 300, 520}, {65, 1000, 33}, {517, 45, 777}, {13, 70, 1}};
+    const int shapes[][3] = {{200, 300, 520}, {65, 1000, 33}, {517, 45, 777}, {13, 70, 1},
+                             {3, 500, 100}};
     size_t differ = 0, n = 0;
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < 5; s++) {
         int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         Prob p = prob_new(lay, M, N, K);
         float* ref = fbuf((size_t)M * N);
@@ -244,22 +245,25 @@ static void test_empty_k(void) {
            "accumulate kept C: %d, write zeroed C: %d", unchanged, zero);
 }
 
-/* A K long enough that the panels are packed in several chunks (1 x 1 output, K = 450001). */
+/* A K long enough that the panels are packed in several chunks (5 x 1 output, K = 450001). */
 static void test_long_k(void) {
-    int K = 450001;
-    Prob p = prob_new(NN, 1, 1, K);
+    int K = 450001, M = 5;
+    Prob p = prob_new(NN, M, 1, K);
     size_t differ = 0;
     for (GemmPath g = GEMM_PORTABLE; g <= GEMM_AVX512; g++) {
         if (!gemm_path_supported(g)) continue;
         set_path(g);
-        float c = 0.5f, chain = 0.5f;
-        run_all(&p, 1, &c);
-        for (int k = 0; k < K; k++) chain = fmaf(p.A[k], p.B[k], chain);
-        differ += memcmp(&c, &chain, sizeof c) != 0;
+        float c[5] = {0.5f, -1, 2, 0, 3};
+        run_all(&p, 1, c);
+        for (int i = 0; i < M; i++) {
+            float chain = i == 0 ? 0.5f : i == 1 ? -1 : i == 2 ? 2 : i == 3 ? 0 : 3;
+            for (int k = 0; k < K; k++) chain = fmaf(p.A[(size_t)i * K + k], p.B[k], chain);
+            differ += memcmp(&c[i], &chain, sizeof chain) != 0;
+        }
     }
     unsetenv("SEEDGPT_GEMM");
     prob_free(&p);
-    expect(differ == 0, "long_k_packed_in_chunks_equals_the_chain", "%zu paths differ", differ);
+    expect(differ == 0, "long_k_packed_in_chunks_equals_the_chain", "%zu of 5 elements x paths differ", differ);
 }
 
 int main(void) {
