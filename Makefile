@@ -41,7 +41,8 @@ endif
 
 BUILD   := build
 
-CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/mem.c model/modelfile.c model/state.c model/sample.c \
+CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/mem.c model/modelfile.c \
+            model/state.c model/sample.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
@@ -70,7 +71,7 @@ $(BUILD)/test/%.o: %.c $(HEADERS)
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
@@ -102,6 +103,11 @@ $(BUILD)/tests/test_attention_tiles_odd: tests/test_attention_tiles.c attention/
 $(BUILD)/bench_attention: tests/bench_attention.c $(BUILD)/attention/flash_cpu.o $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/attention/flash_cpu.o $(LDLIBS)
+
+# seedgpt's GEMM against cblas_sgemm on GPT-2 shapes (not a test)
+$(BUILD)/bench_gemm: tests/bench_gemm.c $(BUILD)/model/gemm_cpu.o $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/model/gemm_cpu.o $(LDLIBS)
 
 $(BUILD)/bench_model: tests/bench_model.c $(CORE_OBJ) $(HEADERS)
 	@mkdir -p $(dir $@)

@@ -1,5 +1,5 @@
 /* model/ops_cpu.c — CPU implementations of model/ops.h: plain C + OpenMP, the model's dense
- * products through CBLAS. The reference for the CUDA twins.
+ * products through seedgpt's own GEMM (model/gemm_cpu.c). The reference for the CUDA twins.
  *
  * Determinism (DESIGN §4): per-row work is split over rows; reductions across rows (bias and
  * LayerNorm parameter gradients, embedding gradients, norms) are split over columns or fixed
@@ -8,8 +8,8 @@
  */
 #include <math.h>
 #include <string.h>
-#include <cblas.h>
 #include "model/ops.h"
+#include "model/gemm_cpu.h"
 #include "attention/vexp.h"
 
 /* Columns per block in column-partitioned reductions (a multiple of 16 floats = 64 bytes). */
@@ -145,29 +145,10 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 /* ---- matmul ------------------------------------------------------------------------------- */
 
-/* C = op(A) op(B) + beta C through CBLAS, with the inner dimension K cut by us into fixed blocks of
- * GEMM_KBLOCK, each block's product added into C in order. OpenBLAS itself cuts a long K into
- * blocks whose sizes differ between its one-thread and its threaded driver (OpenBLAS 0.3.21,
- * SkylakeX: every K >= 456 that is not a multiple of 32 gives other bits at 1 and 2 threads), and
- * each block is rounded into C separately. Blocks no longer than its smallest block size are never
- * cut again, so the sum order no longer depends on the thread count. Costs ~3% at GPT-2 shapes. */
-#define GEMM_KBLOCK 256
-static void sgemm_fixed_k(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
-                          const float* A, int lda, const float* B, int ldb, float beta,
-                          float* C, int ldc) {
-    for (int k0 = 0; k0 < K; k0 += GEMM_KBLOCK) {
-        int kb = K - k0 < GEMM_KBLOCK ? K - k0 : GEMM_KBLOCK;
-        const float* a = ta == CblasNoTrans ? A + k0 : A + (size_t)k0 * lda;  /* (M,K) or (K,M) */
-        const float* b = tb == CblasNoTrans ? B + (size_t)k0 * ldb : B + k0;  /* (K,N) or (N,K) */
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, kb, 1.0f, a, lda, b, ldb,
-                    k0 == 0 ? beta : 1.0f, C, ldc);
-    }
-}
-
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int N, int C, int OC) {
-    /* out (N,OC) = inp (N,C) . weight (OC,C)^T */
-    sgemm_fixed_k(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC);
+    /* out (N,OC) = inp (N,C) . weight (OC,C)^T: B's element (k, j) is weight[j*C + k] */
+    gemm_f32(N, OC, C, inp, C, 1, weight, 1, C, 0, out, OC);
     if (bias != NULL) {
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
@@ -182,9 +163,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     /* in the forward, out = inp . weight^T + bias, so:
      * dinp (N,C) = dout (N,OC) . weight (OC,C); dweight (OC,C) += dout^T . inp; dbias += colsum */
     if (dinp != NULL) {
-        sgemm_fixed_k(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, weight, C, 0.0f, dinp, C);
+        gemm_f32(N, C, OC, dout, OC, 1, weight, C, 1, 0, dinp, C);
     }
-    sgemm_fixed_k(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+    /* A's element (o, n) is dout[n*OC + o]; each dweight element's chain continues over the rows */
+    gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, 1, dweight, C);
     if (dbias != NULL) {
         int nblocks = (OC + COL_BLOCK - 1) / COL_BLOCK;
         #pragma omp parallel for schedule(static)

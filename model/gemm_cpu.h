@@ -1,0 +1,28 @@
+/* model/gemm_cpu.h — seedgpt's own fp32 matrix product for the CPU matmul op (model/ops_cpu.c).
+ *
+ * Every output element is one fused multiply-add chain over k = 0, 1, ..., K-1 in that order,
+ * started at 0 (written) or at the element's old value (accumulated). Its bits therefore depend
+ * only on the element's own row of A and column of B: not on M, N, the blocking, the thread
+ * count, or the instruction set path. See the top of model/gemm_cpu.c for why.
+ */
+#ifndef SEEDGPT_GEMM_CPU_H
+#define SEEDGPT_GEMM_CPU_H
+
+#include <stddef.h>
+
+/* C (M,N) = A (M,K) . B (K,N), written (accumulate 0) or added to (accumulate 1: each element's
+ * chain starts at its old value, so accumulating rows [0,K1) then [K1,K) equals one call over
+ * [0,K)). A's element (i,k) is A[i*rsa + k*csa], B's element (k,j) is B[k*rsb + j*csb]; C's rows
+ * are ldc apart. Runs over the OpenMP threads; call it from outside a parallel region (it keeps
+ * one grow-only packing buffer, so it is not reentrant). */
+void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
+              const float* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc);
+
+/* The instruction-set paths; all give the same bits. SEEDGPT_GEMM=portable|avx2|avx512 forces
+ * one (read at each call); unset, the widest the CPU supports runs. */
+typedef enum { GEMM_PORTABLE = 0, GEMM_AVX2 = 1, GEMM_AVX512 = 2 } GemmPath;
+int gemm_path_supported(GemmPath p);   /* 1 if this CPU (and this build) can run p */
+GemmPath gemm_path_selected(void);     /* the path the next call takes */
+const char* gemm_path_name(GemmPath p);
+
+#endif

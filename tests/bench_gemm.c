@@ -1,0 +1,95 @@
+/* tests/bench_gemm.c — seedgpt's GEMM (model/gemm_cpu.c) against OpenBLAS's cblas_sgemm on the
+ * products of GPT-2 small's matmuls (C = 768), forward and both backward products, at two batch
+ * sizes. Prints a table and one JSON line per shape. Not a test: the numbers are the machine's.
+ *
+ *   build/bench_gemm [--threads N (2)] [--reps N (5)]
+ */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "model/gemm_cpu.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static float* rand_buf(size_t n, unsigned* s) {
+    float* p = aligned_alloc(64, ((n * sizeof(float)) + 63) & ~(size_t)63);
+    for (size_t i = 0; i < n; i++) {
+        *s = *s * 1664525u + 1013904223u;
+        p[i] = (float)((*s >> 8) & 0xffff) / 65536.0f - 0.5f;
+    }
+    return p;
+}
+
+typedef enum { FWD, DINP, DW } Kind;  /* out = inp.W^T; dinp = dout.W; dW += dout^T.inp */
+static const char* kind_name[] = {"fwd  out=x.W^T", "bwd  dx=dy.W", "bwd  dW+=dy^T.x"};
+
+/* One product of matmul (rows N, in C, out OC), by seedgpt (which 0) or OpenBLAS (which 1). */
+static void run(int which, Kind kind, int N, int C, int OC, const float* x, const float* w,
+                const float* dy, float* out) {
+    if (kind == FWD) {
+        if (which == 0) gemm_f32(N, OC, C, x, C, 1, w, 1, C, 0, out, OC);
+        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, x, C, w, C,
+                         0.0f, out, OC);
+    } else if (kind == DINP) {
+        if (which == 0) gemm_f32(N, C, OC, dy, OC, 1, w, C, 1, 0, out, C);
+        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dy, OC, w, C,
+                         0.0f, out, C);
+    } else {
+        if (which == 0) gemm_f32(OC, C, N, dy, 1, OC, x, C, 1, 1, out, C);
+        else cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dy, OC, x, C,
+                         1.0f, out, C);
+    }
+}
+
+int main(int argc, char** argv) {
+    int threads = 2, reps = 5;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else { fprintf(stderr, "bench_gemm: unknown argument %s\n", argv[i]); return 1; }
+    }
+    if (threads < 1 || reps < 1) { fprintf(stderr, "bench_gemm: --threads and --reps >= 1\n"); return 1; }
+    omp_set_num_threads(threads);
+    const int rows[] = {256, 2048};                 /* 4 x 64 and 8 x 256 tokens */
+    const int shapes[][2] = {{768, 2304}, {768, 3072}, {768, 768}, {3072, 768}};  /* C, OC */
+    printf("seedgpt gemm (%s) vs cblas_sgemm, %d threads, best of %d; GFLOP/s\n",
+           gemm_path_name(gemm_path_selected()), threads, reps);
+    printf("%-18s %5s %5s %5s %9s %9s %6s\n", "product", "N", "C", "OC", "seedgpt", "openblas", "ratio");
+    unsigned seed = 1;
+    for (int r = 0; r < 2; r++)
+        for (int s = 0; s < 4; s++) {
+            int N = rows[r], C = shapes[s][0], OC = shapes[s][1];
+            float* x = rand_buf((size_t)N * C, &seed);
+            float* w = rand_buf((size_t)OC * C, &seed);
+            float* dy = rand_buf((size_t)N * OC, &seed);
+            size_t outn = (size_t)N * OC > (size_t)OC * C ? (size_t)N * OC : (size_t)OC * C;
+            if ((size_t)N * C > outn) outn = (size_t)N * C;
+            float* out = rand_buf(outn, &seed);
+            for (Kind k = FWD; k <= DW; k++) {
+                double flops = 2.0 * N * C * OC, best[2] = {1e30, 1e30};
+                for (int rep = 0; rep < reps; rep++)
+                    for (int which = 0; which < 2; which++) {
+                        double t0 = now();
+                        run(which, k, N, C, OC, x, w, dy, out);
+                        double t = now() - t0;
+                        if (t < best[which]) best[which] = t;
+                    }
+                double g0 = flops / best[0] * 1e-9, g1 = flops / best[1] * 1e-9;
+                printf("%-18s %5d %5d %5d %9.1f %9.1f %6.2f\n", kind_name[k], N, C, OC, g0, g1,
+                       g0 / g1);
+                printf("{\"bench\":\"gemm\",\"product\":\"%s\",\"N\":%d,\"C\":%d,\"OC\":%d,"
+                       "\"threads\":%d,\"seedgpt_gflops\":%.2f,\"openblas_gflops\":%.2f}\n",
+                       k == FWD ? "fwd" : k == DINP ? "dinp" : "dweight", N, C, OC, threads, g0,
+                       g1);
+            }
+            free(x); free(w); free(dy); free(out);
+        }
+    return 0;
+}
