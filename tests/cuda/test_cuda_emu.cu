@@ -59,6 +59,25 @@ __global__ void block_sum_dynamic(int* out, const int* x, int n) {
     if (threadIdx.x == 0) out[b] = buf[0];
 }
 
+/* the usual block sum: each warp reduces with shuffles right after a barrier, warp totals meet in
+ * shared memory; blockDim.x a multiple of 32 */
+__global__ void block_sum_warps(int* out, const int* x, int n) {
+    SG_SHARED(int, part, 32);
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (threadIdx.x < 32) part[threadIdx.x] = 0;
+    __syncthreads();
+    int v = i < n ? x[i] : 0;
+    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(FULL, v, m);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = part[lane];
+        for (int m = 16; m > 0; m >>= 1) v += __shfl_down_sync(FULL, v, m);
+        if (lane == 0) out[blockIdx.x] = v;
+    }
+}
+
 /* every thread of a 3-D grid of 3-D blocks writes its flat global id once */
 __global__ void write_ids(int* out, int* hits) {
     int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
@@ -295,6 +314,19 @@ static void check_block_reductions(const char* label) {
     }
     snprintf(name, sizeof(name), "block_sum_dynamic_shared_5x3_grid_exact%s", label);
     expect(bad == 0, name, "%d of 15 block sums wrong (first: block %d)", bad, first);
+    /* warp shuffles between barriers, 29 blocks of 320 */
+    int nw = 29 * 320 - 17;
+    SG_LAUNCH(block_sum_warps, 29, 320, 0, dout, dx, nw);
+    SG_CHECK_LAUNCH();
+    SG_CHECK(cudaMemcpy(got, dout, 29 * sizeof(int), cudaMemcpyDeviceToHost));
+    bad = 0; first = -1;
+    for (int b = 0; b < 29; b++) {
+        long want = 0;
+        for (int i = b * 320; i < (b + 1) * 320 && i < nw; i++) want += x[i];
+        if (got[b] != want) { bad++; if (first < 0) first = b; }
+    }
+    snprintf(name, sizeof(name), "block_sum_warp_shuffles_between_barriers_exact%s", label);
+    expect(bad == 0, name, "%d of 29 block sums wrong (first: block %d)", bad, first);
     SG_CHECK(cudaFree(dx)); SG_CHECK(cudaFree(dout));
     free(x);
 }
