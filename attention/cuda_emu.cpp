@@ -562,7 +562,18 @@ static void* worker_main(void* arg) {
     return nullptr;
 }
 
+/* A child made by fork() has none of the pool's threads: it starts a pool of its own. */
+static void forget_pool_in_child(void) {
+    workers.clear();   /* the parent's Worker records stay with the parent's threads */
+    in_launch = false;
+}
+
 static void grow_pool(int n) {
+    static bool atfork_set = false;
+    if (!atfork_set) {
+        pthread_atfork(nullptr, nullptr, forget_pool_in_child);
+        atfork_set = true;
+    }
     static size_t stack = (size_t)env_long("SG_EMU_STACK_KB", 256, 64, 1 << 20) * 1024;
     pthread_attr_t attr;
     pthread_attr_init(&attr);

@@ -250,6 +250,7 @@ static void first_line(const char* s, char* out, size_t cap) {
     out[i] = 0;
 }
 
+#ifdef SG_EMU
 /* the child fails with status 1 and one line naming the kernel and the fault */
 static void expect_fault(const char* kernel, const char* words) {
     char err[8192], line[600], name[128];
@@ -261,7 +262,9 @@ static void expect_fault(const char* kernel, const char* words) {
     expect(st == 1 && named && one_line, name, "exit status %d, stderr \"%s\"%s", st, line,
            one_line ? "" : " (and more lines)");
 }
+#endif
 
+#if defined(__SANITIZE_THREAD__)
 static void expect_tsan_race(const char* kernel) {
     char err[65536], name[128];
     int st = run_child(kernel, "2", err, sizeof(err));
@@ -272,6 +275,7 @@ static void expect_tsan_race(const char* kernel) {
            race ? "a data race reported" : "NO data race reported",
            where ? "the kernel in the report" : "the kernel NOT in the report");
 }
+#endif
 
 /* ---- checks --------------------------------------------------------------------------------- */
 static int* to_device_int(const int* h, size_t n) {
@@ -648,6 +652,32 @@ static void check_strided_batched(void) {
     SG_CUBLAS_CHECK(cublasDestroy(h));
 }
 
+/* a child made by fork() (no exec) has none of the parent's pooled threads, yet launches */
+static void check_fork(void) {
+#ifdef SG_EMU
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60);   /* a child waiting for the parent's threads would wait forever */
+        int h[64], *d, *dh;
+        for (int i = 0; i < 64; i++) h[i] = -1;
+        SG_CHECK(cudaMalloc((void**)&d, sizeof(h)));
+        SG_CHECK(cudaMalloc((void**)&dh, sizeof(h)));
+        SG_CHECK(cudaMemset(dh, 0, sizeof(h)));
+        SG_LAUNCH(write_ids, 2, 32, 0, d, dh);
+        SG_CHECK_LAUNCH();
+        SG_CHECK(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
+        int ok = 1;
+        for (int i = 0; i < 64; i++) ok &= h[i] == i;
+        _exit(ok ? 0 : 3);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    int st = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    expect(st == 0, "launch_in_forked_child_runs", "child exit status %d (0: ids right, 3: wrong, 142: hung)", st);
+#endif
+}
+
 static void check_faults(void) {
 #ifndef SG_EMU
     skip("divergent_barrier_and_mask_faults_reported", "emulation only (a GPU hangs or misbehaves)");
@@ -680,6 +710,7 @@ int main(int argc, char** argv) {
         check_memory();
         check_strided_batched();
         check_faults();
+        check_fork();
     }
     if (EMU_ONLY && !TSAN_BUILD) {
         /* the same kernels with blocks running at the same time (the TSan run always has 2) */
@@ -692,11 +723,11 @@ int main(int argc, char** argv) {
         if (outer) setenv("SG_EMU_CONCURRENT_BLOCKS", saved, 1);
         else unsetenv("SG_EMU_CONCURRENT_BLOCKS");
     }
-    if (TSAN_BUILD) {
-        expect_tsan_race("cross_block_race");
-        expect_tsan_race("missing_barrier");
-    } else {
-        skip("tsan_reports_races", "not a ThreadSanitizer build (make test-cuda-emu-tsan)");
-    }
+#if defined(__SANITIZE_THREAD__)
+    expect_tsan_race("cross_block_race");
+    expect_tsan_race("missing_barrier");
+#else
+    skip("tsan_reports_races", "not a ThreadSanitizer build (make test-cuda-emu-tsan)");
+#endif
     return test_finish();
 }
