@@ -10,7 +10,8 @@
 #   make fuzz       the loaders' fuzzers (FUZZ_SECONDS each); make test-asan: the suite under ASan
 #   make cuda       the CUDA trainer ./train_cuda (nvcc; --device cpu|cuda, default cuda)
 #   make test-cuda-emu   the CUDA kernels run on the CPU through attention/cuda_emu.h, against
-#                   their CPU twins (part of make test)
+#                   their CPU twins (part of make test): plainly, then the ThreadSanitizer subset
+#   make test-cuda-emu-tsan   that subset alone, two blocks at a time (docs/cuda-emulation.md)
 #   make test-cuda  the same tests on a real GPU (needs one)
 
 CC      ?= gcc

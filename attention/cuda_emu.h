@@ -165,12 +165,23 @@ cudaError_t launch(const char* kernel_name, const void* kernel, dim3 grid, dim3 
 
 /* The kernel's arguments are converted to its parameter types once, at the launch, as CUDA
  * does; each emulated thread then gets its own copy of them (parameters are per-thread). */
-template <class... P, class... A>
-cudaError_t launch_kernel(const char* name, void (*kernel)(P...), dim3 grid, dim3 block,
-                          size_t dyn_smem, A&&... args) {
-    std::tuple<typename std::decay<P>::type...> params(std::forward<A>(args)...);
-    return launch(name, reinterpret_cast<const void*>(kernel), grid, block, dyn_smem,
-                  [&params, kernel]() { std::apply(kernel, params); });
+template <class... P>
+struct Launcher {
+    const char* name;
+    void (*kernel)(P...);
+    dim3 grid, block;
+    size_t dyn_smem;
+    template <class... A>
+    cudaError_t operator()(A&&... args) const {
+        std::tuple<typename std::decay<P>::type...> params(std::forward<A>(args)...);
+        void (*k)(P...) = kernel;
+        return launch(name, reinterpret_cast<const void*>(k), grid, block, dyn_smem,
+                      [&params, k]() { std::apply(k, params); });
+    }
+};
+template <class... P>
+Launcher<P...> launcher(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem) {
+    return Launcher<P...>{name, kernel, grid, block, dyn_smem};
 }
 
 void syncthreads(Site site);
@@ -180,6 +191,12 @@ void* static_shared(const void* key, size_t bytes, Site site);
 enum WarpOp { WARP_SYNC, WARP_IDX, WARP_UP, WARP_DOWN, WARP_XOR, WARP_BALLOT, WARP_ALL, WARP_ANY };
 /* one warp collective: the lanes named in mask meet; returns this lane's 64-bit result */
 uint64_t warp_collective(Site site, WarpOp op, unsigned mask, uint64_t value, int arg, int width);
+
+/* __syncwarp() or __syncwarp(mask): a call site, then the optional mask */
+struct SyncWarp {
+    Site site;
+    void operator()(unsigned mask = 0xffffffffu) const { (void)warp_collective(site, WARP_SYNC, mask, 0, 0, 32); }
+};
 
 template <class T>
 inline uint64_t to_bits(T v) {
@@ -220,7 +237,7 @@ inline T shfl_xor(Site s, unsigned mask, T v, int lane_mask, int width = 32) {
 
 /* ---- what kernels write ------------------------------------------------------------------- */
 #define SG_LAUNCH(kernel, grid, block, smem, ...) \
-    ((void)::sg_emu::launch_kernel(#kernel, kernel, (grid), (block), (smem), ##__VA_ARGS__))
+    ((void)::sg_emu::launcher(#kernel, kernel, (grid), (block), (smem))(__VA_ARGS__))
 #define SG_DYN_SHARED(type, name) type* name = reinterpret_cast<type*>(::sg_emu::dynamic_shared())
 /* the key is the address of a static local: one per call site (and per template instance) */
 #define SG_SHARED(type, name, count) \
@@ -229,7 +246,7 @@ inline T shfl_xor(Site s, unsigned mask, T v, int lane_mask, int width = 32) {
         ::sg_emu::static_shared(&sg_smem_key_##name, sizeof(type) * (count), SG_EMU_SITE))
 
 #define __syncthreads() ::sg_emu::syncthreads(SG_EMU_SITE)
-#define __syncwarp(mask) ((void)::sg_emu::warp_collective(SG_EMU_SITE, ::sg_emu::WARP_SYNC, (mask), 0, 0, 32))
+#define __syncwarp(...) ::sg_emu::SyncWarp{SG_EMU_SITE}(__VA_ARGS__)
 #define __shfl_sync(...) ::sg_emu::shfl_idx(SG_EMU_SITE, __VA_ARGS__)
 #define __shfl_up_sync(...) ::sg_emu::shfl_up(SG_EMU_SITE, __VA_ARGS__)
 #define __shfl_down_sync(...) ::sg_emu::shfl_down(SG_EMU_SITE, __VA_ARGS__)

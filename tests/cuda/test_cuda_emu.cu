@@ -78,6 +78,12 @@ __global__ void block_sum_warps(int* out, const int* x, int n) {
     }
 }
 
+#ifdef SG_EMU
+static int no_params_ran = 0;
+#else
+__device__ int no_params_ran = 0;
+#endif
+
 /* every thread of a 3-D grid of 3-D blocks writes its flat global id once */
 __global__ void write_ids(int* out, int* hits) {
     int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
@@ -121,6 +127,7 @@ __global__ void shuffles(int* out, float* fout) {
     unsigned half = lane < 16 ? 0x0000ffffu : 0xffff0000u;
     o[12] = __shfl_sync(half, v, 15 - (lane & 15), 16);
     __syncwarp(FULL);
+    __syncwarp();   /* the default mask: the full warp */
     /* a float butterfly sum: every lane ends with the warp's total */
     float f = 0.25f * (float)(t + 1);
     for (int m = 16; m > 0; m >>= 1) f += __shfl_xor_sync(FULL, f, m);
@@ -151,6 +158,11 @@ __global__ void touch_all_smem(int* flag, int bytes) {
         for (int i = 0; i < bytes; i++) ok &= s[i] == (unsigned char)i;
         *flag = ok ? 1 : -1;
     }
+}
+
+/* a kernel without parameters */
+__global__ void no_params(void) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) no_params_ran = 1;
 }
 
 /* ---- kernels that must fail (run in a child process) ---------------------------------------- */
@@ -351,6 +363,16 @@ static void check_index_coverage(void) {
     int bad = 0;
     for (int i = 0; i < n; i++) bad += out[i] != i || hits[i] != 1;
     expect(bad == 0, "every_thread_of_3d_grid_and_block_runs_once", "%d of %d ids wrong", bad, n);
+    SG_LAUNCH(no_params, 2, 32, 0);
+    cudaError_t e = cudaGetLastError();
+    SG_CHECK(cudaDeviceSynchronize());
+#ifdef SG_EMU
+    int ran = no_params_ran;
+#else
+    int ran = 1;   /* reading a __device__ variable takes cudaMemcpyFromSymbol, outside the subset */
+#endif
+    expect(e == cudaSuccess && ran, "kernel_without_parameters_launches", "cudaGetLastError \"%s\", %s",
+           cudaGetErrorString(e), ran ? "ran" : "did NOT run");
     SG_CHECK(cudaFree(dout)); SG_CHECK(cudaFree(dhits));
     free(out); free(hits);
 }
