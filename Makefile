@@ -294,9 +294,11 @@ EMU_TEST_RUN  := $(EMU_TEST_BINS) $(foreach t,$(CUDA_TEST_MODEL_SRC),"echo SKIP 
 	$(CUDA_KERNELS_MISSING) not written yet")
 EMU_TRAIN     :=
 endif
-# the ThreadSanitizer subset: the tests that launch kernels (test_cublas launches none)
+# The ThreadSanitizer subset: the tests that launch kernels one op at a time. test_cublas
+# launches none; test_cuda_model runs the same kernels again as a whole step and takes minutes
+# under TSan (make test-cuda-emu-tsan EMU_TSAN_TESTS="test_cuda_model" runs it).
 EMU_TSAN_BUILD := $(BUILD)/emu-tsan
-EMU_TSAN_TESTS := $(filter-out test_cublas,$(notdir $(EMU_TEST_BINS)))
+EMU_TSAN_TESTS ?= $(filter-out test_cublas test_cuda_model,$(notdir $(EMU_TEST_BINS)))
 EMU_TSAN_ENV   := SG_EMU_CONCURRENT_BLOCKS=2 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
                   TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0"
 .PHONY: emu-test-bins test-cuda-emu-tsan

@@ -229,6 +229,7 @@ static int run_case(const char* name) {
     return 0;
 }
 
+#ifdef SG_EMU
 /* re-runs this binary with --case NAME; returns its exit status, its stderr in err */
 static int run_child(const char* name, const char* concurrent, char* err, size_t cap) {
     int fds[2];
@@ -262,7 +263,6 @@ static void first_line(const char* s, char* out, size_t cap) {
     out[i] = 0;
 }
 
-#ifdef SG_EMU
 /* the child fails with status 1 and one line naming the kernel and the fault */
 static void expect_fault(const char* kernel, const char* words) {
     char err[8192], line[600], name[128];
