@@ -29,7 +29,7 @@
 /* elements per block of sum_squares' first pass (the CPU's NORM_BLOCK) */
 #define NORM_BLOCK 16384
 #define NORM_THREADS 256
-/* threads of a cross-entropy row block (a power of two: tree reductions) */
+/* most threads of a cross-entropy row block (a power of two: tree reductions) */
 #define CE_THREADS 256
 #define LN_ROWS_PER_BLOCK 8   /* one warp per row */
 
@@ -568,17 +568,25 @@ __global__ void crossentropy_backward_kernel(float* logits, const int* targets, 
     for (int v = V + threadIdx.x; v < Vp; v += blockDim.x) l[v] = 0.0f;
 }
 
+/* a power of two from 32 to CE_THREADS, at least 8 columns a thread: a small vocabulary gets a
+ * small block */
+static unsigned ce_threads(int V) {
+    unsigned t = 32;
+    while (t < CE_THREADS && (size_t)t * 8 < (size_t)V) t *= 2;
+    return t;
+}
+
 void crossentropy_forward_cuda(float* losses, const float* logits, const int* targets,
                                int N, int V, int Vp) {
     if (N == 0) return;
-    SG_LAUNCH(crossentropy_forward_kernel, N, CE_THREADS, 0, losses, logits, targets, V, Vp);
+    SG_LAUNCH(crossentropy_forward_kernel, N, ce_threads(V), 0, losses, logits, targets, V, Vp);
     SG_CHECK_LAUNCH();
 }
 
 void crossentropy_backward_cuda(float* logits, const int* targets, float dloss, int N, int V,
                                 int Vp) {
     if (N == 0) return;
-    SG_LAUNCH(crossentropy_backward_kernel, N, CE_THREADS, 0, logits, targets, dloss, V, Vp);
+    SG_LAUNCH(crossentropy_backward_kernel, N, ce_threads(V), 0, logits, targets, dloss, V, Vp);
     SG_CHECK_LAUNCH();
 }
 

@@ -132,7 +132,7 @@ static void test_memory(void) {
            "freeing all and 1 more (want 0, 4, 4, 5, 5 MiB)", p0, p1, p2, p3, p4);
 
     /* zeroed even where the memory held values before (a freed block handed out again) */
-    size_t n = 12345;
+    size_t n = 1234;
     float* x = (float*)device_alloc_cuda(n * sizeof(float));
     device_fill_cuda(x, n, 1.5f);
     device_free_cuda(x);
@@ -153,15 +153,15 @@ static void test_memory(void) {
            "blocks of %zu, 4097, 1 and 0 bytes: %s, %s", n * sizeof(float),
            zero ? "zeroed" : "NOT ZEROED", aligned ? "256-byte aligned" : "NOT ALIGNED");
 
-    /* copies, fill, count_differ (above one grid of 1024 x 256, so the grid-stride loop runs) */
-    size_t m = 300001;
+    /* copies, fill, count_differ */
+    size_t m = 5001;
     float* h = hrand(m, 1.0);
     float* dh = up(h, m);
     float* back = down(dh, m);
     int round = same_bits(back, h, m);
     float* e = hcopy(h, m);
     size_t want = 0;
-    for (size_t i = 7; i < m; i += 9973) { e[i] = e[i] + 1.0f; want++; }
+    for (size_t i = 7; i < m; i += 331) { e[i] = e[i] + 1.0f; want++; }
     e[1] = -0.0f; h[1] = 0.0f; want++;                 /* +0 and -0 differ in bits */
     e[2] = NAN; h[2] = NAN;                            /* the same NaN bits: equal */
     float* da = up(h, m);
@@ -594,6 +594,7 @@ int main(void) {
     test_crossentropy(1, 37, 128);
     test_crossentropy(6, 200, 256);
     test_crossentropy(3, 1000, 1024);
+    test_crossentropy(2, 2100, 2176);   /* the widest block */
 
     test_sum_squares(1);
     test_sum_squares(5);
