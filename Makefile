@@ -204,6 +204,9 @@ NVCCFLAGS     ?= -O3 -std=c++17 -I. $(NVCC_ARCH) -Xcompiler -fopenmp -lineinfo
 # the register / shared memory / spill report of every kernel, printed by the build
 NVCC_PTXAS    ?= -Xptxas -v
 CUDA_LIBS     := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcudart -lstdc++
+# nvcc links the CUDA tests and does not take gcc's -Wl,a,b: it passes -Xlinker=a,b on instead
+comma         := ,
+NVCC_LDLIBS   := $(subst -Wl$(comma),-Xlinker=,$(LDLIBS))
 CUDA_BUILD    := $(BUILD)/cuda
 CUDA_OBJ      := $(CUDA_SRC:%.cu=$(CUDA_BUILD)/%.o)
 CUDA_CORE_OBJ := $(filter-out $(BUILD)/model/backend.o,$(CORE_OBJ)) $(CUDA_BUILD)/model/backend.o
@@ -249,7 +252,7 @@ $(CUDA_TEST_ALONE_BINS): $(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(CUDA_HEADERS)
 $(CUDA_TEST_MODEL_BINS): $(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(CUDA_OBJ) $(CUDA_TEST_CORE) $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_OBJ) $(CUDA_TEST_CORE) \
-		$(filter tests/ref_%.c,$(wildcard tests/*.c)) -Xcompiler -fopenmp $(LDLIBS) -lcublas -lcublasLt
+		$(filter tests/ref_%.c,$(wildcard tests/*.c)) -Xcompiler -fopenmp $(NVCC_LDLIBS) -lcublas -lcublasLt
 ifeq ($(CUDA_KERNELS_MISSING),)
 CUDA_TEST_BINS := $(CUDA_TEST_ALONE_BINS) $(CUDA_TEST_MODEL_BINS)
 CUDA_TEST_RUN := $(CUDA_TEST_BINS)

@@ -1,0 +1,667 @@
+/* model/ops_cuda.cu — the CUDA twins of model/ops_cpu.c (declared in model/ops_cuda.h): the same
+ * signatures and contracts, every pointer device memory. Attention lives in attention/.
+ *
+ * Each op reads as its CPU twin, one thread (or warp, or block) per piece of the CPU loop:
+ *   - elementwise ops: one thread per element (grid-stride);
+ *   - dropout: one thread per four channels 4q..4q+3 of a (b, t) row, one Philox call for the four
+ *     (philox_elem_draw4, the counters of the CPU's dropout_row), so masks are the CPU's bits;
+ *   - layernorm: one warp per row; its parameter gradients and the matmul's bias gradient are column
+ *     sums done in two fixed passes (partials over fixed chunks of rows, then the chunks in order);
+ *   - embedding gradients: the rows of each token (bucketed on the host, in row order) and the rows
+ *     of each position, summed by one thread per channel in row order: the CPU's order exactly;
+ *   - cross-entropy: one block per row, the softmax sums in double like the CPU's;
+ *   - dense products: cuBLAS SGEMM in plain fp32 (no TF32).
+ * No float atomics anywhere: every reduction has one fixed order, so results do not depend on the
+ * launch and the recompute reproduces the forward's bits (DESIGN §4). Kernels use only the subset
+ * of attention/device.h, so this file also builds against the CPU emulation.
+ */
+#include "attention/device.h"
+#include <math.h>
+#include <string.h>
+#include "model/ops_cuda.h"
+
+/* threads per block of the elementwise kernels; grid-stride loops above EW_MAX_BLOCKS blocks */
+#define EW_THREADS 256
+#define EW_MAX_BLOCKS 4096
+/* rows per partial in the two-pass column sums (layernorm parameters, matmul bias) */
+#define COLSUM_ROWS 32
+#define COLSUM_THREADS 128
+/* elements per block of sum_squares' first pass (the CPU's NORM_BLOCK) */
+#define NORM_BLOCK 16384
+#define NORM_THREADS 256
+/* most threads of a cross-entropy row block (a power of two: tree reductions) */
+#define CE_THREADS 256
+#define LN_ROWS_PER_BLOCK 8   /* one warp per row */
+
+static unsigned ew_blocks(size_t n) {
+    unsigned b = sg_ceil_div(n, EW_THREADS);
+    return b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS;
+}
+
+/* ---- scratch ------------------------------------------------------------------------------- */
+
+/* One device scratch shared by the ops (partials, token buckets): ops run one after another on
+ * the default stream, so a kernel never sees another op's use. It grows on first need and then
+ * stays, so steps after the first allocate nothing; it is counted in the backend's peak. */
+static void* scratch_mem = NULL;
+static size_t scratch_cap = 0;
+static void* ops_scratch(size_t bytes) {
+    if (bytes > scratch_cap) {
+        if (scratch_mem != NULL) device_free_cuda(scratch_mem);
+        scratch_mem = device_alloc_cuda(bytes);
+        scratch_cap = bytes;
+    }
+    return scratch_mem;
+}
+
+/* ---- warp and block reductions ---------------------------------------------------------------- */
+
+/* butterfly sum over the 32 lanes: every lane ends with the same bits (each level adds the same
+ * two numbers on both sides) */
+static __device__ inline float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* tree reductions over a power-of-two block through shared memory red[blockDim.x]; every thread
+ * gets the result. Ends with a barrier, so red can be reused at once. */
+static __device__ inline float block_max(float v, float* red) {
+    int tid = threadIdx.x;
+    red[tid] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] = red[tid + s] > red[tid] ? red[tid + s] : red[tid];
+        __syncthreads();
+    }
+    float r = red[0];
+    __syncthreads();
+    return r;
+}
+
+static __device__ inline double block_sum_double(double v, double* red) {
+    int tid = threadIdx.x;
+    red[tid] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] = red[tid] + red[tid + s];
+        __syncthreads();
+    }
+    double r = red[0];
+    __syncthreads();
+    return r;
+}
+
+/* ---- dropout of four channels --------------------------------------------------------------- */
+
+/* v[w] = v[w] * keep(g, t, 4q + w) * scale for the nc valid channels of quad q, exactly as the
+ * CPU's dropout_row: thr == 0 skips the generator (scale is then 1). */
+static __device__ inline void dropout_quad(float v[4], int nc, uint64_t seed, uint32_t g,
+                                           uint32_t t, uint32_t q, Dropout drop) {
+    if (!dropout_active(drop)) {
+        #pragma unroll
+        for (int w = 0; w < 4; w++) v[w] = v[w] * drop.scale;
+        return;
+    }
+    uint32_t r[4];
+    philox_elem_draw4(seed, g, t, q, r);
+    #pragma unroll
+    for (int w = 0; w < 4; w++) {
+        if (w < nc) v[w] = r[w] >= drop.thr ? v[w] * drop.scale : 0.0f;
+    }
+}
+
+/* threads of a row kernel: one per quad of channels, a multiple of 32, at most 256 */
+static unsigned quad_threads(int C) {
+    unsigned q = sg_ceil_div((size_t)C, 4);
+    unsigned t = (q + 31) / 32 * 32;
+    return t < 256 ? t : 256;
+}
+
+/* ---- embedding ---------------------------------------------------------------------------- */
+
+/* one block per (b, t) row, one thread per quad of channels */
+__global__ void encoder_forward_kernel(float* out, const int* inp, const float* wte,
+                                       const float* wpe, int T, int C, uint32_t g0,
+                                       uint64_t seed, Dropout drop) {
+    int bt = blockIdx.x;
+    int b = bt / T, t = bt % T;
+    float* o = out + (size_t)bt * C;
+    const float* e = wte + (size_t)inp[bt] * C;
+    const float* p = wpe + (size_t)t * C;
+    int Q = (C + 3) / 4;
+    for (int q = threadIdx.x; q < Q; q += blockDim.x) {
+        int c0 = 4 * q, nc = C - c0 < 4 ? C - c0 : 4;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        #pragma unroll
+        for (int w = 0; w < 4; w++) if (w < nc) v[w] = e[c0 + w] + p[c0 + w];
+        dropout_quad(v, nc, seed, g0 + (uint32_t)b, (uint32_t)t, (uint32_t)q, drop);
+        #pragma unroll
+        for (int w = 0; w < 4; w++) if (w < nc) o[c0 + w] = v[w];
+    }
+}
+
+void encoder_forward_cuda(float* out, const int* inp, const float* wte, const float* wpe,
+                          int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop) {
+    if (B * T == 0 || C == 0) return;
+    SG_LAUNCH(encoder_forward_kernel, B * T, quad_threads(C), 0, out, inp, wte, wpe, T, C, g0,
+              embd_seed, drop);
+    SG_CHECK_LAUNCH();
+}
+
+/* dwte rows of token tok[u]: one thread per channel adds the rows pos[start[u] .. start[u+1])
+ * in that (ascending row) order to the accumulated gradient, the CPU's order exactly.
+ * grid (distinct tokens, channel chunks). */
+__global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, const int* tok,
+                                            const int* start, const int* pos, int C) {
+    int u = blockIdx.x;
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float* dw = dwte + (size_t)tok[u] * C;
+    float acc = dw[c];
+    for (int k = start[u]; k < start[u + 1]; k++) acc += dout[(size_t)pos[k] * C + c];
+    dw[c] = acc;
+}
+
+/* dwpe[t] += the B rows of position t in b order; grid (T, channel chunks) */
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+    int t = blockIdx.x;
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float* dw = dwpe + (size_t)t * C;
+    float acc = dw[c];
+    for (int b = 0; b < B; b++) acc += dout[((size_t)b * T + t) * C + c];
+    dw[c] = acc;
+}
+
+/* host buffers of the token bucketing, grown on need */
+static int* bucket_host = NULL;      /* the N tokens, then the upload: tok[U], start[U+1], pos[N] */
+static size_t bucket_host_cap = 0;
+static int* bucket_count = NULL;     /* per token id: rows, then the next free slot */
+static size_t bucket_count_cap = 0;
+
+static void* grow(void* p, size_t* cap, size_t want, size_t elem) {
+    if (want <= *cap) return p;
+    void* q = realloc(p, want * elem);
+    if (q == NULL) {
+        fprintf(stderr, "seedgpt: encoder_backward_cuda: out of host memory (%zu bytes)\n",
+                want * elem);
+        exit(1);
+    }
+    *cap = want;
+    return q;
+}
+
+void encoder_backward_cuda(float* dwte, float* dwpe, const float* dout, const int* inp,
+                           int B, int T, int C) {
+    int N = B * T;
+    if (N == 0 || C == 0) return;
+    /* Bucket the rows by token on the host with a stable counting sort, so rows keep ascending
+     * order within a token: N ints down and at most 3N + 1 up, and the sums below are the CPU's,
+     * in the CPU's order, without atomics. */
+    bucket_host = (int*)grow(bucket_host, &bucket_host_cap, (size_t)4 * N + 1, sizeof(int));
+    int* h_inp = bucket_host;
+    device_to_host_cuda(h_inp, inp, (size_t)N * sizeof(int));
+    int vmax = 0;
+    for (int i = 0; i < N; i++) {
+        if (h_inp[i] < 0) {
+            fprintf(stderr, "seedgpt: encoder_backward_cuda: negative token id %d at row %d\n",
+                    h_inp[i], i);
+            exit(1);
+        }
+        if (h_inp[i] + 1 > vmax) vmax = h_inp[i] + 1;
+    }
+    bucket_count = (int*)grow(bucket_count, &bucket_count_cap, (size_t)vmax, sizeof(int));
+    memset(bucket_count, 0, (size_t)vmax * sizeof(int));
+    for (int i = 0; i < N; i++) bucket_count[h_inp[i]]++;
+    int U = 0;   /* distinct tokens */
+    for (int v = 0; v < vmax; v++) U += bucket_count[v] > 0;
+    int* tok = bucket_host + N;
+    int* start = tok + U;
+    int* pos = start + U + 1;
+    int u = 0, next = 0;
+    for (int v = 0; v < vmax; v++) {
+        if (bucket_count[v] == 0) continue;
+        tok[u] = v;
+        start[u] = next;
+        next += bucket_count[v];
+        bucket_count[v] = start[u];
+        u++;
+    }
+    start[U] = N;
+    for (int i = 0; i < N; i++) pos[bucket_count[h_inp[i]]++] = i;
+    size_t bytes = sizeof(int) * ((size_t)2 * U + 1 + N);
+    int* d = (int*)ops_scratch(bytes);
+    device_to_backend_cuda(d, tok, bytes);
+
+    dim3 grid_wte((unsigned)U, sg_ceil_div((size_t)C, 128));
+    SG_LAUNCH(encoder_backward_wte_kernel, grid_wte, 128, 0, dwte, dout, d, d + U, d + 2 * U + 1, C);
+    SG_CHECK_LAUNCH();
+    dim3 grid_wpe((unsigned)T, sg_ceil_div((size_t)C, 128));
+    SG_LAUNCH(encoder_backward_wpe_kernel, grid_wpe, 128, 0, dwpe, dout, B, T, C);
+    SG_CHECK_LAUNCH();
+}
+
+/* ---- column sums in two fixed passes ---------------------------------------------------------- */
+
+/* partial[k][c] = sum of x[n][c] over the rows n of chunk k (COLSUM_ROWS rows, in order);
+ * grid (channel chunks, row chunks) */
+__global__ void column_sum_partials_kernel(float* partial, const float* x, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int k = blockIdx.y;
+    if (c >= C) return;
+    int n0 = k * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
+    float acc = 0.0f;
+    for (int n = n0; n < n1; n++) acc += x[(size_t)n * C + c];
+    partial[(size_t)k * C + c] = acc;
+}
+
+/* dst[c] += the chunks' partials in chunk order */
+__global__ void column_sum_finish_kernel(float* dst, const float* partial, int nchunks, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (int k = 0; k < nchunks; k++) acc += partial[(size_t)k * C + c];
+    dst[c] += acc;
+}
+
+static int colsum_chunks(int N) { return (N + COLSUM_ROWS - 1) / COLSUM_ROWS; }
+
+/* ---- layernorm ---------------------------------------------------------------------------- */
+
+/* one warp per row: mean, then the variance around it (two passes, as the CPU) */
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* weight, const float* bias, int N, int C) {
+    int lane = threadIdx.x % 32;
+    int n = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;   /* the whole warp */
+    const float eps = 1e-5f;
+    const float* x = inp + (size_t)n * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
+    v = warp_sum(v) / C;
+    float r = 1.0f / sqrtf(v + eps);
+    float* o = out + (size_t)n * C;
+    for (int c = lane; c < C; c += 32) o[c] = (r * (x[c] - m)) * weight[c] + bias[c];
+    if (lane == 0) {
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+void layernorm_forward_cuda(float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int N, int C) {
+    if (N == 0 || C == 0) return;
+    SG_LAUNCH(layernorm_forward_kernel, sg_ceil_div((size_t)N, LN_ROWS_PER_BLOCK),
+              32 * LN_ROWS_PER_BLOCK, 0, out, mean, rstd, inp, weight, bias, N, C);
+    SG_CHECK_LAUNCH();
+}
+
+/* dinp (accumulated), one warp per row. In the forward out = norm * w + b with
+ * norm = (x - mean) * rstd, so dnorm = dout * w and
+ * dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)). */
+__global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp,
+                                               const float* weight, const float* mean,
+                                               const float* rstd, int N, int C) {
+    int lane = threadIdx.x % 32;
+    int n = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    const float* x = inp + (size_t)n * C;
+    const float* d = dout + (size_t)n * C;
+    float m = mean[n], s = rstd[n];
+    float a = 0.0f, an = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (x[c] - m) * s;
+        float dnorm = weight[c] * d[c];
+        a += dnorm;
+        an += dnorm * norm;
+    }
+    float dnorm_mean = warp_sum(a) / C;
+    float dnorm_norm_mean = warp_sum(an) / C;
+    float* dx = dinp + (size_t)n * C;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (x[c] - m) * s;
+        float dnorm = weight[c] * d[c];
+        dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+}
+
+/* dweight and dbias partials over chunks of rows: pw[k][c] = sum dout * norm, pb[k][c] = sum dout */
+__global__ void layernorm_param_partials_kernel(float* pw, float* pb, const float* dout,
+                                                const float* inp, const float* mean,
+                                                const float* rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int k = blockIdx.y;
+    if (c >= C) return;
+    int n0 = k * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
+    float aw = 0.0f, ab = 0.0f;
+    for (int n = n0; n < n1; n++) {
+        float d = dout[(size_t)n * C + c];
+        aw += d * ((inp[(size_t)n * C + c] - mean[n]) * rstd[n]);
+        ab += d;
+    }
+    pw[(size_t)k * C + c] = aw;
+    pb[(size_t)k * C + c] = ab;
+}
+
+void layernorm_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, const float* mean,
+                             const float* rstd, int N, int C) {
+    if (N == 0 || C == 0) return;
+    SG_LAUNCH(layernorm_backward_dinp_kernel, sg_ceil_div((size_t)N, LN_ROWS_PER_BLOCK),
+              32 * LN_ROWS_PER_BLOCK, 0, dinp, dout, inp, weight, mean, rstd, N, C);
+    SG_CHECK_LAUNCH();
+    int nchunks = colsum_chunks(N);
+    float* pw = (float*)ops_scratch(sizeof(float) * 2 * (size_t)nchunks * C);
+    float* pb = pw + (size_t)nchunks * C;
+    dim3 grid(sg_ceil_div((size_t)C, COLSUM_THREADS), (unsigned)nchunks);
+    SG_LAUNCH(layernorm_param_partials_kernel, grid, COLSUM_THREADS, 0, pw, pb, dout, inp, mean,
+              rstd, N, C);
+    SG_CHECK_LAUNCH();
+    unsigned cblocks = sg_ceil_div((size_t)C, COLSUM_THREADS);
+    SG_LAUNCH(column_sum_finish_kernel, cblocks, COLSUM_THREADS, 0, dweight, pw, nchunks, C);
+    SG_CHECK_LAUNCH();
+    SG_LAUNCH(column_sum_finish_kernel, cblocks, COLSUM_THREADS, 0, dbias, pb, nchunks, C);
+    SG_CHECK_LAUNCH();
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+/* cuBLAS is column-major: a row-major (R, S) matrix is the column-major (S, R) one with the same
+ * leading dimension S. So the row-major product Y = X . W^T is asked for as Y^T = W . X^T. */
+static cublasHandle_t blas(void) {
+    static cublasHandle_t handle;
+    static int ready = 0;
+    if (!ready) {
+        SG_CUBLAS_CHECK(cublasCreate(&handle));
+        /* plain fp32 arithmetic: no TF32 tensor-core rounding, so results stay within fp32
+         * tolerance of the CPU's */
+        SG_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+        ready = 1;
+    }
+    return handle;
+}
+
+/* out (N,OC) += bias (OC): one block per row */
+__global__ void add_bias_kernel(float* out, const float* bias, int OC) {
+    float* o = out + (size_t)blockIdx.x * OC;
+    for (int k = threadIdx.x; k < OC; k += blockDim.x) o[k] += bias[k];
+}
+
+void matmul_forward_cuda(float* out, const float* inp, const float* weight, const float* bias,
+                         int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+    const float one = 1.0f, zero = 0.0f;
+    /* out^T (OC,N) = weight (OC,C) . inp^T (C,N): weight is stored column-major as (C,OC) */
+    SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C,
+                                inp, C, &zero, out, OC));
+    if (bias != NULL) {
+        SG_LAUNCH(add_bias_kernel, N, EW_THREADS, 0, out, bias, OC);
+        SG_CHECK_LAUNCH();
+    }
+}
+
+void matmul_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int N, int C, int OC) {
+    if (N == 0 || C == 0 || OC == 0) return;
+    const float one = 1.0f, zero = 0.0f;
+    /* in the forward, out = inp . weight^T + bias, so:
+     * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OC) . dout^T */
+    if (dinp != NULL) {
+        SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C,
+                                    dout, OC, &zero, dinp, C));
+    }
+    /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T . dout */
+    SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C,
+                                dout, OC, &one, dweight, C));
+    /* dbias += the column sums of dout */
+    if (dbias != NULL) {
+        int nchunks = colsum_chunks(N);
+        float* partial = (float*)ops_scratch(sizeof(float) * (size_t)nchunks * OC);
+        dim3 grid(sg_ceil_div((size_t)OC, COLSUM_THREADS), (unsigned)nchunks);
+        SG_LAUNCH(column_sum_partials_kernel, grid, COLSUM_THREADS, 0, partial, dout, N, OC);
+        SG_CHECK_LAUNCH();
+        SG_LAUNCH(column_sum_finish_kernel, sg_ceil_div((size_t)OC, COLSUM_THREADS),
+                  COLSUM_THREADS, 0, dbias, partial, nchunks, OC);
+        SG_CHECK_LAUNCH();
+    }
+}
+
+/* ---- GELU (tanh approximation) ------------------------------------------------------------ */
+
+#define GELU_SCALING_FACTOR 0.7978845608028654f  /* sqrt(2 / pi) */
+
+/* the CPU's formula: tanh(u) = 1 - 2 / (1 + e^(2u)); saturates to +-1 at both ends */
+static __device__ inline float gelu_tanh(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        out[i] = 0.5f * x * (1.0f + gelu_tanh(GELU_SCALING_FACTOR * (x + cube)));
+    }
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        float th = gelu_tanh(GELU_SCALING_FACTOR * (x + cube));
+        float sech2 = 1.0f - th * th;
+        float local = 0.5f * (1.0f + th)
+                    + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = local * dout[i];
+    }
+}
+
+void gelu_forward_cuda(float* out, const float* inp, size_t n) {
+    if (n == 0) return;
+    SG_LAUNCH(gelu_forward_kernel, ew_blocks(n), EW_THREADS, 0, out, inp, n);
+    SG_CHECK_LAUNCH();
+}
+
+void gelu_backward_cuda(float* dinp, const float* inp, const float* dout, size_t n) {
+    if (n == 0) return;
+    SG_LAUNCH(gelu_backward_kernel, ew_blocks(n), EW_THREADS, 0, dinp, inp, dout, n);
+    SG_CHECK_LAUNCH();
+}
+
+/* ---- residual + dropout ------------------------------------------------------------------- */
+
+/* out = x + drop(branch); one block per (b, t) row, one thread per quad; out may alias branch */
+__global__ void residual_dropout_forward_kernel(float* out, const float* x, const float* branch,
+                                                int T, int C, uint32_t g0, uint64_t seed,
+                                                Dropout drop) {
+    int bt = blockIdx.x;
+    int b = bt / T, t = bt % T;
+    size_t row = (size_t)bt * C;
+    int Q = (C + 3) / 4;
+    for (int q = threadIdx.x; q < Q; q += blockDim.x) {
+        int c0 = 4 * q, nc = C - c0 < 4 ? C - c0 : 4;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        #pragma unroll
+        for (int w = 0; w < 4; w++) if (w < nc) v[w] = branch[row + c0 + w];
+        dropout_quad(v, nc, seed, g0 + (uint32_t)b, (uint32_t)t, (uint32_t)q, drop);
+        #pragma unroll
+        for (int w = 0; w < 4; w++) if (w < nc) out[row + c0 + w] = x[row + c0 + w] + v[w];
+    }
+}
+
+void residual_dropout_forward_cuda(float* out, const float* x, const float* branch,
+                                   int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop) {
+    if (B * T == 0 || C == 0) return;
+    SG_LAUNCH(residual_dropout_forward_kernel, B * T, quad_threads(C), 0, out, x, branch, T, C,
+              g0, seed, drop);
+    SG_CHECK_LAUNCH();
+}
+
+/* in the forward y = x * keep * scale, so dx = dout * keep * scale: the same mask, redrawn */
+__global__ void dropout_backward_kernel(float* dy, const float* dout, int T, int C, uint32_t g0,
+                                        uint64_t seed, Dropout drop) {
+    int bt = blockIdx.x;
+    int b = bt / T, t = bt % T;
+    size_t row = (size_t)bt * C;
+    int Q = (C + 3) / 4;
+    for (int q = threadIdx.x; q < Q; q += blockDim.x) {
+        int c0 = 4 * q, nc = C - c0 < 4 ? C - c0 : 4;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        #pragma unroll
+        for (int w = 0; w < 4; w++) if (w < nc) v[w] = dout[row + c0 + w];
+        dropout_quad(v, nc, seed, g0 + (uint32_t)b, (uint32_t)t, (uint32_t)q, drop);
+        #pragma unroll
+        for (int w = 0; w < 4; w++) if (w < nc) dy[row + c0 + w] = v[w];
+    }
+}
+
+void dropout_backward_cuda(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
+                           uint64_t seed, Dropout drop) {
+    if (B * T == 0 || C == 0) return;
+    SG_LAUNCH(dropout_backward_kernel, B * T, quad_threads(C), 0, dy, dout, T, C, g0, seed, drop);
+    SG_CHECK_LAUNCH();
+}
+
+/* ---- cross-entropy over the real vocabulary ----------------------------------------------- */
+
+/* one block per row n: the max over the real vocabulary, then sum exp(l - max) in double, each
+ * thread over a fixed stride of columns, the threads' sums added in a fixed tree. The padded
+ * columns [V, Vp) are never read. */
+__global__ void crossentropy_forward_kernel(float* losses, const float* logits, const int* targets,
+                                            int V, int Vp) {
+    SG_SHARED(float, red_f, CE_THREADS);
+    SG_SHARED(double, red_d, CE_THREADS);
+    int n = blockIdx.x;
+    const float* l = logits + (size_t)n * Vp;
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = l[v] > mx ? l[v] : mx;
+    float maxv = block_max(mx, red_f);
+    double s = 0.0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += exp((double)(l[v] - maxv));
+    double sum = block_sum_double(s, red_d);
+    if (threadIdx.x == 0) {
+        losses[n] = (float)((double)maxv + log(sum) - (double)l[targets[n]]);
+    }
+}
+
+/* in place: logits become dloss * (softmax - onehot) on [0, V), +0 on [V, Vp). Each thread
+ * writes only the columns it read itself, after the block's reductions are complete. */
+__global__ void crossentropy_backward_kernel(float* logits, const int* targets, float dloss,
+                                             int V, int Vp) {
+    SG_SHARED(float, red_f, CE_THREADS);
+    SG_SHARED(double, red_d, CE_THREADS);
+    int n = blockIdx.x;
+    float* l = logits + (size_t)n * Vp;
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = l[v] > mx ? l[v] : mx;
+    float maxv = block_max(mx, red_f);
+    double s = 0.0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += exp((double)(l[v] - maxv));
+    double inv = 1.0 / block_sum_double(s, red_d);
+    int target = targets[n];
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float p = (float)(exp((double)(l[v] - maxv)) * inv);
+        l[v] = (p - (v == target ? 1.0f : 0.0f)) * dloss;
+    }
+    for (int v = V + threadIdx.x; v < Vp; v += blockDim.x) l[v] = 0.0f;
+}
+
+/* a power of two from 32 to CE_THREADS, at least 8 columns a thread: a small vocabulary gets a
+ * small block */
+static unsigned ce_threads(int V) {
+    unsigned t = 32;
+    while (t < CE_THREADS && (size_t)t * 8 < (size_t)V) t *= 2;
+    return t;
+}
+
+void crossentropy_forward_cuda(float* losses, const float* logits, const int* targets,
+                               int N, int V, int Vp) {
+    if (N == 0) return;
+    SG_LAUNCH(crossentropy_forward_kernel, N, ce_threads(V), 0, losses, logits, targets, V, Vp);
+    SG_CHECK_LAUNCH();
+}
+
+void crossentropy_backward_cuda(float* logits, const int* targets, float dloss, int N, int V,
+                                int Vp) {
+    if (N == 0) return;
+    SG_LAUNCH(crossentropy_backward_kernel, N, ce_threads(V), 0, logits, targets, dloss, V, Vp);
+    SG_CHECK_LAUNCH();
+}
+
+/* ---- norms and the optimizer -------------------------------------------------------------- */
+
+/* first pass: partial[k] = sum of squares (double) of block k of NORM_BLOCK elements */
+__global__ void sum_squares_partials_kernel(double* partial, const float* x, size_t n) {
+    SG_SHARED(double, red, NORM_THREADS);
+    size_t i0 = (size_t)blockIdx.x * NORM_BLOCK;
+    size_t i1 = i0 + NORM_BLOCK < n ? i0 + NORM_BLOCK : n;
+    double acc = 0.0;
+    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += (double)x[i] * (double)x[i];
+    double s = block_sum_double(acc, red);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+/* second pass, one block: each thread a fixed stride of partials, then the tree */
+__global__ void sum_squares_finish_kernel(double* total, const double* partial, size_t nblocks) {
+    SG_SHARED(double, red, NORM_THREADS);
+    double acc = 0.0;
+    for (size_t k = threadIdx.x; k < nblocks; k += blockDim.x) acc += partial[k];
+    double s = block_sum_double(acc, red);
+    if (threadIdx.x == 0) *total = s;
+}
+
+double sum_squares_cuda(const float* x, size_t n) {
+    if (n == 0) return 0.0;
+    size_t nblocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    double* partial = (double*)ops_scratch(sizeof(double) * (nblocks + 1));
+    double* total = partial + nblocks;
+    SG_LAUNCH(sum_squares_partials_kernel, (unsigned)nblocks, NORM_THREADS, 0, partial, x, n);
+    SG_CHECK_LAUNCH();
+    SG_LAUNCH(sum_squares_finish_kernel, 1, NORM_THREADS, 0, total, partial, nblocks);
+    SG_CHECK_LAUNCH();
+    double result;
+    device_to_host_cuda(&result, total, sizeof(double));
+    return result;
+}
+
+__global__ void scale_inplace_kernel(float* x, size_t n, float s) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        x[i] *= s;
+    }
+}
+
+void scale_inplace_cuda(float* x, size_t n, float s) {
+    if (n == 0) return;
+    SG_LAUNCH(scale_inplace_kernel, ew_blocks(n), EW_THREADS, 0, x, n, s);
+    SG_CHECK_LAUNCH();
+}
+
+/* the CPU's formula, operation for operation; bc1, bc2 computed on the host as the CPU does */
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float bc1, float bc2) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = grads[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        float p = params[i] * (1.0f - lr * weight_decay);  /* decoupled decay, as torch AdamW */
+        params[i] = p - lr * (mhat / (sqrtf(vhat) + eps));
+    }
+}
+
+void adamw_update_cuda(float* params, const float* grads, float* m, float* v, size_t n,
+                       float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    if (n == 0) return;
+    float bc1 = 1.0f - powf(beta1, (float)t);
+    float bc2 = 1.0f - powf(beta2, (float)t);
+    SG_LAUNCH(adamw_kernel, ew_blocks(n), EW_THREADS, 0, params, grads, m, v, n, lr, beta1, beta2,
+              eps, weight_decay, bc1, bc2);
+    SG_CHECK_LAUNCH();
+}

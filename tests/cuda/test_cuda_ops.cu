@@ -1,0 +1,606 @@
+/* tests/cuda/test_cuda_ops.cu — every op of model/ops_cuda.h against its CPU twin (model/ops.h),
+ * and the CUDA backend's memory functions.
+ *   - fresh random inputs; every written output filled with NaN before the launch, so an element
+ *     the kernel forgets shows as NaN; accumulated outputs start from random values;
+ *   - fp32 agreement as ||gpu - cpu|| / ||cpu|| <= 1e-5 (max |diff| / max |cpu| for the GELU,
+ *     whose values for very negative inputs are differences of nearly equal numbers);
+ *   - dropout keep patterns compared bit for bit with the CPU's and with philox_elem_draw itself,
+ *     at p = 0.1 and 0.5, with a first sequence index g0 != 0; p = 0 is the CPU's bits;
+ *   - odd shapes (C not a multiple of 4 or 32, C above one block of quads, N = 1, V < Vp), the
+ *     accumulate contracts (a second backward adds as much again), the padded vocabulary columns
+ *     (+0 exactly), determinism (the same call twice gives the same bits), allocation (zeroed,
+ *     aligned, peak = high-water mark of live bytes).
+ * It builds two ways (tests/cuda/): with nvcc for a GPU (make test-cuda) and as C++ against the
+ * emulation (make test-cuda-emu), so the sizes stay small.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include "model/ops.h"
+#include "model/ops_cuda.h"
+#include "attention/philox.h"
+#include "tests/test.h"
+
+#define TOL 1e-5
+static const uint64_t MASTER = 0x5eed5eed12345678ULL;
+
+/* ---- host <-> device helpers -------------------------------------------------------------- */
+
+static float* hrand(size_t n, double scale) {
+    float* h = (float*)malloc(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++) h[i] = (float)(scale * test_normal());
+    return h;
+}
+static float* hcopy(const float* x, size_t n) {
+    float* h = (float*)malloc(n * sizeof(float) + 1);
+    memcpy(h, x, n * sizeof(float));
+    return h;
+}
+static float* up(const float* h, size_t n) {
+    float* d = (float*)device_alloc_cuda(n * sizeof(float));
+    device_to_backend_cuda(d, h, n * sizeof(float));
+    return d;
+}
+static int* up_int(const int* h, size_t n) {
+    int* d = (int*)device_alloc_cuda(n * sizeof(int));
+    device_to_backend_cuda(d, h, n * sizeof(int));
+    return d;
+}
+static float* down(const float* d, size_t n) {
+    float* h = (float*)malloc(n * sizeof(float) + 1);
+    device_to_host_cuda(h, d, n * sizeof(float));
+    return h;
+}
+static float* dpoison(size_t n) {
+    float* d = (float*)device_alloc_cuda(n * sizeof(float));
+    device_fill_cuda(d, n, NAN);
+    return d;
+}
+static int* rand_tokens(size_t n, int V) {
+    int* t = (int*)malloc(n * sizeof(int));
+    for (size_t i = 0; i < n; i++) t[i] = (int)(test_uniform() * V) % V;
+    return t;
+}
+
+/* ---- comparisons -------------------------------------------------------------------------- */
+
+static int same_bits(const float* a, const float* b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+/* max |a - ref| / max |ref|; any NaN where ref has none makes it infinite */
+static double max_abs_norm(const float* a, const float* ref, size_t n) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) != isnan(ref[i])) return INFINITY;
+        double d = fabs((double)a[i] - (double)ref[i]);
+        if (d > md) md = d;
+        if (fabs((double)ref[i]) > mr) mr = fabs((double)ref[i]);
+    }
+    return mr > 0 ? md / mr : md;
+}
+
+/* ||a - ref|| / ||ref||, NaN if a holds a NaN (so the check fails) */
+static void expect_close(const char* name, const float* gpu, const float* cpu, size_t n) {
+    double err = rel_err_ff(gpu, cpu, n);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += memcmp(&gpu[i], &cpu[i], sizeof(float)) != 0;
+    expect(err <= TOL, name, "rel err %.2e over %zu elements (%zu differ in bits), tol %.0e", err,
+           n, differ, TOL);
+}
+
+/* the keep pattern: gpu and cpu outputs are 0 exactly where an element was dropped (the inputs
+ * are non-zero normals), against the oracle philox_elem_draw(seed, g0 + b, t, c) >= thr */
+static void expect_mask(const char* name, const float* gpu, const float* cpu, int B, int T, int C,
+                        uint32_t g0, uint64_t seed, Dropout d) {
+    size_t n = (size_t)B * T * C, kept = 0, bad_gpu = 0, bad_cpu = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++) {
+                size_t i = ((size_t)b * T + t) * C + c;
+                int keep = !dropout_active(d) ||
+                           philox_elem_draw(seed, g0 + (uint32_t)b, (uint32_t)t, (uint32_t)c) >= d.thr;
+                kept += keep;
+                bad_gpu += (gpu[i] != 0.0f) != keep;
+                bad_cpu += (cpu[i] != 0.0f) != keep;
+            }
+    expect(bad_gpu == 0 && bad_cpu == 0, name,
+           "%zu of %zu kept (%.3f); GPU mask differs from philox in %zu, CPU mask in %zu", kept, n,
+           (double)kept / n, bad_gpu, bad_cpu);
+}
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+static void test_memory(void) {
+    const size_t MB = 1 << 20;
+    size_t p0 = device_peak_bytes_cuda();
+    float* a = (float*)device_alloc_cuda(1 * MB);
+    float* b = (float*)device_alloc_cuda(3 * MB);
+    size_t p1 = device_peak_bytes_cuda();
+    device_free_cuda(a);
+    size_t p2 = device_peak_bytes_cuda();
+    float* c = (float*)device_alloc_cuda(2 * MB);
+    size_t p3 = device_peak_bytes_cuda();
+    device_free_cuda(b);
+    device_free_cuda(c);
+    float* d = (float*)device_alloc_cuda(1 * MB);
+    size_t p4 = device_peak_bytes_cuda();
+    device_free_cuda(d);
+    expect(p0 == 0 && p1 == 4 * MB && p2 == 4 * MB && p3 == 5 * MB && p4 == 5 * MB,
+           "device_peak_is_high_water_mark_of_live_bytes",
+           "peak %zu, then %zu after 1+3 MiB, %zu after freeing 1, %zu after 2 more, %zu after "
+           "freeing all and 1 more (want 0, 4, 4, 5, 5 MiB)", p0, p1, p2, p3, p4);
+
+    /* zeroed even where the memory held values before (a freed block handed out again) */
+    size_t n = 1234;
+    float* x = (float*)device_alloc_cuda(n * sizeof(float));
+    device_fill_cuda(x, n, 1.5f);
+    device_free_cuda(x);
+    int zero = 1, aligned = 1;
+    size_t sizes[4] = {n * sizeof(float), 4097, 1, 0};
+    void* blocks[4];
+    for (int k = 0; k < 4; k++) {
+        blocks[k] = device_alloc_cuda(sizes[k]);
+        aligned &= blocks[k] != NULL && (uintptr_t)blocks[k] % 256 == 0;
+        if (sizes[k] == 0) continue;
+        unsigned char* h = (unsigned char*)malloc(sizes[k]);
+        device_to_host_cuda(h, blocks[k], sizes[k]);
+        for (size_t i = 0; i < sizes[k]; i++) zero &= h[i] == 0;
+        free(h);
+    }
+    for (int k = 0; k < 4; k++) device_free_cuda(blocks[k]);
+    expect(zero && aligned, "device_alloc_is_zeroed_and_256_aligned",
+           "blocks of %zu, 4097, 1 and 0 bytes: %s, %s", n * sizeof(float),
+           zero ? "zeroed" : "NOT ZEROED", aligned ? "256-byte aligned" : "NOT ALIGNED");
+
+    /* copies, fill, count_differ */
+    size_t m = 5001;
+    float* h = hrand(m, 1.0);
+    float* dh = up(h, m);
+    float* back = down(dh, m);
+    int round = same_bits(back, h, m);
+    float* e = hcopy(h, m);
+    size_t want = 0;
+    for (size_t i = 7; i < m; i += 331) { e[i] = e[i] + 1.0f; want++; }
+    e[1] = -0.0f; h[1] = 0.0f; want++;                 /* +0 and -0 differ in bits */
+    e[2] = NAN; h[2] = NAN;                            /* the same NaN bits: equal */
+    float* da = up(h, m);
+    float* db = up(e, m);
+    size_t got = device_count_differ_cuda(da, db, m);
+    size_t self = device_count_differ_cuda(da, da, m);
+    device_fill_cuda(db, m, -2.25f);
+    float* f = down(db, m);
+    int filled = 1;
+    for (size_t i = 0; i < m; i++) filled &= f[i] == -2.25f;
+    expect(round && got == want && self == 0 && filled, "device_copy_fill_count_differ",
+           "round trip %s; count_differ %zu (want %zu), self %zu; fill %s", round ? "exact" : "CHANGED",
+           got, want, self, filled ? "complete" : "INCOMPLETE");
+    device_free_cuda(dh); device_free_cuda(da); device_free_cuda(db);
+    free(h); free(back); free(e); free(f);
+}
+
+/* ---- embedding ---------------------------------------------------------------------------- */
+
+static void test_encoder(int B, int T, int C, int V, int Vp, int maxT, uint32_t g0, double p) {
+    char name[160];
+    Dropout drop = dropout_make(p);
+    uint64_t seed = philox_site_seed(MASTER, 3, 0, SITE_EMBD, PASS_FORWARD);
+    size_t n = (size_t)B * T * C;
+    int* inp = rand_tokens((size_t)B * T, V);
+    float* wte = hrand((size_t)Vp * C, 0.5);
+    float* wpe = hrand((size_t)maxT * C, 0.5);
+    float* cpu = (float*)malloc(n * sizeof(float));
+    encoder_forward(cpu, inp, wte, wpe, B, T, C, g0, seed, drop);
+    int* d_inp = up_int(inp, (size_t)B * T);
+    float *d_wte = up(wte, (size_t)Vp * C), *d_wpe = up(wpe, (size_t)maxT * C), *d_out = dpoison(n);
+    encoder_forward_cuda(d_out, d_inp, d_wte, d_wpe, B, T, C, g0, seed, drop);
+    float* gpu = down(d_out, n);
+    snprintf(name, sizeof(name), "encoder_forward_matches_cpu_B%d_T%d_C%d_p%.1f_g0_%u", B, T, C, p, g0);
+    if (p == 0) {
+        expect(same_bits(gpu, cpu, n), name, "p = 0: %s", same_bits(gpu, cpu, n) ? "the CPU's bits" : "BITS DIFFER");
+    } else {
+        expect_close(name, gpu, cpu, n);
+        snprintf(name, sizeof(name), "encoder_dropout_mask_is_cpu_and_philox_B%d_T%d_C%d_p%.1f", B, T, C, p);
+        expect_mask(name, gpu, cpu, B, T, C, g0, seed, drop);
+    }
+
+    /* backward: dwte, dwpe accumulate onto random values; tokens repeat (V small), rows of
+     * tokens that do not occur must stay untouched */
+    float* dout = hrand(n, 1.0);
+    float* dwte0 = hrand((size_t)Vp * C, 1.0);
+    float* dwpe0 = hrand((size_t)maxT * C, 1.0);
+    float *cwte = hcopy(dwte0, (size_t)Vp * C), *cwpe = hcopy(dwpe0, (size_t)maxT * C);
+    encoder_backward(cwte, cwpe, dout, inp, B, T, C);
+    float *d_dout = up(dout, n), *d_dwte = up(dwte0, (size_t)Vp * C), *d_dwpe = up(dwpe0, (size_t)maxT * C);
+    encoder_backward_cuda(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+    float *gwte = down(d_dwte, (size_t)Vp * C), *gwpe = down(d_dwpe, (size_t)maxT * C);
+    snprintf(name, sizeof(name), "encoder_backward_dwte_matches_cpu_B%d_T%d_C%d_V%d", B, T, C, V);
+    expect_close(name, gwte, cwte, (size_t)Vp * C);
+    snprintf(name, sizeof(name), "encoder_backward_dwpe_matches_cpu_B%d_T%d_C%d", B, T, C);
+    expect_close(name, gwpe, cwpe, (size_t)maxT * C);
+
+    /* the same call again from the same values: the same bits; and it accumulates (a second call
+     * on the result adds the same again, as on the CPU) */
+    device_to_backend_cuda(d_dwte, dwte0, (size_t)Vp * C * sizeof(float));
+    device_to_backend_cuda(d_dwpe, dwpe0, (size_t)maxT * C * sizeof(float));
+    encoder_backward_cuda(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+    float *rwte = down(d_dwte, (size_t)Vp * C), *rwpe = down(d_dwpe, (size_t)maxT * C);
+    int det = same_bits(rwte, gwte, (size_t)Vp * C) && same_bits(rwpe, gwpe, (size_t)maxT * C);
+    snprintf(name, sizeof(name), "encoder_backward_deterministic_B%d_T%d_C%d", B, T, C);
+    expect(det, name, "two runs from the same values: %s", det ? "same bits" : "BITS DIFFER");
+    encoder_backward_cuda(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+    encoder_backward(cwte, cwpe, dout, inp, B, T, C);
+    free(rwte); free(rwpe);
+    rwte = down(d_dwte, (size_t)Vp * C);
+    rwpe = down(d_dwpe, (size_t)maxT * C);
+    snprintf(name, sizeof(name), "encoder_backward_accumulates_twice_B%d_T%d_C%d", B, T, C);
+    double e1 = rel_err_ff(rwte, cwte, (size_t)Vp * C), e2 = rel_err_ff(rwpe, cwpe, (size_t)maxT * C);
+    expect(e1 <= TOL && e2 <= TOL, name, "after two calls: dwte rel err %.2e, dwpe %.2e", e1, e2);
+
+    free(inp); free(wte); free(wpe); free(cpu); free(gpu); free(dout); free(dwte0); free(dwpe0);
+    free(cwte); free(cwpe); free(gwte); free(gwpe); free(rwte); free(rwpe);
+    device_free_cuda(d_inp); device_free_cuda(d_wte); device_free_cuda(d_wpe); device_free_cuda(d_out);
+    device_free_cuda(d_dout); device_free_cuda(d_dwte); device_free_cuda(d_dwpe);
+}
+
+/* ---- layernorm ---------------------------------------------------------------------------- */
+
+static void test_layernorm(int N, int C) {
+    char name[160];
+    size_t n = (size_t)N * C;
+    float* x = hrand(n, 2.0);
+    for (size_t i = 0; i < n; i++) x[i] += 0.7f;   /* a non-zero mean */
+    float* w = hrand(C, 1.0);
+    float* bias = hrand(C, 1.0);
+    float *co = (float*)malloc(n * sizeof(float)), *cm = (float*)malloc(N * sizeof(float)),
+          *cr = (float*)malloc(N * sizeof(float));
+    layernorm_forward(co, cm, cr, x, w, bias, N, C);
+    float *dx = up(x, n), *dw = up(w, C), *db = up(bias, C);
+    float *d_o = dpoison(n), *d_m = dpoison(N), *d_r = dpoison(N);
+    layernorm_forward_cuda(d_o, d_m, d_r, dx, dw, db, N, C);
+    float *go = down(d_o, n), *gm = down(d_m, N), *gr = down(d_r, N);
+    snprintf(name, sizeof(name), "layernorm_forward_out_matches_cpu_N%d_C%d", N, C);
+    expect_close(name, go, co, n);
+    snprintf(name, sizeof(name), "layernorm_forward_mean_rstd_match_cpu_N%d_C%d", N, C);
+    double em = rel_err_ff(gm, cm, N), er = rel_err_ff(gr, cr, N);
+    expect(em <= TOL && er <= TOL, name, "mean rel err %.2e, rstd %.2e", em, er);
+
+    /* backward: dinp, dweight, dbias accumulate onto random values */
+    float* dout = hrand(n, 1.0);
+    float *dinp0 = hrand(n, 1.0), *dw0 = hrand(C, 1.0), *db0 = hrand(C, 1.0);
+    float *ci = hcopy(dinp0, n), *cw = hcopy(dw0, C), *cb = hcopy(db0, C);
+    layernorm_backward(ci, cw, cb, dout, x, w, cm, cr, N, C);
+    float *d_dout = up(dout, n), *d_di = up(dinp0, n), *d_dw = up(dw0, C), *d_db = up(db0, C);
+    /* the GPU's own mean and rstd: what the orchestrator hands the backward */
+    layernorm_backward_cuda(d_di, d_dw, d_db, d_dout, dx, dw, d_m, d_r, N, C);
+    float *gi = down(d_di, n), *gw = down(d_dw, C), *gb = down(d_db, C);
+    snprintf(name, sizeof(name), "layernorm_backward_dinp_matches_cpu_N%d_C%d", N, C);
+    expect_close(name, gi, ci, n);
+    snprintf(name, sizeof(name), "layernorm_backward_dweight_matches_cpu_N%d_C%d", N, C);
+    expect_close(name, gw, cw, C);
+    snprintf(name, sizeof(name), "layernorm_backward_dbias_matches_cpu_N%d_C%d", N, C);
+    expect_close(name, gb, cb, C);
+
+    device_to_backend_cuda(d_di, dinp0, n * sizeof(float));
+    device_to_backend_cuda(d_dw, dw0, C * sizeof(float));
+    device_to_backend_cuda(d_db, db0, C * sizeof(float));
+    layernorm_backward_cuda(d_di, d_dw, d_db, d_dout, dx, dw, d_m, d_r, N, C);
+    float *ri = down(d_di, n), *rw = down(d_dw, C), *rb = down(d_db, C);
+    int det = same_bits(ri, gi, n) && same_bits(rw, gw, C) && same_bits(rb, gb, C);
+    snprintf(name, sizeof(name), "layernorm_backward_deterministic_N%d_C%d", N, C);
+    expect(det, name, "two runs from the same values: %s", det ? "same bits" : "BITS DIFFER");
+    layernorm_backward_cuda(d_di, d_dw, d_db, d_dout, dx, dw, d_m, d_r, N, C);
+    layernorm_backward(ci, cw, cb, dout, x, w, cm, cr, N, C);
+    free(ri); free(rw); free(rb);
+    ri = down(d_di, n); rw = down(d_dw, C); rb = down(d_db, C);
+    double e1 = rel_err_ff(ri, ci, n), e2 = rel_err_ff(rw, cw, C), e3 = rel_err_ff(rb, cb, C);
+    snprintf(name, sizeof(name), "layernorm_backward_accumulates_twice_N%d_C%d", N, C);
+    expect(e1 <= TOL && e2 <= TOL && e3 <= TOL, name,
+           "after two calls: dinp rel err %.2e, dweight %.2e, dbias %.2e", e1, e2, e3);
+
+    free(x); free(w); free(bias); free(co); free(cm); free(cr); free(go); free(gm); free(gr);
+    free(dout); free(dinp0); free(dw0); free(db0); free(ci); free(cw); free(cb);
+    free(gi); free(gw); free(gb); free(ri); free(rw); free(rb);
+    device_free_cuda(dx); device_free_cuda(dw); device_free_cuda(db); device_free_cuda(d_o);
+    device_free_cuda(d_m); device_free_cuda(d_r); device_free_cuda(d_dout); device_free_cuda(d_di);
+    device_free_cuda(d_dw); device_free_cuda(d_db);
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp) {
+    char name[160];
+    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    float *x = hrand(ni, 1.0), *w = hrand(nw, 0.3), *bias = hrand(OC, 1.0);
+    float* co = (float*)malloc(no * sizeof(float));
+    matmul_forward(co, x, w, with_bias ? bias : NULL, N, C, OC);
+    float *dx = up(x, ni), *dw = up(w, nw), *db = up(bias, OC), *d_o = dpoison(no);
+    matmul_forward_cuda(d_o, dx, dw, with_bias ? db : NULL, N, C, OC);
+    float* go = down(d_o, no);
+    snprintf(name, sizeof(name), "matmul_forward_matches_cpu_N%d_C%d_OC%d_%s", N, C, OC,
+             with_bias ? "bias" : "nobias");
+    expect_close(name, go, co, no);
+
+    /* backward: dinp written (NaN before), dweight and dbias accumulate onto random values */
+    float *dout = hrand(no, 1.0), *dw0 = hrand(nw, 1.0), *db0 = hrand(OC, 1.0);
+    float *ci = (float*)malloc(ni * sizeof(float)), *cw = hcopy(dw0, nw), *cb = hcopy(db0, OC);
+    matmul_backward(with_dinp ? ci : NULL, cw, with_bias ? cb : NULL, dout, x, w, N, C, OC);
+    float *d_dout = up(dout, no), *d_di = dpoison(ni), *d_dw = up(dw0, nw), *d_db = up(db0, OC);
+    matmul_backward_cuda(with_dinp ? d_di : NULL, d_dw, with_bias ? d_db : NULL, d_dout, dx, dw,
+                         N, C, OC);
+    float *gi = down(d_di, ni), *gw = down(d_dw, nw), *gb = down(d_db, OC);
+    const char* tag = with_bias ? (with_dinp ? "" : "_no_dinp") : "_no_dbias";
+    if (with_dinp) {
+        snprintf(name, sizeof(name), "matmul_backward_dinp_matches_cpu_N%d_C%d_OC%d%s", N, C, OC, tag);
+        expect_close(name, gi, ci, ni);
+    } else {
+        int untouched = 1;
+        for (size_t i = 0; i < ni; i++) untouched &= isnan(gi[i]) != 0;
+        snprintf(name, sizeof(name), "matmul_backward_null_dinp_is_skipped_N%d_C%d_OC%d", N, C, OC);
+        expect(untouched, name, "the (NaN-filled) buffer %s", untouched ? "untouched" : "WRITTEN");
+    }
+    snprintf(name, sizeof(name), "matmul_backward_dweight_matches_cpu_N%d_C%d_OC%d%s", N, C, OC, tag);
+    expect_close(name, gw, cw, nw);
+    if (with_bias) {
+        snprintf(name, sizeof(name), "matmul_backward_dbias_matches_cpu_N%d_C%d_OC%d%s", N, C, OC, tag);
+        expect_close(name, gb, cb, OC);
+    } else {
+        snprintf(name, sizeof(name), "matmul_backward_null_dbias_is_skipped_N%d_C%d_OC%d", N, C, OC);
+        expect(same_bits(gb, db0, OC), name, "the bias gradient buffer %s",
+               same_bits(gb, db0, OC) ? "untouched" : "WRITTEN");
+    }
+
+    device_to_backend_cuda(d_dw, dw0, nw * sizeof(float));
+    device_to_backend_cuda(d_db, db0, OC * sizeof(float));
+    matmul_backward_cuda(with_dinp ? d_di : NULL, d_dw, with_bias ? d_db : NULL, d_dout, dx, dw,
+                         N, C, OC);
+    float *ri = down(d_di, ni), *rw = down(d_dw, nw), *rb = down(d_db, OC);
+    int det = same_bits(ri, gi, ni) && same_bits(rw, gw, nw) && same_bits(rb, gb, OC);
+    snprintf(name, sizeof(name), "matmul_backward_deterministic_N%d_C%d_OC%d%s", N, C, OC, tag);
+    expect(det, name, "two runs from the same values: %s", det ? "same bits" : "BITS DIFFER");
+    matmul_backward_cuda(with_dinp ? d_di : NULL, d_dw, with_bias ? d_db : NULL, d_dout, dx, dw,
+                         N, C, OC);
+    matmul_backward(with_dinp ? ci : NULL, cw, with_bias ? cb : NULL, dout, x, w, N, C, OC);
+    free(ri); free(rw); free(rb);
+    ri = down(d_di, ni); rw = down(d_dw, nw); rb = down(d_db, OC);
+    double e1 = with_dinp ? rel_err_ff(ri, ci, ni) : 0, e2 = rel_err_ff(rw, cw, nw),
+           e3 = rel_err_ff(rb, with_bias ? cb : db0, OC);
+    snprintf(name, sizeof(name), "matmul_backward_accumulates_twice_N%d_C%d_OC%d%s", N, C, OC, tag);
+    expect(e1 <= TOL && e2 <= TOL && e3 <= TOL, name,
+           "after two calls: dinp (written) rel err %.2e, dweight %.2e, dbias %.2e", e1, e2, e3);
+
+    free(x); free(w); free(bias); free(co); free(go); free(dout); free(dw0); free(db0);
+    free(ci); free(cw); free(cb); free(gi); free(gw); free(gb); free(ri); free(rw); free(rb);
+    device_free_cuda(dx); device_free_cuda(dw); device_free_cuda(db); device_free_cuda(d_o);
+    device_free_cuda(d_dout); device_free_cuda(d_di); device_free_cuda(d_dw); device_free_cuda(d_db);
+}
+
+/* ---- GELU --------------------------------------------------------------------------------- */
+
+static void test_gelu(size_t n) {
+    char name[160];
+    float* x = hrand(n, 3.0);
+    x[0] = 0.0f; x[1] = 20.0f; x[2] = -20.0f; x[3] = 1e-4f; x[4] = -9.5f;
+    float* dout = hrand(n, 1.0);
+    float *co = (float*)malloc(n * sizeof(float)), *ci = (float*)malloc(n * sizeof(float));
+    gelu_forward(co, x, n);
+    gelu_backward(ci, x, dout, n);
+    float *dx = up(x, n), *d_o = dpoison(n), *d_dout = up(dout, n), *d_di = dpoison(n);
+    gelu_forward_cuda(d_o, dx, n);
+    gelu_backward_cuda(d_di, dx, d_dout, n);
+    float *go = down(d_o, n), *gi = down(d_di, n);
+    double e1 = max_abs_norm(go, co, n), e2 = max_abs_norm(gi, ci, n);
+    snprintf(name, sizeof(name), "gelu_forward_matches_cpu_n%zu", n);
+    expect(e1 <= TOL, name, "max |diff| / max |cpu| = %.2e, tol %.0e", e1, TOL);
+    snprintf(name, sizeof(name), "gelu_backward_matches_cpu_n%zu", n);
+    expect(e2 <= TOL, name, "max |diff| / max |cpu| = %.2e, tol %.0e", e2, TOL);
+    /* in place: out == inp, dinp == dout */
+    float* dxi = up(x, n);
+    gelu_forward_cuda(dxi, dxi, n);
+    float* gio = down(dxi, n);
+    gelu_backward_cuda(d_dout, dx, d_dout, n);
+    float* gii = down(d_dout, n);
+    int same = same_bits(gio, go, n) && same_bits(gii, gi, n);
+    snprintf(name, sizeof(name), "gelu_in_place_equals_out_of_place_n%zu", n);
+    expect(same, name, "%s", same ? "same bits" : "BITS DIFFER");
+    free(x); free(dout); free(co); free(ci); free(go); free(gi); free(gio); free(gii);
+    device_free_cuda(dx); device_free_cuda(d_o); device_free_cuda(d_dout); device_free_cuda(d_di);
+    device_free_cuda(dxi);
+}
+
+/* ---- residual + dropout ------------------------------------------------------------------- */
+
+static void test_residual_dropout(int B, int T, int C, uint32_t g0, double p) {
+    char name[160];
+    Dropout drop = dropout_make(p);
+    uint64_t seed = philox_site_seed(MASTER, 5, 2, SITE_ATTN_RESID, PASS_FORWARD);
+    size_t n = (size_t)B * T * C;
+    float *x = hrand(n, 1.0), *br = hrand(n, 1.0);
+    float* co = (float*)malloc(n * sizeof(float));
+    residual_dropout_forward(co, x, br, B, T, C, g0, seed, drop);
+    float *dx = up(x, n), *dbr = up(br, n), *d_o = dpoison(n);
+    residual_dropout_forward_cuda(d_o, dx, dbr, B, T, C, g0, seed, drop);
+    float* go = down(d_o, n);
+    snprintf(name, sizeof(name), "residual_dropout_forward_matches_cpu_B%d_T%d_C%d_p%.1f_g0_%u", B, T, C, p, g0);
+    if (p == 0)
+        expect(same_bits(go, co, n), name, "p = 0: %s", same_bits(go, co, n) ? "the CPU's bits" : "BITS DIFFER");
+    else
+        expect_close(name, go, co, n);
+
+    /* the mask itself: with x = 0, out = drop(branch) is 0 exactly where dropped */
+    float* zero = (float*)calloc(n, sizeof(float));
+    float* cm = (float*)malloc(n * sizeof(float));
+    residual_dropout_forward(cm, zero, br, B, T, C, g0, seed, drop);
+    float* dz = up(zero, n);
+    /* out aliasing branch, as the orchestrator may call it */
+    float* d_alias = up(br, n);
+    residual_dropout_forward_cuda(d_alias, dz, d_alias, B, T, C, g0, seed, drop);
+    float* gm = down(d_alias, n);
+    snprintf(name, sizeof(name), "residual_dropout_mask_is_cpu_and_philox_B%d_T%d_C%d_p%.1f", B, T, C, p);
+    expect_mask(name, gm, cm, B, T, C, g0, seed, drop);
+
+    /* backward: the same mask on the gradient; in place too */
+    float* dout = hrand(n, 1.0);
+    float* cd = (float*)malloc(n * sizeof(float));
+    dropout_backward(cd, dout, B, T, C, g0, seed, drop);
+    float *d_dout = up(dout, n), *d_dy = dpoison(n);
+    dropout_backward_cuda(d_dy, d_dout, B, T, C, g0, seed, drop);
+    float* gd = down(d_dy, n);
+    snprintf(name, sizeof(name), "dropout_backward_matches_cpu_B%d_T%d_C%d_p%.1f", B, T, C, p);
+    expect_close(name, gd, cd, n);
+    snprintf(name, sizeof(name), "dropout_backward_mask_is_cpu_and_philox_B%d_T%d_C%d_p%.1f", B, T, C, p);
+    expect_mask(name, gd, cd, B, T, C, g0, seed, drop);
+    dropout_backward_cuda(d_dout, d_dout, B, T, C, g0, seed, drop);
+    float* gdi = down(d_dout, n);
+    snprintf(name, sizeof(name), "dropout_backward_in_place_equals_out_of_place_B%d_T%d_C%d_p%.1f", B, T, C, p);
+    expect(same_bits(gdi, gd, n), name, "%s", same_bits(gdi, gd, n) ? "same bits" : "BITS DIFFER");
+
+    free(x); free(br); free(co); free(go); free(zero); free(cm); free(gm); free(dout); free(cd);
+    free(gd); free(gdi);
+    device_free_cuda(dx); device_free_cuda(dbr); device_free_cuda(d_o); device_free_cuda(dz);
+    device_free_cuda(d_alias); device_free_cuda(d_dout); device_free_cuda(d_dy);
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------ */
+
+static void test_crossentropy(int N, int V, int Vp) {
+    char name[160];
+    size_t n = (size_t)N * Vp;
+    float* logits = hrand(n, 3.0);
+    for (int r = 0; r < N; r++)
+        for (int v = V; v < Vp; v++) logits[(size_t)r * Vp + v] = NAN;   /* never to be read */
+    int* tg = rand_tokens(N, V);
+    float* cl = (float*)malloc(N * sizeof(float));
+    crossentropy_forward(cl, logits, tg, N, V, Vp);
+    float* d_l = up(logits, n);
+    int* d_tg = up_int(tg, N);
+    float* d_loss = dpoison(N);
+    crossentropy_forward_cuda(d_loss, d_l, d_tg, N, V, Vp);
+    float* gl = down(d_loss, N);
+    snprintf(name, sizeof(name), "crossentropy_forward_matches_cpu_N%d_V%d_Vp%d", N, V, Vp);
+    expect_close(name, gl, cl, N);
+
+    float dloss = 1.0f / N;
+    float* cg = hcopy(logits, n);
+    crossentropy_backward(cg, tg, dloss, N, V, Vp);
+    crossentropy_backward_cuda(d_l, d_tg, dloss, N, V, Vp);
+    float* gg = down(d_l, n);
+    snprintf(name, sizeof(name), "crossentropy_backward_matches_cpu_N%d_V%d_Vp%d", N, V, Vp);
+    expect_close(name, gg, cg, n);
+    size_t not_zero = 0;
+    for (int r = 0; r < N; r++)
+        for (int v = V; v < Vp; v++) {
+            uint32_t bits;
+            memcpy(&bits, &gg[(size_t)r * Vp + v], 4);
+            not_zero += bits != 0;
+        }
+    snprintf(name, sizeof(name), "crossentropy_backward_padded_columns_are_plus_zero_N%d_V%d_Vp%d", N, V, Vp);
+    expect(not_zero == 0, name, "%zu of %d padded entries (NaN before) are not +0", not_zero, N * (Vp - V));
+
+    /* determinism of both reductions */
+    device_to_backend_cuda(d_l, logits, n * sizeof(float));
+    crossentropy_forward_cuda(d_loss, d_l, d_tg, N, V, Vp);
+    crossentropy_backward_cuda(d_l, d_tg, dloss, N, V, Vp);
+    float *rl = down(d_loss, N), *rg = down(d_l, n);
+    int det = same_bits(rl, gl, N) && same_bits(rg, gg, n);
+    snprintf(name, sizeof(name), "crossentropy_deterministic_N%d_V%d_Vp%d", N, V, Vp);
+    expect(det, name, "two runs: %s", det ? "same bits" : "BITS DIFFER");
+
+    free(logits); free(tg); free(cl); free(gl); free(cg); free(gg); free(rl); free(rg);
+    device_free_cuda(d_l); device_free_cuda(d_tg); device_free_cuda(d_loss);
+}
+
+/* ---- norms and the optimizer -------------------------------------------------------------- */
+
+static void test_sum_squares(size_t n) {
+    char name[160];
+    float* x = hrand(n, 1.0);
+    double c = sum_squares(x, n);
+    float* dx = up(x, n);
+    double g1 = sum_squares_cuda(dx, n), g2 = sum_squares_cuda(dx, n);
+    double err = fabs(g1 - c) / c;
+    /* both sum in double: they agree far below fp32 tolerance */
+    snprintf(name, sizeof(name), "sum_squares_matches_cpu_n%zu", n);
+    expect(err <= 1e-10, name, "gpu %.17g cpu %.17g rel err %.2e (tol 1e-10)", g1, c, err);
+    snprintf(name, sizeof(name), "sum_squares_deterministic_n%zu", n);
+    expect(memcmp(&g1, &g2, sizeof g1) == 0, name, "two runs %.17g %.17g", g1, g2);
+    free(x);
+    device_free_cuda(dx);
+}
+
+static void test_scale(size_t n) {
+    char name[160];
+    float* x = hrand(n, 1.0);
+    float* dx = up(x, n);
+    scale_inplace(x, n, 0.37f);
+    scale_inplace_cuda(dx, n, 0.37f);
+    float* g = down(dx, n);
+    snprintf(name, sizeof(name), "scale_inplace_is_cpu_bits_n%zu", n);
+    expect(same_bits(g, x, n), name, "%s", same_bits(g, x, n) ? "same bits (one rounding each)" : "BITS DIFFER");
+    free(x); free(g);
+    device_free_cuda(dx);
+}
+
+static void test_adamw(size_t n, int t) {
+    char name[160];
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    float *p = hrand(n, 0.1), *g = hrand(n, 1.0), *m = hrand(n, 0.1), *v = hrand(n, 0.1);
+    for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];      /* v >= 0 */
+    float *dp = up(p, n), *dg = up(g, n), *dm = up(m, n), *dv = up(v, n);
+    float *cp = hcopy(p, n), *cm = hcopy(m, n), *cv = hcopy(v, n);
+    adamw_update(cp, g, cm, cv, n, lr, b1, b2, eps, wd, t);
+    adamw_update_cuda(dp, dg, dm, dv, n, lr, b1, b2, eps, wd, t);
+    float *gp = down(dp, n), *gm = down(dm, n), *gv = down(dv, n);
+    /* the update itself (new - old), not only the parameters it is small against */
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double du = ((double)gp[i] - p[i]) - ((double)cp[i] - p[i]);
+        num += du * du;
+        den += ((double)cp[i] - p[i]) * ((double)cp[i] - p[i]);
+    }
+    double eu = sqrt(num / den), em = rel_err_ff(gm, cm, n), ev = rel_err_ff(gv, cv, n),
+           ep = rel_err_ff(gp, cp, n);
+    snprintf(name, sizeof(name), "adamw_update_matches_cpu_n%zu_t%d", n, t);
+    expect(eu <= TOL && em <= TOL && ev <= TOL && ep <= TOL, name,
+           "rel err: update %.2e, params %.2e, m %.2e, v %.2e", eu, ep, em, ev);
+    free(p); free(g); free(m); free(v); free(cp); free(cm); free(cv); free(gp); free(gm); free(gv);
+    device_free_cuda(dp); device_free_cuda(dg); device_free_cuda(dm); device_free_cuda(dv);
+}
+
+int main(void) {
+    test_memory();   /* first: its peak figures assume nothing else has been allocated */
+
+    const double ps[3] = {0.0, 0.1, 0.5};
+    for (int k = 0; k < 3; k++) {
+        test_encoder(3, 5, 13, 11, 16, 8, 11u, ps[k]);       /* C not a multiple of 4; tokens repeat */
+        test_residual_dropout(3, 5, 13, 7u, ps[k]);
+    }
+    test_encoder(2, 3, 1030, 40, 128, 4, 1u << 20, 0.1);  /* more quads than a block's threads */
+    test_encoder(1, 1, 64, 5, 128, 1, 0u, 0.5);           /* one row */
+    test_residual_dropout(2, 2, 1030, 123456u, 0.1);
+    test_residual_dropout(1, 1, 3, 0u, 0.5);
+
+    test_layernorm(1, 37);
+    test_layernorm(70, 67);    /* three row chunks of the parameter partials */
+    test_layernorm(5, 1030);
+
+    test_matmul(1, 37, 29, 1, 1);
+    test_matmul(19, 67, 45, 0, 1);
+    test_matmul(70, 33, 50, 1, 1);
+    test_matmul(9, 20, 12, 1, 0);
+
+    test_gelu(1003);
+
+    test_crossentropy(1, 37, 128);
+    test_crossentropy(6, 200, 256);
+    test_crossentropy(3, 1000, 1024);
+    test_crossentropy(2, 2100, 2176);   /* the widest block */
+
+    test_sum_squares(1);
+    test_sum_squares(5);
+    test_sum_squares(3 * 16384 + 7);
+    test_scale(1003);
+    test_adamw(1003, 1);
+    test_adamw(1003, 7);
+    return test_finish();
+}
