@@ -229,6 +229,16 @@ $(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(CUDA_OBJ) $(CUDA_TEST_CORE) $(CUDA_HEAD
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_OBJ) $(CUDA_TEST_CORE) \
 		$(filter tests/ref_%.c,$(wildcard tests/*.c)) -Xcompiler -fopenmp $(LDLIBS) -lcublas -lcublasLt
+# The attention's CUDA test links the attention alone: its kernel and its CPU twin (test build).
+$(CUDA_BUILD)/tests/test_cuda_attention: tests/cuda/test_cuda_attention.cu $(CUDA_BUILD)/attention/flash_cuda.o \
+		$(BUILD)/test/attention/flash_cpu.o $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_BUILD)/attention/flash_cuda.o \
+		$(BUILD)/test/attention/flash_cpu.o -Xcompiler -fopenmp -lgomp -lm
+# the attention's speed on a GPU (scripts/gpu_check.sh): fwd + bwd ms and TFLOP/s, not a test
+$(CUDA_BUILD)/bench_attention_cuda: tests/cuda/bench_attention_cuda.cu $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_BUILD)/attention/flash_cuda.o
 test-cuda: train_cuda $(CUDA_TEST_BINS)
 	@tests/run.sh $(CUDA_TEST_BINS) "tests/cuda/test_cross_backend.sh ./train_cuda"
 .PHONY: cuda-test-bins
@@ -253,6 +263,12 @@ $(EMU_BUILD)/tests/%: tests/cuda/%.cu $(EMU_OBJ) $(EMU_RT_OBJ) $(CUDA_TEST_CORE)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -DSEEDGPT_TEST_BUILD -x c++ -c -o $@.o $<
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $@.o $(EMU_OBJ) $(EMU_RT_OBJ) $(CUDA_TEST_CORE) \
 		$(filter tests/ref_%.c,$(wildcard tests/*.c)) $(LDLIBS)
+$(EMU_BUILD)/tests/test_cuda_attention: tests/cuda/test_cuda_attention.cu $(EMU_BUILD)/attention/flash_cuda.o \
+		$(EMU_RT_OBJ) $(BUILD)/test/attention/flash_cpu.o $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -DSEEDGPT_TEST_BUILD -x c++ -c -o $@.o $<
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $@.o $(EMU_BUILD)/attention/flash_cuda.o $(EMU_RT_OBJ) \
+		$(BUILD)/test/attention/flash_cpu.o -lm
 # the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU
 $(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)

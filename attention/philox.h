@@ -138,7 +138,8 @@ typedef struct {
     float scale;    /* 1 / (1 - p), rounded once to float */
 } Dropout;
 
-#if !defined(__CUDA_ARCH__)
+/* A host function: under nvcc it is compiled for the host only (device code never calls it), but
+ * it must stay visible in nvcc's device pass, which also parses the host code of a .cu file. */
 #include <math.h>
 static inline Dropout dropout_make(double p) {
     Dropout d;
@@ -148,7 +149,6 @@ static inline Dropout dropout_make(double p) {
     d.scale = (float)(1.0 / (1.0 - p));
     return d;
 }
-#endif
 
 PHILOX_HD int dropout_active(Dropout d) { return d.thr != 0; }
 
