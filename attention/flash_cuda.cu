@@ -47,6 +47,12 @@
 #define FLASH_LDP (FBQ + 4)     /* row stride of the probability tiles (BQ = BK) */
 #define FULL_MASK 0xffffffffu
 
+/* Register bounds for nvcc (the emulation has no registers to bound): a kernel whose shared memory
+ * lets two blocks share an SM is held to 128 registers a thread so that they do. */
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+
 /* Row stride of the shared memory tiles: HD rounded up to 8 floats, plus 4. */
 #define FLASH_LD(HD) ((((HD) + 7) & ~7) + 4)
 
@@ -78,14 +84,15 @@ __device__ __forceinline__ float row_sum16(float v) {
 }
 
 /* dst (rows, ld) = n_valid rows of HD floats at src (row stride `stride`), zero past HD (up to the
- * rounded width) and past n_valid. All threads of the block take part. */
+ * rounded width <= 128) and past n_valid. The block reads blockDim / width whole rows at a time,
+ * one float a thread (consecutive threads, consecutive floats). */
 __device__ __forceinline__ void load_tile(float* dst, int ld, const float* src, size_t stride,
                                           int n_valid, int rows, int HD) {
-    const int width = (HD + 7) & ~7;
-    for (int x = threadIdx.x; x < rows * width; x += blockDim.x) {
-        const int r = x / width, d = x - r * width;
+    const int width = (HD + 7) & ~7, rows_per_pass = blockDim.x / width;
+    const int r0 = threadIdx.x / width, d = threadIdx.x - r0 * width;
+    if (r0 >= rows_per_pass) return;
+    for (int r = r0; r < rows; r += rows_per_pass)
         dst[r * ld + d] = (r < n_valid && d < HD) ? src[(size_t)r * stride + d] : 0.0f;
-    }
 }
 
 /* s[a][k] = q(4 ty + a) . k(key_of(tx, k)) over d ascending, one fused multiply-add each (the
@@ -273,7 +280,7 @@ __device__ __forceinline__ void softmax_grad(float s[4][4], float dp[4][4], cons
  * "slot" order, query-major: slot 4 tx + k of a row holds key key_of(tx, k), so that in the
  * product phase thread (ty, tx) reads its four keys key_of(ty, 0..3) as one 16-byte load. */
 template <int NDM>
-__global__ void flash_dkdv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+__global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                   const float* D, int T, int NH, int NKV, int HD, uint32_t g0,
                                   uint64_t seed, uint32_t thr, float scale, float sigma) {
     SG_DYN_SHARED(float, smem);
@@ -368,7 +375,7 @@ __global__ void flash_dkdv_kernel(float* dqkv, const float* dout, const float* q
 /* Pass 2: dQ. Block (b * NH + h, query tile), the last query tiles (the longest rows) first; it
  * sums over the key tiles and the keys in ascending order. */
 template <int NDM>
-__global__ void flash_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+__global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                 const float* D, int T, int NH, int NKV, int HD, uint32_t g0,
                                 uint64_t seed, uint32_t thr, float scale, float sigma) {
     SG_DYN_SHARED(float, smem);
