@@ -28,11 +28,17 @@
  * 8, plus 4 floats (rows 4 banks apart: the 16-byte loads of a quarter warp hit distinct banks),
  * zero-filled past HD and past T, so padding contributes exact zeros.
  *
+ * Backward: a pass for D_i = do_i.o_i, a dK/dV pass partitioned over (sequence, query head, key
+ * tile) and a dQ pass over (sequence, query head, query tile). With grouped-query heads the dK/dV
+ * pass leaves one partial sum per query head in the scratch and a last small kernel adds a group's
+ * partials in ascending head order (one block per kv head would leave a GQA model with a fraction
+ * of the blocks the GPU can run at once).
+ *
  * Determinism (DESIGN §5): no float atomics. Every output element is written by one thread, which
  * sums its terms in a fixed order: the scores over d ascending, o and dq over the key tiles and
- * the keys ascending, dk and dv over the group's query heads, then the query tiles, then the
- * queries ascending — the CPU kernel's orders. Results are identical run to run; they differ from
- * the CPU's in the last bits (expf, the order of the row sums), not in any keep bit.
+ * the keys ascending, dk and dv over the query tiles and the queries ascending, then over the
+ * group's query heads ascending. Results are identical run to run; they differ from the CPU's in
+ * the last bits (expf, the order of the row sums and of the GQA group sum), never in a keep bit.
  */
 #include "attention/device.h"
 #include <float.h>
@@ -274,13 +280,17 @@ __device__ __forceinline__ void softmax_grad(float s[4][4], float dp[4][4], cons
     }
 }
 
-/* Pass 1: dK, dV. Block (b * NKV + kvh, key tile), the first key tiles (the longest columns) first.
- * It sums over its group's query heads, then over the query tiles from the diagonal down, then
- * over the queries of a tile, in that fixed order. The score phase leaves the weights and ds in
+/* Pass 1: dK, dV of one query head. Block (b * NH + h, key tile), the first key tiles (the longest
+ * columns) first. It sums over the query tiles from the diagonal down, then over the queries of a
+ * tile, in that fixed order, and writes (dk * k_scale, dv) of its keys to row b * T + j of dk_out
+ * and dv_out (row stride out_stride, head column h * HD): straight into dqkv (k_scale = sigma)
+ * when every kv head has one query head, else into per-query-head partial sums that
+ * flash_group_sum_kernel adds up. The score phase leaves the weights and ds in
  * "slot" order, query-major: slot 4 tx + k of a row holds key key_of(tx, k), so that in the
  * product phase thread (ty, tx) reads its four keys key_of(ty, 0..3) as one 16-byte load. */
 template <int NDM>
-__global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+__global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride, float k_scale,
+                                  const float* dout, const float* qkv, const float* lse,
                                   const float* D, int T, int NH, int NKV, int HD, uint32_t g0,
                                   uint64_t seed, uint32_t thr, float scale, float sigma) {
     SG_DYN_SHARED(float, smem);
@@ -293,7 +303,7 @@ __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(
     float* dS = Pd + FBQ * FLASH_LDP; /* (BQ, LDP) ds, slot order */
 
     const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-    const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
     const int j0 = blockIdx.y * FBK, nk = min(FBK, T - j0);
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
     const float* qkv_b = qkv + (size_t)b * T * QKV;
@@ -306,51 +316,50 @@ __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(
     for (int k = 0; k < 4; k++)
         for (int x = 0; x < 4 * NDM; x++) dk[k][x] = dv[k][x] = 0.0f;
 
-    for (int h = kvh * G; h < (kvh + 1) * G; h++) {
-        const float* lse_bh = lse + ((size_t)b * NH + h) * T;
-        const float* D_bh = D + ((size_t)b * NH + h) * T;
-        for (int i0 = (j0 / FBQ) * FBQ; i0 < T; i0 += FBQ) {
-            const int nq = min(FBQ, T - i0);
-            __syncthreads();   /* the last tile's products are done with Qs, dOs, Pd, dS */
-            load_tile(Qs, ld, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, FBQ, HD);
-            load_tile(dOs, ld, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq, FBQ, HD);
-            __syncthreads();
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+    const float* D_bh = D + ((size_t)b * NH + h) * T;
+    for (int i0 = (j0 / FBQ) * FBQ; i0 < T; i0 += FBQ) {
+        const int nq = min(FBQ, T - i0);
+        __syncthreads();   /* the last tile's products are done with Qs, dOs, Pd, dS */
+        load_tile(Qs, ld, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, FBQ, HD);
+        load_tile(dOs, ld, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq, FBQ, HD);
+        float L[4], Di[4];
+        for (int a = 0; a < 4; a++) {
+            const int i = i0 + 4 * ty + a;
+            L[a] = i < T ? lse_bh[i] : 0.0f;
+            Di[a] = i < T ? D_bh[i] : 0.0f;
+        }
+        __syncthreads();
 
-            float s[4][4], dp[4][4], L[4], Di[4];
-            score_tile(s, Qs, Ks, ld, width, ty, tx);     /* Q K^T */
-            score_tile(dp, dOs, Vs, ld, width, ty, tx);   /* dO V^T */
-            for (int a = 0; a < 4; a++) {
-                const int i = i0 + 4 * ty + a;
-                L[a] = i < T ? lse_bh[i] : 0.0f;
-                Di[a] = i < T ? D_bh[i] : 0.0f;
-            }
-            softmax_grad(s, dp, L, Di, i0, j0, T, ty, tx, sigma, scale, seed, g, (uint32_t)h, thr);
-            for (int a = 0; a < 4; a++) {
-                st4(Pd + (4 * ty + a) * FLASH_LDP + 4 * tx, s[a][0], s[a][1], s[a][2], s[a][3]);
-                st4(dS + (4 * ty + a) * FLASH_LDP + 4 * tx, dp[a][0], dp[a][1], dp[a][2], dp[a][3]);
-            }
-            __syncthreads();
+        float s[4][4], dp[4][4];
+        score_tile(s, Qs, Ks, ld, width, ty, tx);     /* Q K^T */
+        score_tile(dp, dOs, Vs, ld, width, ty, tx);   /* dO V^T */
+        softmax_grad(s, dp, L, Di, i0, j0, T, ty, tx, sigma, scale, seed, g, (uint32_t)h, thr);
+        for (int a = 0; a < 4; a++) {
+            st4(Pd + (4 * ty + a) * FLASH_LDP + 4 * tx, s[a][0], s[a][1], s[a][2], s[a][3]);
+            st4(dS + (4 * ty + a) * FLASH_LDP + 4 * tx, dp[a][0], dp[a][1], dp[a][2], dp[a][3]);
+        }
+        __syncthreads();
 
-            /* dV += Pd^T dO, dK += dS^T Q, the queries in ascending order */
-            for (int m = 0; m < NDM; m++) {
-                const int d0 = 4 * tx + 64 * m;
-                if (d0 >= width) continue;
-                for (int r = 0; r < nq; r++) {
-                    const F4 pw = ld4(Pd + r * FLASH_LDP + 4 * ty);
-                    const F4 ds = ld4(dS + r * FLASH_LDP + 4 * ty);
-                    const F4 o = ld4(dOs + r * ld + d0);
-                    const F4 q = ld4(Qs + r * ld + d0);
-                    for (int k = 0; k < 4; k++) {
-                        const float pk = f4_at(pw, k), sk = f4_at(ds, k);
-                        dv[k][4 * m + 0] = fmaf(pk, o.x, dv[k][4 * m + 0]);
-                        dv[k][4 * m + 1] = fmaf(pk, o.y, dv[k][4 * m + 1]);
-                        dv[k][4 * m + 2] = fmaf(pk, o.z, dv[k][4 * m + 2]);
-                        dv[k][4 * m + 3] = fmaf(pk, o.w, dv[k][4 * m + 3]);
-                        dk[k][4 * m + 0] = fmaf(sk, q.x, dk[k][4 * m + 0]);
-                        dk[k][4 * m + 1] = fmaf(sk, q.y, dk[k][4 * m + 1]);
-                        dk[k][4 * m + 2] = fmaf(sk, q.z, dk[k][4 * m + 2]);
-                        dk[k][4 * m + 3] = fmaf(sk, q.w, dk[k][4 * m + 3]);
-                    }
+        /* dV += Pd^T dO, dK += dS^T Q, the queries in ascending order */
+        for (int m = 0; m < NDM; m++) {
+            const int d0 = 4 * tx + 64 * m;
+            if (d0 >= width) continue;
+            for (int r = 0; r < nq; r++) {
+                const F4 pw = ld4(Pd + r * FLASH_LDP + 4 * ty);
+                const F4 ds = ld4(dS + r * FLASH_LDP + 4 * ty);
+                const F4 o = ld4(dOs + r * ld + d0);
+                const F4 q = ld4(Qs + r * ld + d0);
+                for (int k = 0; k < 4; k++) {
+                    const float pk = f4_at(pw, k), sk = f4_at(ds, k);
+                    dv[k][4 * m + 0] = fmaf(pk, o.x, dv[k][4 * m + 0]);
+                    dv[k][4 * m + 1] = fmaf(pk, o.y, dv[k][4 * m + 1]);
+                    dv[k][4 * m + 2] = fmaf(pk, o.z, dv[k][4 * m + 2]);
+                    dv[k][4 * m + 3] = fmaf(pk, o.w, dv[k][4 * m + 3]);
+                    dk[k][4 * m + 0] = fmaf(sk, q.x, dk[k][4 * m + 0]);
+                    dk[k][4 * m + 1] = fmaf(sk, q.y, dk[k][4 * m + 1]);
+                    dk[k][4 * m + 2] = fmaf(sk, q.z, dk[k][4 * m + 2]);
+                    dk[k][4 * m + 3] = fmaf(sk, q.w, dk[k][4 * m + 3]);
                 }
             }
         }
@@ -359,17 +368,38 @@ __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(
     for (int k = 0; k < 4; k++) {
         const int j = j0 + key_of(ty, k);
         if (j >= T) continue;
-        float* dkr = dqkv + ((size_t)b * T + j) * QKV + (size_t)(NH + kvh) * HD;
-        float* dvr = dqkv + ((size_t)b * T + j) * QKV + (size_t)(NH + NKV + kvh) * HD;
+        float* dkr = dk_out + ((size_t)b * T + j) * out_stride + (size_t)h * HD;
+        float* dvr = dv_out + ((size_t)b * T + j) * out_stride + (size_t)h * HD;
         for (int m = 0; m < NDM; m++)
             for (int x = 0; x < 4; x++) {
                 const int d = 4 * tx + 64 * m + x;
                 if (d < HD) {
-                    dkr[d] = dk[k][4 * m + x] * sigma;
+                    dkr[d] = dk[k][4 * m + x] * k_scale;
                     dvr[d] = dv[k][4 * m + x];
                 }
             }
     }
+}
+
+/* Grouped-query heads: dk (B, T, NKV, HD) of kv head kvh = sigma times the sum of the partial sums
+ * dKp (B, T, NH, HD) of its G query heads, added in ascending head order; dv likewise from dVp,
+ * without sigma. One thread an element. */
+__global__ void flash_group_sum_kernel(float* dqkv, const float* dKp, const float* dVp, int B, int T,
+                                       int NH, int NKV, int HD, float sigma) {
+    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (size_t)B * T * NKV * HD) return;
+    const int G = NH / NKV, d = (int)(e % HD), kvh = (int)(e / HD % NKV);
+    const size_t bt = e / HD / NKV;
+    const float* pk = dKp + bt * NH * HD + (size_t)kvh * G * HD + d;
+    const float* pv = dVp + bt * NH * HD + (size_t)kvh * G * HD + d;
+    float sk = 0.0f, sv = 0.0f;
+    for (int x = 0; x < G; x++) {
+        sk += pk[(size_t)x * HD];
+        sv += pv[(size_t)x * HD];
+    }
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    dqkv[bt * QKV + (size_t)(NH + kvh) * HD + d] = sk * sigma;
+    dqkv[bt * QKV + (size_t)(NH + NKV + kvh) * HD + d] = sv;
 }
 
 /* Pass 2: dQ. Block (b * NH + h, query tile), the last query tiles (the longest rows) first; it
@@ -506,24 +536,42 @@ extern "C" void attention_forward_cuda(float* out, float* lse, const float* qkv,
         flash_forward_launch<2>(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop, sigma);
 }
 
-/* The scratch holds D (B, NH, T) alone: the dK/dV pass sums a group's query heads inside one
- * block, so grouped-query heads need no partial sums. */
+static size_t flash_round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* The scratch: D (B, NH, T); with grouped-query heads (NKV < NH) also the per-query-head partial
+ * sums of dK and dV, (B, T, NH, HD) each, that pass 1 leaves for flash_group_sum_kernel. */
 extern "C" size_t attention_backward_scratch_floats_cuda(int B, int T, int NH, int NKV, int HD,
                                                           int nthreads) {
-    return (((size_t)B * NH * T) + 15) & ~(size_t)15;
+    const size_t partial = NKV < NH ? 2 * flash_round16((size_t)B * T * NH * HD) : 0;
+    return flash_round16((size_t)B * NH * T) + partial;
 }
 
 template <int NDM>
-static void flash_backward_launch(float* dqkv, const float* D, const float* dout, const float* qkv,
+static void flash_backward_launch(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* lse, int B, int T, int NH, int NKV, int HD,
                                   uint32_t g0, uint64_t seed, Dropout drop, float sigma) {
     const size_t smem1 = flash_dkdv_smem(HD), smem2 = flash_dq_smem(HD);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const float* D = scratch;
     flash_allow_smem(flash_dkdv_kernel<NDM>, smem1);
     flash_allow_smem(flash_dq_kernel<NDM>, smem2);
-    dim3 grid1((unsigned)(B * NKV), sg_ceil_div((size_t)T, FBK));
-    SG_LAUNCH(flash_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dqkv, dout, qkv, lse, D, T, NH,
-              NKV, HD, g0, seed, drop.thr, drop.scale, sigma);
-    SG_CHECK_LAUNCH();
+    dim3 grid1((unsigned)(B * NH), sg_ceil_div((size_t)T, FBK));
+    if (NKV == NH) {   /* one query head per kv head: straight into dqkv */
+        SG_LAUNCH(flash_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dqkv + (size_t)NH * HD,
+                  dqkv + (size_t)(NH + NKV) * HD, QKV, sigma, dout, qkv, lse, D, T, NH, NKV, HD, g0,
+                  seed, drop.thr, drop.scale, sigma);
+        SG_CHECK_LAUNCH();
+    } else {           /* partial sums per query head, then the group's sum in a fixed order */
+        float* dKp = scratch + flash_round16((size_t)B * NH * T);
+        float* dVp = dKp + flash_round16((size_t)B * T * NH * HD);
+        SG_LAUNCH(flash_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dKp, dVp, (size_t)NH * HD,
+                  1.0f, dout, qkv, lse, D, T, NH, NKV, HD, g0, seed, drop.thr, drop.scale, sigma);
+        SG_CHECK_LAUNCH();
+        const size_t n = (size_t)B * T * NKV * HD;
+        SG_LAUNCH(flash_group_sum_kernel, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dqkv, dKp, dVp, B,
+                  T, NH, NKV, HD, sigma);
+        SG_CHECK_LAUNCH();
+    }
     dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, FBQ));
     SG_LAUNCH(flash_dq_kernel<NDM>, grid2, dim3(FTHREADS), smem2, dqkv, dout, qkv, lse, D, T, NH,
               NKV, HD, g0, seed, drop.thr, drop.scale, sigma);
@@ -543,7 +591,9 @@ extern "C" void attention_backward_cuda(float* dqkv, float* scratch, const float
               NH, HD);
     SG_CHECK_LAUNCH();
     if (HD <= 64)
-        flash_backward_launch<1>(dqkv, D, dout, qkv, lse, B, T, NH, NKV, HD, g0, attn_seed, drop, sigma);
+        flash_backward_launch<1>(dqkv, scratch, dout, qkv, lse, B, T, NH, NKV, HD, g0, attn_seed, drop,
+                                 sigma);
     else
-        flash_backward_launch<2>(dqkv, D, dout, qkv, lse, B, T, NH, NKV, HD, g0, attn_seed, drop, sigma);
+        flash_backward_launch<2>(dqkv, scratch, dout, qkv, lse, B, T, NH, NKV, HD, g0, attn_seed, drop,
+                                 sigma);
 }
