@@ -268,7 +268,7 @@ $(EMU_BUILD)/tests/test_cuda_attention: tests/cuda/test_cuda_attention.cu $(EMU_
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -DSEEDGPT_TEST_BUILD -x c++ -c -o $@.o $<
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $@.o $(EMU_BUILD)/attention/flash_cuda.o $(EMU_RT_OBJ) \
-		$(BUILD)/test/attention/flash_cpu.o -lm
+		$(BUILD)/test/attention/flash_cpu.o $(LDLIBS)
 # the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU
 $(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)

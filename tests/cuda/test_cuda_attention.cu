@@ -7,7 +7,7 @@
  *      order of the dropped weight, far above the tolerance;
  *   2. backward: dqkv (every element) agrees with the CPU's to the same tolerance, from the
  *      CUDA forward's own out and lse, as the model runs it;
- *   3. a second run gives the same bits (no float atomics: DESIGN §5);
+ *   3. a second run gives the same bits (no float atomics: DESIGN §5), on a few of the cases;
  *   4. a head dim above 128 is refused with one line and a non-zero exit (forward and backward).
  * Every device output is poisoned with NaN before each launch, so an element a kernel does not
  * write fails the comparison. SEEDGPT_TINY=1 runs one tiny case only (for compute-sanitizer).
@@ -226,18 +226,19 @@ int main(int argc, char** argv) {
     test_refuses_head_dim_above_128(argv[0], "forward");
     test_refuses_head_dim_above_128(argv[0], "backward");
 
-    /* B, T, NH, NKV, HD, p, g0 */
-    const Shape cases[] = {
-        {1, 1, 1, 1, 16, 0.0, 0},
-        {2, 7, 2, 2, 16, 0.1, 5},
-        {2, 33, 4, 2, 64, 0.5, 3},
-        {1, 65, 2, 1, 64, 0.1, 11},
-        {2, 100, 4, 1, 16, 0.0, 0},
-        {1, 100, 2, 2, 64, 0.5, 7},
-        {1, 65, 2, 1, 20, 0.1, 2},    /* a head dim that is not a multiple of 8 */
-        {1, 200, 2, 1, 16, 0.5, 9},   /* four tiles each way */
-        {1, 100, 2, 1, 128, 0.1, 1},
+    /* B, T, NH, NKV, HD, p, g0; rerun: also check that a second run gives the same bits (kept to
+     * a few cases: the emulation pays per block and barrier) */
+    const struct { Shape s; int rerun; } cases[] = {
+        {{1, 1, 1, 1, 16, 0.0, 0}, 0},
+        {{2, 7, 2, 2, 16, 0.1, 5}, 0},
+        {{2, 33, 4, 2, 64, 0.5, 3}, 1},
+        {{1, 65, 2, 1, 64, 0.1, 11}, 0},
+        {{1, 100, 4, 1, 16, 0.0, 0}, 1},
+        {{1, 100, 2, 2, 64, 0.5, 7}, 1},
+        {{1, 65, 2, 1, 20, 0.1, 2}, 0},    /* a head dim that is not a multiple of 8 */
+        {{1, 130, 2, 1, 16, 0.5, 9}, 0},   /* three tiles each way */
+        {{1, 100, 2, 1, 128, 0.1, 1}, 1},
     };
-    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) test_case(&cases[c], 1);
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) test_case(&cases[c].s, cases[c].rerun);
     return test_finish();
 }
