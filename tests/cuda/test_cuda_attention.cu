@@ -195,7 +195,7 @@ static void test_refuses_head_dim_above_128(const char* self, const char* which)
         dup2(fds[1], 2);
         close(fds[0]);
         close(fds[1]);
-        execl(self, self, "--refuse", which, (char*)NULL);
+        execl("/proc/self/exe", self, "--refuse", which, (char*)NULL);
         _exit(127);
     }
     close(fds[1]);
