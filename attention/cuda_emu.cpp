@@ -1,0 +1,900 @@
+/* attention/cuda_emu.cpp — the runtime behind attention/cuda_emu.h: kernel launches on pooled
+ * CPU threads, __syncthreads, the warp collectives, shared memory, device memory, cuBLAS.
+ *
+ * How a launch runs: a team is the threads of one block (one real thread per CUDA thread). The
+ * team runs its blocks one after another: before each block, thread 0 poisons the block's shared
+ * memory, then every thread runs the kernel once. Teams = SG_EMU_CONCURRENT_BLOCKS (default 1),
+ * team t takes blocks t, t + teams, ... with no synchronisation between teams, so that a
+ * ThreadSanitizer build sees any data shared between blocks without a launch boundary between.
+ *
+ * Everything a block's threads share (barrier, warp exchanges, shared memory allocation) sits
+ * behind the team's one mutex, and threads wait on condition variables: primitives TSan
+ * understands, so a barrier orders the accesses before it against those after it, and nothing
+ * else does. Every wait knows what the others are doing, so a divergent barrier or collective is
+ * reported (one line naming the kernel, exit status 1) instead of hanging.
+ */
+#include "attention/cuda_emu.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include <deque>
+#include <map>
+#include <vector>
+
+/* ThreadSanitizer: the team mutex only guards the emulator's own bookkeeping, so TSan is told to
+ * ignore it (a mutex taken by every thread would order unrelated kernel accesses and hide races);
+ * the orderings CUDA does promise are annotated explicitly: a barrier orders all arrivals before
+ * all departures, a warp collective its lanes' arrivals before their departures, and the team's
+ * rendezvous between blocks the end of one block before the start of the next. */
+#if defined(__SANITIZE_THREAD__)
+extern "C" {
+void AnnotateHappensBefore(const char* f, int l, const volatile void* addr);
+void AnnotateHappensAfter(const char* f, int l, const volatile void* addr);
+void AnnotateIgnoreSyncBegin(const char* f, int l);
+void AnnotateIgnoreSyncEnd(const char* f, int l);
+void AnnotateIgnoreReadsBegin(const char* f, int l);
+void AnnotateIgnoreReadsEnd(const char* f, int l);
+void AnnotateIgnoreWritesBegin(const char* f, int l);
+void AnnotateIgnoreWritesEnd(const char* f, int l);
+}
+static thread_local int quiet_depth = 0;
+static inline void quiet_begin(void) {
+    quiet_depth++;
+    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+}
+static inline void quiet_end(void) {
+    AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+    quiet_depth--;
+}
+/* before exiting from inside the team mutex (TSan reports a thread ending with ignores on) */
+static inline void quiet_unwind(void) {
+    while (quiet_depth > 0) quiet_end();
+}
+/* called with the team mutex held, inside quiet_begin/quiet_end */
+static inline void hb_release(const void* token) {
+    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+    AnnotateHappensBefore(__FILE__, __LINE__, token);
+    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+}
+static inline void hb_acquire(const void* token) {
+    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+    AnnotateHappensAfter(__FILE__, __LINE__, token);
+    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+}
+#else
+static inline void quiet_begin(void) {}
+static inline void quiet_end(void) {}
+static inline void quiet_unwind(void) {}
+static inline void hb_release(const void*) {}
+static inline void hb_acquire(const void*) {}
+#endif
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace sg_emu {
+
+/* GPU limits (sm_90) */
+static const size_t SMEM_DEFAULT = 48 * 1024;      /* per block without the opt-in */
+static const size_t SMEM_OPTIN_MAX = 227 * 1024;   /* per block with the opt-in */
+static const size_t SMEM_STATIC_MAX = 48 * 1024;
+static const size_t GLOBAL_MEM = 80ull << 30;
+static const unsigned char POISON = 0xFF;          /* a float NaN, an int -1 */
+
+/* ---- one failure line, then exit ---------------------------------------------------------- */
+struct Launch;
+struct Team;
+struct Self {
+    Team* team = nullptr;
+    int tid = -1;
+};
+static thread_local Self self;
+
+static pthread_mutex_t die_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void vdie(const char* kernel, const char* fmt, va_list ap) {
+    /* the first fault is the one reported; a thread of another block faulting at the same time
+     * waits here until the process is gone */
+    pthread_mutex_lock(&die_mu);
+    quiet_unwind();
+    char msg[1024];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    fflush(stdout);
+    if (kernel && self.team)
+        fprintf(stderr, "seedgpt: CUDA emulation: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s\n",
+                kernel, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, msg);
+    else if (kernel)
+        fprintf(stderr, "seedgpt: CUDA emulation: kernel %s: %s\n", kernel, msg);
+    else
+        fprintf(stderr, "seedgpt: CUDA emulation: %s\n", msg);
+    fflush(stderr);
+    _exit(1);
+}
+static void die(const char* kernel, const char* fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void die(const char* kernel, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vdie(kernel, fmt, ap);
+    va_end(ap);
+    _exit(1);
+}
+
+static long env_long(const char* name, long dflt, long lo, long hi) {
+    const char* s = getenv(name);
+    if (!s || !*s) return dflt;
+    char* end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > hi) die(nullptr, "%s=%s: expected an integer in [%ld, %ld]", name, s, lo, hi);
+    return v;
+}
+
+/* ---- a block's team ----------------------------------------------------------------------- */
+enum ThreadState { T_RUNNING, T_BARRIER, T_WARP, T_EXITED };
+struct ThreadSlot {
+    ThreadState state;
+    Site site;
+};
+enum GroupState { G_FREE, G_COLLECTING, G_DRAINING };
+struct Group {                 /* one warp collective in progress */
+    GroupState state = G_FREE;
+    WarpOp op;
+    unsigned mask, arrived;
+    int width, readers;
+    Site site;                 /* of the first lane to arrive */
+    uint64_t value[32];
+    int arg[32];
+    char hb_token;             /* TSan: arrivals happen before departures */
+};
+struct Warp {
+    pthread_cond_t cv;
+    std::deque<Group> groups;  /* deque: a waiting lane's reference survives growth */
+};
+struct Team {
+    int index;
+    pthread_mutex_t mu;
+    pthread_cond_t bar_cv, team_cv;
+    int nthreads = 0;
+    /* __syncthreads */
+    int bar_arrived = 0;
+    unsigned long bar_gen = 0;
+    Site bar_site;
+    int exited = 0;
+    /* the team's own rendezvous between blocks */
+    int in_arrived = 0;
+    unsigned long in_gen = 0;
+    char bar_token[2], in_token[4];   /* TSan: one per generation parity (and rendezvous kind) */
+    ThreadSlot th[1024];
+    Warp warps[32];
+    /* shared memory: the static arena and the dynamic buffer, poisoned at every block start */
+    unsigned char* static_smem = nullptr;
+    size_t static_used = 0;
+    std::vector<std::pair<const void*, size_t>> static_allocs;
+    unsigned char* dyn_smem = nullptr;
+    size_t dyn_cap = 0;
+    Team() {
+        pthread_mutex_init(&mu, nullptr);
+        pthread_cond_init(&bar_cv, nullptr);
+        pthread_cond_init(&team_cv, nullptr);
+        for (auto& w : warps) pthread_cond_init(&w.cv, nullptr);
+        static_smem = (unsigned char*)aligned_alloc(128, SMEM_STATIC_MAX);
+    }
+};
+
+struct Launch {                /* the launch in flight (one at a time) */
+    const char* name;
+    dim3 grid, block;
+    size_t dyn_smem, smem_limit;
+    long nblocks;
+    int nteams;
+    const std::function<void()>* body;
+};
+static Launch cur;
+static std::vector<Team*> teams;
+static long stall_seconds = 300;
+
+static inline Team& my_team() {
+    if (!self.team) die(nullptr, "a device function was called outside a kernel launch");
+    return *self.team;
+}
+
+static inline void team_lock(Team& t) {
+    quiet_begin();
+    pthread_mutex_lock(&t.mu);
+}
+static inline void team_unlock(Team& t) {
+    pthread_mutex_unlock(&t.mu);
+    quiet_end();
+}
+
+/* waits on cv (team mutex held) until pred(); past the stall limit, reports the kernel */
+template <class Pred>
+static void wait_for(Team& t, pthread_cond_t* cv, Pred pred, const char* what, Site site) {
+    struct timespec start;
+    clock_gettime(CLOCK_REALTIME, &start);
+    while (!pred()) {
+        struct timespec dl = start;
+        dl.tv_sec += stall_seconds;
+        int rc = pthread_cond_timedwait(cv, &t.mu, &dl);
+        if (rc == ETIMEDOUT && !pred())
+            die(cur.name, "no progress for %ld s waiting at %s (%s:%d): a thread spins or waits "
+                "on another block (SG_EMU_STALL_SECONDS)", stall_seconds, what, site.file, site.line);
+    }
+}
+
+static void flat_to_uint3(long i, dim3 d, uint3* out) {
+    out->x = (unsigned)(i % d.x);
+    out->y = (unsigned)((i / d.x) % d.y);
+    out->z = (unsigned)(i / ((long)d.x * d.y));
+}
+
+/* Lanes in `mask` of my warp that a collective or a barrier would wait for in vain. */
+static void check_lanes_can_meet(Team& t, int tid, unsigned mask, Site site, const char* what) {
+    int base = tid & ~31;
+    for (int l = 0; l < 32; l++) {
+        if (!(mask >> l & 1) || base + l == tid) continue;
+        const ThreadSlot& o = t.th[base + l];
+        if (o.state == T_EXITED)
+            die(cur.name, "%s at %s:%d names lane %d in mask 0x%08x, but that thread has left the kernel",
+                what, site.file, site.line, l, mask);
+        if (o.state == T_BARRIER)
+            die(cur.name, "%s at %s:%d names lane %d in mask 0x%08x, but that thread waits at __syncthreads (%s:%d)",
+                what, site.file, site.line, l, mask, o.site.file, o.site.line);
+    }
+}
+
+/* a thread about to wait at a barrier or leave: no open collective of its warp may wait for it */
+static void check_no_collective_waits_for(Team& t, int tid, const char* doing, Site site) {
+    Warp& w = t.warps[tid >> 5];
+    unsigned bit = 1u << (tid & 31);
+    for (Group& g : w.groups)
+        if (g.state == G_COLLECTING && (g.mask & bit) && !(g.arrived & bit))
+            die(cur.name, "thread %s (%s:%d) while lanes of its warp wait for it in a warp collective "
+                "at %s:%d (mask 0x%08x)", doing, site.file, site.line, g.site.file, g.site.line, g.mask);
+}
+
+}  // namespace sg_emu
+
+/* ---- __syncthreads ------------------------------------------------------------------------ */
+void sg_emu::syncthreads(Site site) {
+    Team& t = my_team();
+    int tid = self.tid;
+    team_lock(t);
+    if (t.exited > 0)
+        die(cur.name, "__syncthreads at %s:%d waits for %d thread(s) that have already left the kernel "
+            "(divergent barrier)", site.file, site.line, t.exited);
+    check_no_collective_waits_for(t, tid, "waits at __syncthreads", site);
+    if (t.bar_arrived == 0) {
+        t.bar_site = site;
+    } else if (t.bar_site.line != site.line || strcmp(t.bar_site.file, site.file) != 0) {
+        die(cur.name, "divergent barrier: this thread waits at __syncthreads %s:%d while %d other(s) "
+            "wait at %s:%d", site.file, site.line, t.bar_arrived, t.bar_site.file, t.bar_site.line);
+    }
+    t.th[tid].state = T_BARRIER;
+    t.th[tid].site = site;
+    const char* token = &t.bar_token[t.bar_gen & 1];
+    hb_release(token);
+    if (++t.bar_arrived == t.nthreads) {
+        t.bar_arrived = 0;
+        t.bar_gen++;
+        pthread_cond_broadcast(&t.bar_cv);
+    } else {
+        unsigned long gen = t.bar_gen;
+        wait_for(t, &t.bar_cv, [&] { return t.bar_gen != gen; }, "__syncthreads", site);
+    }
+    hb_acquire(token);
+    t.th[tid].state = T_RUNNING;
+    team_unlock(t);
+}
+
+/* ---- warp collectives --------------------------------------------------------------------- */
+static const char* op_name(sg_emu::WarpOp op) {
+    static const char* names[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
+                                  "__shfl_xor_sync", "__ballot_sync", "__all_sync", "__any_sync"};
+    return names[op];
+}
+
+/* a collecting group on a wait-for path from `from` that leads back to `target`, or null */
+static sg_emu::Group* waits_back(sg_emu::Warp& w, sg_emu::Group* from, sg_emu::Group* target, uint64_t* visited) {
+    using namespace sg_emu;
+    unsigned missing = from->mask & ~from->arrived;
+    for (size_t i = 0; i < w.groups.size() && i < 64; i++) {
+        Group* h = &w.groups[i];
+        if (h->state != G_COLLECTING || h == from || !(h->arrived & missing)) continue;
+        if (h == target) return from;
+        if (*visited >> i & 1) continue;
+        *visited |= 1ull << i;
+        if (waits_back(w, h, target, visited)) return h;
+    }
+    return nullptr;
+}
+
+uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
+    Team& t = my_team();
+    int tid = self.tid, lane = tid & 31, base = tid & ~31;
+    unsigned bit = 1u << lane;
+    const char* what = op_name(op);
+    if (!(mask & bit))
+        die(cur.name, "%s at %s:%d called by lane %d with mask 0x%08x, which does not name the caller",
+            what, site.file, site.line, lane, mask);
+    int lanes = t.nthreads - base < 32 ? t.nthreads - base : 32;
+    unsigned exist = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+    if (mask & ~exist)
+        die(cur.name, "%s at %s:%d: mask 0x%08x names lanes beyond the block's %d threads", what,
+            site.file, site.line, mask, t.nthreads);
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        die(cur.name, "%s at %s:%d: width %d is not a power of 2 in [1, 32]", what, site.file, site.line, width);
+
+    team_lock(t);
+    check_lanes_can_meet(t, tid, mask, site, what);
+    Warp& w = t.warps[tid >> 5];
+    Group* g = nullptr;
+    for (Group& h : w.groups)
+        if (h.state == G_COLLECTING && h.mask == mask) { g = &h; break; }
+    if (g) {
+        if (g->op != op || g->width != width)
+            die(cur.name, "lanes of mask 0x%08x meet at different collectives: %s (width %d) at %s:%d and "
+                "%s (width %d) at %s:%d", mask, op_name(g->op), g->width, g->site.file, g->site.line,
+                what, width, site.file, site.line);
+    } else {
+        for (Group& h : w.groups)
+            if (h.state == G_FREE) { g = &h; break; }
+        if (!g) { w.groups.emplace_back(); g = &w.groups.back(); }
+        g->state = G_COLLECTING;
+        g->op = op;
+        g->mask = mask;
+        g->arrived = 0;
+        g->width = width;
+        g->site = site;
+    }
+    g->value[lane] = value;
+    g->arg[lane] = arg;
+    g->arrived |= bit;
+    t.th[tid].state = T_WARP;
+    t.th[tid].site = site;
+    /* Lanes of one mask may be busy in another group for now (two half-warps, one ahead of the
+     * other); only a cycle of groups each waiting for lanes held in the next is a deadlock. My
+     * arrival adds edges into my group only, so a new cycle passes through it. */
+    uint64_t visited = 0;
+    if (g->arrived != g->mask) {
+        Group* h = waits_back(w, g, g, &visited);
+        if (h)
+            die(cur.name, "mismatched masks: %s at %s:%d with mask 0x%08x waits for lanes held in %s at %s:%d "
+                "with mask 0x%08x, which waits (directly or not) for this group", what, site.file, site.line,
+                mask, op_name(h->op), h->site.file, h->site.line, h->mask);
+    }
+    hb_release(&g->hb_token);
+    if (g->arrived == g->mask) {
+        g->state = G_DRAINING;
+        g->readers = __builtin_popcount(mask);
+        pthread_cond_broadcast(&w.cv);
+    } else {
+        wait_for(t, &w.cv, [&] { return g->state == G_DRAINING; }, what, site);
+    }
+    hb_acquire(&g->hb_token);
+
+    /* every lane of the group has arrived: read my result from their values */
+    uint64_t r = 0;
+    int seg = lane & ~(width - 1);
+    int src = -1;
+    switch (op) {
+    case WARP_SYNC: break;
+    case WARP_IDX: src = seg + ((unsigned)arg % (unsigned)width); break;
+    case WARP_UP: src = lane - arg >= seg ? lane - arg : lane; break;
+    case WARP_DOWN: src = lane + arg < seg + width ? lane + arg : lane; break;
+    case WARP_XOR: src = (lane ^ arg) < seg + width ? (lane ^ arg) : lane; break;
+    case WARP_BALLOT:
+    case WARP_ALL:
+    case WARP_ANY: {
+        unsigned ballot = 0;
+        for (int l = 0; l < 32; l++)
+            if ((mask >> l & 1) && g->value[l]) ballot |= 1u << l;
+        r = op == WARP_BALLOT ? ballot : op == WARP_ALL ? (ballot == mask) : (ballot != 0);
+        break;
+    }
+    }
+    if (src >= 0) {
+        /* reading a lane outside the mask is undefined on a GPU: here it reads the poison */
+        r = (src < 32 && (mask >> src & 1)) ? g->value[src] : ~0ull;
+    }
+    if (--g->readers == 0) g->state = G_FREE;
+    t.th[tid].state = T_RUNNING;
+    team_unlock(t);
+    return r;
+}
+
+/* ---- shared memory ------------------------------------------------------------------------ */
+void* sg_emu::dynamic_shared(void) {
+    Team& t = my_team();
+    return t.dyn_smem;   /* a launch with 0 bytes still gets an address, as on a GPU */
+}
+
+void* sg_emu::static_shared(const void* key, size_t bytes, Site site) {
+    Team& t = my_team();
+    team_lock(t);
+    void* p = nullptr;
+    for (auto& a : t.static_allocs)
+        if (a.first == key) { p = t.static_smem + a.second; break; }
+    if (!p) {
+        size_t off = (t.static_used + 15) & ~(size_t)15;
+        if (off + bytes > SMEM_STATIC_MAX || off + bytes + cur.dyn_smem > cur.smem_limit)
+            die(cur.name, "SG_SHARED at %s:%d: %zu bytes of static shared memory (%zu already) plus %zu "
+                "dynamic exceed the block's %zu", site.file, site.line, bytes, off, cur.dyn_smem,
+                off + bytes > SMEM_STATIC_MAX ? SMEM_STATIC_MAX : cur.smem_limit);
+        t.static_allocs.push_back({key, off});
+        t.static_used = off + bytes;
+        p = t.static_smem + off;
+    }
+    team_unlock(t);
+    return p;
+}
+
+/* ---- the thread pool ---------------------------------------------------------------------- */
+namespace sg_emu {
+
+struct Worker {
+    pthread_t thread;
+    int index;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned long job = 0;     /* the launch number it was last given */
+};
+static std::vector<Worker*> workers;
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_cv = PTHREAD_COND_INITIALIZER;
+static int pool_done = 0;
+static unsigned long launch_no = 0;
+static bool in_launch = false;
+
+/* the rendezvous between blocks (not a user barrier) */
+static void team_sync(Team& t) {
+    team_lock(t);
+    const char* token = &t.in_token[t.in_gen & 3];   /* block starts and ends alternate */
+    hb_release(token);
+    if (++t.in_arrived == t.nthreads) {
+        t.in_arrived = 0;
+        t.in_gen++;
+        pthread_cond_broadcast(&t.team_cv);
+    } else {
+        unsigned long gen = t.in_gen;
+        while (t.in_gen == gen) pthread_cond_wait(&t.team_cv, &t.mu);
+    }
+    hb_acquire(token);
+    team_unlock(t);
+}
+
+static void prepare_block(Team& t) {
+    memset(t.static_smem, POISON, SMEM_STATIC_MAX);
+    if (cur.dyn_smem) memset(t.dyn_smem, POISON, cur.dyn_smem);
+    t.static_used = 0;
+    t.static_allocs.clear();
+    t.exited = 0;
+    t.bar_arrived = 0;
+    for (int i = 0; i < t.nthreads; i++) t.th[i].state = T_RUNNING;
+}
+
+/* the thread leaves the kernel; once the whole block has, the team moves on */
+static void thread_exit(Team& t, int tid) {
+    Site here = {"(end of kernel)", 0};
+    team_lock(t);
+    if (t.bar_arrived > 0)
+        die(cur.name, "divergent barrier: this thread left the kernel while %d thread(s) wait at "
+            "__syncthreads %s:%d", t.bar_arrived, t.bar_site.file, t.bar_site.line);
+    check_no_collective_waits_for(t, tid, "left the kernel", here);
+    t.th[tid].state = T_EXITED;
+    t.exited++;
+    team_unlock(t);
+}
+
+static void run_team_thread(Team& t, int tid) {
+    self.team = &t;
+    self.tid = tid;
+    blockDim = cur.block;
+    gridDim = cur.grid;
+    flat_to_uint3(tid, cur.block, &threadIdx);
+    for (long b = t.index; b < cur.nblocks; b += cur.nteams) {
+        if (tid == 0) prepare_block(t);
+        team_sync(t);
+        flat_to_uint3(b, cur.grid, &blockIdx);
+        (*cur.body)();
+        thread_exit(t, tid);
+        team_sync(t);
+    }
+    self.team = nullptr;
+    self.tid = -1;
+}
+
+static void* worker_main(void* arg) {
+    Worker* w = (Worker*)arg;
+    unsigned long seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        while (w->job == seen) pthread_cond_wait(&w->cv, &w->mu);
+        seen = w->job;
+        pthread_mutex_unlock(&w->mu);
+        int per_team = cur.block.x * cur.block.y * cur.block.z;
+        run_team_thread(*teams[w->index / per_team], w->index % per_team);
+        pthread_mutex_lock(&pool_mu);
+        if (--pool_done == 0) pthread_cond_signal(&pool_cv);
+        pthread_mutex_unlock(&pool_mu);
+    }
+    return nullptr;
+}
+
+static void grow_pool(int n) {
+    static size_t stack = (size_t)env_long("SG_EMU_STACK_KB", 256, 64, 1 << 20) * 1024;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, stack);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    while ((int)workers.size() < n) {
+        Worker* w = new Worker;
+        w->index = (int)workers.size();
+        pthread_mutex_init(&w->mu, nullptr);
+        pthread_cond_init(&w->cv, nullptr);
+        if (pthread_create(&w->thread, &attr, worker_main, w) != 0)
+            die(nullptr, "cannot start emulated GPU thread %d (SG_EMU_STACK_KB %zu)", w->index, stack / 1024);
+        workers.push_back(w);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* ---- launch ------------------------------------------------------------------------------- */
+static pthread_mutex_t state_mu = PTHREAD_MUTEX_INITIALIZER;   /* attributes, allocations */
+static std::map<const void*, int> max_dyn_smem;                 /* cudaFuncSetAttribute */
+static thread_local cudaError_t last_error = cudaSuccess;
+
+static cudaError_t set_error(cudaError_t e) {
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+
+}  // namespace sg_emu
+
+cudaError_t sg_emu::func_set_attribute(const void* kernel, cudaFuncAttribute attr, int value) {
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout)
+        return value >= -1 && value <= 100 ? cudaSuccess : set_error(cudaErrorInvalidValue);
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > SMEM_OPTIN_MAX)
+        return set_error(cudaErrorInvalidValue);
+    pthread_mutex_lock(&state_mu);
+    max_dyn_smem[kernel] = value;
+    pthread_mutex_unlock(&state_mu);
+    return cudaSuccess;
+}
+
+cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t dyn_smem,
+                           const std::function<void()>& body) {
+    if (self.team) die(name, "launched from inside a kernel (no dynamic parallelism in the subset)");
+    if (in_launch) die(name, "launched while another launch runs (one host thread launches)");
+    long threads = (long)block.x * block.y * block.z;
+    if (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+        threads > 1024)
+        return set_error(cudaErrorInvalidConfiguration);
+    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+        return set_error(cudaErrorInvalidConfiguration);
+    size_t limit = SMEM_DEFAULT;
+    pthread_mutex_lock(&state_mu);
+    auto it = max_dyn_smem.find(kernel);
+    bool opted_in = it != max_dyn_smem.end();
+    size_t dyn_limit = opted_in ? (size_t)it->second : SMEM_DEFAULT;
+    pthread_mutex_unlock(&state_mu);
+    if (opted_in) limit = SMEM_OPTIN_MAX;
+    if (dyn_smem > dyn_limit) return set_error(cudaErrorInvalidValue);
+
+    stall_seconds = env_long("SG_EMU_STALL_SECONDS", 300, 1, 1L << 30);
+    long nblocks = (long)grid.x * grid.y * grid.z;
+    long nteams = env_long("SG_EMU_CONCURRENT_BLOCKS", 1, 1, 16);
+    if (nteams > nblocks) nteams = nblocks;
+    in_launch = true;
+    cur.name = name;
+    cur.grid = grid;
+    cur.block = block;
+    cur.dyn_smem = dyn_smem;
+    cur.smem_limit = limit;
+    cur.nblocks = nblocks;
+    cur.nteams = (int)nteams;
+    cur.body = &body;
+    while ((long)teams.size() < nteams) {
+        teams.push_back(new Team);
+        teams.back()->index = (int)teams.size() - 1;
+    }
+    for (int i = 0; i < nteams; i++) {
+        Team& t = *teams[i];
+        t.nthreads = (int)threads;
+        t.in_arrived = 0;
+        if (t.dyn_cap < dyn_smem || !t.dyn_smem) {
+            free(t.dyn_smem);
+            t.dyn_cap = dyn_smem < 16 ? 16 : dyn_smem;
+            t.dyn_smem = (unsigned char*)aligned_alloc(128, (t.dyn_cap + 127) & ~(size_t)127);
+        }
+    }
+    int needed = (int)(nteams * threads);
+    grow_pool(needed);
+    pool_done = needed;
+    launch_no++;
+    for (int i = 0; i < needed; i++) {
+        Worker* w = workers[i];
+        pthread_mutex_lock(&w->mu);
+        w->job = launch_no;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+    pthread_mutex_lock(&pool_mu);
+    while (pool_done > 0) pthread_cond_wait(&pool_cv, &pool_mu);
+    pthread_mutex_unlock(&pool_mu);
+    in_launch = false;
+    return cudaSuccess;
+}
+
+/* ---- device memory ------------------------------------------------------------------------ */
+namespace sg_emu {
+static std::map<uintptr_t, size_t> allocations;   /* start -> bytes */
+static size_t allocated_bytes = 0;
+
+/* is [p, p + n) inside one allocation? */
+static bool is_device(const void* p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    pthread_mutex_lock(&state_mu);
+    auto it = allocations.upper_bound(a);
+    bool ok = false;
+    if (it != allocations.begin()) {
+        --it;
+        ok = a >= it->first && a - it->first <= it->second && n <= it->second - (a - it->first);
+    }
+    pthread_mutex_unlock(&state_mu);
+    return ok;
+}
+}  // namespace sg_emu
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+    using namespace sg_emu;
+    if (!ptr) return set_error(cudaErrorInvalidValue);
+    pthread_mutex_lock(&state_mu);
+    bool room = allocated_bytes + bytes <= GLOBAL_MEM;
+    pthread_mutex_unlock(&state_mu);
+    void* p = room ? aligned_alloc(256, bytes ? (bytes + 255) & ~(size_t)255 : 256) : nullptr;
+    if (!p) { *ptr = nullptr; return set_error(cudaErrorMemoryAllocation); }
+    memset(p, POISON, bytes);   /* device memory starts as garbage: make reading it visible */
+    pthread_mutex_lock(&state_mu);
+    allocations[(uintptr_t)p] = bytes;
+    allocated_bytes += bytes;
+    pthread_mutex_unlock(&state_mu);
+    *ptr = p;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+    using namespace sg_emu;
+    if (!ptr) return cudaSuccess;
+    pthread_mutex_lock(&state_mu);
+    auto it = allocations.find((uintptr_t)ptr);
+    bool known = it != allocations.end();
+    if (known) {
+        allocated_bytes -= it->second;
+        allocations.erase(it);
+    }
+    pthread_mutex_unlock(&state_mu);
+    if (!known) return set_error(cudaErrorInvalidValue);
+    free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    using namespace sg_emu;
+    if (bytes == 0) return cudaSuccess;
+    if (!dst || !src) return set_error(cudaErrorInvalidValue);
+    bool dst_dev = is_device(dst, bytes), src_dev = is_device(src, bytes);
+    bool ok;
+    switch (kind) {
+    case cudaMemcpyHostToHost: ok = true; break;
+    case cudaMemcpyHostToDevice: ok = dst_dev; break;
+    case cudaMemcpyDeviceToHost: ok = src_dev; break;
+    case cudaMemcpyDeviceToDevice: ok = dst_dev && src_dev; break;
+    case cudaMemcpyDefault: ok = true; break;
+    default: return set_error(cudaErrorInvalidMemcpyDirection);
+    }
+    if (!ok) return set_error(cudaErrorInvalidValue);
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+    using namespace sg_emu;
+    if (bytes == 0) return cudaSuccess;
+    if (!is_device(ptr, bytes)) return set_error(cudaErrorInvalidValue);
+    memset(ptr, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }   /* launches are synchronous */
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = sg_emu::last_error;
+    sg_emu::last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return sg_emu::last_error; }
+
+const char* cudaGetErrorString(cudaError_t err) {
+    switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    }
+    return "unrecognized error code";
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    using namespace sg_emu;
+    if (!free_bytes || !total_bytes) return set_error(cudaErrorInvalidValue);
+    pthread_mutex_lock(&state_mu);
+    *total_bytes = GLOBAL_MEM;
+    *free_bytes = GLOBAL_MEM - allocated_bytes;
+    pthread_mutex_unlock(&state_mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+    using namespace sg_emu;
+    if (!p) return set_error(cudaErrorInvalidValue);
+    if (device != 0) return set_error(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "seedgpt CUDA emulation (sm_90 limits)");
+    p->totalGlobalMem = GLOBAL_MEM;
+    p->sharedMemPerBlock = SMEM_DEFAULT;
+    p->sharedMemPerBlockOptin = SMEM_OPTIN_MAX;
+    p->sharedMemPerMultiprocessor = 228 * 1024;
+    p->totalConstMem = 64 * 1024;
+    p->regsPerBlock = 65536;
+    p->regsPerMultiprocessor = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
+    p->maxThreadsPerMultiProcessor = 2048;
+    p->multiProcessorCount = 132;
+    p->major = 9;
+    p->minor = 0;
+    p->l2CacheSize = 50 * 1024 * 1024;
+    p->memoryBusWidth = 5120;
+    p->clockRate = 1980000;
+    p->memoryClockRate = 2619000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+    if (!count) return sg_emu::set_error(cudaErrorInvalidValue);
+    *count = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+    return device == 0 ? cudaSuccess : sg_emu::set_error(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaGetDevice(int* device) {
+    if (!device) return sg_emu::set_error(cudaErrorInvalidValue);
+    *device = 0;
+    return cudaSuccess;
+}
+
+/* ---- cuBLAS ------------------------------------------------------------------------------- */
+struct sg_emu_cublas {
+    cublasMath_t math;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+    if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
+    *handle = new sg_emu_cublas{CUBLAS_DEFAULT_MATH};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (mode < CUBLAS_DEFAULT_MATH || mode > CUBLAS_TF32_TENSOR_OP_MATH) return CUBLAS_STATUS_INVALID_VALUE;
+    handle->math = mode;   /* the CPU computes in fp32 whatever the mode (no TF32 emulation) */
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace sg_emu {
+/* column-major op(A) is m x k: stored rows x cols with leading dimension ld */
+static bool gemm_operand_ok(const float* p, cublasOperation_t op, int rows_op, int cols_op, int ld) {
+    int rows = op == CUBLAS_OP_N ? rows_op : cols_op;
+    int cols = op == CUBLAS_OP_N ? cols_op : rows_op;
+    if (ld < (rows > 1 ? rows : 1)) return false;
+    if (rows == 0 || cols == 0) return true;
+    size_t extent = ((size_t)(cols - 1) * ld + rows) * sizeof(float);
+    return is_device(p, extent);
+}
+
+static cublasStatus_t sgemm_one(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                float alpha, const float* A, int lda, const float* B, int ldb,
+                                float beta, float* C, int ldc) {
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (k == 0 || alpha == 0.0f) {
+        /* C = beta C; with beta 0, C is written without being read (it may hold NaN) */
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float* c = &C[i + (size_t)j * ldc];
+                *c = beta == 0.0f ? 0.0f : beta * *c;
+            }
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (beta == 0.0f)   /* cuBLAS does not read C when beta is 0: don't let NaN in it through */
+        for (int j = 0; j < n; j++) memset(&C[(size_t)j * ldc], 0, (size_t)m * sizeof(float));
+    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t sgemm_check(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                  int n, int k, const float* alpha, const float* beta, int lda, int ldb,
+                                  int ldc) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (ta < CUBLAS_OP_N || ta > CUBLAS_OP_C || tb < CUBLAS_OP_N || tb > CUBLAS_OP_C) return CUBLAS_STATUS_INVALID_VALUE;
+    if (m < 0 || n < 0 || k < 0 || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    int arows = ta == CUBLAS_OP_N ? m : k, brows = tb == CUBLAS_OP_N ? k : n;
+    if (lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) || ldc < (m > 1 ? m : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace sg_emu
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                           int m, int n, int k, const float* alpha, const float* A, int lda,
+                           const float* B, int ldb, const float* beta, float* C, int ldc) {
+    using namespace sg_emu;
+    cublasStatus_t st = sgemm_check(handle, transa, transb, m, n, k, alpha, beta, lda, ldb, ldc);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (m && n && k && (!gemm_operand_ok(A, transa, m, k, lda) || !gemm_operand_ok(B, transb, k, n, ldb)))
+        return CUBLAS_STATUS_INVALID_VALUE;   /* the real one would fault on a host pointer */
+    if (m && n && !gemm_operand_ok(C, CUBLAS_OP_N, m, n, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
+    return sgemm_one(transa, transb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float* alpha, const float* A, int lda,
+                                         long long strideA, const float* B, int ldb,
+                                         long long strideB, const float* beta, float* C, int ldc,
+                                         long long strideC, int batchCount) {
+    using namespace sg_emu;
+    cublasStatus_t st = sgemm_check(handle, transa, transb, m, n, k, alpha, beta, lda, ldb, ldc);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int b = 0; b < batchCount; b++) {
+        const float* Ab = A + b * strideA;
+        const float* Bb = B + b * strideB;
+        float* Cb = C + b * strideC;
+        if (m && n && k && (!gemm_operand_ok(Ab, transa, m, k, lda) || !gemm_operand_ok(Bb, transb, k, n, ldb)))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        if (m && n && !gemm_operand_ok(Cb, CUBLAS_OP_N, m, n, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    for (int b = 0; b < batchCount; b++)
+        sgemm_one(transa, transb, m, n, k, *alpha, A + b * strideA, lda, B + b * strideB, ldb, *beta,
+                  C + b * strideC, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,317 @@
+/* attention/cuda_emu.h — the CUDA subset of attention/device.h, emulated on the CPU (-DSG_EMU).
+ *
+ * A kernel source written for nvcc builds unchanged as C++ against this header; the runtime is
+ * attention/cuda_emu.cpp. Each launch runs its blocks on teams of real threads (one thread per
+ * CUDA thread, pooled, small stacks); a block's threads meet only where CUDA makes them meet:
+ * __syncthreads(), and the warp collectives with their explicit mask. What the emulation checks,
+ * and what it cannot, is written up in docs/cuda-emulation.md.
+ *
+ * Only what device.h lists is here. Anything else (bare __shared__, __constant__, float atomics,
+ * __activemask, cooperative groups, streams) fails to compile, which is the point.
+ */
+#ifndef SEEDGPT_CUDA_EMU_H
+#define SEEDGPT_CUDA_EMU_H
+
+#ifndef __cplusplus
+#error "attention/cuda_emu.h is C++: build .cu sources with a C++ compiler and -DSG_EMU"
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+/* ---- qualifiers ---------------------------------------------------------------------------- */
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+/* __restrict__ is already a GNU C++ keyword */
+
+/* ---- index types and the built-in variables (thread-locals of each emulated thread) ------- */
+struct uint3 {
+    unsigned x, y, z;
+};
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+    constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
+static constexpr int warpSize = 32;
+
+/* ---- host API types (values as in the CUDA runtime headers) ------------------------------- */
+enum cudaError_t {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevicePointer = 17,
+    cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorLaunchFailure = 719,
+};
+typedef cudaError_t cudaError;
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+};
+enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+    cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+/* the fields of cudaDeviceProp that seedgpt reads, filled with an H100 (sm_90) */
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    size_t sharedMemPerBlock;
+    size_t sharedMemPerBlockOptin;
+    size_t sharedMemPerMultiprocessor;
+    size_t totalConstMem;
+    int regsPerBlock;
+    int regsPerMultiprocessor;
+    int warpSize;
+    int maxThreadsPerBlock;
+    int maxThreadsDim[3];
+    int maxGridSize[3];
+    int maxThreadsPerMultiProcessor;
+    int multiProcessorCount;
+    int major;
+    int minor;
+    int l2CacheSize;
+    int memoryBusWidth;
+    int clockRate;         /* kHz */
+    int memoryClockRate;   /* kHz */
+};
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
+const char* cudaGetErrorString(cudaError_t err);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
+namespace sg_emu {
+cudaError_t func_set_attribute(const void* kernel, cudaFuncAttribute attr, int value);
+}
+template <class F>
+cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
+    return sg_emu::func_set_attribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
+
+/* ---- cuBLAS (routed to CBLAS; column-major as cuBLAS defines it) ------------------------- */
+enum cublasStatus_t {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_ALLOC_FAILED = 3,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_EXECUTION_FAILED = 13,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15,
+};
+enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
+enum cublasMath_t {
+    CUBLAS_DEFAULT_MATH = 0,
+    CUBLAS_TENSOR_OP_MATH = 1,
+    CUBLAS_PEDANTIC_MATH = 2,
+    CUBLAS_TF32_TENSOR_OP_MATH = 3,
+};
+struct sg_emu_cublas;
+typedef sg_emu_cublas* cublasHandle_t;
+cublasStatus_t cublasCreate(cublasHandle_t* handle);
+cublasStatus_t cublasDestroy(cublasHandle_t handle);
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                           int m, int n, int k, const float* alpha, const float* A, int lda,
+                           const float* B, int ldb, const float* beta, float* C, int ldc);
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float* alpha, const float* A, int lda,
+                                         long long strideA, const float* B, int ldb,
+                                         long long strideB, const float* beta, float* C, int ldc,
+                                         long long strideC, int batchCount);
+
+/* ---- the runtime's entry points for device code ------------------------------------------- */
+namespace sg_emu {
+
+struct Site {
+    const char* file;
+    int line;
+};
+#define SG_EMU_SITE (::sg_emu::Site{__FILE__, __LINE__})
+
+/* runs body() once per thread of every block; returns the launch's error (nothing runs then) */
+cudaError_t launch(const char* kernel_name, const void* kernel, dim3 grid, dim3 block,
+                   size_t dyn_smem, const std::function<void()>& body);
+
+/* The kernel's arguments are converted to its parameter types once, at the launch, as CUDA
+ * does; each emulated thread then gets its own copy of them (parameters are per-thread). */
+template <class... P, class... A>
+cudaError_t launch_kernel(const char* name, void (*kernel)(P...), dim3 grid, dim3 block,
+                          size_t dyn_smem, A&&... args) {
+    std::tuple<typename std::decay<P>::type...> params(std::forward<A>(args)...);
+    return launch(name, reinterpret_cast<const void*>(kernel), grid, block, dyn_smem,
+                  [&params, kernel]() { std::apply(kernel, params); });
+}
+
+void syncthreads(Site site);
+void* dynamic_shared(void);
+void* static_shared(const void* key, size_t bytes, Site site);
+
+enum WarpOp { WARP_SYNC, WARP_IDX, WARP_UP, WARP_DOWN, WARP_XOR, WARP_BALLOT, WARP_ALL, WARP_ANY };
+/* one warp collective: the lanes named in mask meet; returns this lane's 64-bit result */
+uint64_t warp_collective(Site site, WarpOp op, unsigned mask, uint64_t value, int arg, int width);
+
+template <class T>
+inline uint64_t to_bits(T v) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
+                  "warp shuffles take 4- or 8-byte scalars");
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof(T));
+    return b;
+}
+template <class T>
+inline T from_bits(uint64_t b) {
+    T v;
+    memcpy(&v, &b, sizeof(T));
+    return v;
+}
+template <class T>
+inline T shfl(Site s, WarpOp op, unsigned mask, T v, int arg, int width) {
+    return from_bits<T>(warp_collective(s, op, mask, to_bits(v), arg, width));
+}
+template <class T>
+inline T shfl_idx(Site s, unsigned mask, T v, int src, int width = 32) {
+    return shfl(s, WARP_IDX, mask, v, src, width);
+}
+template <class T>
+inline T shfl_up(Site s, unsigned mask, T v, unsigned d, int width = 32) {
+    return shfl(s, WARP_UP, mask, v, (int)d, width);
+}
+template <class T>
+inline T shfl_down(Site s, unsigned mask, T v, unsigned d, int width = 32) {
+    return shfl(s, WARP_DOWN, mask, v, (int)d, width);
+}
+template <class T>
+inline T shfl_xor(Site s, unsigned mask, T v, int lane_mask, int width = 32) {
+    return shfl(s, WARP_XOR, mask, v, lane_mask, width);
+}
+
+}  // namespace sg_emu
+
+/* ---- what kernels write ------------------------------------------------------------------- */
+#define SG_LAUNCH(kernel, grid, block, smem, ...) \
+    ((void)::sg_emu::launch_kernel(#kernel, kernel, (grid), (block), (smem), ##__VA_ARGS__))
+#define SG_DYN_SHARED(type, name) type* name = reinterpret_cast<type*>(::sg_emu::dynamic_shared())
+/* the key is the address of a static local: one per call site (and per template instance) */
+#define SG_SHARED(type, name, count) \
+    static const char sg_smem_key_##name = 0; \
+    type (&name)[count] = *reinterpret_cast<type (*)[count]>( \
+        ::sg_emu::static_shared(&sg_smem_key_##name, sizeof(type) * (count), SG_EMU_SITE))
+
+#define __syncthreads() ::sg_emu::syncthreads(SG_EMU_SITE)
+#define __syncwarp(mask) ((void)::sg_emu::warp_collective(SG_EMU_SITE, ::sg_emu::WARP_SYNC, (mask), 0, 0, 32))
+#define __shfl_sync(...) ::sg_emu::shfl_idx(SG_EMU_SITE, __VA_ARGS__)
+#define __shfl_up_sync(...) ::sg_emu::shfl_up(SG_EMU_SITE, __VA_ARGS__)
+#define __shfl_down_sync(...) ::sg_emu::shfl_down(SG_EMU_SITE, __VA_ARGS__)
+#define __shfl_xor_sync(...) ::sg_emu::shfl_xor(SG_EMU_SITE, __VA_ARGS__)
+#define __ballot_sync(mask, pred) \
+    ((unsigned)::sg_emu::warp_collective(SG_EMU_SITE, ::sg_emu::WARP_BALLOT, (mask), (pred) ? 1 : 0, 0, 32))
+#define __all_sync(mask, pred) \
+    ((int)::sg_emu::warp_collective(SG_EMU_SITE, ::sg_emu::WARP_ALL, (mask), (pred) ? 1 : 0, 0, 32))
+#define __any_sync(mask, pred) \
+    ((int)::sg_emu::warp_collective(SG_EMU_SITE, ::sg_emu::WARP_ANY, (mask), (pred) ? 1 : 0, 0, 32))
+
+/* ---- integer atomics: relaxed, as CUDA's are (no ordering implied beyond the one word) ----- */
+template <class T>
+inline T sg_emu_atomic_check() {
+    static_assert(std::is_integral<T>::value, "atomics on integers only (DESIGN: no float atomics)");
+    return T();
+}
+template <class T>
+inline T atomicAdd(T* p, T v) {
+    sg_emu_atomic_check<T>();
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+template <class T>
+inline T atomicSub(T* p, T v) {
+    sg_emu_atomic_check<T>();
+    return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED);
+}
+template <class T>
+inline T atomicCAS(T* p, T expected, T desired) {
+    sg_emu_atomic_check<T>();
+    __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    return expected;  /* the old value, whether or not it was swapped */
+}
+template <class T>
+inline T atomicMax(T* p, T v) {
+    sg_emu_atomic_check<T>();
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return old;
+}
+template <class T>
+inline T atomicMin(T* p, T v) {
+    sg_emu_atomic_check<T>();
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (old > v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return old;
+}
+template <class T>
+inline T atomicExch(T* p, T v) {
+    sg_emu_atomic_check<T>();
+    return __atomic_exchange_n(p, v, __ATOMIC_RELAXED);
+}
+
+/* ---- device math (the fast intrinsics are the plain functions here: results can differ from
+ * a GPU's in the last bits, which is why CUDA tests compare with a tolerance) ------------------ */
+/* glibc declares its own __expf/__logf (the same functions): macros keep the CUDA spelling */
+#define __expf(x) expf(x)
+#define __logf(x) logf(x)
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline unsigned __float_as_uint(float x) { unsigned u; memcpy(&u, &x, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float x; memcpy(&x, &u, 4); return x; }
+static inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
+static inline float __int_as_float(int i) { float x; memcpy(&x, &i, 4); return x; }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline long long min(long long a, long long b) { return a < b ? a : b; }
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+static inline long min(long a, long b) { return a < b ? a : b; }
+static inline long max(long a, long b) { return a > b ? a : b; }
+static inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+static inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
+static inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+static inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+
+#endif
