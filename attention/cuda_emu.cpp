@@ -288,6 +288,10 @@ void sg_emu::syncthreads(Site site) {
     if (++t.bar_arrived == t.nthreads) {
         t.bar_arrived = 0;
         t.bar_gen++;
+        /* every waiter is released now, though it may not run for a while: a lane that left the
+         * barrier must not read it as still waiting there (check_lanes_can_meet) */
+        for (int i = 0; i < t.nthreads; i++)
+            if (t.th[i].state == T_BARRIER) t.th[i].state = T_RUNNING;
         pthread_cond_broadcast(&t.bar_cv);
     } else {
         unsigned long gen = t.bar_gen;
