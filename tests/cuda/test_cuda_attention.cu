@@ -238,6 +238,7 @@ int main(int argc, char** argv) {
         {{1, 65, 2, 1, 20, 0.1, 2}, 0},    /* a head dim that is not a multiple of 8 */
         {{1, 130, 2, 1, 16, 0.5, 9}, 0},   /* three tiles each way */
         {{1, 100, 2, 1, 128, 0.1, 1}, 1},
+        {{1, 33, 1, 1, 100, 0.5, 4}, 0},   /* two strips of head dims, the second partial */
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) test_case(&cases[c].s, cases[c].rerun);
     return test_finish();
