@@ -1,37 +1,39 @@
 /* attention/cuda_emu.cpp — the runtime behind attention/cuda_emu.h: kernel launches on pooled
  * CPU threads, __syncthreads, the warp collectives, shared memory, device memory, cuBLAS.
  *
- * How a launch runs: a team is the threads of one block (one real thread per CUDA thread). The
- * team runs its blocks one after another: before each block, thread 0 poisons the block's shared
- * memory, then every thread runs the kernel once. Teams = SG_EMU_CONCURRENT_BLOCKS (default 1),
- * team t takes blocks t, t + teams, ... with no synchronisation between teams, so that a
- * ThreadSanitizer build sees any data shared between blocks without a launch boundary between.
+ * How a launch runs: a team is the threads of one block (one real thread per CUDA thread, from a
+ * pool that keeps them between launches). The team runs its blocks one after another; between
+ * two blocks the last thread to leave poisons the shared memory for the next. Teams =
+ * SG_EMU_CONCURRENT_BLOCKS (default 1); team t takes blocks t, t + teams, ... with nothing
+ * ordering one team against another, so that a ThreadSanitizer build sees data shared between
+ * blocks of one launch.
  *
- * Everything a block's threads share (barrier, warp exchanges, shared memory allocation) sits
- * behind the team's one mutex, and threads wait on condition variables: primitives TSan
- * understands, so a barrier orders the accesses before it against those after it, and nothing
- * else does. Every wait knows what the others are doing, so a divergent barrier or collective is
- * reported (one line naming the kernel, exit status 1) instead of hanging.
+ * Each team has one mutex for its bookkeeping (who waits where), so every arrival can check what
+ * the others are doing: a divergent barrier or a collective that can never complete is reported
+ * (one line naming the kernel, exit status 1) instead of hanging. Threads sleep on futexes, not
+ * on the mutex, and the mutex is hidden from ThreadSanitizer: the orderings CUDA promises are
+ * annotated instead (a barrier: every arrival before every departure; a warp collective: the same
+ * among its lanes; the end of a block before the start of the next on that team).
  */
 #include "attention/cuda_emu.h"
 
 #include <cblas.h>
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <atomic>
 #include <deque>
 #include <map>
 #include <vector>
 
-/* ThreadSanitizer: the team mutex only guards the emulator's own bookkeeping, so TSan is told to
- * ignore it (a mutex taken by every thread would order unrelated kernel accesses and hide races);
- * the orderings CUDA does promise are annotated explicitly: a barrier orders all arrivals before
- * all departures, a warp collective its lanes' arrivals before their departures, and the team's
- * rendezvous between blocks the end of one block before the start of the next. */
+/* ---- ThreadSanitizer annotations ---------------------------------------------------------- */
 #if defined(__SANITIZE_THREAD__)
 extern "C" {
 void AnnotateHappensBefore(const char* f, int l, const volatile void* addr);
@@ -43,6 +45,7 @@ void AnnotateIgnoreReadsEnd(const char* f, int l);
 void AnnotateIgnoreWritesBegin(const char* f, int l);
 void AnnotateIgnoreWritesEnd(const char* f, int l);
 }
+/* quiet: the emulator's bookkeeping, neither checked nor ordering anything */
 static thread_local int quiet_depth = 0;
 static inline void quiet_begin(void) {
     quiet_depth++;
@@ -56,20 +59,20 @@ static inline void quiet_end(void) {
     AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
     quiet_depth--;
 }
-/* before exiting from inside the team mutex (TSan reports a thread ending with ignores on) */
+/* before exiting from a quiet section (TSan reports a thread that ends with ignores on) */
 static inline void quiet_unwind(void) {
     while (quiet_depth > 0) quiet_end();
 }
-/* called with the team mutex held, inside quiet_begin/quiet_end */
+/* token-wise happens-before, callable inside or outside a quiet section */
 static inline void hb_release(const void* token) {
-    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+    if (quiet_depth) AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
     AnnotateHappensBefore(__FILE__, __LINE__, token);
-    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+    if (quiet_depth) AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
 }
 static inline void hb_acquire(const void* token) {
-    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+    if (quiet_depth) AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
     AnnotateHappensAfter(__FILE__, __LINE__, token);
-    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+    if (quiet_depth) AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
 }
 #else
 static inline void quiet_begin(void) {}
@@ -92,16 +95,15 @@ static const size_t SMEM_OPTIN_MAX = 227 * 1024;   /* per block with the opt-in 
 static const size_t SMEM_STATIC_MAX = 48 * 1024;
 static const size_t GLOBAL_MEM = 80ull << 30;
 static const unsigned char POISON = 0xFF;          /* a float NaN, an int -1 */
+static const int MAX_STATIC_SHARED = 32;           /* SG_SHARED arrays per kernel */
 
 /* ---- one failure line, then exit ---------------------------------------------------------- */
-struct Launch;
 struct Team;
 struct Self {
     Team* team = nullptr;
     int tid = -1;
 };
 static thread_local Self self;
-
 static pthread_mutex_t die_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void vdie(const char* kernel, const char* fmt, va_list ap) {
@@ -140,57 +142,15 @@ static long env_long(const char* name, long dflt, long lo, long hi) {
     return v;
 }
 
-/* ---- a block's team ----------------------------------------------------------------------- */
-enum ThreadState { T_RUNNING, T_BARRIER, T_WARP, T_EXITED };
-struct ThreadSlot {
-    ThreadState state;
-    Site site;
-};
-enum GroupState { G_FREE, G_COLLECTING, G_DRAINING };
-struct Group {                 /* one warp collective in progress */
-    GroupState state = G_FREE;
-    WarpOp op;
-    unsigned mask, arrived;
-    int width, readers;
-    Site site;                 /* of the first lane to arrive */
-    uint64_t value[32];
-    int arg[32];
-    char hb_token;             /* TSan: arrivals happen before departures */
-};
-struct Warp {
-    pthread_cond_t cv;
-    std::deque<Group> groups;  /* deque: a waiting lane's reference survives growth */
-};
-struct Team {
-    int index;
-    pthread_mutex_t mu;
-    pthread_cond_t bar_cv, team_cv;
-    int nthreads = 0;
-    /* __syncthreads */
-    int bar_arrived = 0;
-    unsigned long bar_gen = 0;
-    Site bar_site;
-    int exited = 0;
-    /* the team's own rendezvous between blocks */
-    int in_arrived = 0;
-    unsigned long in_gen = 0;
-    char bar_token[2], in_token[4];   /* TSan: one per generation parity (and rendezvous kind) */
-    ThreadSlot th[1024];
-    Warp warps[32];
-    /* shared memory: the static arena and the dynamic buffer, poisoned at every block start */
-    unsigned char* static_smem = nullptr;
-    size_t static_used = 0;
-    std::vector<std::pair<const void*, size_t>> static_allocs;
-    unsigned char* dyn_smem = nullptr;
-    size_t dyn_cap = 0;
-    Team() {
-        pthread_mutex_init(&mu, nullptr);
-        pthread_cond_init(&bar_cv, nullptr);
-        pthread_cond_init(&team_cv, nullptr);
-        for (auto& w : warps) pthread_cond_init(&w.cv, nullptr);
-        static_smem = (unsigned char*)aligned_alloc(128, SMEM_STATIC_MAX);
-    }
-};
+/* ---- futex waits -------------------------------------------------------------------------- */
+typedef std::atomic<uint32_t> Word;
+static void futex_wait(Word* w, uint32_t val, long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    syscall(SYS_futex, (uint32_t*)w, FUTEX_WAIT_PRIVATE, val, &ts, nullptr, 0);
+}
+static void futex_wake_all(Word* w) {
+    syscall(SYS_futex, (uint32_t*)w, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
 
 struct Launch {                /* the launch in flight (one at a time) */
     const char* name;
@@ -201,14 +161,80 @@ struct Launch {                /* the launch in flight (one at a time) */
     const std::function<void()>* body;
 };
 static Launch cur;
-static std::vector<Team*> teams;
 static long stall_seconds = 300;
+
+/* sleeps until *w differs from val; past the stall limit, reports the kernel */
+static void wait_change(Word* w, uint32_t val, const char* what, Site site) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (w->load(std::memory_order_acquire) == val) {
+        futex_wait(w, val, 1000);
+        if (w->load(std::memory_order_acquire) != val) break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - start.tv_sec >= stall_seconds)
+            die(cur.name, "no progress for %ld s waiting at %s (%s:%d): a thread spins or waits "
+                "on another block (SG_EMU_STALL_SECONDS)", stall_seconds, what, site.file, site.line);
+    }
+}
+
+/* ---- a block's team ----------------------------------------------------------------------- */
+enum ThreadState { T_RUNNING, T_BARRIER, T_WARP, T_EXITED };
+struct ThreadSlot {
+    ThreadState state;
+    Site site;
+};
+enum GroupState { G_FREE, G_COLLECTING, G_DRAINING };
+struct Group {                 /* one warp collective in progress */
+    std::atomic<int> state{G_FREE};   /* written under the team lock, except by the last reader */
+    WarpOp op;
+    unsigned mask, arrived;
+    int width;
+    std::atomic<int> readers{0};
+    Site site;                 /* of the first lane to arrive */
+    uint64_t value[32];
+    Word done{0};              /* bumped when the last lane arrives */
+    char hb_token;             /* TSan: arrivals happen before departures */
+};
+struct Warp {
+    std::deque<Group> groups;  /* deque: a waiting lane's reference survives growth */
+};
+struct Team {
+    int index;
+    pthread_mutex_t mu;
+    int nthreads = 0;
+    /* __syncthreads */
+    int bar_arrived = 0;
+    Word bar_gen{0};
+    Site bar_site;
+    char bar_token[2];         /* TSan: one per generation parity */
+    /* leaving the block; the last thread out prepares the next block */
+    int exited = 0;
+    Word block_gen{0};
+    char end_token, start_token;
+    long block;                /* the block index the team runs now */
+    ThreadSlot th[1024];
+    Warp warps[32];
+    /* shared memory: the static arena and the dynamic buffer, poisoned at every block start.
+     * SG_SHARED offsets are fixed at their first use in a launch (the same kernel code asks for
+     * the same arrays in every block), so later lookups read the table without the lock. */
+    unsigned char* static_smem = nullptr;
+    size_t static_used = 0;
+    const void* static_key[MAX_STATIC_SHARED];
+    size_t static_off[MAX_STATIC_SHARED];
+    std::atomic<int> n_static{0};
+    unsigned char* dyn_smem = nullptr;
+    size_t dyn_cap = 0;
+    Team() {
+        pthread_mutex_init(&mu, nullptr);
+        static_smem = (unsigned char*)aligned_alloc(128, SMEM_STATIC_MAX);
+    }
+};
+static std::vector<Team*> teams;
 
 static inline Team& my_team() {
     if (!self.team) die(nullptr, "a device function was called outside a kernel launch");
     return *self.team;
 }
-
 static inline void team_lock(Team& t) {
     quiet_begin();
     pthread_mutex_lock(&t.mu);
@@ -218,28 +244,13 @@ static inline void team_unlock(Team& t) {
     quiet_end();
 }
 
-/* waits on cv (team mutex held) until pred(); past the stall limit, reports the kernel */
-template <class Pred>
-static void wait_for(Team& t, pthread_cond_t* cv, Pred pred, const char* what, Site site) {
-    struct timespec start;
-    clock_gettime(CLOCK_REALTIME, &start);
-    while (!pred()) {
-        struct timespec dl = start;
-        dl.tv_sec += stall_seconds;
-        int rc = pthread_cond_timedwait(cv, &t.mu, &dl);
-        if (rc == ETIMEDOUT && !pred())
-            die(cur.name, "no progress for %ld s waiting at %s (%s:%d): a thread spins or waits "
-                "on another block (SG_EMU_STALL_SECONDS)", stall_seconds, what, site.file, site.line);
-    }
-}
-
 static void flat_to_uint3(long i, dim3 d, uint3* out) {
     out->x = (unsigned)(i % d.x);
     out->y = (unsigned)((i / d.x) % d.y);
     out->z = (unsigned)(i / ((long)d.x * d.y));
 }
 
-/* Lanes in `mask` of my warp that a collective or a barrier would wait for in vain. */
+/* Lanes in `mask` of my warp that a collective would wait for in vain. */
 static void check_lanes_can_meet(Team& t, int tid, unsigned mask, Site site, const char* what) {
     int base = tid & ~31;
     for (int l = 0; l < 32; l++) {
@@ -255,13 +266,13 @@ static void check_lanes_can_meet(Team& t, int tid, unsigned mask, Site site, con
 }
 
 /* a thread about to wait at a barrier or leave: no open collective of its warp may wait for it */
-static void check_no_collective_waits_for(Team& t, int tid, const char* doing, Site site) {
+static void check_no_collective_waits_for(Team& t, int tid, const char* doing) {
     Warp& w = t.warps[tid >> 5];
     unsigned bit = 1u << (tid & 31);
     for (Group& g : w.groups)
         if (g.state == G_COLLECTING && (g.mask & bit) && !(g.arrived & bit))
-            die(cur.name, "thread %s (%s:%d) while lanes of its warp wait for it in a warp collective "
-                "at %s:%d (mask 0x%08x)", doing, site.file, site.line, g.site.file, g.site.line, g.mask);
+            die(cur.name, "this thread %s while lanes of its warp wait for it in a warp collective "
+                "at %s:%d (mask 0x%08x)", doing, g.site.file, g.site.line, g.mask);
 }
 
 }  // namespace sg_emu
@@ -274,32 +285,34 @@ void sg_emu::syncthreads(Site site) {
     if (t.exited > 0)
         die(cur.name, "__syncthreads at %s:%d waits for %d thread(s) that have already left the kernel "
             "(divergent barrier)", site.file, site.line, t.exited);
-    check_no_collective_waits_for(t, tid, "waits at __syncthreads", site);
+    char where[300];
+    snprintf(where, sizeof(where), "waits at __syncthreads (%s:%d)", site.file, site.line);
+    check_no_collective_waits_for(t, tid, where);
     if (t.bar_arrived == 0) {
         t.bar_site = site;
     } else if (t.bar_site.line != site.line || strcmp(t.bar_site.file, site.file) != 0) {
         die(cur.name, "divergent barrier: this thread waits at __syncthreads %s:%d while %d other(s) "
             "wait at %s:%d", site.file, site.line, t.bar_arrived, t.bar_site.file, t.bar_site.line);
     }
-    t.th[tid].state = T_BARRIER;
-    t.th[tid].site = site;
-    const char* token = &t.bar_token[t.bar_gen & 1];
+    uint32_t gen = t.bar_gen.load(std::memory_order_relaxed);
+    const char* token = &t.bar_token[gen & 1];
     hb_release(token);
     if (++t.bar_arrived == t.nthreads) {
+        /* everyone is released now, though they wake one by one */
+        for (int i = 0; i < t.nthreads; i++) t.th[i].state = T_RUNNING;
         t.bar_arrived = 0;
-        t.bar_gen++;
-        /* every waiter is released now, though it may not run for a while: a lane that left the
-         * barrier must not read it as still waiting there (check_lanes_can_meet) */
-        for (int i = 0; i < t.nthreads; i++)
-            if (t.th[i].state == T_BARRIER) t.th[i].state = T_RUNNING;
-        pthread_cond_broadcast(&t.bar_cv);
+        t.bar_gen.store(gen + 1, std::memory_order_release);
+        team_unlock(t);
+        futex_wake_all(&t.bar_gen);
     } else {
-        unsigned long gen = t.bar_gen;
-        wait_for(t, &t.bar_cv, [&] { return t.bar_gen != gen; }, "__syncthreads", site);
+        t.th[tid].state = T_BARRIER;
+        t.th[tid].site = site;
+        team_unlock(t);
+        quiet_begin();   /* the futex word is bookkeeping too */
+        wait_change(&t.bar_gen, gen, "__syncthreads", site);
+        quiet_end();
     }
     hb_acquire(token);
-    t.th[tid].state = T_RUNNING;
-    team_unlock(t);
 }
 
 /* ---- warp collectives --------------------------------------------------------------------- */
@@ -363,10 +376,7 @@ uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t v
         g->site = site;
     }
     g->value[lane] = value;
-    g->arg[lane] = arg;
     g->arrived |= bit;
-    t.th[tid].state = T_WARP;
-    t.th[tid].site = site;
     /* Lanes of one mask may be busy in another group for now (two half-warps, one ahead of the
      * other); only a cycle of groups each waiting for lanes held in the next is a deadlock. My
      * arrival adds edges into my group only, so a new cycle passes through it. */
@@ -380,12 +390,23 @@ uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t v
     }
     hb_release(&g->hb_token);
     if (g->arrived == g->mask) {
+        for (int l = 0; l < 32; l++)
+            if (mask >> l & 1) t.th[base + l].state = T_RUNNING;
         g->state = G_DRAINING;
-        g->readers = __builtin_popcount(mask);
-        pthread_cond_broadcast(&w.cv);
+        g->readers.store(__builtin_popcount(mask), std::memory_order_relaxed);
+        g->done.fetch_add(1, std::memory_order_release);
+        team_unlock(t);
+        quiet_begin();
+        futex_wake_all(&g->done);
     } else {
-        wait_for(t, &w.cv, [&] { return g->state == G_DRAINING; }, what, site);
+        t.th[tid].state = T_WARP;
+        t.th[tid].site = site;
+        uint32_t seen = g->done.load(std::memory_order_relaxed);
+        team_unlock(t);
+        quiet_begin();
+        wait_change(&g->done, seen, what, site);
     }
+    /* the group's values stay put until its last reader is done (no lock needed to read) */
     hb_acquire(&g->hb_token);
 
     /* every lane of the group has arrived: read my result from their values */
@@ -412,32 +433,42 @@ uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t v
         /* reading a lane outside the mask is undefined on a GPU: here it reads the poison */
         r = (src < 32 && (mask >> src & 1)) ? g->value[src] : ~0ull;
     }
-    if (--g->readers == 0) g->state = G_FREE;
-    t.th[tid].state = T_RUNNING;
-    team_unlock(t);
+    if (g->readers.fetch_sub(1, std::memory_order_acq_rel) == 1) g->state.store(G_FREE, std::memory_order_release);
+    quiet_end();
     return r;
 }
 
 /* ---- shared memory ------------------------------------------------------------------------ */
 void* sg_emu::dynamic_shared(void) {
-    Team& t = my_team();
-    return t.dyn_smem;   /* a launch with 0 bytes still gets an address, as on a GPU */
+    return my_team().dyn_smem;   /* a launch with 0 bytes still gets an address, as on a GPU */
 }
 
 void* sg_emu::static_shared(const void* key, size_t bytes, Site site) {
     Team& t = my_team();
-    team_lock(t);
     void* p = nullptr;
-    for (auto& a : t.static_allocs)
-        if (a.first == key) { p = t.static_smem + a.second; break; }
+    quiet_begin();
+    int n = t.n_static.load(std::memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (t.static_key[i] == key) { p = t.static_smem + t.static_off[i]; break; }
+    quiet_end();
+    if (p) return p;
+    team_lock(t);
+    n = t.n_static.load(std::memory_order_relaxed);
+    for (int i = 0; i < n; i++)
+        if (t.static_key[i] == key) { p = t.static_smem + t.static_off[i]; break; }
     if (!p) {
         size_t off = (t.static_used + 15) & ~(size_t)15;
         if (off + bytes > SMEM_STATIC_MAX || off + bytes + cur.dyn_smem > cur.smem_limit)
             die(cur.name, "SG_SHARED at %s:%d: %zu bytes of static shared memory (%zu already) plus %zu "
                 "dynamic exceed the block's %zu", site.file, site.line, bytes, off, cur.dyn_smem,
                 off + bytes > SMEM_STATIC_MAX ? SMEM_STATIC_MAX : cur.smem_limit);
-        t.static_allocs.push_back({key, off});
+        if (n == MAX_STATIC_SHARED)
+            die(cur.name, "SG_SHARED at %s:%d: more than %d shared arrays in one kernel", site.file,
+                site.line, MAX_STATIC_SHARED);
+        t.static_key[n] = key;
+        t.static_off[n] = off;
         t.static_used = off + bytes;
+        t.n_static.store(n + 1, std::memory_order_release);
         p = t.static_smem + off;
     }
     team_unlock(t);
@@ -450,55 +481,51 @@ namespace sg_emu {
 struct Worker {
     pthread_t thread;
     int index;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    unsigned long job = 0;     /* the launch number it was last given */
+    Word job{0};               /* the launch number it was last given */
 };
 static std::vector<Worker*> workers;
-static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t pool_cv = PTHREAD_COND_INITIALIZER;
-static int pool_done = 0;
-static unsigned long launch_no = 0;
+static Word pool_left{0};      /* threads of the launch still running; the host sleeps on it */
+static uint32_t launch_no = 0;
 static bool in_launch = false;
+static char launch_token, done_token;   /* TSan: the host before the kernel, the kernel before the host */
 
-/* the rendezvous between blocks (not a user barrier) */
-static void team_sync(Team& t) {
-    team_lock(t);
-    const char* token = &t.in_token[t.in_gen & 3];   /* block starts and ends alternate */
-    hb_release(token);
-    if (++t.in_arrived == t.nthreads) {
-        t.in_arrived = 0;
-        t.in_gen++;
-        pthread_cond_broadcast(&t.team_cv);
-    } else {
-        unsigned long gen = t.in_gen;
-        while (t.in_gen == gen) pthread_cond_wait(&t.team_cv, &t.mu);
-    }
-    hb_acquire(token);
-    team_unlock(t);
-}
-
-static void prepare_block(Team& t) {
+static void prepare_block(Team& t, long b) {
     memset(t.static_smem, POISON, SMEM_STATIC_MAX);
     if (cur.dyn_smem) memset(t.dyn_smem, POISON, cur.dyn_smem);
-    t.static_used = 0;
-    t.static_allocs.clear();
     t.exited = 0;
     t.bar_arrived = 0;
+    t.block = b;
     for (int i = 0; i < t.nthreads; i++) t.th[i].state = T_RUNNING;
 }
 
-/* the thread leaves the kernel; once the whole block has, the team moves on */
-static void thread_exit(Team& t, int tid) {
-    Site here = {"(end of kernel)", 0};
+/* The thread leaves the block. Returns once the team's next block is ready (or there is none). */
+static void leave_block(Team& t, int tid) {
     team_lock(t);
     if (t.bar_arrived > 0)
         die(cur.name, "divergent barrier: this thread left the kernel while %d thread(s) wait at "
             "__syncthreads %s:%d", t.bar_arrived, t.bar_site.file, t.bar_site.line);
-    check_no_collective_waits_for(t, tid, "left the kernel", here);
+    check_no_collective_waits_for(t, tid, "left the kernel");
     t.th[tid].state = T_EXITED;
-    t.exited++;
-    team_unlock(t);
+    hb_release(&t.end_token);
+    if (++t.exited == t.nthreads) {
+        team_unlock(t);
+        hb_acquire(&t.end_token);
+        long next = t.block + cur.nteams;
+        if (next < cur.nblocks) prepare_block(t, next);
+        else t.block = next;
+        hb_release(&t.start_token);
+        quiet_begin();
+        t.block_gen.fetch_add(1, std::memory_order_release);
+        futex_wake_all(&t.block_gen);
+        quiet_end();
+    } else {
+        uint32_t gen = t.block_gen.load(std::memory_order_relaxed);
+        team_unlock(t);
+        quiet_begin();
+        wait_change(&t.block_gen, gen, "the end of the block", Site{"(runtime)", 0});
+        quiet_end();
+    }
+    hb_acquire(&t.start_token);
 }
 
 static void run_team_thread(Team& t, int tid) {
@@ -507,13 +534,10 @@ static void run_team_thread(Team& t, int tid) {
     blockDim = cur.block;
     gridDim = cur.grid;
     flat_to_uint3(tid, cur.block, &threadIdx);
-    for (long b = t.index; b < cur.nblocks; b += cur.nteams) {
-        if (tid == 0) prepare_block(t);
-        team_sync(t);
-        flat_to_uint3(b, cur.grid, &blockIdx);
+    while (t.block < cur.nblocks) {
+        flat_to_uint3(t.block, cur.grid, &blockIdx);
         (*cur.body)();
-        thread_exit(t, tid);
-        team_sync(t);
+        leave_block(t, tid);
     }
     self.team = nullptr;
     self.tid = -1;
@@ -521,22 +545,35 @@ static void run_team_thread(Team& t, int tid) {
 
 static void* worker_main(void* arg) {
     Worker* w = (Worker*)arg;
-    unsigned long seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        pthread_mutex_lock(&w->mu);
-        while (w->job == seen) pthread_cond_wait(&w->cv, &w->mu);
-        seen = w->job;
-        pthread_mutex_unlock(&w->mu);
+        quiet_begin();
+        while (w->job.load(std::memory_order_acquire) == seen) futex_wait(&w->job, seen, 60000);
+        seen = w->job.load(std::memory_order_acquire);
+        quiet_end();
+        hb_acquire(&launch_token);
         int per_team = cur.block.x * cur.block.y * cur.block.z;
         run_team_thread(*teams[w->index / per_team], w->index % per_team);
-        pthread_mutex_lock(&pool_mu);
-        if (--pool_done == 0) pthread_cond_signal(&pool_cv);
-        pthread_mutex_unlock(&pool_mu);
+        hb_release(&done_token);
+        quiet_begin();
+        if (pool_left.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake_all(&pool_left);
+        quiet_end();
     }
     return nullptr;
 }
 
+/* A child made by fork() has none of the pool's threads: it starts a pool of its own. */
+static void forget_pool_in_child(void) {
+    workers.clear();   /* the parent's Worker records stay with the parent's threads */
+    in_launch = false;
+}
+
 static void grow_pool(int n) {
+    static bool atfork_set = false;
+    if (!atfork_set) {
+        pthread_atfork(nullptr, nullptr, forget_pool_in_child);
+        atfork_set = true;
+    }
     static size_t stack = (size_t)env_long("SG_EMU_STACK_KB", 256, 64, 1 << 20) * 1024;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -545,8 +582,6 @@ static void grow_pool(int n) {
     while ((int)workers.size() < n) {
         Worker* w = new Worker;
         w->index = (int)workers.size();
-        pthread_mutex_init(&w->mu, nullptr);
-        pthread_cond_init(&w->cv, nullptr);
         if (pthread_create(&w->thread, &attr, worker_main, w) != 0)
             die(nullptr, "cannot start emulated GPU thread %d (SG_EMU_STACK_KB %zu)", w->index, stack / 1024);
         workers.push_back(w);
@@ -587,13 +622,11 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
         return set_error(cudaErrorInvalidConfiguration);
     if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
         return set_error(cudaErrorInvalidConfiguration);
-    size_t limit = SMEM_DEFAULT;
     pthread_mutex_lock(&state_mu);
     auto it = max_dyn_smem.find(kernel);
     bool opted_in = it != max_dyn_smem.end();
     size_t dyn_limit = opted_in ? (size_t)it->second : SMEM_DEFAULT;
     pthread_mutex_unlock(&state_mu);
-    if (opted_in) limit = SMEM_OPTIN_MAX;
     if (dyn_smem > dyn_limit) return set_error(cudaErrorInvalidValue);
 
     stall_seconds = env_long("SG_EMU_STALL_SECONDS", 300, 1, 1L << 30);
@@ -605,7 +638,7 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
     cur.grid = grid;
     cur.block = block;
     cur.dyn_smem = dyn_smem;
-    cur.smem_limit = limit;
+    cur.smem_limit = opted_in ? SMEM_OPTIN_MAX : SMEM_DEFAULT;
     cur.nblocks = nblocks;
     cur.nteams = (int)nteams;
     cur.body = &body;
@@ -616,27 +649,31 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
     for (int i = 0; i < nteams; i++) {
         Team& t = *teams[i];
         t.nthreads = (int)threads;
-        t.in_arrived = 0;
+        t.static_used = 0;
+        t.n_static.store(0, std::memory_order_relaxed);
+        for (Warp& w : t.warps)
+            for (Group& g : w.groups) g.state = G_FREE;
         if (t.dyn_cap < dyn_smem || !t.dyn_smem) {
             free(t.dyn_smem);
             t.dyn_cap = dyn_smem < 16 ? 16 : dyn_smem;
             t.dyn_smem = (unsigned char*)aligned_alloc(128, (t.dyn_cap + 127) & ~(size_t)127);
         }
+        prepare_block(t, i);
     }
     int needed = (int)(nteams * threads);
     grow_pool(needed);
-    pool_done = needed;
+    pool_left.store(needed, std::memory_order_relaxed);
     launch_no++;
+    hb_release(&launch_token);
+    quiet_begin();
     for (int i = 0; i < needed; i++) {
-        Worker* w = workers[i];
-        pthread_mutex_lock(&w->mu);
-        w->job = launch_no;
-        pthread_cond_signal(&w->cv);
-        pthread_mutex_unlock(&w->mu);
+        workers[i]->job.store(launch_no, std::memory_order_release);
+        futex_wake_all(&workers[i]->job);
     }
-    pthread_mutex_lock(&pool_mu);
-    while (pool_done > 0) pthread_cond_wait(&pool_cv, &pool_mu);
-    pthread_mutex_unlock(&pool_mu);
+    uint32_t left;
+    while ((left = pool_left.load(std::memory_order_acquire)) != 0) futex_wait(&pool_left, left, 60000);
+    quiet_end();
+    hb_acquire(&done_token);
     in_launch = false;
     return cudaSuccess;
 }

@@ -59,6 +59,25 @@ __global__ void block_sum_dynamic(int* out, const int* x, int n) {
     if (threadIdx.x == 0) out[b] = buf[0];
 }
 
+/* the usual block sum: each warp reduces with shuffles right after a barrier, warp totals meet in
+ * shared memory; blockDim.x a multiple of 32 */
+__global__ void block_sum_warps(int* out, const int* x, int n) {
+    SG_SHARED(int, part, 32);
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (threadIdx.x < 32) part[threadIdx.x] = 0;
+    __syncthreads();
+    int v = i < n ? x[i] : 0;
+    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(FULL, v, m);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = part[lane];
+        for (int m = 16; m > 0; m >>= 1) v += __shfl_down_sync(FULL, v, m);
+        if (lane == 0) out[blockIdx.x] = v;
+    }
+}
+
 /* every thread of a 3-D grid of 3-D blocks writes its flat global id once */
 __global__ void write_ids(int* out, int* hits) {
     int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
@@ -231,6 +250,7 @@ static void first_line(const char* s, char* out, size_t cap) {
     out[i] = 0;
 }
 
+#ifdef SG_EMU
 /* the child fails with status 1 and one line naming the kernel and the fault */
 static void expect_fault(const char* kernel, const char* words) {
     char err[8192], line[600], name[128];
@@ -242,7 +262,9 @@ static void expect_fault(const char* kernel, const char* words) {
     expect(st == 1 && named && one_line, name, "exit status %d, stderr \"%s\"%s", st, line,
            one_line ? "" : " (and more lines)");
 }
+#endif
 
+#if defined(__SANITIZE_THREAD__)
 static void expect_tsan_race(const char* kernel) {
     char err[65536], name[128];
     int st = run_child(kernel, "2", err, sizeof(err));
@@ -253,6 +275,7 @@ static void expect_tsan_race(const char* kernel) {
            race ? "a data race reported" : "NO data race reported",
            where ? "the kernel in the report" : "the kernel NOT in the report");
 }
+#endif
 
 /* ---- checks --------------------------------------------------------------------------------- */
 static int* to_device_int(const int* h, size_t n) {
@@ -295,6 +318,19 @@ static void check_block_reductions(const char* label) {
     }
     snprintf(name, sizeof(name), "block_sum_dynamic_shared_5x3_grid_exact%s", label);
     expect(bad == 0, name, "%d of 15 block sums wrong (first: block %d)", bad, first);
+    /* warp shuffles between barriers, 29 blocks of 320 */
+    int nw = 29 * 320 - 17;
+    SG_LAUNCH(block_sum_warps, 29, 320, 0, dout, dx, nw);
+    SG_CHECK_LAUNCH();
+    SG_CHECK(cudaMemcpy(got, dout, 29 * sizeof(int), cudaMemcpyDeviceToHost));
+    bad = 0; first = -1;
+    for (int b = 0; b < 29; b++) {
+        long want = 0;
+        for (int i = b * 320; i < (b + 1) * 320 && i < nw; i++) want += x[i];
+        if (got[b] != want) { bad++; if (first < 0) first = b; }
+    }
+    snprintf(name, sizeof(name), "block_sum_warp_shuffles_between_barriers_exact%s", label);
+    expect(bad == 0, name, "%d of 29 block sums wrong (first: block %d)", bad, first);
     SG_CHECK(cudaFree(dx)); SG_CHECK(cudaFree(dout));
     free(x);
 }
@@ -320,7 +356,9 @@ static void check_index_coverage(void) {
 }
 
 static void check_smem_poison(void) {
-    if (!EMU_ONLY) { skip("shared_memory_poisoned_at_every_block_start", "emulation only"); return; }
+#ifndef SG_EMU
+    skip("shared_memory_poisoned_at_every_block_start", "emulation only");
+#else
     unsigned *ds, *dd, hs[192], hd[192];
     SG_CHECK(cudaMalloc((void**)&ds, sizeof(hs)));
     SG_CHECK(cudaMalloc((void**)&dd, sizeof(hd)));
@@ -333,6 +371,8 @@ static void check_smem_poison(void) {
     expect(bad == 0, "shared_memory_poisoned_at_every_block_start",
            "%d of 192 reads (3 blocks, static and dynamic) not the NaN pattern; block 2 read 0x%08x",
            bad, hs[128]);
+    SG_CHECK(cudaFree(ds)); SG_CHECK(cudaFree(dd));
+#endif
 }
 
 static void check_shuffles(void) {
@@ -612,16 +652,42 @@ static void check_strided_batched(void) {
     SG_CUBLAS_CHECK(cublasDestroy(h));
 }
 
-static void check_faults(void) {
-    if (!EMU_ONLY) {
-        skip("divergent_barrier_and_mask_faults_reported", "emulation only (a GPU hangs or misbehaves)");
-        return;
+/* a child made by fork() (no exec) has none of the parent's pooled threads, yet launches */
+static void check_fork(void) {
+#ifdef SG_EMU
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60);   /* a child waiting for the parent's threads would wait forever */
+        int h[64], *d, *dh;
+        for (int i = 0; i < 64; i++) h[i] = -1;
+        SG_CHECK(cudaMalloc((void**)&d, sizeof(h)));
+        SG_CHECK(cudaMalloc((void**)&dh, sizeof(h)));
+        SG_CHECK(cudaMemset(dh, 0, sizeof(h)));
+        SG_LAUNCH(write_ids, 2, 32, 0, d, dh);
+        SG_CHECK_LAUNCH();
+        SG_CHECK(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
+        int ok = 1;
+        for (int i = 0; i < 64; i++) ok &= h[i] == i;
+        _exit(ok ? 0 : 3);
     }
+    int status;
+    waitpid(pid, &status, 0);
+    int st = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    expect(st == 0, "launch_in_forked_child_runs", "child exit status %d (0: ids right, 3: wrong, 142: hung)", st);
+#endif
+}
+
+static void check_faults(void) {
+#ifndef SG_EMU
+    skip("divergent_barrier_and_mask_faults_reported", "emulation only (a GPU hangs or misbehaves)");
+#else
     expect_fault("barrier_after_early_exit", "divergent barrier");
     expect_fault("barrier_at_two_sites", "divergent barrier");
     expect_fault("mask_without_caller", "does not name the caller");
     expect_fault("mismatched_masks", "mismatched masks");
     expect_fault("shuffle_with_exited_lane", "left the kernel");
+#endif
 }
 
 int main(int argc, char** argv) {
@@ -635,12 +701,19 @@ int main(int argc, char** argv) {
     check_smem_poison();
     check_shuffles();
     check_atomics("");
-    check_launch_validation();
-    check_memory();
-    check_strided_batched();
-    check_faults();
-    if (EMU_ONLY) {
-        /* the same kernels with blocks running at the same time */
+    if (TSAN_BUILD) {
+        /* ThreadSanitizer is there for the kernels; the host API and the faults (child processes
+         * of 60+ threads each) are the plain build's, which keeps this run short */
+        skip("host_api_cublas_and_fault_checks", "run by the plain build (make test-cuda-emu)");
+    } else {
+        check_launch_validation();
+        check_memory();
+        check_strided_batched();
+        check_faults();
+        check_fork();
+    }
+    if (EMU_ONLY && !TSAN_BUILD) {
+        /* the same kernels with blocks running at the same time (the TSan run always has 2) */
         const char* outer = getenv("SG_EMU_CONCURRENT_BLOCKS");
         char saved[32];
         snprintf(saved, sizeof(saved), "%s", outer ? outer : "");
@@ -650,11 +723,11 @@ int main(int argc, char** argv) {
         if (outer) setenv("SG_EMU_CONCURRENT_BLOCKS", saved, 1);
         else unsetenv("SG_EMU_CONCURRENT_BLOCKS");
     }
-    if (TSAN_BUILD) {
-        expect_tsan_race("cross_block_race");
-        expect_tsan_race("missing_barrier");
-    } else {
-        skip("tsan_reports_races", "not a ThreadSanitizer build (make test-cuda-emu-tsan)");
-    }
+#if defined(__SANITIZE_THREAD__)
+    expect_tsan_race("cross_block_race");
+    expect_tsan_race("missing_barrier");
+#else
+    skip("tsan_reports_races", "not a ThreadSanitizer build (make test-cuda-emu-tsan)");
+#endif
     return test_finish();
 }
