@@ -234,7 +234,9 @@ $(CUDA_BUILD)/%.o: %.cu $(CUDA_HEADERS)
 # runtime. While a kernel source the CUDA backend names (model/backend.c) is not written yet, the
 # tests that need it are reported as SKIP instead of failing to link.
 CUDA_TEST_MODEL_SRC := $(shell grep -l '"model/' $(CUDA_TEST_SRC) /dev/null 2>/dev/null)
-CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_MODEL_SRC),$(CUDA_TEST_SRC))
+# The attention's test links the attention alone: its kernel and its CPU twin (test build).
+CUDA_TEST_ATTN_SRC  := tests/cuda/test_cuda_attention.cu
+CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_MODEL_SRC) $(CUDA_TEST_ATTN_SRC),$(CUDA_TEST_SRC))
 CUDA_KERNELS_NEEDED := model/ops_cuda.cu model/device_cuda.cu attention/flash_cuda.cu
 CUDA_KERNELS_MISSING := $(filter-out $(CUDA_SRC),$(CUDA_KERNELS_NEEDED))
 CUDA_REF_OBJ := $(patsubst %.c,$(BUILD)/test/%.o,$(filter tests/ref_%.c,$(wildcard tests/*.c)))
@@ -253,11 +255,21 @@ $(CUDA_TEST_MODEL_BINS): $(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(CUDA_OBJ) $(CU
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_OBJ) $(CUDA_TEST_CORE) \
 		$(filter tests/ref_%.c,$(wildcard tests/*.c)) -Xcompiler -fopenmp $(NVCC_LDLIBS) -lcublas -lcublasLt
+CUDA_TEST_ATTN_BINS := $(CUDA_BUILD)/tests/test_cuda_attention
+$(CUDA_BUILD)/tests/test_cuda_attention: tests/cuda/test_cuda_attention.cu $(CUDA_BUILD)/attention/flash_cuda.o \
+		$(BUILD)/test/attention/flash_cpu.o $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_BUILD)/attention/flash_cuda.o \
+		$(BUILD)/test/attention/flash_cpu.o -Xcompiler -fopenmp -lgomp -lm
+# the attention's speed on a GPU (scripts/gpu_check.sh): fwd + bwd ms and TFLOP/s, not a test
+$(CUDA_BUILD)/bench_attention_cuda: tests/cuda/bench_attention_cuda.cu $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_BUILD)/attention/flash_cuda.o
 ifeq ($(CUDA_KERNELS_MISSING),)
-CUDA_TEST_BINS := $(CUDA_TEST_ALONE_BINS) $(CUDA_TEST_MODEL_BINS)
+CUDA_TEST_BINS := $(CUDA_TEST_ALONE_BINS) $(CUDA_TEST_ATTN_BINS) $(CUDA_TEST_MODEL_BINS)
 CUDA_TEST_RUN := $(CUDA_TEST_BINS)
 else
-CUDA_TEST_BINS := $(CUDA_TEST_ALONE_BINS)
+CUDA_TEST_BINS := $(CUDA_TEST_ALONE_BINS) $(CUDA_TEST_ATTN_BINS)
 CUDA_TEST_RUN := $(CUDA_TEST_BINS) $(foreach t,$(CUDA_TEST_MODEL_SRC),"echo SKIP $(notdir $(t:.cu=)): \
 	$(CUDA_KERNELS_MISSING) not written yet")
 endif
@@ -290,15 +302,19 @@ $(EMU_ALONE_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 $(EMU_MODEL_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_OBJ) $(EMU_RT_OBJ) $(CUDA_TEST_CORE) $(CUDA_REF_OBJ)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
+EMU_ATTN_BINS := $(EMU_BUILD)/tests/test_cuda_attention
+$(EMU_BUILD)/tests/test_cuda_attention: $(EMU_BUILD)/tests/test_cuda_attention.o $(EMU_BUILD)/attention/flash_cuda.o \
+		$(EMU_RT_OBJ) $(BUILD)/test/attention/flash_cpu.o
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU
 $(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 ifeq ($(CUDA_KERNELS_MISSING),)
-EMU_TEST_BINS := $(EMU_ALONE_BINS) $(EMU_MODEL_BINS)
+EMU_TEST_BINS := $(EMU_ALONE_BINS) $(EMU_ATTN_BINS) $(EMU_MODEL_BINS)
 EMU_TEST_RUN  := $(EMU_TEST_BINS)
 EMU_TRAIN     := $(EMU_BUILD)/train
 else
-EMU_TEST_BINS := $(EMU_ALONE_BINS)
+EMU_TEST_BINS := $(EMU_ALONE_BINS) $(EMU_ATTN_BINS)
 EMU_TEST_RUN  := $(EMU_TEST_BINS) $(foreach t,$(CUDA_TEST_MODEL_SRC),"echo SKIP $(notdir $(t:.cu=)): \
 	$(CUDA_KERNELS_MISSING) not written yet")
 EMU_TRAIN     :=

@@ -100,6 +100,7 @@ SMALL=(--layers 4 --heads 4 --embd 256 --seq-len 256 --batch 8 --steps 20 --drop
 TOK=$((8 * 256))
 for pol in none layer; do bench_train "L4_C256_B8_T256_p0.1_$pol" "${SMALL[@]}" --recompute "$pol"; done
 
+make --no-print-directory build/cuda/bench_attention_cuda > /dev/null 2>&1
 if [ -x build/cuda/bench_attention_cuda ]; then
     for T in 1024 4096; do
         for p in 0 0.1; do

@@ -1,0 +1,599 @@
+/* attention/flash_cuda.cu — the CUDA twin of attention/flash_cpu.c: causal multi-head attention
+ * with grouped-query heads and dropout on the attention probabilities, forward and backward,
+ * fused (DESIGN §5). Same signatures, layouts and keep bits as the CPU kernel
+ * (attention/attention_cuda.h); every pointer is device memory.
+ *
+ * Owns: the CUDA tiling, the online softmax on the GPU and the deterministic partitioning of its
+ * backward. Every keep bit comes from attention/philox.h (philox_attn_draw4, the same counters
+ * the CPU uses), so the masks are bit-identical to the CPU's. Uses only what attention/device.h
+ * names, so it also builds as C++ against the emulation (make test-cuda-emu).
+ *
+ * Per head (sigma = 1/sqrt(HD), causal j <= i, keep bit m_ij, scale = 1/(1-p)):
+ *   s_ij = sigma q_i.k_j    LSE_i = log sum_j exp(s_ij)    p_ij = exp(s_ij - LSE_i)
+ *   o_i  = sum_j (m_ij p_ij scale) v_j
+ *   dv_j = sum_i (m p scale)_ij do_i     dp_ij = m_ij scale do_i.v_j     ds_ij = p_ij (dp_ij - D_i)
+ *   dq_i = sigma sum_j ds_ij k_j          dk_j  = sigma sum_i ds_ij q_i   D_i = do_i.o_i
+ *
+ * Tiles of BQ = 64 queries by BK = 64 keys, one block of 256 threads per tile of work, all fp32.
+ * Every block uses one thread layout, ty = thread / 16 (0..15), tx = thread % 16:
+ *   - score phase: thread (ty, tx) computes the 4 x 4 scores of queries 4 ty + a (a = 0..3) and
+ *     keys key_of(tx, k) (k = 0..3) = 32 (tx / 8) + tx % 8 + 8 k. Those four keys are j, j+8,
+ *     j+16, j+24 of one aligned block of 32, which is what one Philox call covers: one call per
+ *     query row gives the thread its four keep bits. A query row's 64 keys sit in the 16 threads
+ *     of one half warp, so the row max and row sum are half-warp shuffles.
+ *   - product phase: thread (ty, tx) owns 4 rows (queries, or the keys of slots 4 ty .. 4 ty + 3
+ *     in the dK/dV pass) by the head dims 4 tx + 64 m + x (m < NDM, x < 4): NDM = 1 for HD <= 64,
+ *     2 for HD <= 128. HD above 128 is refused.
+ * Q, K, V and dO tiles sit in shared memory row-major with a row stride of ld = HD rounded up to
+ * 8, plus 4 floats (rows 4 banks apart: the 16-byte loads of a quarter warp hit distinct banks),
+ * zero-filled past HD and past T, so padding contributes exact zeros.
+ *
+ * Backward: a pass for D_i = do_i.o_i, a dK/dV pass partitioned over (sequence, query head, key
+ * tile) and a dQ pass over (sequence, query head, query tile). With grouped-query heads the dK/dV
+ * pass leaves one partial sum per query head in the scratch and a last small kernel adds a group's
+ * partials in ascending head order (one block per kv head would leave a GQA model with a fraction
+ * of the blocks the GPU can run at once).
+ *
+ * Determinism (DESIGN §5): no float atomics. Every output element is written by one thread, which
+ * sums its terms in a fixed order: the scores over d ascending, o and dq over the key tiles and
+ * the keys ascending, dk and dv over the query tiles and the queries ascending, then over the
+ * group's query heads ascending. Results are identical run to run; they differ from the CPU's in
+ * the last bits (expf, the order of the row sums and of the GQA group sum), never in a keep bit.
+ */
+#include "attention/device.h"
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include "attention/attention_cuda.h"
+
+#define FBQ 64                  /* queries per tile */
+#define FBK 64                  /* keys per tile (a multiple of 32: whole Philox blocks) */
+#define FTHREADS 256            /* threads per block: 16 x 16 */
+#define FLASH_MAX_HD 128        /* the largest head dim the product phase holds (NDM = 2) */
+#define FLASH_LDP (FBQ + 4)     /* row stride of the probability tiles (BQ = BK) */
+#define FULL_MASK 0xffffffffu
+
+/* Register bounds for nvcc (the emulation has no registers to bound): a kernel whose shared memory
+ * lets two blocks share an SM is held to 128 registers a thread so that they do. */
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+
+/* Row stride of the shared memory tiles: HD rounded up to 8 floats, plus 4. */
+#define FLASH_LD(HD) ((((HD) + 7) & ~7) + 4)
+
+/* Four floats moved as one 16-byte shared memory access. */
+struct alignas(16) F4 {
+    float x, y, z, w;
+};
+__device__ __forceinline__ F4 ld4(const float* p) { return *reinterpret_cast<const F4*>(p); }
+__device__ __forceinline__ void st4(float* p, float x, float y, float z, float w) {
+    F4 v = {x, y, z, w};
+    *reinterpret_cast<F4*>(p) = v;
+}
+__device__ __forceinline__ float f4_at(const F4& v, int x) {
+    return x == 0 ? v.x : x == 1 ? v.y : x == 2 ? v.z : v.w;
+}
+
+/* Key (within its tile) of the k-th score column of thread tx: one aligned block of 32, 8 apart. */
+__device__ __forceinline__ int key_of(int tx, int k) { return ((tx >> 3) << 5) + (tx & 7) + (k << 3); }
+
+/* Max and sum over the 16 threads of a half warp that hold one query row. The butterfly gives all
+ * 16 the same bits (each step adds the same two numbers, in either order). */
+__device__ __forceinline__ float row_max16(float v) {
+    for (int off = 8; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, off));
+    return v;
+}
+__device__ __forceinline__ float row_sum16(float v) {
+    for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(FULL_MASK, v, off);
+    return v;
+}
+
+/* dst (rows, ld) = n_valid rows of HD floats at src (row stride `stride`), zero past HD (up to the
+ * rounded width <= 128) and past n_valid. The block reads blockDim / width whole rows at a time,
+ * one float a thread (consecutive threads, consecutive floats). */
+__device__ __forceinline__ void load_tile(float* dst, int ld, const float* src, size_t stride,
+                                          int n_valid, int rows, int HD) {
+    const int width = (HD + 7) & ~7, rows_per_pass = blockDim.x / width;
+    const int r0 = threadIdx.x / width, d = threadIdx.x - r0 * width;
+    if (r0 >= rows_per_pass) return;
+    for (int r = r0; r < rows; r += rows_per_pass)
+        dst[r * ld + d] = (r < n_valid && d < HD) ? src[(size_t)r * stride + d] : 0.0f;
+}
+
+/* s[a][k] = q(4 ty + a) . k(key_of(tx, k)) over d ascending, one fused multiply-add each (the
+ * CPU's chain). A: (BQ, ld) rows of queries; Bm: (BK, ld) rows of keys. */
+__device__ __forceinline__ void score_tile(float s[4][4], const float* A, const float* Bm, int ld,
+                                           int width, int ty, int tx) {
+    for (int a = 0; a < 4; a++)
+        for (int k = 0; k < 4; k++) s[a][k] = 0.0f;
+    for (int d = 0; d < width; d += 4) {
+        F4 qa[4], kb[4];
+        for (int a = 0; a < 4; a++) qa[a] = ld4(A + (4 * ty + a) * ld + d);
+        for (int k = 0; k < 4; k++) kb[k] = ld4(Bm + key_of(tx, k) * ld + d);
+        for (int a = 0; a < 4; a++)
+            for (int k = 0; k < 4; k++) {
+                s[a][k] = fmaf(qa[a].x, kb[k].x, s[a][k]);
+                s[a][k] = fmaf(qa[a].y, kb[k].y, s[a][k]);
+                s[a][k] = fmaf(qa[a].z, kb[k].z, s[a][k]);
+                s[a][k] = fmaf(qa[a].w, kb[k].w, s[a][k]);
+            }
+    }
+}
+
+/* The four keep bits of query i against keys key_of(tx, 0..3) of the tile at j0: one Philox call
+ * (DESIGN §3: counter (i, (jblock32 << 3) | (j & 7), h, g), word (j >> 3) & 3 = k). */
+__device__ __forceinline__ void keep4(int keep[4], uint64_t seed, uint32_t g, uint32_t h, int i,
+                                      int j0, int tx, uint32_t thr) {
+    uint32_t draw[4];
+    philox_attn_draw4(seed, g, h, (uint32_t)i, (uint32_t)((j0 >> 5) + (tx >> 3)), (uint32_t)(tx & 7),
+                      draw);
+    for (int k = 0; k < 4; k++) keep[k] = draw[k] >= thr;
+}
+
+/* ---- forward --------------------------------------------------------------------------------- */
+
+/* Block (b * NH + h, query tile): the last query tiles (the longest rows) get the first block
+ * indices. Walks the key tiles left to right with a running max and a running sum of the
+ * undropped weights per query; the weights that reach v lose the dropped keys. */
+template <int NDM>
+__global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH,
+                                     int NKV, int HD, uint32_t g0, uint64_t seed, uint32_t thr,
+                                     float scale, float sigma) {
+    SG_DYN_SHARED(float, smem);
+    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
+    float* Qs = smem;                 /* (BQ, ld) queries */
+    float* Ks = Qs + FBQ * ld;        /* (BK, ld) keys */
+    float* Vs = Ks + FBK * ld;        /* (BK, ld) values */
+    float* Wt = Vs + FBK * ld;        /* (BK, LDP) weights, key-major: Wt[c * LDP + r] */
+
+    const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    const int i0 = (gridDim.y - 1 - blockIdx.y) * FBQ, nq = min(FBQ, T - i0);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
+    const float* qkv_b = qkv + (size_t)b * T * QKV;
+    const uint32_t g = g0 + (uint32_t)b;
+
+    load_tile(Qs, ld, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, FBQ, HD);
+
+    float acc[4][4 * NDM];
+    float mrun[4], lrun[4];
+    for (int a = 0; a < 4; a++) {
+        /* -FLT_MAX, not -inf: padding queries see no key and must rescale by exp(0) = 1 */
+        mrun[a] = -FLT_MAX;
+        lrun[a] = 0.0f;
+        for (int x = 0; x < 4 * NDM; x++) acc[a][x] = 0.0f;
+    }
+
+    for (int j0 = 0; j0 < i0 + nq; j0 += FBK) {
+        const int nk = min(FBK, T - j0);
+        __syncthreads();   /* the last tile's products are done with Ks, Vs, Wt */
+        load_tile(Ks, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, nk, FBK, HD);
+        load_tile(Vs, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, nk, FBK, HD);
+        __syncthreads();
+
+        float s[4][4], corr[4];
+        score_tile(s, Qs, Ks, ld, width, ty, tx);
+        for (int a = 0; a < 4; a++) {
+            const int i = i0 + 4 * ty + a;
+            for (int k = 0; k < 4; k++) {
+                const int j = j0 + key_of(tx, k);
+                const float sc = s[a][k] * sigma;
+                s[a][k] = (j <= i && i < T) ? sc : -INFINITY;
+            }
+            const float mx = row_max16(fmaxf(fmaxf(s[a][0], s[a][1]), fmaxf(s[a][2], s[a][3])));
+            const float mnew = fmaxf(mrun[a], mx);
+            corr[a] = expf(mrun[a] - mnew);
+            float tsum = 0.0f;
+            for (int k = 0; k < 4; k++) {
+                const float w = expf(s[a][k] - mnew);
+                s[a][k] = w;
+                tsum += w;
+            }
+            lrun[a] = lrun[a] * corr[a] + row_sum16(tsum);
+            mrun[a] = mnew;
+            /* dropout: only the weights that reach v lose the dropped keys */
+            if (thr != 0 && i < T && i >= j0 + key_of(tx, 0)) {
+                int keep[4];
+                keep4(keep, seed, g, (uint32_t)h, i, j0, tx, thr);
+                for (int k = 0; k < 4; k++) s[a][k] = keep[k] ? s[a][k] : 0.0f;
+            }
+        }
+        for (int k = 0; k < 4; k++)
+            st4(Wt + key_of(tx, k) * FLASH_LDP + 4 * ty, s[0][k], s[1][k], s[2][k], s[3][k]);
+        __syncthreads();
+
+        /* acc = acc * corr + W V, the keys in ascending order */
+        for (int a = 0; a < 4; a++)
+            for (int x = 0; x < 4 * NDM; x++) acc[a][x] *= corr[a];
+        for (int m = 0; m < NDM; m++) {
+            const int d0 = 4 * tx + 64 * m;
+            if (d0 >= width) continue;
+            for (int c = 0; c < nk; c++) {
+                const F4 w = ld4(Wt + c * FLASH_LDP + 4 * ty);
+                const F4 v = ld4(Vs + c * ld + d0);
+                for (int a = 0; a < 4; a++) {
+                    const float wa = f4_at(w, a);
+                    acc[a][4 * m + 0] = fmaf(wa, v.x, acc[a][4 * m + 0]);
+                    acc[a][4 * m + 1] = fmaf(wa, v.y, acc[a][4 * m + 1]);
+                    acc[a][4 * m + 2] = fmaf(wa, v.z, acc[a][4 * m + 2]);
+                    acc[a][4 * m + 3] = fmaf(wa, v.w, acc[a][4 * m + 3]);
+                }
+            }
+        }
+    }
+
+    for (int a = 0; a < 4; a++) {
+        const int i = i0 + 4 * ty + a;
+        if (i >= T) continue;
+        const float rs = scale / lrun[a];
+        float* o = out + ((size_t)b * T + i) * C + (size_t)h * HD;
+        for (int m = 0; m < NDM; m++)
+            for (int x = 0; x < 4; x++) {
+                const int d = 4 * tx + 64 * m + x;
+                if (d < HD) o[d] = acc[a][4 * m + x] * rs;
+            }
+        if (tx == 0) lse[((size_t)b * NH + h) * T + i] = mrun[a] + logf(lrun[a]);
+    }
+}
+
+/* ---- backward -------------------------------------------------------------------------------- */
+
+/* Pass 0: D_i = do_i . o_i for every row (b, h, i) of D (B, NH, T); one warp a row, the lanes'
+ * partial sums over d = lane, lane + 32, ... then a butterfly, a fixed order. */
+__global__ void flash_dot_kernel(float* D, const float* dout, const float* out, int B, int T, int NH,
+                                 int HD) {
+    const int lane = threadIdx.x & 31;
+    const long row = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const long rows = (long)B * NH * T;
+    float s = 0.0f;
+    if (row < rows) {
+        const long bh = row / T, i = row % T, b = bh / NH, h = bh % NH;
+        const size_t at = ((size_t)b * T + (size_t)i) * NH * HD + (size_t)h * HD;
+        for (int d = lane; d < HD; d += 32) s = fmaf(dout[at + d], out[at + d], s);
+    }
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(FULL_MASK, s, off);
+    if (row < rows && lane == 0) D[row] = s;
+}
+
+/* The softmax backward of thread (ty, tx)'s 4 x 4 tile of queries i0 + 4 ty + a against keys
+ * j0 + key_of(tx, k). On entry s = q.k and dp = do.v; on exit
+ *   s  = m_ij p_ij scale      (the weight the forward applied to v_j)
+ *   dp = ds_ij = p_ij (m_ij scale do_i.v_j - D_i)
+ * with p = 0 where the query does not see the key. L, Di: the LSE and D of the 4 queries. */
+__device__ __forceinline__ void softmax_grad(float s[4][4], float dp[4][4], const float L[4],
+                                             const float Di[4], int i0, int j0, int T, int ty,
+                                             int tx, float sigma, float scale, uint64_t seed,
+                                             uint32_t g, uint32_t h, uint32_t thr) {
+    for (int a = 0; a < 4; a++) {
+        const int i = i0 + 4 * ty + a;
+        int keep[4] = {1, 1, 1, 1};
+        if (thr != 0 && i < T && i >= j0 + key_of(tx, 0)) keep4(keep, seed, g, h, i, j0, tx, thr);
+        for (int k = 0; k < 4; k++) {
+            const int j = j0 + key_of(tx, k);
+            const float e = expf(s[a][k] * sigma - L[a]);
+            const float p = (j <= i && i < T) ? e : 0.0f;
+            const float ms = keep[k] ? scale : 0.0f;   /* m_ij scale */
+            s[a][k] = p * ms;
+            dp[a][k] = p * (dp[a][k] * ms - Di[a]);
+        }
+    }
+}
+
+/* Pass 1: dK, dV of one query head. Block (b * NH + h, key tile), the first key tiles (the longest
+ * columns) first. It sums over the query tiles from the diagonal down, then over the queries of a
+ * tile, in that fixed order, and writes (dk * k_scale, dv) of its keys to row b * T + j of dk_out
+ * and dv_out (row stride out_stride, head column h * HD): straight into dqkv (k_scale = sigma)
+ * when every kv head has one query head, else into per-query-head partial sums that
+ * flash_group_sum_kernel adds up. The score phase leaves the weights and ds in
+ * "slot" order, query-major: slot 4 tx + k of a row holds key key_of(tx, k), so that in the
+ * product phase thread (ty, tx) reads its four keys key_of(ty, 0..3) as one 16-byte load. */
+template <int NDM>
+__global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride, float k_scale,
+                                  const float* dout, const float* qkv, const float* lse,
+                                  const float* D, int T, int NH, int NKV, int HD, uint32_t g0,
+                                  uint64_t seed, uint32_t thr, float scale, float sigma) {
+    SG_DYN_SHARED(float, smem);
+    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
+    float* Ks = smem;                 /* (BK, ld) keys */
+    float* Vs = Ks + FBK * ld;        /* (BK, ld) values */
+    float* Qs = Vs + FBK * ld;        /* (BQ, ld) queries */
+    float* dOs = Qs + FBQ * ld;       /* (BQ, ld) do */
+    float* Pd = dOs + FBQ * ld;       /* (BQ, LDP) m p scale, slot order */
+    float* dS = Pd + FBQ * FLASH_LDP; /* (BQ, LDP) ds, slot order */
+
+    const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    const int j0 = blockIdx.y * FBK, nk = min(FBK, T - j0);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
+    const float* qkv_b = qkv + (size_t)b * T * QKV;
+    const uint32_t g = g0 + (uint32_t)b;
+
+    load_tile(Ks, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, nk, FBK, HD);
+    load_tile(Vs, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, nk, FBK, HD);
+
+    float dk[4][4 * NDM], dv[4][4 * NDM];   /* keys key_of(ty, k), dims 4 tx + 64 m + x */
+    for (int k = 0; k < 4; k++)
+        for (int x = 0; x < 4 * NDM; x++) dk[k][x] = dv[k][x] = 0.0f;
+
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+    const float* D_bh = D + ((size_t)b * NH + h) * T;
+    for (int i0 = (j0 / FBQ) * FBQ; i0 < T; i0 += FBQ) {
+        const int nq = min(FBQ, T - i0);
+        __syncthreads();   /* the last tile's products are done with Qs, dOs, Pd, dS */
+        load_tile(Qs, ld, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, FBQ, HD);
+        load_tile(dOs, ld, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq, FBQ, HD);
+        float L[4], Di[4];
+        for (int a = 0; a < 4; a++) {
+            const int i = i0 + 4 * ty + a;
+            L[a] = i < T ? lse_bh[i] : 0.0f;
+            Di[a] = i < T ? D_bh[i] : 0.0f;
+        }
+        __syncthreads();
+
+        float s[4][4], dp[4][4];
+        score_tile(s, Qs, Ks, ld, width, ty, tx);     /* Q K^T */
+        score_tile(dp, dOs, Vs, ld, width, ty, tx);   /* dO V^T */
+        softmax_grad(s, dp, L, Di, i0, j0, T, ty, tx, sigma, scale, seed, g, (uint32_t)h, thr);
+        for (int a = 0; a < 4; a++) {
+            st4(Pd + (4 * ty + a) * FLASH_LDP + 4 * tx, s[a][0], s[a][1], s[a][2], s[a][3]);
+            st4(dS + (4 * ty + a) * FLASH_LDP + 4 * tx, dp[a][0], dp[a][1], dp[a][2], dp[a][3]);
+        }
+        __syncthreads();
+
+        /* dV += Pd^T dO, dK += dS^T Q, the queries in ascending order */
+        for (int m = 0; m < NDM; m++) {
+            const int d0 = 4 * tx + 64 * m;
+            if (d0 >= width) continue;
+            for (int r = 0; r < nq; r++) {
+                const F4 pw = ld4(Pd + r * FLASH_LDP + 4 * ty);
+                const F4 ds = ld4(dS + r * FLASH_LDP + 4 * ty);
+                const F4 o = ld4(dOs + r * ld + d0);
+                const F4 q = ld4(Qs + r * ld + d0);
+                for (int k = 0; k < 4; k++) {
+                    const float pk = f4_at(pw, k), sk = f4_at(ds, k);
+                    dv[k][4 * m + 0] = fmaf(pk, o.x, dv[k][4 * m + 0]);
+                    dv[k][4 * m + 1] = fmaf(pk, o.y, dv[k][4 * m + 1]);
+                    dv[k][4 * m + 2] = fmaf(pk, o.z, dv[k][4 * m + 2]);
+                    dv[k][4 * m + 3] = fmaf(pk, o.w, dv[k][4 * m + 3]);
+                    dk[k][4 * m + 0] = fmaf(sk, q.x, dk[k][4 * m + 0]);
+                    dk[k][4 * m + 1] = fmaf(sk, q.y, dk[k][4 * m + 1]);
+                    dk[k][4 * m + 2] = fmaf(sk, q.z, dk[k][4 * m + 2]);
+                    dk[k][4 * m + 3] = fmaf(sk, q.w, dk[k][4 * m + 3]);
+                }
+            }
+        }
+    }
+
+    for (int k = 0; k < 4; k++) {
+        const int j = j0 + key_of(ty, k);
+        if (j >= T) continue;
+        float* dkr = dk_out + ((size_t)b * T + j) * out_stride + (size_t)h * HD;
+        float* dvr = dv_out + ((size_t)b * T + j) * out_stride + (size_t)h * HD;
+        for (int m = 0; m < NDM; m++)
+            for (int x = 0; x < 4; x++) {
+                const int d = 4 * tx + 64 * m + x;
+                if (d < HD) {
+                    dkr[d] = dk[k][4 * m + x] * k_scale;
+                    dvr[d] = dv[k][4 * m + x];
+                }
+            }
+    }
+}
+
+/* Grouped-query heads: dk (B, T, NKV, HD) of kv head kvh = sigma times the sum of the partial sums
+ * dKp (B, T, NH, HD) of its G query heads, added in ascending head order; dv likewise from dVp,
+ * without sigma. One thread an element. */
+__global__ void flash_group_sum_kernel(float* dqkv, const float* dKp, const float* dVp, int B, int T,
+                                       int NH, int NKV, int HD, float sigma) {
+    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (size_t)B * T * NKV * HD) return;
+    const int G = NH / NKV, d = (int)(e % HD), kvh = (int)(e / HD % NKV);
+    const size_t bt = e / HD / NKV;
+    const float* pk = dKp + bt * NH * HD + (size_t)kvh * G * HD + d;
+    const float* pv = dVp + bt * NH * HD + (size_t)kvh * G * HD + d;
+    float sk = 0.0f, sv = 0.0f;
+    for (int x = 0; x < G; x++) {
+        sk += pk[(size_t)x * HD];
+        sv += pv[(size_t)x * HD];
+    }
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    dqkv[bt * QKV + (size_t)(NH + kvh) * HD + d] = sk * sigma;
+    dqkv[bt * QKV + (size_t)(NH + NKV + kvh) * HD + d] = sv;
+}
+
+/* Pass 2: dQ. Block (b * NH + h, query tile), the last query tiles (the longest rows) first; it
+ * sums over the key tiles and the keys in ascending order. */
+template <int NDM>
+__global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                const float* D, int T, int NH, int NKV, int HD, uint32_t g0,
+                                uint64_t seed, uint32_t thr, float scale, float sigma) {
+    SG_DYN_SHARED(float, smem);
+    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
+    float* Qs = smem;                 /* (BQ, ld) queries */
+    float* dOs = Qs + FBQ * ld;       /* (BQ, ld) do */
+    float* Ks = dOs + FBQ * ld;       /* (BK, ld) keys */
+    float* Vs = Ks + FBK * ld;        /* (BK, ld) values */
+    float* dSt = Vs + FBK * ld;       /* (BK, LDP) ds, key-major: dSt[c * LDP + r] */
+
+    const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    const int i0 = (gridDim.y - 1 - blockIdx.y) * FBQ, nq = min(FBQ, T - i0);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
+    const float* qkv_b = qkv + (size_t)b * T * QKV;
+    const uint32_t g = g0 + (uint32_t)b;
+
+    load_tile(Qs, ld, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, FBQ, HD);
+    load_tile(dOs, ld, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq, FBQ, HD);
+    float L[4], Di[4];
+    for (int a = 0; a < 4; a++) {
+        const int i = i0 + 4 * ty + a;
+        L[a] = i < T ? lse[((size_t)b * NH + h) * T + i] : 0.0f;
+        Di[a] = i < T ? D[((size_t)b * NH + h) * T + i] : 0.0f;
+    }
+    float acc[4][4 * NDM];
+    for (int a = 0; a < 4; a++)
+        for (int x = 0; x < 4 * NDM; x++) acc[a][x] = 0.0f;
+
+    for (int j0 = 0; j0 < i0 + nq; j0 += FBK) {
+        const int nk = min(FBK, T - j0);
+        __syncthreads();   /* the last tile's products are done with Ks, Vs, dSt */
+        load_tile(Ks, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, nk, FBK, HD);
+        load_tile(Vs, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, nk, FBK, HD);
+        __syncthreads();
+
+        float s[4][4], dp[4][4];
+        score_tile(s, Qs, Ks, ld, width, ty, tx);     /* Q K^T */
+        score_tile(dp, dOs, Vs, ld, width, ty, tx);   /* dO V^T */
+        softmax_grad(s, dp, L, Di, i0, j0, T, ty, tx, sigma, scale, seed, g, (uint32_t)h, thr);
+        for (int k = 0; k < 4; k++)
+            st4(dSt + key_of(tx, k) * FLASH_LDP + 4 * ty, dp[0][k], dp[1][k], dp[2][k], dp[3][k]);
+        __syncthreads();
+
+        /* dQ += dS K, the keys in ascending order */
+        for (int m = 0; m < NDM; m++) {
+            const int d0 = 4 * tx + 64 * m;
+            if (d0 >= width) continue;
+            for (int c = 0; c < nk; c++) {
+                const F4 ds = ld4(dSt + c * FLASH_LDP + 4 * ty);
+                const F4 kk = ld4(Ks + c * ld + d0);
+                for (int a = 0; a < 4; a++) {
+                    const float da = f4_at(ds, a);
+                    acc[a][4 * m + 0] = fmaf(da, kk.x, acc[a][4 * m + 0]);
+                    acc[a][4 * m + 1] = fmaf(da, kk.y, acc[a][4 * m + 1]);
+                    acc[a][4 * m + 2] = fmaf(da, kk.z, acc[a][4 * m + 2]);
+                    acc[a][4 * m + 3] = fmaf(da, kk.w, acc[a][4 * m + 3]);
+                }
+            }
+        }
+    }
+
+    for (int a = 0; a < 4; a++) {
+        const int i = i0 + 4 * ty + a;
+        if (i >= T) continue;
+        float* dq = dqkv + ((size_t)b * T + i) * QKV + (size_t)h * HD;
+        for (int m = 0; m < NDM; m++)
+            for (int x = 0; x < 4; x++) {
+                const int d = 4 * tx + 64 * m + x;
+                if (d < HD) dq[d] = acc[a][4 * m + x] * sigma;
+            }
+    }
+}
+
+/* ---- host side ------------------------------------------------------------------------------- */
+
+/* One line naming the call and what is wrong, then exit (user input: the model's shapes). */
+static void flash_check_shapes(const char* fn, int NH, int NKV, int HD) {
+    if (HD < 1 || HD > FLASH_MAX_HD) {
+        fprintf(stderr, "seedgpt: %s: head dim %d not supported (the CUDA attention takes 1..%d)\n",
+                fn, HD, FLASH_MAX_HD);
+        exit(1);
+    }
+    if (NH < 1 || NKV < 1 || NH % NKV != 0) {
+        fprintf(stderr, "seedgpt: %s: n_kv_head %d must divide n_head %d\n", fn, NKV, NH);
+        exit(1);
+    }
+}
+
+static size_t flash_forward_smem(int HD) {
+    return sizeof(float) * ((size_t)(FBQ + 2 * FBK) * FLASH_LD(HD) + (size_t)FBK * FLASH_LDP);
+}
+static size_t flash_dkdv_smem(int HD) {
+    return sizeof(float) * ((size_t)(2 * FBK + 2 * FBQ) * FLASH_LD(HD) + (size_t)2 * FBQ * FLASH_LDP);
+}
+static size_t flash_dq_smem(int HD) {
+    return sizeof(float) * ((size_t)(2 * FBQ + 2 * FBK) * FLASH_LD(HD) + (size_t)FBK * FLASH_LDP);
+}
+
+/* Dynamic shared memory above 48 KiB needs the kernel's opt-in. */
+template <typename Kernel>
+static void flash_allow_smem(Kernel kernel, size_t bytes) {
+    if (bytes > 48 * 1024)
+        SG_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+template <int NDM>
+static void flash_forward_launch(float* out, float* lse, const float* qkv, int B, int T, int NH,
+                                 int NKV, int HD, uint32_t g0, uint64_t seed, Dropout drop,
+                                 float sigma) {
+    const size_t smem = flash_forward_smem(HD);
+    flash_allow_smem(flash_forward_kernel<NDM>, smem);
+    dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)T, FBQ));
+    SG_LAUNCH(flash_forward_kernel<NDM>, grid, dim3(FTHREADS), smem, out, lse, qkv, T, NH, NKV, HD,
+              g0, seed, drop.thr, drop.scale, sigma);
+    SG_CHECK_LAUNCH();
+}
+
+extern "C" void attention_forward_cuda(float* out, float* lse, const float* qkv,
+                                       int B, int T, int NH, int NKV, int HD,
+                                       uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    flash_check_shapes("attention_forward_cuda", NH, NKV, HD);
+    if (B <= 0 || T <= 0) return;
+    const float sigma = 1.0f / sqrtf((float)HD);
+    if (HD <= 64)
+        flash_forward_launch<1>(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop, sigma);
+    else
+        flash_forward_launch<2>(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop, sigma);
+}
+
+static size_t flash_round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* The scratch: D (B, NH, T); with grouped-query heads (NKV < NH) also the per-query-head partial
+ * sums of dK and dV, (B, T, NH, HD) each, that pass 1 leaves for flash_group_sum_kernel. */
+extern "C" size_t attention_backward_scratch_floats_cuda(int B, int T, int NH, int NKV, int HD,
+                                                          int nthreads) {
+    const size_t partial = NKV < NH ? 2 * flash_round16((size_t)B * T * NH * HD) : 0;
+    return flash_round16((size_t)B * NH * T) + partial;
+}
+
+template <int NDM>
+static void flash_backward_launch(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* lse, int B, int T, int NH, int NKV, int HD,
+                                  uint32_t g0, uint64_t seed, Dropout drop, float sigma) {
+    const size_t smem1 = flash_dkdv_smem(HD), smem2 = flash_dq_smem(HD);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const float* D = scratch;
+    flash_allow_smem(flash_dkdv_kernel<NDM>, smem1);
+    flash_allow_smem(flash_dq_kernel<NDM>, smem2);
+    dim3 grid1((unsigned)(B * NH), sg_ceil_div((size_t)T, FBK));
+    if (NKV == NH) {   /* one query head per kv head: straight into dqkv */
+        SG_LAUNCH(flash_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dqkv + (size_t)NH * HD,
+                  dqkv + (size_t)(NH + NKV) * HD, QKV, sigma, dout, qkv, lse, D, T, NH, NKV, HD, g0,
+                  seed, drop.thr, drop.scale, sigma);
+        SG_CHECK_LAUNCH();
+    } else {           /* partial sums per query head, then the group's sum in a fixed order */
+        float* dKp = scratch + flash_round16((size_t)B * NH * T);
+        float* dVp = dKp + flash_round16((size_t)B * T * NH * HD);
+        SG_LAUNCH(flash_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dKp, dVp, (size_t)NH * HD,
+                  1.0f, dout, qkv, lse, D, T, NH, NKV, HD, g0, seed, drop.thr, drop.scale, sigma);
+        SG_CHECK_LAUNCH();
+        const size_t n = (size_t)B * T * NKV * HD;
+        SG_LAUNCH(flash_group_sum_kernel, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dqkv, dKp, dVp, B,
+                  T, NH, NKV, HD, sigma);
+        SG_CHECK_LAUNCH();
+    }
+    dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, FBQ));
+    SG_LAUNCH(flash_dq_kernel<NDM>, grid2, dim3(FTHREADS), smem2, dqkv, dout, qkv, lse, D, T, NH,
+              NKV, HD, g0, seed, drop.thr, drop.scale, sigma);
+    SG_CHECK_LAUNCH();
+}
+
+extern "C" void attention_backward_cuda(float* dqkv, float* scratch, const float* dout,
+                                        const float* qkv, const float* out, const float* lse,
+                                        int B, int T, int NH, int NKV, int HD,
+                                        uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    flash_check_shapes("attention_backward_cuda", NH, NKV, HD);
+    if (B <= 0 || T <= 0) return;
+    const float sigma = 1.0f / sqrtf((float)HD);
+    float* D = scratch;   /* (B, NH, T) */
+    const long rows = (long)B * NH * T;
+    SG_LAUNCH(flash_dot_kernel, dim3(sg_ceil_div((size_t)rows, 8)), dim3(256), 0, D, dout, out, B, T,
+              NH, HD);
+    SG_CHECK_LAUNCH();
+    if (HD <= 64)
+        flash_backward_launch<1>(dqkv, scratch, dout, qkv, lse, B, T, NH, NKV, HD, g0, attn_seed, drop,
+                                 sigma);
+    else
+        flash_backward_launch<2>(dqkv, scratch, dout, qkv, lse, B, T, NH, NKV, HD, g0, attn_seed, drop,
+                                 sigma);
+}
