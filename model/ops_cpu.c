@@ -32,29 +32,13 @@ static inline void dropout_row(float* y, const float* x, const float* res, int C
         else for (int c = 0; c < C; c++) y[c] = x[c] * drop.scale;
         return;
     }
-    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     for (int c0 = 0; c0 < C; c0 += 4 * DROP_QUADS) {
-        uint32_t r[4][DROP_QUADS];   /* r[w][q]: channel c0 + 4 q + w */
-        for (int q = 0; q < DROP_QUADS; q++) {
-            /* philox_elem_draw4(seed, g, t, c0 / 4 + q): counter (t, c / 4, 0, g), spelled out
-             * so the calls of the batch vectorise */
-            uint32_t a0 = t, a1 = (uint32_t)(c0 >> 2) + (uint32_t)q, a2 = 0, a3 = g;
-            uint32_t key0 = k0, key1 = k1;
-            for (int round = 0; round < 10; round++) {
-                uint64_t p0 = (uint64_t)PHILOX_M0 * a0, p1 = (uint64_t)PHILOX_M1 * a2;
-                uint32_t n0 = (uint32_t)(p1 >> 32) ^ a1 ^ key0, n2 = (uint32_t)(p0 >> 32) ^ a3 ^ key1;
-                a1 = (uint32_t)p1;
-                a3 = (uint32_t)p0;
-                a0 = n0;
-                a2 = n2;
-                key0 += PHILOX_W0;
-                key1 += PHILOX_W1;
-            }
-            r[0][q] = a0; r[1][q] = a1; r[2][q] = a2; r[3][q] = a3;
-        }
+        uint32_t r[DROP_QUADS][4];   /* r[q][w]: channel c0 + 4 q + w */
+        for (int q = 0; q < DROP_QUADS; q++)
+            philox_elem_draw4(seed, g, t, ((uint32_t)c0 >> 2) + (uint32_t)q, r[q]);
         int n = C - c0 < 4 * DROP_QUADS ? C - c0 : 4 * DROP_QUADS;
         for (int k = 0; k < n; k++) {
-            float v = r[k & 3][k >> 2] >= drop.thr ? x[c0 + k] * drop.scale : 0.0f;
+            float v = r[k >> 2][k & 3] >= drop.thr ? x[c0 + k] * drop.scale : 0.0f;
             y[c0 + k] = res != NULL ? res[c0 + k] + v : v;
         }
     }
