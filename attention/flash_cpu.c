@@ -212,7 +212,7 @@ static int visible_keys(int i, int j0, int nk) {
  * rows x cols tile is written (0 for the future j > i, where nothing is drawn, and for padding
  * r >= nq or c >= nk), so the loops that read it need no branch. One Philox call gives keys j,
  * j+8, j+16, j+24 of an aligned block of 32; a block's eight calls are independent, and gcc runs
- * them side by side in vector lanes. */
+ * the sixteen calls of two blocks side by side in vector lanes. */
 static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
                       int i0, int nq, int j0, int nk,
                       uint64_t seed, uint32_t g, uint32_t h, uint32_t thr) {
@@ -221,15 +221,21 @@ static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
         float* kr = keep + (size_t)r * rs;
         for (int c = nv; c < cols; c++) kr[(size_t)c * cs] = 0.0f;
         if (nv == 0) continue;
-        for (int blk = j0 >> 5; blk <= (j0 + nv - 1) >> 5; blk++) {
-            uint32_t draw[8][4];
-            for (int lo = 0; lo < 8; lo++)
-                philox_attn_draw4(seed, g, h, (uint32_t)i, (uint32_t)blk, (uint32_t)lo, draw[lo]);
-            for (int w = 0; w < 4; w++)
-                for (int lo = 0; lo < 8; lo++) {
-                    const int c = (blk << 5) + 8 * w + lo - j0;
-                    if (c >= 0 && c < nv) kr[(size_t)c * cs] = draw[lo][w] >= thr ? 1.0f : 0.0f;
-                }
+        /* two blocks of 32 keys per batch: sixteen independent calls fill a 512-bit vector's
+         * lanes (eight calls left half of them idle); a batch's second block may lie past the last
+         * visible key, its draws are then unused */
+        for (int blk = j0 >> 5; blk <= (j0 + nv - 1) >> 5; blk += 2) {
+            uint32_t draw[16][4];
+            for (int k = 0; k < 16; k++)
+                philox_attn_draw4(seed, g, h, (uint32_t)i, (uint32_t)(blk + (k >> 3)), (uint32_t)(k & 7),
+                                  draw[k]);
+            for (int half = 0; half < 2; half++)
+                for (int w = 0; w < 4; w++)
+                    for (int lo = 0; lo < 8; lo++) {
+                        const int c = ((blk + half) << 5) + 8 * w + lo - j0;
+                        if (c >= 0 && c < nv)
+                            kr[(size_t)c * cs] = draw[8 * half + lo][w] >= thr ? 1.0f : 0.0f;
+                    }
         }
     }
 }
