@@ -229,13 +229,22 @@ static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
             for (int k = 0; k < 16; k++)
                 philox_attn_draw4(seed, g, h, (uint32_t)i, (uint32_t)(blk + (k >> 3)), (uint32_t)(k & 7),
                                   draw[k]);
-            for (int half = 0; half < 2; half++)
+            for (int half = 0; half < 2; half++) {
+                const int cb = ((blk + half) << 5) - j0;   /* tile column of the block's key 0 */
+                if (cb >= 0 && cb + 32 <= nv) {             /* the whole block visible: no test */
+                    for (int w = 0; w < 4; w++)
+                        for (int lo = 0; lo < 8; lo++)
+                            kr[(size_t)(cb + 8 * w + lo) * cs] =
+                                draw[8 * half + lo][w] >= thr ? 1.0f : 0.0f;
+                    continue;
+                }
                 for (int w = 0; w < 4; w++)
                     for (int lo = 0; lo < 8; lo++) {
-                        const int c = ((blk + half) << 5) + 8 * w + lo - j0;
+                        const int c = cb + 8 * w + lo;
                         if (c >= 0 && c < nv)
                             kr[(size_t)c * cs] = draw[8 * half + lo][w] >= thr ? 1.0f : 0.0f;
                     }
+            }
         }
     }
 }

@@ -36,10 +36,17 @@ static inline void dropout_row(float* y, const float* x, const float* res, int C
         uint32_t r[DROP_QUADS][4];   /* r[q][w]: channel c0 + 4 q + w */
         for (int q = 0; q < DROP_QUADS; q++)
             philox_elem_draw4(seed, g, t, ((uint32_t)c0 >> 2) + (uint32_t)q, r[q]);
+        const uint32_t* rk = &r[0][0];   /* rk[k]: channel c0 + k */
         int n = C - c0 < 4 * DROP_QUADS ? C - c0 : 4 * DROP_QUADS;
-        for (int k = 0; k < n; k++) {
-            float v = r[k >> 2][k & 3] >= drop.thr ? x[c0 + k] * drop.scale : 0.0f;
-            y[c0 + k] = res != NULL ? res[c0 + k] + v : v;
+        /* simd: y may alias x or res, but only element for element */
+        if (res != NULL) {
+            #pragma omp simd
+            for (int k = 0; k < n; k++)
+                y[c0 + k] = res[c0 + k] + (rk[k] >= drop.thr ? x[c0 + k] * drop.scale : 0.0f);
+        } else {
+            #pragma omp simd
+            for (int k = 0; k < n; k++)
+                y[c0 + k] = rk[k] >= drop.thr ? x[c0 + k] * drop.scale : 0.0f;
         }
     }
 }
