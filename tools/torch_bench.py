@@ -17,7 +17,8 @@ What it builds is what model/gpt.c computes (DESIGN §2), written the nanoGPT wa
     seedgpt computes it); mean cross-entropy over the real V columns;
   - the step: forward, zero_grad (set_to_none), backward, clip_grad_norm_(1.0), AdamW (lr 1e-4,
     betas 0.9 / 0.95, eps 1e-8, weight decay 0.1 on the 2-D weights and the embeddings, none on
-    biases and LayerNorm: seedgpt's gpt_param_decay); initialisation N(0, 0.02), the residual
+    biases and LayerNorm: seedgpt's gpt_param_decay; torch's default implementation, which on
+    the CPU is the per-tensor loop: foreach=True measured no faster here); initialisation N(0, 0.02), the residual
     projections 0.02 / sqrt(2L), biases zero (gpt_init_weights);
   - recompute=layer: torch.utils.checkpoint around every block; recompute=every:K around every run
     of K blocks (torch restores the RNG state, so the recomputed dropout masks are the same).
