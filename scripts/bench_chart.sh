@@ -5,7 +5,8 @@
 #   top right:    step time per recompute policy (L8 model), seedgpt and PyTorch
 #   bottom left:  peak memory per recompute policy: seedgpt's RSS and planned activations, PyTorch's RSS
 #   bottom right: attention forward+backward time and the caller's memory against T (flash, naive)
-# The JSON lines are turned into gnuplot tables by python3's json module (no other dependency).
+# The JSON lines are turned into gnuplot tables by python3's json module (no other dependency); the
+# model rows also go to a markdown table next to the JSON (out/bench.md), the form the README shows.
 set -euo pipefail
 json=${1:-out/bench.json}
 png=${2:-docs/img/bench.png}
@@ -39,6 +40,20 @@ for impl in ("flash", "naive"):
     with open(f"{out}/att_{impl}.dat", "w") as f:
         for r in sorted((r for r in att if r["impl"] == impl), key=lambda r: r["T"]):
             f.write(f'{r["T"]} {r["fwd_ms"] + r["bwd_ms"]:.3f} {r["mem_bytes"] / MiB:.3f}\n')
+# the README's table: one markdown row per model row
+md = sys.argv[1][:-5] + ".md" if sys.argv[1].endswith(".json") else sys.argv[1] + ".md"
+with open(md, "w") as f:
+    f.write("| config | shape | p | recompute | seedgpt ms/step | tok/s | GFLOP/s | % sgemm | peak RSS MiB "
+            "| PyTorch ms/step | PyTorch peak RSS MiB | speed-up |\n")
+    f.write("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    for r in model:
+        shape = f'L{r["L"]} H{r["NH"]} C{r["C"]} V{r["V"]} B{r["B"]} T{r["T"]}'
+        t = r.get("torch_median_ms")
+        f.write(f'| {r["config"]} | {shape} | {r["dropout"]:g} | {r["recompute"]} | {r["median_ms"]:.0f} '
+                f'| {r["tokens_per_s"]:.0f} | {r["gflops"]:.1f} | {r["pct_of_sgemm"]:.0f}% '
+                f'| {r["peak_rss"] / MiB:.0f} | {"%.0f" % t if t else "-"} '
+                f'| {"%.0f" % (r["torch_peak_rss"] / MiB) if t else "-"} '
+                f'| {"%.2fx" % r["speedup_vs_torch"] if t else "-"} |\n')
 with open(f"{out}/title.txt", "w") as f:
     sg = [r for r in rows if r.get("bench") == "sgemm"]
     load = sg[0]["loadavg1"] if sg else float("nan")
