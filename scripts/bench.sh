@@ -15,7 +15,7 @@
 #
 #   scripts/bench.sh [bench_model configs...]     e.g. scripts/bench.sh small
 #   BENCH_QUICK=1     1 process per side per row, 3 steps, attention at T 256 and 1024 only
-#                     (~2 min on 2 idle cores; the full run: 3 processes per side, 5 steps, ~6 min)
+#                     (~4 min on 2 cores; the full run: 3 processes per side, 5 steps, 8-11 min)
 #   BENCH_THREADS=N   threads for everything (default 2)
 #   BENCH_TORCH=0     leave PyTorch out; BENCH_PYTHON=path picks the Python that has torch
 #   BENCH_CHART=0     leave the chart alone
