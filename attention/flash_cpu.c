@@ -40,8 +40,9 @@
 #include "attention/vexp.h"
 
 /* Tile sizes: BQ query rows by BK keys. Any positive values work (tests build the kernel with
- * others). Multiples of 8 keep the tile products in whole register blocks; BK a multiple of 32
- * draws no keep bit it does not use (one Philox call covers four keys spread over 32). One
+ * others). Multiples of 8 keep the tile products in whole register blocks; BK a multiple of 64
+ * draws no keep bit it does not use below the diagonal (one Philox call covers four keys spread
+ * over 32; keep_tile draws two blocks of 32 at a time). One
  * thread's tiles take 2 (BQ + BK) HD + 2 BQ BK floats in the forward (on its stack: 64 KB at
  * 64 x 64, HD = 64; raise OMP_STACKSIZE for head dims in the thousands) and tiles_floats(HD) in
  * the backward (scratch: 128 KB at the same sizes). */
