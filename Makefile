@@ -1,7 +1,7 @@
 # seedgpt — build, test, bench.
 #   make            the CPU trainer ./train
 #   make test       every test; ends with "N passed, N failed"
-#   make bench      speed and memory (not a test)
+#   make bench      speed and memory against PyTorch side by side (not a test; BENCH_QUICK=1: ~4 min)
 #   make verify     the recompute-and-dropout teaching table
 #   make demo       the README's first run: setup, the King James Bible, a small model with dropout
 #                   and recompute, eval, a sample and the loss plot (DEMO_STEPS, default 1500)

@@ -40,8 +40,9 @@
 #include "attention/vexp.h"
 
 /* Tile sizes: BQ query rows by BK keys. Any positive values work (tests build the kernel with
- * others). Multiples of 8 keep the tile products in whole register blocks; BK a multiple of 32
- * draws no keep bit it does not use (one Philox call covers four keys spread over 32). One
+ * others). Multiples of 8 keep the tile products in whole register blocks; BK a multiple of 64
+ * draws no keep bit it does not use below the diagonal (one Philox call covers four keys spread
+ * over 32; keep_tile draws two blocks of 32 at a time). One
  * thread's tiles take 2 (BQ + BK) HD + 2 BQ BK floats in the forward (on its stack: 64 KB at
  * 64 x 64, HD = 64; raise OMP_STACKSIZE for head dims in the thousands) and tiles_floats(HD) in
  * the backward (scratch: 128 KB at the same sizes). */
@@ -212,7 +213,7 @@ static int visible_keys(int i, int j0, int nk) {
  * rows x cols tile is written (0 for the future j > i, where nothing is drawn, and for padding
  * r >= nq or c >= nk), so the loops that read it need no branch. One Philox call gives keys j,
  * j+8, j+16, j+24 of an aligned block of 32; a block's eight calls are independent, and gcc runs
- * them side by side in vector lanes. */
+ * the sixteen calls of two blocks side by side in vector lanes. */
 static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
                       int i0, int nq, int j0, int nk,
                       uint64_t seed, uint32_t g, uint32_t h, uint32_t thr) {
@@ -221,15 +222,30 @@ static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
         float* kr = keep + (size_t)r * rs;
         for (int c = nv; c < cols; c++) kr[(size_t)c * cs] = 0.0f;
         if (nv == 0) continue;
-        for (int blk = j0 >> 5; blk <= (j0 + nv - 1) >> 5; blk++) {
-            uint32_t draw[8][4];
-            for (int lo = 0; lo < 8; lo++)
-                philox_attn_draw4(seed, g, h, (uint32_t)i, (uint32_t)blk, (uint32_t)lo, draw[lo]);
-            for (int w = 0; w < 4; w++)
-                for (int lo = 0; lo < 8; lo++) {
-                    const int c = (blk << 5) + 8 * w + lo - j0;
-                    if (c >= 0 && c < nv) kr[(size_t)c * cs] = draw[lo][w] >= thr ? 1.0f : 0.0f;
+        /* two blocks of 32 keys per batch: sixteen independent calls fill a 512-bit vector's
+         * lanes (eight calls left half of them idle); a batch's second block may lie past the last
+         * visible key, its draws are then unused */
+        for (int blk = j0 >> 5; blk <= (j0 + nv - 1) >> 5; blk += 2) {
+            uint32_t draw[16][4];
+            for (int k = 0; k < 16; k++)
+                philox_attn_draw4(seed, g, h, (uint32_t)i, (uint32_t)(blk + (k >> 3)), (uint32_t)(k & 7),
+                                  draw[k]);
+            for (int half = 0; half < 2; half++) {
+                const int cb = ((blk + half) << 5) - j0;   /* tile column of the block's key 0 */
+                if (cb >= 0 && cb + 32 <= nv) {             /* the whole block visible: no test */
+                    for (int w = 0; w < 4; w++)
+                        for (int lo = 0; lo < 8; lo++)
+                            kr[(size_t)(cb + 8 * w + lo) * cs] =
+                                draw[8 * half + lo][w] >= thr ? 1.0f : 0.0f;
+                    continue;
                 }
+                for (int w = 0; w < 4; w++)
+                    for (int lo = 0; lo < 8; lo++) {
+                        const int c = cb + 8 * w + lo;
+                        if (c >= 0 && c < nv)
+                            kr[(size_t)c * cs] = draw[8 * half + lo][w] >= thr ? 1.0f : 0.0f;
+                    }
+            }
         }
     }
 }

@@ -1,43 +1,63 @@
 #!/usr/bin/env bash
-# scripts/bench.sh — `make bench`: speed and memory, not a test (nothing is asserted).
+# scripts/bench.sh — `make bench`: speed and memory, side by side with PyTorch (not a test: nothing
+# is asserted).
 #
-# Builds the trainer and build/bench_model, runs the whole-step benchmark (tests/bench_model.c:
-# GPT-2 124M, a small L4 model, the recompute policies) and, when it has been built, the attention
-# benchmark build/bench_attention. Tables go to the terminal; every JSON line of both goes to
-# out/bench.jsonl (one object per row; "bench" names the benchmark).
+# Builds build/bench_model and build/bench_attention and runs:
+#   1. the whole-step benchmark (tests/bench_model.c): GPT-2 124M (B4 T64), a small byte-level L4
+#      model (B8 T256; dropout 0, 0.1, 0.1 with recompute=layer) and the recompute policies of an
+#      L8 model, each row in fresh processes; when a python3 can import torch, every row also runs
+#      through tools/torch_bench.py (the same model and step in PyTorch), its processes
+#      alternating with seedgpt's, and the table gets PyTorch's ms/step, peak RSS and the ratio;
+#   2. the attention benchmark (tests/bench_attention.c) over T;
+#   3. scripts/bench_chart.sh: out/bench.json -> docs/img/bench.png.
+# Tables go to the terminal; every JSON line goes to out/bench.json (one object per line; "bench"
+# names the benchmark: sgemm, model, attention).
 #
-#   scripts/bench.sh [bench_model args...]     e.g. scripts/bench.sh --steps 9 recompute
-#   BENCH_THREADS=N   threads for both benchmarks (default 2)
+#   scripts/bench.sh [bench_model configs...]     e.g. scripts/bench.sh small
+#   BENCH_QUICK=1     1 process per side per row, 3 steps, attention at T 256 and 1024 only
+#                     (~4 min on 2 cores; the full run: 3 processes per side, 5 steps, 8-11 min)
+#   BENCH_THREADS=N   threads for everything (default 2)
+#   BENCH_TORCH=0     leave PyTorch out; BENCH_PYTHON=path picks the Python that has torch
+#   BENCH_CHART=0     leave the chart alone
 #
-# Timings are medians over a few steps; they are only comparable within one run on one machine,
-# and anything else running on the same cores shows up in them (the load average is printed).
-# About 2 to 3 minutes on 2 idle cores (124M alone: ~20 s; the attention benchmark: ~25 s).
+# Threads: both seedgpt and PyTorch run with OMP_WAIT_POLICY=passive (idle OpenMP threads sleep
+# instead of spinning; on shared cores a spinning thread steals the core its partner needs), unless
+# OMP_WAIT_POLICY is set already. Timings are medians; compare ratios within one run (the load
+# average is printed and recorded).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 threads=${BENCH_THREADS:-2}
-make --no-print-directory train build/bench_model
-# the attention benchmark is optional: built when the Makefile has a rule for it
-if make -n build/bench_attention >/dev/null 2>&1; then
-    make --no-print-directory build/bench_attention || echo "bench: build/bench_attention failed to build"
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+    model_args=(--warmup 2 --steps 3 --reps 1); attn_T=(256 1024)
+else
+    model_args=(--warmup 2 --steps 5 --reps 3); attn_T=(256 1024 4096)
 fi
+torch_args=()
+if [ "${BENCH_TORCH:-1}" != 0 ]; then
+    for py in ${BENCH_PYTHON:-} /usr/bin/python3 python3; do
+        if "$py" -c 'import torch' >/dev/null 2>&1; then torch_args=(--torch "$py tools/torch_bench.py"); break; fi
+    done
+    [ ${#torch_args[@]} -gt 0 ] || echo "bench: no python3 here imports torch; the PyTorch columns are left out"
+fi
+
+make --no-print-directory build/bench_model build/bench_attention
 
 mkdir -p out
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-echo "== build/bench_model --threads $threads $*"
-build/bench_model --threads "$threads" "$@" | tee "$log"
+echo "== build/bench_model --threads $threads ${model_args[*]} ${torch_args[*]} $*   (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+build/bench_model --threads "$threads" "${model_args[@]}" "${torch_args[@]}" "$@" | tee "$log"
 
-if [ -x build/bench_attention ]; then
-    echo
-    echo "== build/bench_attention (OMP_NUM_THREADS=$threads)"
-    OMP_NUM_THREADS=$threads build/bench_attention | tee -a "$log"
-else
-    echo
-    echo "== build/bench_attention: not built, skipped"
-fi
-
-grep '^{' "$log" > out/bench.jsonl
 echo
-echo "bench: $(wc -l < out/bench.jsonl) JSON lines in out/bench.jsonl; load average now $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== build/bench_attention ${attn_T[*]} (OMP_NUM_THREADS=$threads)"
+OMP_NUM_THREADS=$threads build/bench_attention "${attn_T[@]}" | tee -a "$log"
+
+grep '^{' "$log" > out/bench.json
+echo
+echo "bench: $(wc -l < out/bench.json) JSON lines in out/bench.json; load average now $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "${BENCH_CHART:-1}" != 0 ]; then
+    scripts/bench_chart.sh out/bench.json docs/img/bench.png || echo "bench: no chart (see above)"
+fi

@@ -82,6 +82,9 @@ typedef struct {
     double params;                        /* parameters, padded vocab rows included */
     double allocs_after_step0;            /* mem_alloc calls after the first step (should be 0) */
     double check_mismatches;              /* recompute value check failures over all steps */
+    double peak_rss;                      /* the process's peak resident set (ru_maxrss), bytes */
+    double sgemm;                         /* GFLOP/s of the sgemm reference, in this process
+                                             right after its steps (the row's % of sgemm) */
 } RowResult;
 #define ROW_FIELDS (sizeof(RowResult) / sizeof(double))
 
@@ -227,6 +230,8 @@ static double cpu_seconds(int sys) {
     return tv.tv_sec + tv.tv_usec * 1e-6;
 }
 
+static double sgemm_gflops(void);
+
 static int run_row(const char* spec, int warmup, int steps) {
     char err[256];
     RowSpec r;
@@ -301,6 +306,10 @@ static int run_row(const char* spec, int warmup, int steps) {
     res.params = (double)m.num_parameters;
     res.allocs_after_step0 = (double)(ms.allocations - allocs_after_step0);
     res.check_mismatches = mismatches;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    res.peak_rss = (double)ru.ru_maxrss * 1024.0;
+    res.sgemm = sgemm_gflops();   /* after getrusage: its buffers are not the row's peak */
 
     const double* f = (const double*)&res;
     printf("ROW");
@@ -362,6 +371,64 @@ static int spawn_row(const char* exe, const RowSpec* r, int threads, int blas_th
     return 0;
 }
 
+/* ---- the PyTorch side ----------------------------------------------------------------------- */
+
+/* What tools/torch_bench.py measures for the same row (its TORCH_ROW line, in this order). */
+typedef struct {
+    double median_ms, min_ms, max_ms, fwd_ms, bwd_ms, opt_ms;
+    double peak_rss;     /* ru_maxrss at the end, bytes */
+    double base_rss;     /* RSS after importing torch, before the model existed */
+    double loss, params;
+} TorchResult;
+#define TORCH_FIELDS (sizeof(TorchResult) / sizeof(double))
+
+/* Runs one row through `torch_cmd` (e.g. "/usr/bin/python3 tools/torch_bench.py") in a fresh
+ * process with OMP_WAIT_POLICY=passive. Returns 0 and fills res, 1 when the script says torch is
+ * missing (TORCH_SKIP), -1 on failure. */
+static int spawn_torch(const char* torch_cmd, const RowSpec* r, int threads, int warmup, int steps,
+                       TorchResult* res) {
+    char spec[512], cmd[2048];
+    row_format(r, spec, sizeof(spec));
+    snprintf(cmd, sizeof(cmd), "OMP_WAIT_POLICY=passive %s --threads %d --warmup %d --steps %d --row '%s'",
+             torch_cmd, threads, warmup, steps, spec);
+    fflush(stdout);
+    FILE* pf = popen(cmd, "r");
+    if (pf == NULL) { perror("bench_model: popen"); return -1; }
+    char line[4096];
+    int got = 0, skip = 0;
+    while (fgets(line, sizeof(line), pf) != NULL) {
+        if (!strncmp(line, "TORCH_SKIP", 10)) { skip = 1; printf("# torch: %s", line + 11); continue; }
+        if (strncmp(line, "TORCH_ROW ", 10) != 0) { fputs(line, stdout); continue; }
+        double* f = (double*)res;
+        char* p = line + 10;
+        size_t i = 0;
+        for (; i < TORCH_FIELDS; i++) {
+            char* end;
+            f[i] = strtod(p, &end);
+            if (end == p) break;
+            p = end;
+        }
+        got = i == TORCH_FIELDS;
+    }
+    int status = pclose(pf);
+    if (skip) return 1;
+    if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "bench_model: torch row %s failed (exit status %d)\n", spec,
+                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return -1;
+    }
+    return 0;
+}
+
+/* Field-wise medians of n structs of doubles (each `fields` long), into out. */
+static void fieldwise_median(const double* reps, int n, size_t fields, double* out) {
+    double x[64];
+    for (size_t f = 0; f < fields; f++) {
+        for (int i = 0; i < n; i++) x[i] = reps[(size_t)i * fields + f];
+        out[f] = median(x, n);
+    }
+}
+
 /* ---- the sgemm reference ------------------------------------------------------------------ */
 
 /* A GPT-shaped product, the MLP's first linear at GPT-2 small with 1024 rows:
@@ -402,6 +469,8 @@ typedef struct {
     RowSpec spec;
     RowResult res;
     int ok;
+    TorchResult tres;   /* the same row in PyTorch */
+    int tok;            /* tres is valid */
 } Row;
 
 /* The two references for a recompute row's time ratio to none: the arithmetic floor
@@ -416,6 +485,12 @@ static void recompute_refs(const Row* row, const Row* none, double* flop_floor, 
     Flops f = flops_of(&row->spec);
     *flop_floor = 1.0 + f.recompute_per_token / f.per_token;
     *fwd_ref = 1.0 + none->res.fwd_ms / none->res.median_ms;
+}
+
+static double loadavg1(void) {
+    double load[3] = {0, 0, 0};
+    getloadavg(load, 3);
+    return load[0];
 }
 
 /* The environment knobs that change how the threads wait, as "NAME=value ..." (empty if none). */
@@ -434,12 +509,14 @@ static const char* thread_env(void) {
 }
 
 static void print_json(const Row* row, const Row* none, int threads, int blas_threads, int warmup,
-                       int steps, double sgemm, double load1) {
+                       int steps, int reps, double sgemm, double load1) {
     const RowSpec* r = &row->spec;
     const RowResult* x = &row->res;
     Flops f = flops_of(r);
     double tokens = (double)r->B * r->T;
     double gflops = f.per_token * tokens / (x->median_ms * 1e-3) * 1e-9;
+    double sgemm_start = sgemm;
+    sgemm = x->sgemm;   /* the row's own reference, measured in its processes */
     printf("{\"bench\":\"model\",\"config\":\"%s\",\"L\":%d,\"NH\":%d,\"NKV\":%d,\"C\":%d,\"V\":%d,"
            "\"Vp\":%d,\"maxT\":%d,\"B\":%d,\"T\":%d,\"dropout\":%g,\"recompute\":\"%s\","
            "\"threads\":%d,\"blas_threads\":%d,\"blas_parallel\":\"%s\",\"thread_env\":\"%s\","
@@ -459,6 +536,23 @@ static void print_json(const Row* row, const Row* none, int threads, int blas_th
            x->fwd_ms, x->bwd_ms, x->opt_ms, x->user_s, x->sys_s, tokens / (x->median_ms * 1e-3),
            f.per_token, gflops, sgemm, 100.0 * gflops / sgemm, x->peak_bytes, x->act_bytes,
            x->recompute_bytes, x->allocs_after_step0, x->check_mismatches, x->loss, load1);
+    printf(",\"reps\":%d,\"peak_rss\":%.0f,\"loadavg1_end\":%.2f,\"sgemm_gflops_start\":%.3f", reps,
+           x->peak_rss, loadavg1(), sgemm_start);
+    if (row->tok) {
+        const TorchResult* t = &row->tres;
+        double tg = f.per_token * tokens / (t->median_ms * 1e-3) * 1e-9;
+        printf(",\"torch_median_ms\":%.3f,\"torch_min_ms\":%.3f,\"torch_max_ms\":%.3f,"
+               "\"torch_fwd_ms\":%.3f,\"torch_bwd_ms\":%.3f,\"torch_opt_ms\":%.3f,"
+               "\"torch_tokens_per_s\":%.1f,\"torch_gflops\":%.3f,\"torch_peak_rss\":%.0f,"
+               "\"torch_base_rss\":%.0f,\"torch_params\":%.0f,\"torch_loss\":%.6f,"
+               "\"speedup_vs_torch\":%.4f,\"torch_env\":\"OMP_WAIT_POLICY=passive\"",
+               t->median_ms, t->min_ms, t->max_ms, t->fwd_ms, t->bwd_ms, t->opt_ms,
+               tokens / (t->median_ms * 1e-3), tg, t->peak_rss, t->base_rss, t->params, t->loss,
+               t->median_ms / x->median_ms);
+        if (none != NULL && none->tok)
+            printf(",\"torch_time_ratio_to_none\":%.4f,\"torch_peak_rss_ratio_to_none\":%.4f",
+                   t->median_ms / none->tres.median_ms, t->peak_rss / none->tres.peak_rss);
+    }
     if (none != NULL && none->ok) {
         double flop_floor, fwd_ref;
         recompute_refs(row, none, &flop_floor, &fwd_ref);
@@ -481,8 +575,12 @@ static void usage(FILE* f) {
 "  --blas-threads N  OpenBLAS threads, if they should differ (an experiment; default --threads)\n"
 "  --steps N     timed steps per row, the median is reported (default 7)\n"
 "  --warmup N    untimed steps first (default 1)\n"
+"  --reps N      processes per row (and per side), alternating; medians over them (default 1)\n"
+"  --torch CMD   also run every row through CMD (tools/torch_bench.py under a Python with\n"
+"                torch), alternating with seedgpt's processes; adds the x torch column\n"
 "  config        124m       L12 H12 C768 V50257 maxT1024, B4 T64\n"
-"                small      L4 H4 C256 V257 maxT256, B8 T256, dropout 0 and 0.1\n"
+"                small      L4 H4 C256 V257 maxT256, B8 T256, dropout 0 and 0.1, and 0.1 with\n"
+"                           recompute=layer\n"
 "                recompute  L8 H4 C256 V257 maxT256, B8 T256, dropout 0.1, policies\n"
 "                           none, layer, every:2, every:4\n"
 "                L=..,H=..,KV=..,C=..,V=..,maxT=..,B=..,T=..,p=..,recompute=..   one row\n"
@@ -490,8 +588,9 @@ static void usage(FILE* f) {
 }
 
 int main(int argc, char** argv) {
-    int threads = 0, blas_threads = 0, steps = 7, warmup = 1;
+    int threads = 0, blas_threads = 0, steps = 7, warmup = 1, reps = 1;
     const char* row_spec = NULL;
+    const char* torch_cmd = NULL;
     const char* configs[BENCH_MAX_ROWS];
     int nconfigs = 0;
     for (int i = 1; i < argc; i++) {
@@ -502,6 +601,12 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--blas-threads")) { blas_threads = parse_int(a, v, 1, 1024); i++; }
         else if (!strcmp(a, "--steps")) { steps = parse_int(a, v, 1, 100000); i++; }
         else if (!strcmp(a, "--warmup")) { warmup = parse_int(a, v, 0, 100000); i++; }
+        else if (!strcmp(a, "--reps")) { reps = parse_int(a, v, 1, 64); i++; }
+        else if (!strcmp(a, "--torch")) {
+            if (v == NULL || *v == '\0') { fprintf(stderr, "bench_model: --torch: expected a command\n"); return 2; }
+            torch_cmd = v;
+            i++;
+        }
         else if (!strcmp(a, "--row")) {   /* internal: one row in this process */
             if (v == NULL) { fprintf(stderr, "bench_model: --row: expected a row spec\n"); return 2; }
             row_spec = v;
@@ -532,6 +637,7 @@ int main(int argc, char** argv) {
         } else if (!strcmp(c, "small")) {
             rows[nrows++].spec = row_make("small", 4, 4, 256, 257, 256, 8, 256, 0.0, "none");
             rows[nrows++].spec = row_make("small", 4, 4, 256, 257, 256, 8, 256, 0.1, "none");
+            rows[nrows++].spec = row_make("small", 4, 4, 256, 257, 256, 8, 256, 0.1, "layer");
         } else if (!strcmp(c, "recompute")) {
             static const char* pols[] = {"none", "layer", "every:2", "every:4"};
             for (int k = 0; k < 4; k++)
@@ -558,7 +664,9 @@ int main(int argc, char** argv) {
     printf("# bench_model: %d threads (OpenBLAS %d), %d warm-up + %d timed steps per row (median), "
            "each row in its own process; load average %.2f at start%s%s\n", threads, blas_threads,
            warmup, steps, load[0], thread_env()[0] ? "; " : "", thread_env());
-    printf("# OpenBLAS sgemm (%d x %d x %d, NT, median of 7): %.1f GFLOP/s; OpenBLAS threading: %s (%s)\n",
+    printf("# OpenBLAS sgemm (%d x %d x %d, NT, median of 7): %.1f GFLOP/s now; each row's %%sgemm divides by\n"
+           "#   the same sgemm measured in the row's own processes right after their steps\n"
+           "# OpenBLAS threading: %s (%s)\n",
            SG_M, SG_N, SG_K, sgemm, blas_parallel_name(), openblas_get_config());
     printf("# FLOPs/token = 6 N + 6 L T C, N = L (QKV C + 9 C^2) + Vp C (matmul weights incl. the LM\n"
            "#   head); 6LTC = causal half of 12LTC attention; biases, norms, GELU, dropout, softmax,\n"
@@ -568,16 +676,44 @@ int main(int argc, char** argv) {
     printf("{\"bench\":\"sgemm\",\"M\":%d,\"N\":%d,\"K\":%d,\"threads\":%d,\"blas_threads\":%d,"
            "\"blas_parallel\":\"%s\",\"thread_env\":\"%s\",\"gflops\":%.3f,\"loadavg1\":%.2f}\n",
            SG_M, SG_N, SG_K, threads, blas_threads, blas_parallel_name(), thread_env(), sgemm, load[0]);
-    printf("%-9s %-24s %4s %-8s %9s %9s %8s %8s %7s %8s %7s %6s %5s %8s\n", "config", "shape", "p",
-           "recomp", "ms/step", "min", "fwd", "bwd", "opt", "tok/s", "GFLOP/s", "%sgemm", "sys%",
-           "peak MiB");
+    if (torch_cmd != NULL)
+        printf("# torch: the same row in PyTorch (%s, OMP_WAIT_POLICY=passive, %d threads), its process\n"
+               "#   alternating with seedgpt's, %d of each per row; every time is the median over the\n"
+               "#   processes of each one's median step; x torch = torch ms / seedgpt ms; RSS = ru_maxrss\n",
+               torch_cmd, threads, reps);
+    printf("%-9s %-24s %4s %-8s %8s %7s %7s %6s %8s %7s %6s %5s %8s %8s", "config", "shape", "p",
+           "recomp", "ms/step", "fwd", "bwd", "opt", "tok/s", "GFLOP/s", "%sgemm", "sys%",
+           "peak MiB", "RSS MiB");
+    if (torch_cmd != NULL) printf(" %9s %8s %7s", "torch ms", "torchRSS", "x torch");
+    printf("\n");
     fflush(stdout);
 
-    int failures = 0;
+    int failures = 0, torch_missing = 0;
     for (int i = 0; i < nrows; i++) {
         Row* row = &rows[i];
-        row->ok = spawn_row(exe, &row->spec, threads, blas_threads, warmup, steps, &row->res) == 0;
+        /* reps processes of each, alternating which goes first: s t t s s t ... */
+        double rres[64 * ROW_FIELDS], tres[64 * TORCH_FIELDS];
+        int nr = 0, nt = 0;
+        row->ok = 1;
+        for (int k = 0; k < reps && row->ok; k++) {
+            for (int side = 0; side < 2; side++) {
+                int torch_turn = (k % 2 == 0) == (side == 1);
+                if (!torch_turn) {
+                    if (spawn_row(exe, &row->spec, threads, blas_threads, warmup, steps,
+                                  (RowResult*)&rres[nr * ROW_FIELDS]) == 0) nr++;
+                    else row->ok = 0;
+                } else if (torch_cmd != NULL && !torch_missing) {
+                    int rc = spawn_torch(torch_cmd, &row->spec, threads, warmup, steps,
+                                         (TorchResult*)&tres[nt * TORCH_FIELDS]);
+                    if (rc == 0) nt++;
+                    else if (rc == 1) torch_missing = 1;
+                }
+            }
+        }
         if (!row->ok) { failures++; continue; }
+        fieldwise_median(rres, nr, ROW_FIELDS, (double*)&row->res);
+        row->tok = nt > 0;
+        if (row->tok) fieldwise_median(tres, nt, TORCH_FIELDS, (double*)&row->tres);
         const RowSpec* r = &row->spec;
         const RowResult* x = &row->res;
         Flops f = flops_of(r);
@@ -587,10 +723,17 @@ int main(int argc, char** argv) {
         if (r->cfg.num_kv_heads != r->cfg.num_heads) snprintf(kv, sizeof(kv), "/%d", r->cfg.num_kv_heads);
         snprintf(shape, sizeof(shape), "L%d H%d%s C%d V%d B%d T%d", r->cfg.num_layers,
                  r->cfg.num_heads, kv, r->cfg.channels, r->cfg.vocab_size, r->B, r->T);
-        printf("%-9s %-24s %4.2f %-8s %9.1f %9.1f %8.1f %8.1f %7.1f %8.0f %7.1f %5.1f%% %4.1f%% %8.1f\n",
-               r->group, shape, r->p, r->policy, x->median_ms, x->min_ms, x->fwd_ms, x->bwd_ms,
-               x->opt_ms, r->B * r->T / (x->median_ms * 1e-3), gflops, 100.0 * gflops / sgemm,
-               100.0 * x->sys_s / (x->user_s + x->sys_s), x->peak_bytes / 1048576.0);
+        printf("%-9s %-24s %4.2f %-8s %8.1f %7.1f %7.1f %6.1f %8.0f %7.1f %5.1f%% %4.1f%% %8.1f %8.1f",
+               r->group, shape, r->p, r->policy, x->median_ms, x->fwd_ms, x->bwd_ms,
+               x->opt_ms, r->B * r->T / (x->median_ms * 1e-3), gflops, 100.0 * gflops / x->sgemm,
+               100.0 * x->sys_s / (x->user_s + x->sys_s), x->peak_bytes / 1048576.0,
+               x->peak_rss / 1048576.0);
+        if (row->tok)
+            printf(" %9.1f %8.1f %6.2fx", row->tres.median_ms, row->tres.peak_rss / 1048576.0,
+                   row->tres.median_ms / x->median_ms);
+        else if (torch_cmd != NULL)
+            printf(" %9s %8s %7s", "-", "-", "-");
+        printf("\n");
         if (x->allocs_after_step0 > 0 || x->check_mismatches > 0)
             printf("#   note: %.0f allocations after step 0, %.0f recompute check mismatches\n",
                    x->allocs_after_step0, x->check_mismatches);
@@ -601,7 +744,7 @@ int main(int argc, char** argv) {
                 rows[j].spec.p == r->p && rows[j].ok)
                 none = &rows[j];
         print_json(row, strcmp(r->group, "recompute") == 0 ? (none ? none : row) : NULL, threads,
-                   blas_threads, warmup, steps, sgemm, load[0]);
+                   blas_threads, warmup, steps, reps, sgemm, load[0]);
         fflush(stdout);
     }
 
@@ -620,8 +763,9 @@ int main(int argc, char** argv) {
                none->spec.cfg.num_layers, none->spec.cfg.num_heads, none->spec.cfg.channels,
                none->spec.cfg.vocab_size, none->spec.B, none->spec.T, none->spec.p,
                f.recompute_per_token, f.per_token);
-        printf("%-8s %9s %7s %7s %7s %9s %7s %9s %7s\n", "policy", "ms/step", "ratio", "floor",
-               "1+fwd", "peak MiB", "ratio", "act MiB", "ratio");
+        printf("%-8s %9s %7s %7s %7s %9s %7s %9s %7s %9s %7s %9s %7s\n", "policy", "ms/step", "ratio",
+               "floor", "1+fwd", "peak MiB", "ratio", "act MiB", "ratio", "torch ms", "ratio",
+               "torchRSS", "ratio");
         double none_act = none->res.act_bytes + none->res.recompute_bytes;
         for (int i = 0; i < nrows; i++) {
             const Row* row = &rows[i];
@@ -629,10 +773,15 @@ int main(int argc, char** argv) {
             double flop_floor, fwd_ref;
             recompute_refs(row, none, &flop_floor, &fwd_ref);
             double act = row->res.act_bytes + row->res.recompute_bytes;
-            printf("%-8s %9.1f %7.3f %7.3f %7.3f %9.1f %7.3f %9.1f %7.3f\n", row->spec.policy,
+            printf("%-8s %9.1f %7.3f %7.3f %7.3f %9.1f %7.3f %9.1f %7.3f", row->spec.policy,
                    row->res.median_ms, row->res.median_ms / none->res.median_ms, flop_floor,
                    fwd_ref, row->res.peak_bytes / 1048576.0,
                    row->res.peak_bytes / none->res.peak_bytes, act / 1048576.0, act / none_act);
+            if (row->tok && none->tok)
+                printf(" %9.1f %7.3f %9.1f %7.3f", row->tres.median_ms,
+                       row->tres.median_ms / none->tres.median_ms, row->tres.peak_rss / 1048576.0,
+                       row->tres.peak_rss / none->tres.peak_rss);
+            printf("\n");
         }
     }
     return failures ? 1 : 0;

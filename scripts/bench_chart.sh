@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# scripts/bench_chart.sh [BENCH.json] [OUT.png] — the benchmark chart (default out/bench.json ->
+# docs/img/bench.png) with gnuplot; scripts/bench.sh calls it after `make bench`.
+#   top left:     speed-up over PyTorch of every model row (torch ms / seedgpt ms; 1.5 marked)
+#   top right:    step time per recompute policy (L8 model), seedgpt and PyTorch
+#   bottom left:  peak memory per recompute policy: seedgpt's RSS and planned activations, PyTorch's RSS
+#   bottom right: attention forward+backward time and the caller's memory against T (flash, naive)
+# The JSON lines are turned into gnuplot tables by python3's json module (no other dependency); the
+# model rows also go to a markdown table next to the JSON (out/bench.md), the form the README shows.
+set -euo pipefail
+json=${1:-out/bench.json}
+png=${2:-docs/img/bench.png}
+[ -s "$json" ] || { echo "seedgpt: bench_chart: $json: no such benchmark output (run make bench)" >&2; exit 2; }
+command -v gnuplot >/dev/null 2>&1 || { echo "seedgpt: bench_chart: gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)" >&2; exit 2; }
+py=$(command -v python3 || true)
+[ -n "$py" ] || { echo "seedgpt: bench_chart: python3 is needed to read $json" >&2; exit 2; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_chart.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+"$py" - "$json" "$tmp" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+out = sys.argv[2]
+MiB = 1048576.0
+model = [r for r in rows if r.get("bench") == "model"]
+with open(f"{out}/speedup.dat", "w") as f:
+    for r in model:
+        if "speedup_vs_torch" in r:
+            label = f'{r["config"]} p{r["dropout"]:g} {r["recompute"]}'
+            f.write(f'"{label}" {r["speedup_vs_torch"]:.4f}\n')
+with open(f"{out}/policy.dat", "w") as f:
+    for r in model:
+        if r["config"] == "recompute":
+            f.write('"%s" %.3f %s %.3f %.3f %s\n' % (
+                r["recompute"], r["median_ms"], r.get("torch_median_ms", "NaN"),
+                r["peak_rss"] / MiB, (r["act_bytes"] + r["recompute_bytes"]) / MiB,
+                "%.3f" % (r["torch_peak_rss"] / MiB) if "torch_peak_rss" in r else "NaN"))
+att = [r for r in rows if r.get("bench") == "attention" and r["p"] == 0.0]
+for impl in ("flash", "naive"):
+    with open(f"{out}/att_{impl}.dat", "w") as f:
+        for r in sorted((r for r in att if r["impl"] == impl), key=lambda r: r["T"]):
+            f.write(f'{r["T"]} {r["fwd_ms"] + r["bwd_ms"]:.3f} {r["mem_bytes"] / MiB:.3f}\n')
+# the README's table: one markdown row per model row
+md = sys.argv[1][:-5] + ".md" if sys.argv[1].endswith(".json") else sys.argv[1] + ".md"
+with open(md, "w") as f:
+    f.write("| config | shape | p | recompute | seedgpt ms/step | tok/s | GFLOP/s | % sgemm | peak RSS MiB "
+            "| PyTorch ms/step | PyTorch peak RSS MiB | speed-up |\n")
+    f.write("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    for r in model:
+        shape = f'L{r["L"]} H{r["NH"]} C{r["C"]} V{r["V"]} B{r["B"]} T{r["T"]}'
+        t = r.get("torch_median_ms")
+        f.write(f'| {r["config"]} | {shape} | {r["dropout"]:g} | {r["recompute"]} | {r["median_ms"]:.0f} '
+                f'| {r["tokens_per_s"]:.0f} | {r["gflops"]:.1f} | {r["pct_of_sgemm"]:.0f}% '
+                f'| {r["peak_rss"] / MiB:.0f} | {"%.0f" % t if t else "-"} '
+                f'| {"%.0f" % (r["torch_peak_rss"] / MiB) if t else "-"} '
+                f'| {"%.2fx" % r["speedup_vs_torch"] if t else "-"} |\n')
+with open(f"{out}/title.txt", "w") as f:
+    sg = [r for r in rows if r.get("bench") == "sgemm"]
+    load = sg[0]["loadavg1"] if sg else float("nan")
+    th = sg[0]["threads"] if sg else 0
+    rate = sg[0]["gflops"] if sg else float("nan")
+    f.write(f"seedgpt vs PyTorch, {th} threads (sgemm {rate:.0f} GFLOP/s, load average {load:.1f} at start)")
+PY
+
+gnuplot <<GP
+set terminal pngcairo size 1200,860 font "DejaVu Sans,10"
+set output "$png.tmp"
+set multiplot layout 2,2 title "$(cat "$tmp/title.txt")"
+set grid ytics
+set style data histograms
+set style fill solid 0.8 border -1
+set boxwidth 0.8
+
+set title "speed-up over PyTorch (torch ms / seedgpt ms)"
+set style histogram clustered gap 1
+set xtics rotate by -30 scale 0
+set yrange [0:*]
+plot "$tmp/speedup.dat" using 2:xtic(1) lc rgb "#1f77b4" title "seedgpt", 1.5 with lines lw 2 dt 2 lc rgb "#d62728" title "1.5x"
+
+set title "step time per recompute policy (L8 H4 C256 V257 B8 T256, dropout 0.1)"
+set ylabel "ms / step"
+set xtics norotate
+plot "$tmp/policy.dat" using 2:xtic(1) lc rgb "#1f77b4" title "seedgpt", "" using 3 lc rgb "#ff7f0e" title "PyTorch"
+
+set title "peak memory per recompute policy"
+set ylabel "MiB"
+plot "$tmp/policy.dat" using 4:xtic(1) lc rgb "#1f77b4" title "seedgpt peak RSS", "" using 5 lc rgb "#aec7e8" title "seedgpt activations (planned)", "" using 6 lc rgb "#ff7f0e" title "PyTorch peak RSS"
+
+set title "attention fwd+bwd against T (B1 NH12 HD64, causal)"
+set style data linespoints
+set logscale xy
+set xtics auto
+set xlabel "T"
+set ylabel "ms"
+set y2label "MiB"
+set logscale y2
+set y2tics
+set key left top
+set yrange [*:*]
+plot "$tmp/att_flash.dat" using 1:2 lw 2 pt 7 lc rgb "#1f77b4" title "flash time", \
+     "$tmp/att_naive.dat" using 1:2 lw 2 pt 7 lc rgb "#ff7f0e" title "naive time", \
+     "$tmp/att_flash.dat" using 1:3 axes x1y2 lw 2 dt 2 pt 5 lc rgb "#1f77b4" title "flash memory", \
+     "$tmp/att_naive.dat" using 1:3 axes x1y2 lw 2 dt 2 pt 5 lc rgb "#ff7f0e" title "naive memory"
+unset multiplot
+GP
+mv "$png.tmp" "$png"
+echo "wrote $png"

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""tools/torch_bench.py — the PyTorch side of `make bench`: one row of tests/bench_model.c, the same
+model and the same training step written in PyTorch, timed the same way.
+
+    python3 tools/torch_bench.py --threads 2 --warmup 1 --steps 5 \
+        --row L=4,H=4,KV=4,C=256,V=257,maxT=256,B=8,T=256,p=0.1,recompute=layer
+
+What it builds is what model/gpt.c computes (DESIGN §2), written the nanoGPT way:
+  - token + learned position embedding, dropout p on their sum;
+  - L pre-norm blocks x = x + drop(attn(LN1(x))); x = x + drop(mlp(LN2(x))), LayerNorm eps 1e-5
+    with weight and bias, every linear with a bias;
+  - causal multi-head attention (grouped-query heads by repeating the key/value heads), dropout p
+    on the attention probabilities; torch's fused scaled_dot_product_attention where this torch has
+    it (2.0 and later), else written out with a mask (nanoGPT's own fallback);
+  - GELU, tanh approximation, MLP width 4C;
+  - final LayerNorm; LM head tied to the token embedding with Vp = V rounded up to 128 rows (as
+    seedgpt computes it); mean cross-entropy over the real V columns;
+  - the step: forward, zero_grad (set_to_none), backward, clip_grad_norm_(1.0), AdamW (lr 1e-4,
+    betas 0.9 / 0.95, eps 1e-8, weight decay 0.1 on the 2-D weights and the embeddings, none on
+    biases and LayerNorm: seedgpt's gpt_param_decay; torch's default implementation, which on
+    the CPU is the per-tensor loop: foreach=True measured no faster here); initialisation N(0, 0.02), the residual
+    projections 0.02 / sqrt(2L), biases zero (gpt_init_weights);
+  - recompute=layer: torch.utils.checkpoint around every block; recompute=every:K around every run
+    of K blocks (torch restores the RNG state, so the recomputed dropout masks are the same).
+Tokens are random in [0, V), fresh for every step, as in bench_model.
+
+Threads: torch.set_num_threads(N); the caller sets OMP_WAIT_POLICY=passive (idle OpenMP threads
+sleep instead of spinning, the setting that serves PyTorch best on shared cores).
+
+Prints one line "TORCH_ROW median_ms min_ms max_ms fwd_ms bwd_ms opt_ms peak_rss_bytes
+base_rss_bytes loss params" (bench_model reads it) and, with --json, a JSON line. peak_rss is the
+process's ru_maxrss at the end; base_rss its RSS after importing torch, before the model existed.
+Exits 0 with "TORCH_SKIP reason" when torch cannot be imported.
+"""
+import argparse
+import math
+import resource
+import sys
+import time
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def parse_row(spec):
+    r = dict(L=4, H=4, KV=0, C=256, V=257, maxT=256, B=8, T=256, p=0.0, recompute="none")
+    for tok in spec.split(","):
+        if "=" not in tok:
+            sys.exit(f"torch_bench: row '{tok}': expected KEY=VALUE")
+        k, v = tok.split("=", 1)
+        if k not in r:
+            sys.exit(f"torch_bench: row: unknown key '{k}'")
+        r[k] = v if k == "recompute" else (float(v) if k == "p" else int(v))
+    if r["KV"] == 0:
+        r["KV"] = r["H"]
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--row", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    r = parse_row(a.row)
+    try:
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        import torch.utils.checkpoint as ckpt
+    except Exception as e:  # noqa: BLE001 - any import failure means "no PyTorch side"
+        print(f"TORCH_SKIP cannot import torch with {sys.executable} ({e.__class__.__name__})")
+        return 0
+    torch.set_num_threads(a.threads)
+    base_rss = rss_bytes()
+
+    L, NH, NKV, C, V, maxT = r["L"], r["H"], r["KV"], r["C"], r["V"], r["maxT"]
+    B, T, p = r["B"], r["T"], r["p"]
+    Vp = (V + 127) // 128 * 128
+    HD = C // NH
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(C, eps=1e-5)
+            self.qkv = nn.Linear(C, (NH + 2 * NKV) * HD)
+            self.attproj = nn.Linear(C, C)
+            self.ln2 = nn.LayerNorm(C, eps=1e-5)
+            self.fc = nn.Linear(C, 4 * C)
+            self.fcproj = nn.Linear(4 * C, C)
+            self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)), persistent=False)
+
+        def attention(self, x):
+            q, k, v = self.qkv(x).split([NH * HD, NKV * HD, NKV * HD], dim=2)
+            q = q.view(B, T, NH, HD).transpose(1, 2)
+            k = k.view(B, T, NKV, HD).transpose(1, 2)
+            v = v.view(B, T, NKV, HD).transpose(1, 2)
+            if NKV != NH:
+                k = k.repeat_interleave(NH // NKV, dim=1)
+                v = v.repeat_interleave(NH // NKV, dim=1)
+            if sdpa is not None:
+                y = sdpa(q, k, v, dropout_p=p if self.training else 0.0, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HD))
+                att = att.masked_fill(~self.mask, float("-inf"))
+                att = F.dropout(F.softmax(att, dim=-1), p, self.training)
+                y = att @ v
+            return self.attproj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+        def forward(self, x):
+            x = x + F.dropout(self.attention(self.ln1(x)), p, self.training)
+            h = F.gelu(self.fc(self.ln2(x)), approximate="tanh")
+            return x + F.dropout(self.fcproj(h), p, self.training)
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(Vp, C)
+            self.wpe = nn.Embedding(maxT, C)
+            self.blocks = nn.ModuleList(Block() for _ in range(L))
+            self.lnf = nn.LayerNorm(C, eps=1e-5)
+            pol = r["recompute"]
+            self.segment = 0 if pol == "none" else 1 if pol == "layer" else int(pol.split(":")[1])
+            self.register_buffer("pos", torch.arange(T), persistent=False)
+
+        def run_blocks(self, x, lo, hi):
+            for blk in self.blocks[lo:hi]:
+                x = blk(x)
+            return x
+
+        def forward(self, idx, targets):
+            x = F.dropout(self.wte(idx) + self.wpe(self.pos), p, self.training)
+            if self.segment == 0:
+                x = self.run_blocks(x, 0, L)
+            else:
+                for lo in range(0, L, self.segment):
+                    hi = min(lo + self.segment, L)
+                    x = ckpt.checkpoint(self.run_blocks, x, lo, hi)
+            logits = F.linear(self.lnf(x), self.wte.weight)      # (B, T, Vp), tied head
+            return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.view(-1))
+
+    torch.manual_seed(1337)
+    model = GPT()
+    with torch.no_grad():
+        for name, t in model.named_parameters():
+            if name.endswith("bias"):
+                t.zero_()
+            elif "ln" in name:
+                t.fill_(1.0)
+            else:
+                proj = name.endswith("attproj.weight") or name.endswith("fcproj.weight")
+                t.normal_(0.0, 0.02 / math.sqrt(2 * L) if proj else 0.02)
+        model.wte.weight[V:].zero_()
+    model.train()
+    decay = [t for n, t in model.named_parameters() if t.dim() == 2]
+    no_decay = [t for n, t in model.named_parameters() if t.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
+    params = sum(t.numel() for t in model.parameters())
+
+    gen = torch.Generator().manual_seed(42)
+    step_ms, fwd_ms, bwd_ms, opt_ms = [], [], [], []
+    loss = float("nan")
+    for s in range(a.warmup + a.steps):
+        idx = torch.randint(0, V, (B, T), generator=gen)
+        tgt = torch.randint(0, V, (B, T), generator=gen)
+        t0 = time.perf_counter()
+        lo = model(idx, tgt)
+        t1 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        lo.backward()
+        t2 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        t3 = time.perf_counter()
+        loss = lo.item()
+        if s >= a.warmup:
+            step_ms.append((t3 - t0) * 1e3)
+            fwd_ms.append((t1 - t0) * 1e3)
+            bwd_ms.append((t2 - t1) * 1e3)
+            opt_ms.append((t3 - t2) * 1e3)
+
+    def median(x):
+        x = sorted(x)
+        n = len(x)
+        return x[n // 2] if n % 2 else 0.5 * (x[n // 2 - 1] + x[n // 2])
+
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    vals = [median(step_ms), min(step_ms), max(step_ms), median(fwd_ms), median(bwd_ms),
+            median(opt_ms), peak_rss, base_rss, loss, params]
+    print("TORCH_ROW " + " ".join(repr(float(v)) for v in vals))
+    if a.json:
+        import json
+        print(json.dumps({"bench": "torch_model", "row": a.row, "torch": torch.__version__,
+                          "threads": a.threads, "sdpa": sdpa is not None, "median_ms": vals[0],
+                          "fwd_ms": vals[3], "bwd_ms": vals[4], "opt_ms": vals[5],
+                          "peak_rss": peak_rss, "base_rss": base_rss, "loss": loss}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
