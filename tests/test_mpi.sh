@@ -9,6 +9,8 @@
 #   - on 2 ranks, recompute layer and none give the same losses and model file, bit for bit;
 #   - a 2-rank run stopped by SIGTERM (on every rank) and resumed on 2 ranks ends bit for bit as
 #     the straight run; resuming with another rank count is refused with one line, both ways;
+#   - SIGTERM sent to rank 1 alone stops both ranks after the same step: rank 0 saves the state
+#     and says so, and the resumed run ends bit for bit as the straight one;
 #   - only rank 0 writes: rank 1, started in an empty folder of its own, leaves it empty, and the
 #     progress lines appear once.
 # Without mpirun or ./train_mpi the checks print SKIP. Each rank runs 1 OpenMP thread.
@@ -19,7 +21,8 @@ TRAIN_MPI=${SEEDGPT_TRAIN_MPI:-./train_mpi}
 CHECKS=(two_ranks_equal_one_process_with_twice_the_batch
         two_ranks_accumulating_equal_one_process_accumulating_shuffled
         two_ranks_recompute_layer_equals_none_bitwise two_ranks_resume_is_bit_exact
-        resume_with_another_rank_count_is_refused only_rank_0_writes)
+        resume_with_another_rank_count_is_refused sigterm_to_one_rank_stops_both_after_the_same_step
+        only_rank_0_writes)
 skip_all() { for c in "${CHECKS[@]}"; do echo "SKIP mpi_$c: $1"; done; exit 0; }
 command -v mpirun > /dev/null 2>&1 || skip_all "no mpirun (Debian: openmpi-bin)"
 [ -x "$TRAIN_MPI" ] || skip_all "$TRAIN_MPI is not built (make mpi; needs mpicc from libopenmpi-dev)"
@@ -147,6 +150,36 @@ lines2=$(grep -c '^seedgpt:' "$W/wrong2.err")
 report resume_with_another_rank_count_is_refused \
     "$([ $rc1 -eq 2 ] && [ $rc2 -eq 2 ] && [ "$lines1" -eq 1 ] && [ "$lines2" -eq 1 ] && grep -q 'written by a run of 2 process(es); this run has 1' "$W/wrong1.err" && grep -q 'written by a run of 1 process(es); this run has 2' "$W/wrong2.err" && [ ! -f "$W/halves/state_00000030.bin" ]; echo $?)" \
     "2-rank state in 1 process: status $rc1, $lines1 line \"$(grep -m1 '^seedgpt:' "$W/wrong1.err")\"; 1-process state on 2 ranks: status $rc2, $lines2 line"
+
+# ---- SIGTERM to rank 1 alone --------------------------------------------------------------------
+LONG=("${MODEL[@]}" --shuffle 1 --batch 4 --steps 200 --log-every 0)
+mpi2 "$TRAIN_MPI" "${LONG[@]}" --out "$W/long" > "$W/long.out" 2>&1
+rc0=$?
+mpi2 "$TRAIN_MPI" "${LONG[@]}" --out "$W/sig" > "$W/sig.out" 2>&1 &
+job=$!
+# rank 1: the process of this run (its --out is unique) whose MPI rank is 1
+rank1=""
+for _ in $(seq 1 600); do
+    if [ -z "$rank1" ]; then
+        for p in $(ps -eo pid=,args= | grep -E -- "--out $W/sig( |\$)" | grep -v -e mpirun -e grep | awk '{print $1}'); do
+            { tr '\0' '\n' < "/proc/$p/environ"; } 2> /dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && rank1=$p
+        done
+    fi
+    [ -n "$rank1" ] && [ "$({ wc -l < "$W/sig/log.jsonl"; } 2> /dev/null || echo 0)" -ge 5 ] && break
+    sleep 0.1
+done
+[ -n "$rank1" ] && kill -TERM "$rank1" 2> /dev/null
+wait "$job"
+rc1=$?
+stopped=$(grep -o 'stopped by SIGTERM after step [0-9]*' "$W/sig.out")
+k=${stopped##* }
+mpi2 "$TRAIN_MPI" --resume "$W/sig" > "$W/sig2.out" 2>&1
+rc2=$?
+same=$(diff <(losses "$W/long/log.jsonl") <(losses "$W/sig/log.jsonl") > /dev/null \
+       && cmp -s "$W/long/model.bin" "$W/sig/model.bin"; echo $?)
+report sigterm_to_one_rank_stops_both_after_the_same_step \
+    "$([ $rc0 -eq 0 ] && [ -n "$rank1" ] && [ $rc1 -eq 143 ] && [ -n "$k" ] && grep -q "resumed from .*state_$(printf %08d $((k + 1))).bin" "$W/sig2.out" && [ $rc2 -eq 0 ] && [ "$same" -eq 0 ]; echo $?)" \
+    "rank 1 (pid ${rank1:-not found}) got SIGTERM; status $rc1 (expect 143), rank 0: \"$stopped\" (it got no signal itself); resumed from step ${k:-?}+1: status $rc2, 200 losses and model.bin identical to the straight run: $([ "$same" -eq 0 ] && echo yes || echo no)"
 
 # ---- only rank 0 writes ----------------------------------------------------------------------
 # two working folders (MPMD launch): rank 0 in r0, rank 1 in r1, the same relative paths
