@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_mpi.sh — data parallelism end to end: ./train_mpi under `mpirun -np 2` on this
 # machine (loopback), against ./train in one process:
+#   - mpirun -np 1 ./train_mpi is ./train, bit for bit (accumulation, shuffle, evaluation);
 #   - 2 ranks x batch B equal one process with batch 2B (sequential order: the same rows), with
 #     dropout 0.1: every loss and the final weights to rounding (the gradient sums are grouped
 #     differently, so not bit for bit);
@@ -18,7 +19,7 @@ set -u
 cd "$(dirname "$0")/.."
 TRAIN=${SEEDGPT_TRAIN:-./train}
 TRAIN_MPI=${SEEDGPT_TRAIN_MPI:-./train_mpi}
-CHECKS=(two_ranks_equal_one_process_with_twice_the_batch
+CHECKS=(one_rank_equals_train_bitwise two_ranks_equal_one_process_with_twice_the_batch
         two_ranks_accumulating_equal_one_process_accumulating_shuffled
         two_ranks_recompute_layer_equals_none_bitwise two_ranks_resume_is_bit_exact
         resume_with_another_rank_count_is_refused sigterm_to_one_rank_stops_both_after_the_same_step
@@ -80,6 +81,21 @@ EOF
 # within RESULT TOL: "N dl dw" with both below TOL
 within() { awk -v r="$1" -v t="$2" 'BEGIN { split(r, f, " "); exit !(f[1] > 0 && f[2] <= t && f[3] <= t) }'; }
 TOL=5e-6
+
+# ---- 1 rank = ./train, bit for bit ------------------------------------------------------------
+ONE=("${MODEL[@]}" --val "$W/data/val_*.bin" --eval-every 5 --shuffle 1 --batch 2 --total-batch 192
+     --steps 15)
+"$TRAIN" "${ONE[@]}" --log-json "$W/plain.jsonl" --save "$W/plain.bin" > /dev/null 2>&1
+rc1=$?
+timeout 300 "${MPIRUN[@]}" -np 1 "$TRAIN_MPI" "${ONE[@]}" --log-json "$W/np1.jsonl" \
+    --save "$W/np1.bin" > /dev/null 2>&1
+rc2=$?
+n=$(grep -c loss "$W/np1.jsonl" 2> /dev/null)
+same=$([ "${n:-0}" -eq 18 ] && diff <(grep -o '"step":[0-9]*,"[a-z_]*loss":[^,}]*' "$W/plain.jsonl") \
+       <(grep -o '"step":[0-9]*,"[a-z_]*loss":[^,}]*' "$W/np1.jsonl") > /dev/null \
+       && cmp -s "$W/plain.bin" "$W/np1.bin"; echo $?)
+report one_rank_equals_train_bitwise "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$same" -eq 0 ]; echo $?)" \
+    "statuses $rc1 $rc2; ${n:-0} losses (15 train + 3 eval, 3 micro-batches, shuffled) and the model files identical: $([ "$same" -eq 0 ] && echo yes || echo no)"
 
 # ---- 2 ranks x B = one process x 2B ----------------------------------------------------------
 "$TRAIN" "${MODEL[@]}" --shuffle 0 --batch 8 --steps 12 --log-json "$W/one.jsonl" \
