@@ -48,7 +48,7 @@ obj() {   # obj SRC -> prints the object, building it when out of date
     fi
     echo "$o"
 }
-MODEL=(model/gpt.c model/ops_cpu.c model/mem.c checkpoint/checkpoint.c attention/flash_cpu.c)
+MODEL=(model/gpt.c model/backend.c model/ops_cpu.c model/mem.c checkpoint/checkpoint.c attention/flash_cpu.c)
 declare -A SRC=(
     [shard]="data/shards.c"
     [modelfile]="model/modelfile.c ${MODEL[*]}"
