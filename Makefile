@@ -169,7 +169,7 @@ test-asan:
 		TRAIN_BIN=$(ASAN_BUILD)/train CFLAGS="$(ASAN_CFLAGS)" ASAN_CI= \
 		FUZZ_CI="echo SKIP fuzz: make test runs the fuzzers, which are sanitized themselves" \
 		LEARN_TEST="echo SKIP learns_kjv_below_bigram_baseline: too slow under ASan, make test runs it" \
-		MPI_BIN= MPI_TEST="echo SKIP mpi: make test runs the data-parallel tests (OpenMPI is not built for ASan)"
+		MPI_BIN= MPI_TEST="echo SKIP mpi: make test runs the data-parallel tests, OpenMPI is not built for ASan"
 
 setup:
 	@scripts/setup.sh
