@@ -9,6 +9,9 @@
 #   make kjv        a small model on the King James Bible (plain: no recompute, no plot)
 #   make fuzz       the loaders' fuzzers (FUZZ_SECONDS each); make test-asan: the suite under ASan
 #   make cuda       the CUDA trainer ./train_cuda (nvcc; --device cpu|cuda, default cuda)
+#   make mpi        the data-parallel trainer ./train_mpi (mpicc): mpirun -np N ./train_mpi ...
+#   make mpi-cuda   ./train_mpi_cuda: the same with NCCL for --device cuda (one GPU per rank)
+#   make mpi-cuda-check  compiles and links the NCCL path alone (model/dist_*.{c,cu})
 #   make test-cuda-emu   the CUDA kernels run on the CPU through attention/cuda_emu.h, against
 #                   their CPU twins (part of make test): plainly, then the ThreadSanitizer subset
 #   make test-cuda-emu-tsan   that subset alone, two blocks at a time (docs/cuda-emulation.md)
@@ -43,7 +46,8 @@ endif
 BUILD   := build
 
 CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/mem.c model/modelfile.c \
-            model/state.c model/sample.c \
+            model/state.c model/sample.c \ \
+            model/dist_none.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
@@ -68,6 +72,16 @@ $(BUILD)/%.o: %.c $(HEADERS)
 $(BUILD)/test/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -c -o $@ $<
+
+# The data-parallel trainer (make mpi, below) is part of make test where mpicc exists.
+MPICC   ?= mpicc
+HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_MPI),1)
+MPI_BIN ?= train_mpi
+else
+MPI_BIN ?=
+endif
+MPI_TEST ?= tests/test_mpi.sh
 
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
@@ -135,11 +149,11 @@ test:
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory test-run
 
-test-run: $(TRAIN_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline
+test-run: $(TRAIN_BIN) $(MPI_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline
 	@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
-		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh \
+		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh tests/check_mpi_cuda.sh \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
-		tests/test_resume.sh tests/test_train_cli.sh "$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)"
+		tests/test_resume.sh tests/test_train_cli.sh "$(MPI_TEST)" "$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
 # `make fuzz`: each libFuzzer target (tests/fuzz/) for FUZZ_SECONDS; make test runs 10 s each,
@@ -161,7 +175,8 @@ test-asan:
 	@SEEDGPT_TRAIN=$(ASAN_BUILD)/train $(MAKE) --no-print-directory test-run BUILD=$(ASAN_BUILD) \
 		TRAIN_BIN=$(ASAN_BUILD)/train CFLAGS="$(ASAN_CFLAGS)" ASAN_CI= \
 		FUZZ_CI="echo SKIP fuzz: make test runs the fuzzers, which are sanitized themselves" \
-		LEARN_TEST="echo SKIP learns_kjv_below_bigram_baseline: too slow under ASan, make test runs it"
+		LEARN_TEST="echo SKIP learns_kjv_below_bigram_baseline: too slow under ASan, make test runs it" \
+		MPI_BIN= MPI_TEST="echo SKIP mpi: make test runs the data-parallel tests, OpenMPI is not built for ASan"
 
 setup:
 	@scripts/setup.sh
@@ -336,5 +351,43 @@ test-cuda-emu-tsan:
 		$(EMU_TSAN_TESTS:%=$(EMU_TSAN_BUILD)/tests/%)
 	@$(EMU_TSAN_ENV) tests/run.sh $(EMU_TSAN_TESTS:%=$(EMU_TSAN_BUILD)/tests/%)
 
+# ---- data parallelism (model/dist.h) -----------------------------------------------------------
+# ./train_mpi: the CPU trainer with model/dist_mpi.c in place of model/dist_none.c, linked by mpicc
+# (Debian: libopenmpi-dev, openmpi-bin). make test builds and runs it (tests/test_mpi.sh) where
+# mpicc exists; the test prints SKIP lines where it does not.
+MPI_BUILD := $(BUILD)/mpi
+MPI_CORE_OBJ := $(filter-out $(BUILD)/model/dist_none.o,$(CORE_OBJ))
+.PHONY: mpi mpi-cuda mpi-cuda-check
+mpi: train_mpi
+
+train_mpi: $(BUILD)/train.o $(MPI_CORE_OBJ) $(MPI_BUILD)/model/dist_mpi.o
+	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(MPI_BUILD)/model/dist_mpi.o: model/dist_mpi.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -c -o $@ $<
+
+# NCCL (shipped with the CUDA toolkit here: $(CUDA_HOME)/include/nccl.h) sums gradients in device
+# memory; the NCCL id travels over MPI. mpi-cuda-check compiles the two dist files and links them
+# with tests/dist_link_check.c, without the rest of the CUDA build; mpi-cuda is the whole trainer.
+NCCL_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++
+MPI_CUDA_BUILD := $(BUILD)/mpi_cuda
+$(MPI_CUDA_BUILD)/model/dist_mpi.o: model/dist_mpi.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -DSEEDGPT_NCCL=1 -c -o $@ $<
+$(MPI_CUDA_BUILD)/model/dist_nccl.o: model/dist_nccl.cu $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_NCCL=1 -c -o $@ $<
+$(MPI_CUDA_BUILD)/dist_link_check: tests/dist_link_check.c $(MPI_CUDA_BUILD)/model/dist_mpi.o \
+		$(MPI_CUDA_BUILD)/model/dist_nccl.o $(HEADERS)
+	$(MPICC) $(CFLAGS) -o $@ $< $(MPI_CUDA_BUILD)/model/dist_mpi.o $(MPI_CUDA_BUILD)/model/dist_nccl.o \
+		$(NCCL_LIBS)
+mpi-cuda-check: $(MPI_CUDA_BUILD)/dist_link_check
+mpi-cuda: train_mpi_cuda
+train_mpi_cuda: $(CUDA_BUILD)/train.o $(filter-out $(BUILD)/model/dist_none.o,$(CUDA_CORE_OBJ)) \
+		$(filter-out $(CUDA_BUILD)/model/dist_nccl.o,$(CUDA_OBJ)) \
+		$(MPI_CUDA_BUILD)/model/dist_mpi.o $(MPI_CUDA_BUILD)/model/dist_nccl.o
+	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) $(NCCL_LIBS)
+
 clean:
-	rm -rf $(BUILD) train train_cuda
+	rm -rf $(BUILD) train train_cuda train_mpi train_mpi_cuda

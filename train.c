@@ -5,9 +5,11 @@
  *   ./train prepare ...        text -> token shards (data/prepare.h)
  *   ./train sample ...         text from a model file (model/sample.h: KV cache, its own stream)
  *   ./train plot RUNDIR        loss and lr curves to RUNDIR/loss.png (runs scripts/plot.sh)
+ *   mpirun -np R ./train_mpi   data parallel over R processes (`make mpi`; model/dist.h)
  *
  * The step: batch from data/ -> gpt_forward (each layer draws its dropout seeds into its record)
- * -> loss -> gpt_backward (masks regenerated from the records) -> clip -> AdamW.
+ * -> loss -> gpt_backward (masks regenerated from the records) -> [sum of the gradients over the
+ * ranks] -> clip -> AdamW.
  *
  * Resume (DESIGN §6). Everything a step depends on is a function of the step number (dropout
  * seeds, learning rate, AdamW's bias correction), of the loader's (epoch, position, shuffle seed),
@@ -28,6 +30,7 @@
 #include <omp.h>
 #include <cblas.h>
 #include "model/gpt.h"
+#include "model/dist.h"
 #include "model/mem.h"
 #include "model/modelfile.h"
 #include "model/state.h"
@@ -142,6 +145,7 @@ static void usage(FILE* f) {
 "       ./train sample --help        generate text from a model file\n"
 "       ./train plot RUNDIR          RUNDIR/log.jsonl -> RUNDIR/loss.png (gnuplot)\n"
 "       ./train prepare --help       turn text files into token shards\n"
+"       mpirun -np R ./train_mpi [flags]   data parallel over R processes (`make mpi`; README)\n"
 "\n"
 "data\n"
 "  --train PATH        training shards: a file or a glob pattern, e.g. 'data/kjv/train_*.bin'\n"
@@ -164,6 +168,8 @@ static void usage(FILE* f) {
 "                      of A = N/(B*T) micro-batches, each the next window of the loader, is\n"
 "                      summed; micro-batch a holds global sequences a*B .. a*B+B-1, so the\n"
 "                      dropout masks, loss and gradient equal those of one batch of A*B sequences\n"
+"                      (with R data-parallel ranks: a multiple of R*B*T, default R*B*T; rank r's\n"
+"                      micro-batch a holds sequences r*A*B + a*B .. + B-1, see README)\n"
 "  --steps N           optimizer steps (default 100)\n"
 "  --lr X              peak learning rate (default 1e-3)\n"
 "  --lr-schedule S     constant | cosine | linear (default cosine)\n"
@@ -201,7 +207,8 @@ static void usage(FILE* f) {
 "  --peak-gflops X     the FLOP rate MFU is measured against (default: this machine's sgemm,\n"
 "                      measured for ~0.2 s at start-up)\n"
 "  --save PATH         write the model file at the end\n"
-"  --threads N         OpenMP and OpenBLAS threads (default: all cores)\n"
+"  --threads N         OpenMP and OpenBLAS threads (default: all cores, shared out among the\n"
+"                      ranks of one machine under mpirun unless OMP_NUM_THREADS is set)\n"
 "  --device D          cpu | cuda: where the model's memory lives and its ops run (default:\n"
 "                      cuda in ./train_cuda, built by `make cuda`; cpu in ./train). Masks,\n"
 "                      seeds, recompute and states are the same on both; a state saved on one\n"
@@ -223,6 +230,9 @@ static void usage(FILE* f) {
 "exit status: 0 done, 2 bad flag or file (one line on stderr, nothing overwritten), 3 recompute\n"
 "check failed (stop), 4 --max-bad-steps reached, 130/143 stopped by SIGINT/SIGTERM after saving\n");
 }
+
+/* Data-parallel processes of this run (model/dist.h): 1 in ./train. */
+static int world = 1;
 
 /* Where the values being parsed come from, for messages: the command line or a state file. */
 static const char* parse_source = NULL;
@@ -435,7 +445,7 @@ static int format_flag(const Options* o, int id, char* buf, size_t cap) {
     case F_PEAK_GFLOPS: fmt_double(buf, cap, o->peak_gflops); return 0;
     case F_TOTAL_BATCH:   /* canonical: the tokens per step, also when left to the default */
         snprintf(buf, cap, "%ld", o->total_batch ? o->total_batch
-                                  : (long)o->batch * (o->seq ? o->seq : o->seq_len));
+                                  : (long)world * o->batch * (o->seq ? o->seq : o->seq_len));
         return 0;
     }
     if (s == NULL) return -1;
@@ -600,19 +610,20 @@ static double now_ms(void) {
 }
 
 /* Mean loss over the first n windows of the validation split, dropout off. Uses its own loader,
- * so it never moves the training loader. */
+ * so it never moves the training loader. With several ranks each takes every R-th window and the
+ * sums are added over the ranks. */
 static float evaluate(GPT* m, DataLoader* val, int n, int* inputs, int* targets) {
     size_t windows = loader_num_windows(val);
     if ((size_t)n > windows) n = (int)windows;
     double sum = 0.0;
-    for (int k = 0; k < n; k++) {
+    for (int k = dist_rank(); k < n; k += world) {
         if (loader_window(val, (size_t)k, inputs, targets) != 0) {
             fprintf(stderr, "seedgpt: %s\n", val->err);
             exit(EXIT_BAD_INPUT);
         }
         sum += gpt_forward(m, inputs, targets, val->B, val->T, 0, 0, 0);
     }
-    return (float)(sum / n);
+    return (float)(dist_sum(sum) / n);
 }
 
 /* This machine's sgemm rate in GFLOP/s: 512^3 products for about 0.2 s, the best of them. The
@@ -811,6 +822,7 @@ static void save_state(Run* r, int done) {
     info.seq = r->loader->T;
     info.bad_consecutive = r->bad_consecutive;
     info.bad_total = r->bad_total;
+    info.ranks = (uint32_t)world;
     format_state_options(o, info.options, sizeof(info.options));
     gpt_to_host(r->model);
     if (state_path(path, sizeof(path), o->out_dir, info.step) != 0 ||
@@ -993,6 +1005,9 @@ int main(int argc, char** argv) {
     }
 
     char err[256];
+    if (dist_init(&argc, &argv, err) != 0) { fprintf(stderr, "seedgpt: %s\n", err); return EXIT_BAD_INPUT; }
+    world = dist_size();
+    int writer = dist_rank() == 0;   /* only rank 0 writes logs, samples, states and model files */
     if (fault_check_env(err) != 0) { fprintf(stderr, "seedgpt: %s\n", err); return EXIT_BAD_INPUT; }
 
     Options cmd, o;
@@ -1011,6 +1026,13 @@ int main(int argc, char** argv) {
             return EXIT_BAD_INPUT;
         }
         pick_state(cmd.resume_dir, state_file, sizeof(state_file), &resumed);
+        if (resumed.ranks != (uint32_t)world) {   /* every rank finds it; rank 0 says it */
+            if (writer)
+                fprintf(stderr, "seedgpt: --resume %s: %s was written by a run of %u process(es); "
+                        "this run has %d: resume with the same count (mpirun -np %u)\n",
+                        cmd.resume_dir, state_file, resumed.ranks, world, resumed.ranks);
+            return EXIT_BAD_INPUT;
+        }
         static Options st;
         static StateInfo text;   /* options_from_state splits the text in place; st points in */
         text = resumed;
@@ -1040,6 +1062,9 @@ int main(int argc, char** argv) {
     }
 
     if (o.threads > 0) omp_set_num_threads(o.threads);
+    else if (dist_local_size() > 1 && getenv("OMP_NUM_THREADS") == NULL)   /* ranks share the cores */
+        omp_set_num_threads(omp_get_num_procs() > dist_local_size()
+                            ? omp_get_num_procs() / dist_local_size() : 1);
     int threads = omp_get_max_threads();
     openblas_set_num_threads(threads);
 
@@ -1119,17 +1144,21 @@ int main(int argc, char** argv) {
         goto cleanup;
     }
 
-    long tokens_per_micro = (long)B * T;
+    long tokens_per_micro = (long)world * B * T;   /* one micro-batch of every rank */
     if (o.total_batch != 0 && o.total_batch % tokens_per_micro != 0) {
-        fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of batch x seq = %d x %d "
-                "= %ld tokens\n", o.total_batch, B, T, tokens_per_micro);
+        if (world > 1)
+            fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of ranks x batch x seq "
+                    "= %d x %d x %d = %ld tokens\n", o.total_batch, world, B, T, tokens_per_micro);
+        else
+            fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of batch x seq = %d x "
+                    "%d = %ld tokens\n", o.total_batch, B, T, tokens_per_micro);
         rc = EXIT_BAD_INPUT;
         goto cleanup;
     }
-    int A = o.total_batch ? (int)(o.total_batch / tokens_per_micro) : 1;   /* micro-batches */
+    int A = o.total_batch ? (int)(o.total_batch / tokens_per_micro) : 1;   /* micro-batches per rank */
 
     /* the run folder: created if missing; a fresh run never writes into another run's states */
-    if (o.out_dir != NULL) {
+    if (o.out_dir != NULL && writer) {
         if (make_dirs(o.out_dir) != 0) {
             fprintf(stderr, "seedgpt: --out %s: cannot create the folder: %s\n", o.out_dir,
                     strerror(errno));
@@ -1168,7 +1197,8 @@ int main(int argc, char** argv) {
         }
         val_open = 1;
     }
-    if (gpt_build_on(&model, &cfg, B, T, &o.policy, backend_by_name(o.device), err) != 0) {
+    if (dist_use_backend(backend_by_name(o.device), err) != 0 ||
+        gpt_build_on(&model, &cfg, B, T, &o.policy, backend_by_name(o.device), err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
         rc = EXIT_BAD_INPUT;
         goto cleanup;
@@ -1220,7 +1250,7 @@ int main(int argc, char** argv) {
     }
     gpt_set_dropout(&model, o.seed, o.embd_dropout, o.attn_dropout, o.resid_dropout);
 
-    if (o.log_json != NULL) {
+    if (o.log_json != NULL && writer) {
         if (resuming && truncate_log(o.log_json, start_step, err) != 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
             rc = EXIT_BAD_INPUT;
@@ -1240,7 +1270,9 @@ int main(int argc, char** argv) {
            cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.channels, cfg.vocab_size,
            cfg.padded_vocab_size, cfg.max_seq_len, model.num_parameters);
     printf("batch %d x %d", B, T);
-    if (A > 1) printf(" x %d micro-batches (%ld tokens per step)", A, (long)A * B * T);
+    if (world > 1) printf(" x %d ranks (%s)", world, dist_kind());
+    if (A > 1) printf(" x %d micro-batches", A);
+    if (A * world > 1) printf(" (%ld tokens per step)", (long)A * world * B * T);
     printf(", %d steps, %zu training windows, %d threads, device %s\n", o.steps,
            loader_num_windows(&train_loader), threads, model.be->name);
     printf("dropout: embd %g attn %g resid %g, seed %llu\n", o.embd_dropout, o.attn_dropout,
@@ -1260,33 +1292,37 @@ int main(int argc, char** argv) {
     targets = mem_alloc((size_t)B * T * sizeof(int));
     /* progress: model FLOPs per step against this machine's (or the given) peak */
     double peak_gflops = o.peak_gflops;
-    if (peak_gflops <= 0 && o.log_every > 0 && model.be->host_memory) {
+    if (peak_gflops <= 0 && o.log_every > 0 && model.be->host_memory && writer) {
         peak_gflops = measure_sgemm_gflops();
         printf("peak: sgemm %.1f GFLOP/s measured on this machine (MFU is against it; "
                "--peak-gflops X to set)\n", peak_gflops);
     }
-    double step_tokens = (double)A * B * T;
+    double step_tokens = (double)A * world * B * T;   /* over every rank */
     double step_flops = flops_per_token(&model, T) * step_tokens;
     /* samples during training: a sampler of their own, allocated before step 0 */
-    if (o.sample_every > 0) { sampler_init(&sampler, &model); have_sampler = 1; }
+    if (o.sample_every > 0 && writer) { sampler_init(&sampler, &model); have_sampler = 1; }
     uint64_t sample_seed = philox_stream_seed(o.seed, STREAM_SAMPLE);
     double total_ms = 0.0, run_start = now_ms();
     float last_loss = 0.0f, last_val = NAN;
-    int step = start_step;
-    for (; step < o.steps && stop_signal == 0; step++) {
-        /* A micro-batches, each the loader's next window; micro-batch a is global sequences
-         * a*B .. a*B+B-1 (DESIGN §2), and each position's loss weighs 1/(A*B*T) */
+    int step = start_step, stopped_by = 0;
+    /* every rank stops after the same step, whichever of them got the signal */
+    for (; step < o.steps && (stopped_by = dist_max(stop_signal)) == 0; step++) {
+        /* A micro-batches per rank. Rank r's micro-batch a is the loader's window r*A + a
+         * positions ahead, global sequences g = (r*A + a)*B .. + B-1 (DESIGN §2); the step then
+         * moves the loader R*A windows on. Each position's loss weighs 1/(R*A*B*T), so the sum of
+         * the ranks' gradients is the gradient of the global batch's mean loss. */
         double t0 = now_ms(), loss_sum = 0.0;
+        int first = dist_rank() * A;   /* this rank's first micro-batch in the step */
         gpt_zero_grad(&model);
         for (int a = 0; a < A; a++) {
-            if (loader_next(&train_loader, inputs, targets) != 0) {
+            if (loader_peek(&train_loader, (size_t)(first + a), inputs, targets) != 0) {
                 fprintf(stderr, "seedgpt: %s\n", train_loader.err);
                 rc = EXIT_BAD_INPUT;
                 goto cleanup;
             }
-            loss_sum += gpt_forward(&model, inputs, targets, B, T, (uint32_t)(a * B),
+            loss_sum += gpt_forward(&model, inputs, targets, B, T, (uint32_t)((first + a) * B),
                                     (uint32_t)step, 1);
-            int mismatches = gpt_backward(&model, 1.0f / ((float)B * T * A));
+            int mismatches = gpt_backward(&model, 1.0f / ((float)B * T * A * world));
             if (mismatches > 0 && o.policy.check == CHECK_STOP) {
                 fprintf(stderr, "seedgpt: stopping at step %d: the recompute check failed in %d "
                         "segment(s), first at layer %d (--recompute-check stop)\n", step, mismatches,
@@ -1295,7 +1331,11 @@ int main(int argc, char** argv) {
                 goto cleanup;
             }
         }
-        float loss = A == 1 ? (float)loss_sum : (float)(loss_sum / A);
+        loader_advance(&train_loader, (size_t)world * A);
+        /* the hook between backward and clip: gradients and loss summed over the ranks */
+        dist_allreduce_grads(&model);
+        loss_sum = dist_sum(loss_sum);
+        float loss = A * world == 1 ? (float)loss_sum : (float)(loss_sum / (A * world));
         if (fault_fires("nan_loss", step)) loss = NAN;           /* test hook */
         if (fault_fires("nan_grad", step)) model.be->fill(model.grads_memory, 1, NAN);   /* test hook */
         float norm = gpt_clip_grads(&model, (float)o.clip);
@@ -1371,7 +1411,7 @@ int main(int argc, char** argv) {
             printf("\n");
             fflush(stdout);
         }
-        if (o.out_dir != NULL && o.save_every > 0 && (step + 1) % o.save_every == 0 && !last)
+        if (writer && o.out_dir != NULL && o.save_every > 0 && (step + 1) % o.save_every == 0 && !last)
             save_state(&run, step + 1);
         if (fault_fires("sigterm", step)) raise(SIGTERM);        /* test hook */
     }
@@ -1392,10 +1432,10 @@ int main(int argc, char** argv) {
     } else if (resuming) {
         printf("nothing to train: the state is at step %d of %d\n", start_step, o.steps);
     }
-    if (o.out_dir != NULL && run.last_saved != done) save_state(&run, done);
+    if (writer && o.out_dir != NULL && run.last_saved != done) save_state(&run, done);
     /* a crash between a state's rename and its model.bin leaves the model file one state behind */
-    else if (o.out_dir != NULL && done == start_step) save_run_model(&run);
-    if (o.save_path != NULL) {
+    else if (writer && o.out_dir != NULL && done == start_step) save_run_model(&run);
+    if (writer && o.save_path != NULL) {
         gpt_to_host(&model);
         if (modelfile_save(&model, o.save_path, err) != 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
@@ -1404,10 +1444,10 @@ int main(int argc, char** argv) {
         }
         printf("saved %s\n", o.save_path);
     }
-    if (stop_signal != 0 && done < o.steps) {
-        printf("stopped by %s after step %d%s\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+    if (stopped_by != 0 && done < o.steps) {
+        printf("stopped by %s after step %d%s\n", stopped_by == SIGINT ? "SIGINT" : "SIGTERM",
                done - 1, o.out_dir ? " (state saved)" : "");
-        rc = 128 + stop_signal;
+        rc = 128 + stopped_by;
     }
 cleanup:
     if (have_sampler) sampler_free(&sampler);

@@ -551,6 +551,18 @@ int loader_next(DataLoader* dl, int* inputs, int* targets) {
     return 0;
 }
 
+int loader_peek(DataLoader* dl, size_t ahead, int* inputs, int* targets) {
+    uint64_t at = dl->state.pos + (uint64_t)ahead;
+    uint64_t epoch = dl->state.epoch + at / dl->num_windows;
+    return read_window(dl, loader_order(dl, epoch, (size_t)(at % dl->num_windows)), inputs, targets);
+}
+
+void loader_advance(DataLoader* dl, size_t n) {
+    uint64_t at = dl->state.pos + (uint64_t)n;
+    dl->state.epoch += at / dl->num_windows;
+    dl->state.pos = at % dl->num_windows;
+}
+
 void loader_reset(DataLoader* dl) {
     dl->state.epoch = 0;
     dl->state.pos = 0;

@@ -133,6 +133,19 @@ size_t loader_num_windows(const DataLoader* dl);
  * dl->err and does not advance. */
 int loader_next(DataLoader* dl, int* inputs, int* targets);
 
+/* Data parallelism (model/dist.h). A step of R ranks with A micro-batches each consumes the next
+ * R*A positions; rank r's micro-batch a is the position `ahead` = r*A + a after the current one,
+ * so the sequences of the step keep the order one process would read them in (with the same B and
+ * A' = R*A micro-batches), and its global sequence index g = r*A*B + a*B + b (DESIGN §2) names the
+ * same row in both. Every rank reads its own windows and advances by R*A at the end of the step;
+ * all ranks hold the same state.
+ * loader_peek fills inputs and targets with the window `ahead` positions after the current one
+ * (crossing into later epochs when it runs past this one's end) without moving the loader; errors
+ * as loader_next. loader_advance moves the position n windows on (wrapping into the next epochs).
+ * loader_next is loader_peek(0) followed by loader_advance(1). */
+int loader_peek(DataLoader* dl, size_t ahead, int* inputs, int* targets);
+void loader_advance(DataLoader* dl, size_t n);
+
 /* Reads the window at position k (0 .. num_windows-1) of the current epoch's order without moving
  * the loader. For evaluation. Errors as loader_next. */
 int loader_window(DataLoader* dl, size_t k, int* inputs, int* targets);

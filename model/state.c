@@ -28,7 +28,7 @@ enum {
     O_VERSION = 8,          /* u32 */
     O_HEADER_BYTES = 12,    /* u32 = 256 */
     O_CONFIG = 16,          /* i32 x 7: maxT, V, Vp, L, NH, NKV, C */
-    O_RESERVED0 = 44,       /* u32 = 0 */
+    O_RANKS = 44,           /* u32 data-parallel ranks; 0 for one process */
     O_PARAMS = 48,          /* u64 P: floats in each of weights, m, v */
     O_STEP = 56,            /* u64 */
     O_SEED = 64,            /* u64 master seed */
@@ -170,6 +170,7 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
     int32_t cf[7] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers,
                      c->num_heads, c->num_kv_heads, c->channels};
     for (int i = 0; i < 7; i++) put_i32(h, O_CONFIG + 4 * i, cf[i]);
+    put_u32(h, O_RANKS, info->ranks > 1 ? info->ranks : 0);   /* one process: 0, as before */
     put_u64(h, O_PARAMS, sum_param_sizes(c));
     put_u64(h, O_STEP, info->step);
     put_u64(h, O_SEED, info->master_seed);
@@ -252,8 +253,10 @@ static int parse_header(const unsigned char* h, long long size, const char* path
         set_err(err, "%s: header size %u, expected %d", path, hb, STATE_HEADER_BYTES);
         return -1;
     }
-    if (get_u32(h, O_RESERVED0) != 0) {
-        set_err(err, "%s: reserved header bytes %d..%d are not 0", path, O_RESERVED0, O_RESERVED0 + 3);
+    uint32_t ranks = get_u32(h, O_RANKS);
+    if (ranks == 1 || ranks > STATE_MAX_RANKS) {
+        set_err(err, "%s: bad header: ranks %u (0 for one process, else 2 .. %d)", path, ranks,
+                STATE_MAX_RANKS);
         return -1;
     }
     for (int i = O_RESERVED; i < STATE_HEADER_BYTES; i++) {
@@ -287,6 +290,7 @@ static int parse_header(const unsigned char* h, long long size, const char* path
     }
     info->config = c;
     info->num_parameters = P;
+    info->ranks = ranks ? ranks : 1;
     info->step = get_u64(h, O_STEP);
     info->master_seed = get_u64(h, O_SEED);
     info->loader.epoch = get_u64(h, O_EPOCH);

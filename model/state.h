@@ -4,8 +4,8 @@
  *
  * A state holds the weights, AdamW's m and v (raw float32 bits), the step, the master seed, the
  * training loader's position and shuffle state, the model configuration, the batch shape, the
- * non-finite guard's counters, and the run's options as text (train.c owns their meaning). Byte
- * layout: docs/formats.md, "Training state".
+ * number of data-parallel ranks, the non-finite guard's counters, and the run's options as text
+ * (train.c owns their meaning). Byte layout: docs/formats.md, "Training state".
  *
  * Writing goes to PATH.tmp, is flushed and fsynced, renamed over PATH, and the folder is fsynced:
  * a crash at any instant leaves either the old file or the new one under PATH, never a mix.
@@ -27,6 +27,7 @@
 #define STATE_VERSION 1
 #define STATE_HEADER_BYTES 256
 #define STATE_MAX_OPTIONS 16384        /* bytes of option text */
+#define STATE_MAX_RANKS 1048576        /* data-parallel ranks */
 
 /* data/shards.h's LoaderState, copied field by field (model/ does not include data/). */
 typedef struct {
@@ -43,7 +44,9 @@ typedef struct {
     uint64_t step;              /* optimizer steps completed = the next step to run */
     uint64_t master_seed;
     StateLoader loader;
-    int32_t batch, seq;         /* B sequences of T tokens per step */
+    int32_t batch, seq;         /* B sequences of T tokens per step (per rank) */
+    uint32_t ranks;             /* data-parallel processes of the run (model/dist.h); 1: one.
+                                   A state resumes only with the same count */
     uint32_t bad_consecutive;   /* non-finite steps in a row, ending at step - 1 */
     uint64_t bad_total;         /* non-finite steps of the whole run */
     char options[STATE_MAX_OPTIONS + 1];  /* "--flag value\n" lines, NUL-terminated */

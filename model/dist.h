@@ -1,0 +1,74 @@
+/* model/dist.h — data parallelism across processes: R ranks (mpirun -np R ./train_mpi), each
+ * with its own copy of the model, each running the forward and backward of its own rows of the
+ * step's global batch; the gradients are summed over the ranks before the clip and AdamW, so
+ * every rank applies the same update and the weights stay equal on all of them.
+ *
+ * Three builds of this one interface:
+ *   model/dist_none.c   the single-process build (./train): rank 0 of 1, every reduction is
+ *                       the identity. No MPI anywhere.
+ *   model/dist_mpi.c    `make mpi` (./train_mpi, built with mpicc): MPI_Allreduce on host
+ *                       memory, for backends whose memory is host memory (the CPU backend).
+ *   + model/dist_nccl.cu with SEEDGPT_NCCL (`make mpi-cuda`): gradients in device memory are
+ *                       summed by ncclAllReduce on the device pointers; the NCCL id travels
+ *                       over MPI. Untested until a machine with several GPUs runs it.
+ *
+ * What each rank computes is fixed by the global sequence index (DESIGN §2): with A micro-batches
+ * of B sequences per rank, rank r's micro-batch a holds g = r*A*B + a*B + b, and the dropout
+ * masks are keyed by g, so they do not depend on how the global batch is split into ranks.
+ * The caller scales each rank's loss gradient by 1 / (R*A*B*T), so the sum over ranks is the
+ * mean over the global batch.
+ *
+ * Errors: dist_init and dist_use_backend return -1 with one line in err; a failing MPI or NCCL
+ * call inside a reduction prints one line and aborts every rank (a rank cannot continue alone).
+ */
+#ifndef SEEDGPT_DIST_H
+#define SEEDGPT_DIST_H
+
+#include "model/gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Starts the process group (MPI_Init in the MPI build). Call first thing in main. On ranks
+ * other than 0 standard output is sent to /dev/null: only rank 0 prints progress; errors still
+ * reach standard error from every rank. 0, or -1 with err. */
+int dist_init(int* argc, char*** argv, char err[256]);
+
+int dist_rank(void);          /* 0 .. dist_size()-1 */
+int dist_size(void);          /* R: 1 in the single-process build */
+int dist_local_size(void);    /* ranks on this machine (to share its cores and GPUs) */
+int dist_local_rank(void);    /* this rank's index among them */
+const char* dist_kind(void);  /* "none", "mpi" or "mpi+nccl" */
+
+/* Prepares the reductions for the backend a model is about to be built on: on CUDA (with NCCL)
+ * binds this rank to GPU local_rank and creates the NCCL communicator, so call it before
+ * gpt_build_on. Refuses a backend this build cannot reduce (CUDA memory without NCCL) when there
+ * are several ranks. 0, or -1 with err. */
+int dist_use_backend(const Backend* be, char err[256]);
+
+/* Sums m's parameter gradients over the ranks, in place, on every rank (MPI_Allreduce on host
+ * memory, ncclAllReduce on device memory). All ranks must call it at the same point. */
+void dist_allreduce_grads(GPT* m);
+
+/* The sum of x over the ranks, returned on every rank. */
+double dist_sum(double x);
+/* The largest x over the ranks, returned on every rank. */
+int dist_max(int x);
+
+/* The end of the process group needs no call: a process that exits with status 0 finalizes MPI
+ * on its way out (an exit handler registered by dist_init); one that fails leaves without it, and
+ * mpirun ends the other ranks, which may be waiting for it in a reduction. */
+
+/* Between model/dist_mpi.c and model/dist_nccl.cu (SEEDGPT_NCCL builds only). */
+size_t dist_nccl_id_bytes(void);
+int dist_nccl_make_id(void* id, char err[256]);
+/* Binds this process to GPU local_rank (modulo the GPUs visible) and joins the communicator. */
+int dist_nccl_init(const void* id, int rank, int size, int local_rank, char err[256]);
+/* In-place sum of n floats of device memory over the ranks; 0, or -1 with err. */
+int dist_nccl_allreduce_sum(float* x, size_t n, char err[256]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

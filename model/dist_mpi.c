@@ -1,0 +1,147 @@
+/* model/dist_mpi.c — model/dist.h over MPI (`make mpi`: ./train_mpi, compiled with mpicc).
+ *
+ * Host memory (the CPU backend): MPI_Allreduce(SUM) in place on the gradient arena. Device memory
+ * (CUDA, built with SEEDGPT_NCCL): ncclAllReduce on the device pointers (model/dist_nccl.cu);
+ * MPI only carries the NCCL id from rank 0 to the others.
+ *
+ * Determinism: a sum over ranks is a floating-point sum in an order MPI chooses. OpenMPI chooses
+ * its algorithm from the message size and the rank count, both fixed for a run, so a run repeats
+ * bit for bit with the same rank count; with two ranks every algorithm computes a + b, which is
+ * also b + a, so both ranks hold the same bits. Against one process with the same global batch the
+ * results agree to rounding (the partial sums are grouped differently), not bit for bit.
+ */
+#include "model/dist.h"
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>   /* on_exit: glibc, _GNU_SOURCE (the Makefile's CFLAGS) */
+
+static int world_rank = 0, world_size = 1, local_rank = 0, local_size = 1;
+#ifdef SEEDGPT_NCCL
+static int nccl_ready = 0;
+#endif
+
+/* a process leaving with status 0 finalizes MPI (mpirun counts a process that did not as failed) */
+static void finalize_on_exit(int status, void* arg) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (status == 0 && initialized && !finalized) MPI_Finalize();
+}
+
+static void die_mpi(const char* what, int code) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, msg, &len);
+    fprintf(stderr, "seedgpt: rank %d: %s failed: %s\n", world_rank, what, msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+int dist_init(int* argc, char*** argv, char err[256]) {
+    int rc = MPI_Init(argc, argv);
+    if (rc != MPI_SUCCESS) {
+        snprintf(err, 256, "MPI_Init failed (error %d)", rc);
+        return -1;
+    }
+    on_exit(finalize_on_exit, NULL);
+    /* errors come back to us, so that the message names the call */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    MPI_Comm local;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL,
+                            &local) == MPI_SUCCESS) {
+        MPI_Comm_rank(local, &local_rank);
+        MPI_Comm_size(local, &local_size);
+        MPI_Comm_free(&local);
+    }
+    if (world_rank != 0 && freopen("/dev/null", "w", stdout) == NULL) {
+        snprintf(err, 256, "rank %d: cannot send standard output to /dev/null", world_rank);
+        return -1;
+    }
+    return 0;
+}
+
+int dist_rank(void) { return world_rank; }
+int dist_size(void) { return world_size; }
+int dist_local_size(void) { return local_size; }
+int dist_local_rank(void) { return local_rank; }
+
+const char* dist_kind(void) {
+#ifdef SEEDGPT_NCCL
+    return "mpi+nccl";
+#else
+    return "mpi";
+#endif
+}
+
+int dist_use_backend(const Backend* be, char err[256]) {
+    if (be->host_memory || world_size == 1) return 0;
+#ifdef SEEDGPT_NCCL
+    if (nccl_ready) return 0;
+    size_t n = dist_nccl_id_bytes();
+    char* id = calloc(1, n);
+    int ok = id != NULL && (world_rank != 0 || dist_nccl_make_id(id, err) == 0);
+    if (id == NULL) snprintf(err, 256, "out of memory for the NCCL id");
+    /* every rank takes part in the broadcast, so that none waits for a rank that failed */
+    int all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_ok) {
+        if (ok) snprintf(err, 256, "rank 0 could not create the NCCL id");
+        free(id);
+        return -1;
+    }
+    int rc = MPI_Bcast(id, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) die_mpi("MPI_Bcast of the NCCL id", rc);
+    rc = dist_nccl_init(id, world_rank, world_size, local_rank, err);
+    free(id);
+    if (rc != 0) return -1;
+    nccl_ready = 1;
+    return 0;
+#else
+    snprintf(err, 256, "--device %s across %d processes: this build sums gradients in host memory "
+             "only; build the NCCL path with `make mpi-cuda`", be->name, world_size);
+    return -1;
+#endif
+}
+
+void dist_allreduce_grads(GPT* m) {
+    if (world_size == 1) return;
+    if (!m->be->host_memory) {
+#ifdef SEEDGPT_NCCL
+        char err[256];
+        m->be->synchronize();   /* the backward's kernels have written every gradient */
+        if (!nccl_ready || dist_nccl_allreduce_sum(m->grads_memory, m->num_parameters, err) != 0) {
+            fprintf(stderr, "seedgpt: rank %d: %s\n", world_rank,
+                    nccl_ready ? err : "NCCL is not set up (dist_use_backend was not called)");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        return;
+#else
+        fprintf(stderr, "seedgpt: rank %d: gradients in %s memory and no NCCL in this build\n",
+                world_rank, m->be->name);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+    }
+    /* MPI counts are int: large models go in chunks of 2^30 floats */
+    const size_t chunk = (size_t)1 << 30;
+    for (size_t off = 0; off < m->num_parameters; off += chunk) {
+        size_t n = m->num_parameters - off < chunk ? m->num_parameters - off : chunk;
+        int rc = MPI_Allreduce(MPI_IN_PLACE, m->grads_memory + off, (int)n, MPI_FLOAT, MPI_SUM,
+                               MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) die_mpi("MPI_Allreduce of the gradients", rc);
+    }
+}
+
+double dist_sum(double x) {
+    double y = x;
+    int rc = MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) die_mpi("MPI_Allreduce of a sum", rc);
+    return y;
+}
+
+int dist_max(int x) {
+    int y = x;
+    int rc = MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) die_mpi("MPI_Allreduce of a maximum", rc);
+    return y;
+}

@@ -1,0 +1,68 @@
+/* model/dist_nccl.cu — the device half of model/dist.h: gradients in CUDA memory summed over the
+ * ranks by ncclAllReduce, one GPU per rank (GPU local_rank on each machine). The NCCL id is made
+ * by rank 0 and carried to the others over MPI by model/dist_mpi.c, which calls everything here.
+ *
+ * Built only by `make mpi-cuda` / `make mpi-cuda-check` (SEEDGPT_NCCL). Compiled in CI; not yet
+ * run on a machine with several GPUs.
+ */
+#if SEEDGPT_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include "model/dist.h"
+
+static ncclComm_t comm;
+static cudaStream_t stream;
+
+extern "C" size_t dist_nccl_id_bytes(void) { return sizeof(ncclUniqueId); }
+
+extern "C" int dist_nccl_make_id(void* id, char err[256]) {
+    ncclResult_t r = ncclGetUniqueId((ncclUniqueId*)id);
+    if (r != ncclSuccess) {
+        snprintf(err, 256, "ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" int dist_nccl_init(const void* id, int rank, int size, int local_rank, char err[256]) {
+    int gpus = 0;
+    cudaError_t ce = cudaGetDeviceCount(&gpus);
+    if (ce != cudaSuccess || gpus == 0) {
+        snprintf(err, 256, "rank %d: no CUDA device (%s)", rank,
+                 ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+        return -1;
+    }
+    /* one GPU per rank: two ranks of one machine on one GPU is refused by NCCL itself */
+    ce = cudaSetDevice(local_rank % gpus);
+    if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (ce != cudaSuccess) {
+        snprintf(err, 256, "rank %d: GPU %d: %s", rank, local_rank % gpus, cudaGetErrorString(ce));
+        return -1;
+    }
+    ncclUniqueId uid = *(const ncclUniqueId*)id;
+    ncclResult_t r = ncclCommInitRank(&comm, size, uid, rank);
+    if (r != ncclSuccess) {
+        snprintf(err, 256, "rank %d: ncclCommInitRank (%d ranks): %s", rank, size,
+                 ncclGetErrorString(r));
+        return -1;
+    }
+    return 0;
+}
+
+/* The caller has synchronized the backend; the sum runs on a stream of its own and is finished
+ * when this returns, so the clip and AdamW that follow read summed gradients. */
+extern "C" int dist_nccl_allreduce_sum(float* x, size_t n, char err[256]) {
+    ncclResult_t r = ncclAllReduce(x, x, n, ncclFloat, ncclSum, comm, stream);
+    if (r != ncclSuccess) {
+        snprintf(err, 256, "ncclAllReduce of %zu floats: %s", n, ncclGetErrorString(r));
+        return -1;
+    }
+    cudaError_t ce = cudaStreamSynchronize(stream);
+    if (ce != cudaSuccess) {
+        snprintf(err, 256, "ncclAllReduce of %zu floats: %s", n, cudaGetErrorString(ce));
+        return -1;
+    }
+    return 0;
+}
+#endif

@@ -1,0 +1,14 @@
+/* model/dist_none.c — model/dist.h for the single-process build: one rank, reductions are the
+ * identity. `make mpi` links model/dist_mpi.c instead. */
+#include "model/dist.h"
+
+int dist_init(int* argc, char*** argv, char err[256]) { return 0; }
+int dist_rank(void) { return 0; }
+int dist_size(void) { return 1; }
+int dist_local_size(void) { return 1; }
+int dist_local_rank(void) { return 0; }
+const char* dist_kind(void) { return "none"; }
+int dist_use_backend(const Backend* be, char err[256]) { return 0; }
+void dist_allreduce_grads(GPT* m) {}
+double dist_sum(double x) { return x; }
+int dist_max(int x) { return x; }
