@@ -111,23 +111,35 @@ static void test_step_matches_cpu(const Case* k, const char* name) {
     gpt_adamw(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
     gpt_adamw(&dev, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
     gpt_to_host(&dev);
-    /* The key bias adds q.b_k to every score of a row, which softmax ignores: its gradient is
-     * zero in exact arithmetic and rounding noise in fp32 on either backend. AdamW normalises
-     * that noise to a step of about lr in a sign that is a coin toss, so the key-bias slice of
-     * qkvb is left out of the weight comparison (the gradient comparison above covers it). */
+    /* AdamW's first step is lr * g / (|g| + eps): about lr * sign(g) whatever the gradient's
+     * size. A difference d between the backends' gradients moves the step by about
+     * lr * d * eps / (|g| + eps)^2, which near g = 0 is the fp32 noise of the gradient multiplied
+     * by 1/eps = 1e8 (the key bias, whose gradient is zero in exact arithmetic and rounding noise
+     * in fp32 since softmax ignores q.b_k, is all such elements). Elements where that moves the
+     * step by more than 1e-6 lr are left out of the weight comparison (the gradient comparison
+     * above covers them); they must be a small minority. The rest check the update itself. */
     int L = k->c.num_layers, NH = k->c.num_heads, NKV = k->c.num_kv_heads;
-    int HD = gpt_head_dim(&k->c), QKV = gpt_qkv_channels(&k->c);
+    int QKV = gpt_qkv_channels(&k->c), HD = gpt_head_dim(&k->c);
     size_t qkvb_off = (size_t)(cpu.params.qkvb - cpu.params_memory);
-    for (int l = 0; l < L; l++)
-        for (int j = NH * HD; j < (NH + NKV) * HD; j++) {
-            size_t i = qkvb_off + (size_t)l * QKV + j;
+    size_t amplified = 0, key_bias = 0, n = block_floats(&cpu);
+    double clip = nc > 0.5f ? 0.5 / nc : 1.0, eps = 1e-8;
+    for (size_t i = 0; i < n; i++) {
+        double g = fabs((double)gc[i] * clip), d = fabs((double)gd[i] - gc[i]) * clip;
+        if (d * eps / ((g + eps) * (g + eps)) > 1e-6) {
+            size_t r = i - qkvb_off;
+            if (i >= qkvb_off && r < (size_t)L * QKV && (int)(r % QKV) >= NH * HD &&
+                (int)(r % QKV) < (NH + NKV) * HD)
+                key_bias++;
             dev.host_params_memory[i] = cpu.params_memory[i];
+            amplified++;
         }
+    }
     double werr = worst_tensor_err(&cpu, dev.host_params_memory, cpu.params_memory, &which);
     snprintf(tname, sizeof(tname), "%s_clip_and_adamw_match_cpu", name);
-    expect(fabs((double)nd - nc) / nc <= 1e-4 && werr <= 1e-5, tname,
-           "grad norm %.6f vs %.6f; worst weight tensor %s rel err %.2e after one step", nd, nc,
-           which, werr);
+    expect(fabs((double)nd - nc) / nc <= 1e-4 && werr <= 1e-5 && amplified * 20 <= n, tname,
+           "grad norm %.6f vs %.6f; worst weight tensor %s rel err %.2e after one step (left out: "
+           "%zu of %zu weights whose gradient noise AdamW amplifies, %zu of them key bias)", nd, nc,
+           which, werr, amplified, n, key_bias);
     free(gc); free(gd);
     gpt_free(&cpu); gpt_free(&dev);
 }
