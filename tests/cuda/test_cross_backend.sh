@@ -10,6 +10,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 TRAIN=${1:-./train_cuda}
+unset SEEDGPT_FAULT
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 W=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_xbackend.XXXXXX")
 failed=0
@@ -57,13 +58,16 @@ for dir in "cuda cpu" "cpu cuda"; do
     set -- $dir
     from=$1; to=$2
     rm -rf "$W/run_$from"
-    "$TRAIN" "${BASE[@]}" --device "$from" --steps 4 --out "$W/run_$from" > "$W/leg1_$from.out" 2>&1
+    # the first leg stops on SIGTERM after step 3 (4 steps done, the state saved, status 143), so
+    # both legs run the 8-step schedule
+    SEEDGPT_FAULT=sigterm:3 "$TRAIN" "${BASE[@]}" --device "$from" --out "$W/run_$from" > "$W/leg1_$from.out" 2>&1
+    rc1=$?
     "$TRAIN" "${BASE[@]}" --device "$to" --resume "$W/run_$from" > "$W/leg2_$from.out" 2>&1
     rc=$?
-    if [ $rc -eq 0 ] && close "$W/$to.jsonl" "$W/run_$from/log.jsonl" 1e-4 && grep -q '"step":7' "$W/run_$from/log.jsonl"; then
+    if [ $rc1 -eq 143 ] && [ $rc -eq 0 ] && grep -q 'resumed from .*state_00000004.bin' "$W/leg2_$from.out" && close "$W/$to.jsonl" "$W/run_$from/log.jsonl" 1e-4 && grep -q '"step":7' "$W/run_$from/log.jsonl"; then
         ok "state_saved_on_${from}_resumes_on_${to}" "4 steps on $from, 4 on $to: $(worst "$W/run_$from/log.jsonl" "$W/$to.jsonl") vs the straight $to run"
     else
-        fail "state_saved_on_${from}_resumes_on_${to}" "status $rc: $(tail -1 "$W/leg2_$from.out") $(worst "$W/run_$from/log.jsonl" "$W/$to.jsonl")"
+        fail "state_saved_on_${from}_resumes_on_${to}" "statuses $rc1 $rc (expect 143 0): $(tail -1 "$W/leg2_$from.out") $(worst "$W/run_$from/log.jsonl" "$W/$to.jsonl")"
     fi
 done
 [ $failed -eq 0 ]
