@@ -152,7 +152,8 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TES
 	@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh tests/check_mpi_cuda.sh \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
-		tests/test_resume.sh tests/test_train_cli.sh "$(MPI_TEST)" "$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)"
+		tests/test_resume.sh tests/test_train_cli.sh "$(MPI_TEST)" "$(CUDA_BUILD_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
+		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
 # `make fuzz`: each libFuzzer target (tests/fuzz/) for FUZZ_SECONDS; make test runs 10 s each,
@@ -161,6 +162,12 @@ FUZZ_SECONDS ?= 60
 FUZZ_CI ?= FUZZ_SEED=1 tests/fuzz/run.sh 10
 ASAN_CI ?= $(MAKE) -s --no-print-directory test-asan
 LEARN_TEST ?= tests/test_learn.sh
+# The CUDA side without a GPU: make cuda and the CUDA tests compile with nvcc (SKIP without it);
+# the kernels and the CUDA tests run on the CPU through the emulation, plainly and under TSan
+# (make test-cuda-emu); then the emulated trainer against the CPU one (train, resume across).
+CUDA_BUILD_CI ?= tests/check_cuda_build.sh
+EMU_CI ?= $(MAKE) -s --no-print-directory test-cuda-emu
+XBACKEND_CI ?= tests/cuda/test_cross_backend.sh $(EMU_BUILD)/train
 fuzz: $(TRAIN_BIN)
 	@tests/fuzz/run.sh $(FUZZ_SECONDS)
 
@@ -175,7 +182,10 @@ test-asan:
 		TRAIN_BIN=$(ASAN_BUILD)/train CFLAGS="$(ASAN_CFLAGS)" ASAN_CI= \
 		FUZZ_CI="echo SKIP fuzz: make test runs the fuzzers, which are sanitized themselves" \
 		LEARN_TEST="echo SKIP learns_kjv_below_bigram_baseline: too slow under ASan, make test runs it" \
-		MPI_BIN= MPI_TEST="echo SKIP mpi: make test runs the data-parallel tests, OpenMPI is not built for ASan"
+		MPI_BIN= MPI_TEST="echo SKIP mpi: make test runs the data-parallel tests, OpenMPI is not built for ASan" \
+		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
+		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels (ThreadSanitizer there)" \
+		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer"
 
 setup:
 	@scripts/setup.sh
