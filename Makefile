@@ -184,7 +184,7 @@ test-asan:
 		LEARN_TEST="echo SKIP learns_kjv_below_bigram_baseline: too slow under ASan, make test runs it" \
 		MPI_BIN= MPI_TEST="echo SKIP mpi: make test runs the data-parallel tests, OpenMPI is not built for ASan" \
 		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
-		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels (ThreadSanitizer there)" \
+		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer"
 
 setup:
