@@ -302,6 +302,19 @@ inline T atomicExch(T* p, T v) {
     return __atomic_exchange_n(p, v, __ATOMIC_RELAXED);
 }
 
+/* ---- bfloat16 (cuda_bf16.h's names; the conversions are attention/bf16.h's, bit for bit) ------
+ * A storage type only: no arithmetic and no implicit conversion, so a kernel converts explicitly
+ * where it means to round, and fp32 stays the type it computes in. */
+#include "attention/bf16.h"
+struct __nv_bfloat16 {
+    unsigned short __x;
+};
+static_assert(sizeof(__nv_bfloat16) == 2, "bf16 is two bytes, as on a GPU");
+static inline __nv_bfloat16 __float2bfloat16_rn(float x) { return __nv_bfloat16{sg_bf16_from_float(x)}; }
+static inline float __bfloat162float(__nv_bfloat16 h) { return sg_bf16_to_float(h.__x); }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv_bfloat16{u}; }
+
 /* ---- device math (the fast intrinsics are the plain functions here: results can differ from
  * a GPU's in the last bits, which is why CUDA tests compare with a tolerance) ------------------ */
 /* glibc declares its own __expf/__logf (the same functions): macros keep the CUDA spelling */

@@ -16,6 +16,9 @@
  *     mask (float, int, unsigned; width 32); no __activemask, no lockstep assumptions (a warp's
  *     threads meet only at those calls), no cooperative groups, no grid-wide sync, no block
  *     waiting on another block;
+ *   - bfloat16 as a storage type: __nv_bfloat16, __float2bfloat16_rn, __bfloat162float,
+ *     __bfloat16_as_ushort, __ushort_as_bfloat16 (no bf16 arithmetic, no implicit conversions),
+ *     and sg_pack_bf16x2 below; the host's twin conversions are in attention/bf16.h;
  *   - integer atomics (atomicAdd/atomicMax/atomicCAS on int/unsigned); no float atomics (DESIGN §5);
  *   - threadIdx, blockIdx, blockDim, gridDim, warpSize; dim3;
  *   - math: expf, logf, sqrtf, rsqrtf, tanhf, fmaxf, fminf, fabsf, __expf, __logf, __fdividef,
@@ -36,6 +39,7 @@
 #ifndef SEEDGPT_DEVICE_H
 #define SEEDGPT_DEVICE_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -43,6 +47,7 @@
 #include "attention/cuda_emu.h"
 #else
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 
 #define SG_LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem)>>>(__VA_ARGS__)
@@ -71,6 +76,12 @@
         exit(1); \
     } \
 } while (0)
+
+/* two bf16 in one 32-bit register, lo in bits 0..15: a tensor-core fragment register holds the
+ * element with the lower index in its low half */
+static inline __host__ __device__ uint32_t sg_pack_bf16x2(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+    return (uint32_t)__bfloat16_as_ushort(lo) | (uint32_t)__bfloat16_as_ushort(hi) << 16;
+}
 
 static inline unsigned sg_ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
