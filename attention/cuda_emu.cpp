@@ -187,11 +187,14 @@ enum GroupState { G_FREE, G_COLLECTING, G_DRAINING };
 struct Group {                 /* one warp collective in progress */
     std::atomic<int> state{G_FREE};   /* written under the team lock, except by the last reader */
     WarpOp op;
+    const char* what;          /* the collective's name, for reports */
     unsigned mask, arrived;
     int width;
+    int nwords;                /* warp_gather: 32-bit words per lane */
     std::atomic<int> readers{0};
     Site site;                 /* of the first lane to arrive */
     uint64_t value[32];
+    uint32_t words[32][SG_EMU_GATHER_WORDS];   /* warp_gather's register sets */
     Word done{0};              /* bumped when the last lane arrives */
     char hb_token;             /* TSan: arrivals happen before departures */
 };
@@ -318,7 +321,8 @@ void sg_emu::syncthreads(Site site) {
 /* ---- warp collectives --------------------------------------------------------------------- */
 static const char* op_name(sg_emu::WarpOp op) {
     static const char* names[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
-                                  "__shfl_xor_sync", "__ballot_sync", "__all_sync", "__any_sync"};
+                                  "__shfl_xor_sync", "__ballot_sync", "__all_sync", "__any_sync",
+                                  "warp_gather"};
     return names[op];
 }
 
@@ -337,11 +341,15 @@ static sg_emu::Group* waits_back(sg_emu::Warp& w, sg_emu::Group* from, sg_emu::G
     return nullptr;
 }
 
-uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
+/* The meeting every warp collective is: checks the mask, deposits this lane's value (and, for
+ * warp_gather, its words), waits until every lane of the mask has arrived, and returns the group,
+ * whose deposits stay put until leave_group. Called outside any quiet section; returns inside one. */
+static sg_emu::Group* meet(sg_emu::Site site, sg_emu::WarpOp op, const char* what, unsigned mask,
+                           uint64_t value, const uint32_t* words, int nwords, int width) {
+    using namespace sg_emu;
     Team& t = my_team();
     int tid = self.tid, lane = tid & 31, base = tid & ~31;
     unsigned bit = 1u << lane;
-    const char* what = op_name(op);
     if (!(mask & bit))
         die(cur.name, "%s at %s:%d called by lane %d with mask 0x%08x, which does not name the caller",
             what, site.file, site.line, lane, mask);
@@ -360,9 +368,9 @@ uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t v
     for (Group& h : w.groups)
         if (h.state == G_COLLECTING && h.mask == mask) { g = &h; break; }
     if (g) {
-        if (g->op != op || g->width != width)
+        if (g->op != op || g->width != width || g->nwords != nwords || strcmp(g->what, what) != 0)
             die(cur.name, "lanes of mask 0x%08x meet at different collectives: %s (width %d) at %s:%d and "
-                "%s (width %d) at %s:%d", mask, op_name(g->op), g->width, g->site.file, g->site.line,
+                "%s (width %d) at %s:%d", mask, g->what, g->width, g->site.file, g->site.line,
                 what, width, site.file, site.line);
     } else {
         for (Group& h : w.groups)
@@ -370,12 +378,15 @@ uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t v
         if (!g) { w.groups.emplace_back(); g = &w.groups.back(); }
         g->state = G_COLLECTING;
         g->op = op;
+        g->what = what;
         g->mask = mask;
         g->arrived = 0;
         g->width = width;
+        g->nwords = nwords;
         g->site = site;
     }
     g->value[lane] = value;
+    if (nwords > 0) memcpy(g->words[lane], words, sizeof(uint32_t) * nwords);
     g->arrived |= bit;
     /* Lanes of one mask may be busy in another group for now (two half-warps, one ahead of the
      * other); only a cycle of groups each waiting for lanes held in the next is a deadlock. My
@@ -386,7 +397,7 @@ uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t v
         if (h)
             die(cur.name, "mismatched masks: %s at %s:%d with mask 0x%08x waits for lanes held in %s at %s:%d "
                 "with mask 0x%08x, which waits (directly or not) for this group", what, site.file, site.line,
-                mask, op_name(h->op), h->site.file, h->site.line, h->mask);
+                mask, h->what, h->site.file, h->site.line, h->mask);
     }
     hb_release(&g->hb_token);
     if (g->arrived == g->mask) {
@@ -408,13 +419,25 @@ uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t v
     }
     /* the group's values stay put until its last reader is done (no lock needed to read) */
     hb_acquire(&g->hb_token);
+    return g;
+}
 
+/* this lane is done reading the group's deposits; the last reader frees the group */
+static void leave_group(sg_emu::Group* g) {
+    if (g->readers.fetch_sub(1, std::memory_order_acq_rel) == 1) g->state.store(sg_emu::G_FREE, std::memory_order_release);
+    quiet_end();
+}
+
+uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
+    Group* g = meet(site, op, op_name(op), mask, value, nullptr, 0, width);
+    int lane = self.tid & 31;
     /* every lane of the group has arrived: read my result from their values */
     uint64_t r = 0;
     int seg = lane & ~(width - 1);
     int src = -1;
     switch (op) {
-    case WARP_SYNC: break;
+    case WARP_SYNC:
+    case WARP_GATHER: break;
     case WARP_IDX: src = seg + ((unsigned)arg % (unsigned)width); break;
     case WARP_UP: src = lane - arg >= seg ? lane - arg : lane; break;
     case WARP_DOWN: src = lane + arg < seg + width ? lane + arg : lane; break;
@@ -433,9 +456,19 @@ uint64_t sg_emu::warp_collective(Site site, WarpOp op, unsigned mask, uint64_t v
         /* reading a lane outside the mask is undefined on a GPU: here it reads the poison */
         r = (src < 32 && (mask >> src & 1)) ? g->value[src] : ~0ull;
     }
-    if (g->readers.fetch_sub(1, std::memory_order_acq_rel) == 1) g->state.store(G_FREE, std::memory_order_release);
-    quiet_end();
+    leave_group(g);
     return r;
+}
+
+void sg_emu::warp_gather(Site site, const char* what, unsigned mask, const uint32_t* words, int nwords,
+                         uint32_t* out) {
+    if (nwords < 1 || nwords > SG_EMU_GATHER_WORDS)
+        die(cur.name, "%s at %s:%d: %d words per lane (1 to %d)", what, site.file, site.line, nwords,
+            SG_EMU_GATHER_WORDS);
+    Group* g = meet(site, WARP_GATHER, what, mask, 0, words, nwords, 32);
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < nwords; i++) out[l * nwords + i] = (mask >> l & 1) ? g->words[l][i] : ~0u;
+    leave_group(g);
 }
 
 /* ---- shared memory ------------------------------------------------------------------------ */

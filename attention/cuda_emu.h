@@ -188,9 +188,16 @@ void syncthreads(Site site);
 void* dynamic_shared(void);
 void* static_shared(const void* key, size_t bytes, Site site);
 
-enum WarpOp { WARP_SYNC, WARP_IDX, WARP_UP, WARP_DOWN, WARP_XOR, WARP_BALLOT, WARP_ALL, WARP_ANY };
+enum WarpOp { WARP_SYNC, WARP_IDX, WARP_UP, WARP_DOWN, WARP_XOR, WARP_BALLOT, WARP_ALL, WARP_ANY, WARP_GATHER };
 /* one warp collective: the lanes named in mask meet; returns this lane's 64-bit result */
 uint64_t warp_collective(Site site, WarpOp op, unsigned mask, uint64_t value, int arg, int width);
+
+/* A warp collective that moves whole register sets: each lane in mask deposits nwords (at most
+ * SG_EMU_GATHER_WORDS) 32-bit words; once every lane has arrived, each receives all of them,
+ * out[l * nwords + i] = word i of lane l (lanes outside mask: poison, ~0). `what` names the
+ * instruction in reports. The emulated tensor-core instructions (attention/mma.h) are built on it. */
+#define SG_EMU_GATHER_WORDS 16
+void warp_gather(Site site, const char* what, unsigned mask, const uint32_t* words, int nwords, uint32_t* out);
 
 /* __syncwarp() or __syncwarp(mask): a call site, then the optional mask */
 struct SyncWarp {

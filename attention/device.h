@@ -19,6 +19,8 @@
  *   - bfloat16 as a storage type: __nv_bfloat16, __float2bfloat16_rn, __bfloat162float,
  *     __bfloat16_as_ushort, __ushort_as_bfloat16 (no bf16 arithmetic, no implicit conversions),
  *     and sg_pack_bf16x2 below; the host's twin conversions are in attention/bf16.h;
+ *   - tensor cores only through the wrappers of attention/mma.h (sg_mma_m16n8k16_bf16_f32), each
+ *     a warp collective: all 32 lanes of the warp call it together;
  *   - integer atomics (atomicAdd/atomicMax/atomicCAS on int/unsigned); no float atomics (DESIGN §5);
  *   - threadIdx, blockIdx, blockDim, gridDim, warpSize; dim3;
  *   - math: expf, logf, sqrtf, rsqrtf, tanhf, fmaxf, fminf, fabsf, __expf, __logf, __fdividef,

@@ -3,11 +3,12 @@
  * against values worked out independently on the host, integer atomics, launch validation, device
  * memory and cuBLAS's strided-batched GEMM.
  * In the emulation (make test-cuda-emu) it also checks what only the emulation can promise: a
- * divergent barrier or a bad warp mask is reported with the kernel's name (each such kernel runs
- * in a child process, this binary re-run with --case NAME), shared and device memory start
- * poisoned, unknown frees are refused; and in the ThreadSanitizer build (make test-cuda-emu-tsan)
- * that a cross-block race and a missing barrier are caught. With nvcc the same file runs the
- * portable checks on a GPU and reports the emulation-only ones as SKIP.
+ * divergent barrier, a bad warp mask or a tensor-core instruction called by part of a warp is
+ * reported with the kernel's name (each such kernel runs in a child process, this binary re-run
+ * with --case NAME), shared and device memory start poisoned, unknown frees are refused; and in
+ * the ThreadSanitizer build (make test-cuda-emu-tsan) that a cross-block race and a missing
+ * barrier are caught. With nvcc the same file runs the portable checks on a GPU and reports the
+ * emulation-only ones as SKIP.
  */
 #include "attention/device.h"
 #include <math.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include "attention/mma.h"
 #include "tests/test.h"
 
 #ifdef SG_EMU
@@ -197,6 +199,23 @@ __global__ void shuffle_with_exited_lane(int* x) {
     x[threadIdx.x] = __shfl_sync(FULL, (int)threadIdx.x, 0);
 }
 
+/* the tensor-core wrapper is a warp collective: a block of 16 threads is half a warp */
+__global__ void mma_in_half_warp(float* x) {
+    uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float c[4] = {0, 0, 0, 0}, d[4];
+    sg_mma_m16n8k16_bf16_f32(d, a, b, c);
+    x[threadIdx.x] = d[0];
+}
+
+/* ... and a lane that has left cannot take part */
+__global__ void mma_with_exited_lane(float* x) {
+    if (threadIdx.x == 3) return;
+    uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float c[4] = {0, 0, 0, 0}, d[4];
+    sg_mma_m16n8k16_bf16_f32(d, a, b, c);
+    x[threadIdx.x] = d[0];
+}
+
 /* every block adds into x[0] without an atomic: a cross-block race */
 __global__ void cross_block_race(int* x) {
     if (threadIdx.x == 0) x[0] += 1;
@@ -217,6 +236,8 @@ static int run_case(const char* name) {
     else if (!strcmp(name, "mask_without_caller")) SG_LAUNCH(mask_without_caller, 1, 32, 0, d);
     else if (!strcmp(name, "mismatched_masks")) SG_LAUNCH(mismatched_masks, 1, 32, 0, d);
     else if (!strcmp(name, "shuffle_with_exited_lane")) SG_LAUNCH(shuffle_with_exited_lane, 1, 32, 0, d);
+    else if (!strcmp(name, "mma_in_half_warp")) SG_LAUNCH(mma_in_half_warp, 1, 16, 0, (float*)d);
+    else if (!strcmp(name, "mma_with_exited_lane")) SG_LAUNCH(mma_with_exited_lane, 1, 32, 0, (float*)d);
     else if (!strcmp(name, "cross_block_race")) SG_LAUNCH(cross_block_race, 8, 32, 0, d);
     else if (!strcmp(name, "missing_barrier")) SG_LAUNCH(missing_barrier, 1, 32, 0, d);
     else {
@@ -709,6 +730,8 @@ static void check_faults(void) {
     expect_fault("mask_without_caller", "does not name the caller");
     expect_fault("mismatched_masks", "mismatched masks");
     expect_fault("shuffle_with_exited_lane", "left the kernel");
+    expect_fault("mma_in_half_warp", "names lanes beyond the block");
+    expect_fault("mma_with_exited_lane", "left the kernel");
 #endif
 }
 

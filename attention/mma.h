@@ -1,0 +1,123 @@
+/* attention/mma.h — tensor-core instructions, each behind one small wrapper that has two bodies:
+ * inline PTX for nvcc, and in the emulation (-DSG_EMU) a CPU twin written from the PTX ISA's
+ * fragment layouts, so a kernel built on these wrappers runs against its CPU reference in CI and,
+ * on a GPU, the real instruction can be held to the emulated one (tests/cuda/test_cuda_mma.cu).
+ *
+ * sg_mma_m16n8k16_bf16_f32(d, a, b, c): D = A B + C for one warp, A 16x16 bf16 (row-major), B
+ * 16x8 bf16 (column-major), C and D 16x8 fp32. PTX: mma.sync.aligned.m16n8k16.row.col.f32.bf16.
+ * bf16.f32. A warp collective: all 32 lanes of the warp call it together, with the same
+ * instruction (no divergence, no partial warps). d may be c.
+ *
+ * Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"). With
+ * g = lane >> 2 (groupID) and t = lane % 4 (threadID_in_group), a lane holds:
+ *   A, four registers of two bf16 each, the lower-indexed element in the low half:
+ *     a[0] = A[g    ][2t, 2t+1]      a[1] = A[g + 8][2t, 2t+1]
+ *     a[2] = A[g    ][2t+8, 2t+9]    a[3] = A[g + 8][2t+8, 2t+9]
+ *   B, two registers (rows k, column n):
+ *     b[0] = B[2t, 2t+1][g]          b[1] = B[2t+8, 2t+9][g]
+ *   C and D, four floats:
+ *     c[0], c[1] = C[g][2t, 2t+1]    c[2], c[3] = C[g + 8][2t, 2t+1]
+ * (element i of A: row g + 8 for i in {2,3,6,7}, column 2t + (i & 1) + 8 for i >= 4; element i
+ * of B: row 2t + (i & 1) + 8 for i >= 2; element i of C: row g + 8 for i >= 2, column 2t + (i & 1).)
+ *
+ * Arithmetic. The products of two bf16 are exact in fp32 (8 + 8 significant bits). The emulation
+ * adds them to c[i] in k order, 0 to 15, rounding to fp32 after each addition. A tensor core's
+ * internal order, width and rounding of that 16-term sum are not specified to the bit by NVIDIA,
+ * so the GPU agrees with the emulation to a tolerance, not bit for bit: per element of D,
+ *   |d_gpu - d_emu| <= (K + 1) 2^-22 (|c| + sum_k |a_k b_k|),  K = 16 terms per instruction
+ * (twice the worst-case error of any fp32 summation order of K + 1 terms, with truncation as well
+ * as rounding allowed); a chain of n instructions accumulating through c uses K = 16 n.
+ * sg_mma_tolerance() computes it; tests/cuda/test_cuda_mma.cu uses it against float64.
+ */
+#ifndef SEEDGPT_MMA_H
+#define SEEDGPT_MMA_H
+
+#include "attention/device.h"
+#include "attention/bf16.h"
+
+/* ---- the documented layout, element by element (host and device) ----------------------------- */
+/* A (16 x 16): element i (0..7) of lane `lane`; register i / 2, half i % 2 */
+static inline __host__ __device__ int sg_mma_a_row(int lane, int i) {
+    return (lane >> 2) + ((i & 2) ? 8 : 0);
+}
+static inline __host__ __device__ int sg_mma_a_col(int lane, int i) {
+    return 2 * (lane & 3) + (i & 1) + (i >= 4 ? 8 : 0);
+}
+/* B (16 x 8, k x n): element i (0..3) of lane `lane`; register i / 2, half i % 2 */
+static inline __host__ __device__ int sg_mma_b_row(int lane, int i) {
+    return 2 * (lane & 3) + (i & 1) + (i >= 2 ? 8 : 0);
+}
+static inline __host__ __device__ int sg_mma_b_col(int lane, int i) {
+    (void)i;
+    return lane >> 2;
+}
+/* C and D (16 x 8): element i (0..3) of lane `lane` */
+static inline __host__ __device__ int sg_mma_c_row(int lane, int i) { return (lane >> 2) + (i >= 2 ? 8 : 0); }
+static inline __host__ __device__ int sg_mma_c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+
+/* ---- the CPU twin's arithmetic (host) ---------------------------------------------------------- */
+/* one element of D: c + sum_k a_row[k] b_col[k], in fp32, k = 0..15 in order (bf16 bits in) */
+static inline float sg_mma_dot16_bf16_f32(float c, const uint16_t a_row[16], const uint16_t b_col[16]) {
+    float acc = c;
+    for (int k = 0; k < 16; k++) {
+        float p = sg_bf16_to_float(a_row[k]) * sg_bf16_to_float(b_col[k]);   /* exact */
+        acc = acc + p;
+    }
+    return acc;
+}
+
+/* D = A B + C for whole matrices, as the emulated instruction computes it: A (16, 16) row-major,
+ * Bt (8, 16) = B transposed (each column of B contiguous, as .col names it), C, D (16, 8)
+ * row-major. The reference a GPU result is held to, within sg_mma_tolerance. */
+static inline void sg_mma_m16n8k16_ref(float D[16 * 8], const uint16_t A[16 * 16], const uint16_t Bt[8 * 16],
+                                       const float C[16 * 8]) {
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) D[m * 8 + n] = sg_mma_dot16_bf16_f32(C[m * 8 + n], &A[m * 16], &Bt[n * 16]);
+}
+
+/* the GPU check's tolerance for one element of D (see the header comment): k_terms products */
+static inline double sg_mma_tolerance(int k_terms, double abs_c_plus_abs_products) {
+    return (k_terms + 1) * 0x1p-22 * abs_c_plus_abs_products;
+}
+
+/* ---- the wrapper ------------------------------------------------------------------------------- */
+#ifndef SG_EMU
+static __device__ __forceinline__ void sg_mma_m16n8k16_bf16_f32(float d[4], const uint32_t a[4], const uint32_t b[2],
+                                                                const float c[4]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+          "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+#else
+/* The warp's 32 register sets meet in one warp collective (all 32 lanes, full mask: a partial
+ * warp, a divergent call or a lane that has left is reported as for __shfl_sync); each lane then
+ * rebuilds A, B and C from the documented layout and computes its own four elements of D. */
+static inline void sg_mma_m16n8k16_bf16_f32_emu(::sg_emu::Site site, float d[4], const uint32_t a[4],
+                                                const uint32_t b[2], const float c[4]) {
+    enum { WORDS = 10 };   /* a[4], b[2], c[4] */
+    uint32_t mine[WORDS] = {a[0], a[1], a[2], a[3], b[0], b[1],
+                            __float_as_uint(c[0]), __float_as_uint(c[1]), __float_as_uint(c[2]), __float_as_uint(c[3])};
+    uint32_t all[32 * WORDS];
+    ::sg_emu::warp_gather(site, "sg_mma_m16n8k16_bf16_f32 (mma.sync.m16n8k16)", 0xffffffffu, mine, WORDS, all);
+    uint16_t A[16 * 16], Bt[8 * 16];
+    float C[16 * 8];
+    for (int l = 0; l < 32; l++) {
+        const uint32_t* w = &all[l * WORDS];
+        for (int i = 0; i < 8; i++) A[sg_mma_a_row(l, i) * 16 + sg_mma_a_col(l, i)] = (uint16_t)(w[i / 2] >> (16 * (i & 1)));
+        for (int i = 0; i < 4; i++)
+            Bt[sg_mma_b_col(l, i) * 16 + sg_mma_b_row(l, i)] = (uint16_t)(w[4 + i / 2] >> (16 * (i & 1)));
+        for (int i = 0; i < 4; i++) C[sg_mma_c_row(l, i) * 8 + sg_mma_c_col(l, i)] = __uint_as_float(w[6 + i]);
+    }
+    int lane = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31;
+    for (int i = 0; i < 4; i++) {
+        int m = sg_mma_c_row(lane, i), n = sg_mma_c_col(lane, i);
+        d[i] = sg_mma_dot16_bf16_f32(C[m * 8 + n], &A[m * 16], &Bt[n * 16]);
+    }
+}
+#define sg_mma_m16n8k16_bf16_f32(d, a, b, c) sg_mma_m16n8k16_bf16_f32_emu(SG_EMU_SITE, (d), (a), (b), (c))
+#endif
+
+#endif
