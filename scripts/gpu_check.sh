@@ -4,6 +4,7 @@
 # most telling checks first, each under its own timeout, appending everything to $OUT/gpu_check.txt
 # (when OUT is set) as it goes, so a run cut short still leaves what it saw:
 #   1. the cuBLAS call conventions against a float64 host loop (tests/cuda/test_cublas.cu);
+#   1b. the tensor-core wrapper (mma.sync m16n8k16 bf16) and the bf16 conversions, real vs float64;
 #   2. compute-sanitizer racecheck on a tiny attention case;
 #   3. make test-cuda: every op against its CPU twin, the whole step, recompute policies, the
 #      trainer on both backends;
@@ -55,6 +56,12 @@ row "build" "ok in ${LAST_S}s"
 
 # ---- 1. cuBLAS conventions
 if step cublas 60 build/cuda/tests/test_cublas; then row "cublas conventions" "ok"; else row "cublas conventions" "FAILED"; fi
+
+# ---- 1b. the tensor-core wrapper (attention/mma.h): the real mma.sync against its float64 bound
+# and the emulation's fragment layout (tests/cuda/test_cuda_mma.cu), then bf16 conversions
+for t in test_cuda_mma test_cuda_bf16; do
+    if step "$t" 60 "build/cuda/tests/$t"; then row "$t" "ok"; else row "$t" "FAILED"; fi
+done
 
 # ---- 2. racecheck on a tiny attention case
 if command -v compute-sanitizer >/dev/null 2>&1 || [ -x "$(dirname "$NVCC")/compute-sanitizer" ]; then
