@@ -78,6 +78,31 @@ __device__ __forceinline__ float f4_at(const F4& v, int x) {
 /* Key (within its tile) of the k-th score column of thread tx: one aligned block of 32, 8 apart. */
 __device__ __forceinline__ int key_of(int tx, int k) { return ((tx >> 3) << 5) + (tx & 7) + (k << 3); }
 
+/* acc[0..3] += w * v, one fused multiply-add per element */
+__device__ __forceinline__ void fma4(float* acc, float w, const F4& v) {
+    acc[0] = fmaf(w, v.x, acc[0]);
+    acc[1] = fmaf(w, v.y, acc[1]);
+    acc[2] = fmaf(w, v.z, acc[2]);
+    acc[3] = fmaf(w, v.w, acc[3]);
+}
+
+/* The product phase: acc[a][4 m + x] += sum over rows c < n, ascending, of W[c][4 ty + a] times
+ * X[c][4 tx + 64 m + x], for the head dims below width. W is a transposed weight tile (row stride
+ * FLASH_LDP), X a Q/K/V/dO tile (row stride ld). */
+template <int NDM>
+__device__ __forceinline__ void tile_mac(float (&acc)[4][4 * NDM], const float* W, const float* X,
+                                         int ld, int n, int width, int tx, int ty) {
+    for (int m = 0; m < NDM; m++) {
+        const int d0 = 4 * tx + 64 * m;
+        if (d0 >= width) continue;
+        for (int c = 0; c < n; c++) {
+            const F4 w = ld4(W + c * FLASH_LDP + 4 * ty);
+            const F4 x = ld4(X + c * ld + d0);
+            for (int a = 0; a < 4; a++) fma4(&acc[a][4 * m], f4_at(w, a), x);
+        }
+    }
+}
+
 /* Max and sum over the 16 threads of a half warp that hold one query row. The butterfly gives all
  * 16 the same bits (each step adds the same two numbers, in either order). */
 __device__ __forceinline__ float row_max16(float v) {
@@ -206,21 +231,7 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
         /* acc = acc * corr + W V, the keys in ascending order */
         for (int a = 0; a < 4; a++)
             for (int x = 0; x < 4 * NDM; x++) acc[a][x] *= corr[a];
-        for (int m = 0; m < NDM; m++) {
-            const int d0 = 4 * tx + 64 * m;
-            if (d0 >= width) continue;
-            for (int c = 0; c < nk; c++) {
-                const F4 w = ld4(Wt + c * FLASH_LDP + 4 * ty);
-                const F4 v = ld4(Vs + c * ld + d0);
-                for (int a = 0; a < 4; a++) {
-                    const float wa = f4_at(w, a);
-                    acc[a][4 * m + 0] = fmaf(wa, v.x, acc[a][4 * m + 0]);
-                    acc[a][4 * m + 1] = fmaf(wa, v.y, acc[a][4 * m + 1]);
-                    acc[a][4 * m + 2] = fmaf(wa, v.z, acc[a][4 * m + 2]);
-                    acc[a][4 * m + 3] = fmaf(wa, v.w, acc[a][4 * m + 3]);
-                }
-            }
-        }
+        tile_mac<NDM>(acc, Wt, Vs, ld, nk, width, tx, ty);
     }
 
     for (int a = 0; a < 4; a++) {
@@ -351,15 +362,8 @@ __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(
                 const F4 o = ld4(dOs + r * ld + d0);
                 const F4 q = ld4(Qs + r * ld + d0);
                 for (int k = 0; k < 4; k++) {
-                    const float pk = f4_at(pw, k), sk = f4_at(ds, k);
-                    dv[k][4 * m + 0] = fmaf(pk, o.x, dv[k][4 * m + 0]);
-                    dv[k][4 * m + 1] = fmaf(pk, o.y, dv[k][4 * m + 1]);
-                    dv[k][4 * m + 2] = fmaf(pk, o.z, dv[k][4 * m + 2]);
-                    dv[k][4 * m + 3] = fmaf(pk, o.w, dv[k][4 * m + 3]);
-                    dk[k][4 * m + 0] = fmaf(sk, q.x, dk[k][4 * m + 0]);
-                    dk[k][4 * m + 1] = fmaf(sk, q.y, dk[k][4 * m + 1]);
-                    dk[k][4 * m + 2] = fmaf(sk, q.z, dk[k][4 * m + 2]);
-                    dk[k][4 * m + 3] = fmaf(sk, q.w, dk[k][4 * m + 3]);
+                    fma4(&dv[k][4 * m], f4_at(pw, k), o);
+                    fma4(&dk[k][4 * m], f4_at(ds, k), q);
                 }
             }
         }
@@ -451,21 +455,7 @@ __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dq_kernel(fl
         __syncthreads();
 
         /* dQ += dS K, the keys in ascending order */
-        for (int m = 0; m < NDM; m++) {
-            const int d0 = 4 * tx + 64 * m;
-            if (d0 >= width) continue;
-            for (int c = 0; c < nk; c++) {
-                const F4 ds = ld4(dSt + c * FLASH_LDP + 4 * ty);
-                const F4 kk = ld4(Ks + c * ld + d0);
-                for (int a = 0; a < 4; a++) {
-                    const float da = f4_at(ds, a);
-                    acc[a][4 * m + 0] = fmaf(da, kk.x, acc[a][4 * m + 0]);
-                    acc[a][4 * m + 1] = fmaf(da, kk.y, acc[a][4 * m + 1]);
-                    acc[a][4 * m + 2] = fmaf(da, kk.z, acc[a][4 * m + 2]);
-                    acc[a][4 * m + 3] = fmaf(da, kk.w, acc[a][4 * m + 3]);
-                }
-            }
-        }
+        tile_mac<NDM>(acc, dSt, Ks, ld, nk, width, tx, ty);
     }
 
     for (int a = 0; a < 4; a++) {

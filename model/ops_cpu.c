@@ -10,6 +10,7 @@
 #include <string.h>
 #include "model/ops.h"
 #include "model/gemm_cpu.h"
+#include "model/adamw.h"
 #include "attention/vexp.h"
 
 /* Columns per block in column-partitioned reductions (a multiple of 16 floats = 64 bytes). */
@@ -326,13 +327,7 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
     float bc2 = 1.0f - powf(beta2, (float)t);
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float g = grads[i];
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        float p = params[i] * (1.0f - lr * weight_decay);  /* decoupled decay, as torch AdamW */
-        params[i] = p - lr * (mhat / (sqrtf(vhat) + eps));
+        adamw_element(&params[i], grads[i], &m[i], &v[i], lr, beta1, beta2, eps, weight_decay, bc1,
+                      bc2);
     }
 }

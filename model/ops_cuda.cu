@@ -19,6 +19,7 @@
 #include <math.h>
 #include <string.h>
 #include "model/ops_cuda.h"
+#include "model/adamw.h"
 
 /* threads per block of the elementwise kernels; grid-stride loops above EW_MAX_BLOCKS blocks */
 #define EW_THREADS 256
@@ -639,20 +640,14 @@ void scale_inplace_cuda(float* x, size_t n, float s) {
     SG_CHECK_LAUNCH();
 }
 
-/* the CPU's formula, operation for operation; bc1, bc2 computed on the host as the CPU does */
+/* model/adamw.h, the CPU's formula; bc1, bc2 computed on the host as the CPU does */
 __global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
                              float lr, float beta1, float beta2, float eps, float weight_decay,
                              float bc1, float bc2) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float g = grads[i];
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        float p = params[i] * (1.0f - lr * weight_decay);  /* decoupled decay, as torch AdamW */
-        params[i] = p - lr * (mhat / (sqrtf(vhat) + eps));
+        adamw_element(&params[i], grads[i], &m[i], &v[i], lr, beta1, beta2, eps, weight_decay, bc1,
+                      bc2);
     }
 }
 
