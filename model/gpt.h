@@ -93,11 +93,11 @@ typedef struct {
     float* ln1;        /* (B, T, C) */
     float* ln1_mean;   /* (B, T) */
     float* ln1_rstd;   /* (B, T) */
-    float* qkv;        /* (B, T, QKV) */
+    float* qkv;        /* (B, T, QKV) with RoPE: q and k rotated (what attention reads) */
     float* atty;       /* (B, T, C) attention output (probabilities dropped inside the kernel) */
     float* lse;        /* (B, NH, T) row log-sum-exp of the scaled scores */
-    float* resid2;     /* (B, T, C) x + drop(attproj(atty)) */
-    float* ln2;        /* (B, T, C) */
+    float* resid2;     /* (B, T, C) x + drop_path(drop(attproj(atty))) */
+    float* ln2;        /* (B, T, C) LN2 of resid2 (sequential block) or of x (parallel block) */
     float* ln2_mean;   /* (B, T) */
     float* ln2_rstd;   /* (B, T) */
     float* fch;        /* (B, T, 4C) first MLP linear, before GELU */
