@@ -9,6 +9,8 @@
  *     sums done in two fixed passes (partials over fixed chunks of rows, then the chunks in order);
  *   - embedding gradients: the rows of each token (bucketed on the host, in row order) and the rows
  *     of each position, summed by one thread per channel in row order: the CPU's order exactly;
+ *   - RoPE: one thread per (row, q or k head, pair), reading the host-built cos/sin table;
+ *   - stochastic depth: one thread per element, each drawing its sequence's one keep bit;
  *   - cross-entropy: one block per row, the softmax sums in double like the CPU's;
  *   - dense products: cuBLAS SGEMM in plain fp32 (no TF32).
  * No float atomics anywhere: every reduction has one fixed order, so results do not depend on the
