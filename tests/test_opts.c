@@ -116,7 +116,9 @@ static void test_rope_relative_position(int layout) {
     float* cs = mem_alloc_floats((size_t)T * H2);
     float* sn = mem_alloc_floats((size_t)T * H2);
     gpt_rope_table(&c, cs, sn);
-    float* row = to_float(drand((size_t)QKV, 1.0), (size_t)QKV);
+    double* rowd = drand((size_t)QKV, 1.0);
+    float* row = to_float(rowd, (size_t)QKV);
+    free(rowd);
     float* qkv = malloc(sizeof(float) * T * QKV);
     for (int t = 0; t < T; t++) memcpy(qkv + (size_t)t * QKV, row, sizeof(float) * QKV);
     rope_forward(qkv, cs, sn, 1, T, NH, NKV, HD, layout, 0);
