@@ -84,7 +84,7 @@ MPI_TEST ?= tests/test_mpi.sh
 
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
-C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint \
+C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint test_opts \
            test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 

@@ -57,6 +57,7 @@ typedef struct {
     const char* bpe_dir;     /* gpt2's encoder.json + vocab.bpe; NULL: $SEEDGPT_BPE_DIR, else data/gpt2 */
     /* a fresh model */
     int layers, heads, kv_heads, embd, vocab, seq_len;
+    int pos_rope, rope_base, rope_layout, block_parallel;   /* model options (README) */
     /* the batch */
     int batch, seq;
     int steps;
@@ -68,6 +69,7 @@ typedef struct {
     uint64_t seed;
     int shuffle;
     double dropout, attn_dropout, resid_dropout, embd_dropout;   /* < 0: unset */
+    double drop_path;        /* stochastic depth of each residual branch */
     /* logging and evaluation */
     int log_every, eval_every, eval_batches;
     int sample_every, sample_tokens;
@@ -94,6 +96,7 @@ enum { R_LOCAL, R_SHAPE, R_FIXED, R_CHANGE };
 enum {
     F_TRAIN, F_VAL, F_INIT, F_SAVE, F_LOG_JSON, F_TOKENIZER, F_BPE_DIR,
     F_LAYERS, F_HEADS, F_KV_HEADS, F_EMBD, F_VOCAB, F_SEQ_LEN,
+    F_POS, F_ROPE_BASE, F_ROPE_LAYOUT, F_BLOCK, F_DROP_PATH,
     F_BATCH, F_SEQ, F_STEPS,
     F_LR, F_LR_SCHEDULE, F_WARMUP, F_FINAL_LR_FRAC, F_BETA1, F_BETA2, F_EPS, F_WEIGHT_DECAY,
     F_CLIP,
@@ -112,6 +115,9 @@ static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
     [F_LAYERS] = {"--layers", R_SHAPE},         [F_HEADS] = {"--heads", R_SHAPE},
     [F_KV_HEADS] = {"--kv-heads", R_SHAPE},     [F_EMBD] = {"--embd", R_SHAPE},
     [F_VOCAB] = {"--vocab", R_SHAPE},           [F_SEQ_LEN] = {"--seq-len", R_SHAPE},
+    [F_POS] = {"--pos", R_SHAPE},               [F_ROPE_BASE] = {"--rope-base", R_SHAPE},
+    [F_ROPE_LAYOUT] = {"--rope-layout", R_SHAPE}, [F_BLOCK] = {"--block", R_SHAPE},
+    [F_DROP_PATH] = {"--drop-path", R_FIXED},
     [F_BATCH] = {"--batch", R_SHAPE},           [F_SEQ] = {"--seq", R_SHAPE},
     [F_STEPS] = {"--steps", R_CHANGE},
     [F_LR] = {"--lr", R_FIXED},                 [F_LR_SCHEDULE] = {"--lr-schedule", R_FIXED},
@@ -161,6 +167,13 @@ static void usage(FILE* f) {
 "  --embd C            channels, a multiple of H (default 128)\n"
 "  --vocab V           vocabulary (default: the tokenizer's, 257 for byte)\n"
 "  --seq-len N         the model's maximum context (default 256)\n"
+"  --pos P             learned | rope (default learned): learned absolute positions (wpe), or\n"
+"                      rotary embeddings of q and k after the QKV linear (no wpe tensor)\n"
+"  --rope-base B       RoPE base, an integer >= 2: theta_d = B^(-2d/HD) (default 10000)\n"
+"  --rope-layout L     neox | gptj (default neox): rotated pairs (d, d+HD/2) or (2d, 2d+1)\n"
+"  --block K           sequential | parallel (default sequential): x += attn(LN1 x), then\n"
+"                      x += mlp(LN2 x); or x = x + attn(LN1 x) + mlp(LN2 x), the parallel\n"
+"                      residual of GPT-J / GPT-NeoX (two LayerNorms, both on x)\n"
 "batch and schedule\n"
 "  --batch B           sequences per step (default 8)\n"
 "  --seq T             training sequence length, <= seq-len (default seq-len)\n"
@@ -186,6 +199,9 @@ static void usage(FILE* f) {
 "  --attn-dropout P    on the attention probabilities (overrides --dropout)\n"
 "  --resid-dropout P   on both residual branches (overrides --dropout)\n"
 "  --embd-dropout P    on the embedding (overrides --dropout)\n"
+"  --drop-path P       stochastic depth: each residual branch of each sequence is dropped with\n"
+"                      probability P, kept ones scaled 1/(1-P) (default 0); applied after the\n"
+"                      branch's residual dropout; off in evaluation and sampling\n"
 "activation checkpointing\n"
 "  --recompute P       none | layer | every:K (default none): keep only each segment's input of\n"
 "                      K layers and recompute the segment before its backward, with the seeds\n"
@@ -286,6 +302,8 @@ static void set_defaults(Options* o) {
     o->lr = 1e-3; o->final_lr_frac = 0.1; o->beta1 = 0.9; o->beta2 = 0.95; o->eps = 1e-8;
     o->weight_decay = 0.1; o->clip = 1.0; o->lr_schedule = "cosine"; o->warmup = 0;
     o->seed = 1337; o->shuffle = 1;
+    o->pos_rope = 0; o->rope_base = ROPE_DEFAULT_BASE; o->rope_layout = ROPE_NEOX;
+    o->block_parallel = 0; o->drop_path = 0.0;
     o->dropout = 0.0; o->attn_dropout = o->resid_dropout = o->embd_dropout = -1.0;
     o->log_every = 10; o->eval_every = 0; o->eval_batches = 8; o->threads = 0;
     o->sample_every = 0; o->sample_tokens = 64; o->peak_gflops = 0; o->total_batch = 0;
@@ -312,6 +330,20 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_EMBD: o->embd = parse_long(f, v, 1, 65536); break;
     case F_VOCAB: o->vocab = parse_long(f, v, 1, 65536); break;
     case F_SEQ_LEN: o->seq_len = parse_long(f, v, 1, 1 << 20); break;
+    case F_POS:
+        if (strcmp(v, "learned") && strcmp(v, "rope")) die_flag(f, v, "learned or rope");
+        o->pos_rope = !strcmp(v, "rope");
+        break;
+    case F_ROPE_BASE: o->rope_base = parse_long(f, v, 2, 2147483647L); break;
+    case F_ROPE_LAYOUT:
+        if (strcmp(v, "neox") && strcmp(v, "gptj")) die_flag(f, v, "neox or gptj");
+        o->rope_layout = !strcmp(v, "gptj") ? ROPE_GPTJ : ROPE_NEOX;
+        break;
+    case F_BLOCK:
+        if (strcmp(v, "sequential") && strcmp(v, "parallel")) die_flag(f, v, "sequential or parallel");
+        o->block_parallel = !strcmp(v, "parallel");
+        break;
+    case F_DROP_PATH: o->drop_path = parse_double(f, v, 0, 1, 1); break;
     case F_BATCH: o->batch = parse_long(f, v, 1, 1 << 20); break;
     case F_SEQ: o->seq = parse_long(f, v, 1, 1 << 20); break;
     case F_STEPS: o->steps = parse_long(f, v, 0, 2000000000L); break;
@@ -407,6 +439,11 @@ static int format_flag(const Options* o, int id, char* buf, size_t cap) {
     case F_EMBD: snprintf(buf, cap, "%d", o->embd); return 0;
     case F_VOCAB: snprintf(buf, cap, "%d", o->vocab); return 0;
     case F_SEQ_LEN: snprintf(buf, cap, "%d", o->seq_len); return 0;
+    case F_POS: s = o->pos_rope ? "rope" : "learned"; break;
+    case F_ROPE_BASE: snprintf(buf, cap, "%d", o->rope_base); return 0;
+    case F_ROPE_LAYOUT: s = o->rope_layout == ROPE_GPTJ ? "gptj" : "neox"; break;
+    case F_BLOCK: s = o->block_parallel ? "parallel" : "sequential"; break;
+    case F_DROP_PATH: fmt_double(buf, cap, o->drop_path); return 0;
     case F_BATCH: snprintf(buf, cap, "%d", o->batch); return 0;
     case F_SEQ: snprintf(buf, cap, "%d", o->seq ? o->seq : o->seq_len); return 0;
     case F_STEPS: snprintf(buf, cap, "%d", o->steps); return 0;
@@ -497,9 +534,16 @@ static void check_options(const Options* o, const char* raw[NUM_FLAGS]) {
         exit(EXIT_BAD_INPUT);
     }
     if (o->resume_dir == NULL && o->init_path != NULL &&
-        (raw[F_LAYERS] || raw[F_HEADS] || raw[F_KV_HEADS] || raw[F_EMBD] || raw[F_SEQ_LEN])) {
+        (raw[F_LAYERS] || raw[F_HEADS] || raw[F_KV_HEADS] || raw[F_EMBD] || raw[F_SEQ_LEN] ||
+         raw[F_POS] || raw[F_ROPE_BASE] || raw[F_ROPE_LAYOUT] || raw[F_BLOCK])) {
         fprintf(stderr, "seedgpt: --init takes the model shape from the file; drop --layers, "
-                        "--heads, --kv-heads, --embd and --seq-len\n");
+                        "--heads, --kv-heads, --embd, --seq-len, --pos, --rope-base, "
+                        "--rope-layout and --block\n");
+        exit(EXIT_BAD_INPUT);
+    }
+    if (!o->pos_rope && (raw[F_ROPE_BASE] || raw[F_ROPE_LAYOUT])) {
+        fprintf(stderr, "seedgpt: %s needs --pos rope\n",
+                raw[F_ROPE_BASE] ? "--rope-base" : "--rope-layout");
         exit(EXIT_BAD_INPUT);
     }
     if (o->policy.fresh_seeds && o->policy.every == 0) {
@@ -563,6 +607,10 @@ static void options_from_state(Options* st, StateInfo* info, const char* path) {
     st->layers = c->num_layers;
     st->heads = c->num_heads;
     st->kv_heads = c->num_kv_heads;
+    st->pos_rope = c->pos_kind == POS_ROPE;
+    st->rope_base = c->pos_kind == POS_ROPE ? c->rope_base : ROPE_DEFAULT_BASE;
+    st->rope_layout = c->rope_layout;
+    st->block_parallel = c->block_kind == BLOCK_PARALLEL;
     st->embd = c->channels;
     st->vocab = c->vocab_size;
     st->seq_len = c->max_seq_len;
@@ -1106,6 +1154,10 @@ int main(int argc, char** argv) {
         cfg.num_heads = o.heads;
         cfg.num_kv_heads = o.kv_heads ? o.kv_heads : o.heads;
         cfg.channels = o.embd;
+        cfg.pos_kind = o.pos_rope ? POS_ROPE : POS_LEARNED;
+        cfg.rope_base = o.pos_rope ? o.rope_base : 0;
+        cfg.rope_layout = o.pos_rope ? o.rope_layout : 0;
+        cfg.block_kind = o.block_parallel ? BLOCK_PARALLEL : BLOCK_SEQUENTIAL;
         const char* problem = gpt_config_problem(&cfg);
         if (problem != NULL) {
             fprintf(stderr, "seedgpt: model flags: %s\n", problem);
@@ -1249,6 +1301,7 @@ int main(int argc, char** argv) {
         gpt_init_weights(&model, o.seed);
     }
     gpt_set_dropout(&model, o.seed, o.embd_dropout, o.attn_dropout, o.resid_dropout);
+    gpt_set_drop_path(&model, o.drop_path);
 
     if (o.log_json != NULL && writer) {
         if (resuming && truncate_log(o.log_json, start_step, err) != 0) {
@@ -1269,6 +1322,13 @@ int main(int argc, char** argv) {
     printf("model: L%d H%d KV%d C%d V%d (padded %d) maxT %d, %zu parameters\n",
            cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.channels, cfg.vocab_size,
            cfg.padded_vocab_size, cfg.max_seq_len, model.num_parameters);
+    if (cfg.pos_kind == POS_ROPE || cfg.block_kind == BLOCK_PARALLEL || o.drop_path > 0) {
+        printf("model options: positions %s", cfg.pos_kind == POS_ROPE ? "rope" : "learned");
+        if (cfg.pos_kind == POS_ROPE)
+            printf(" (base %d, %s pairs)", cfg.rope_base, cfg.rope_layout == ROPE_GPTJ ? "gptj" : "neox");
+        printf(", %s block, drop-path %g\n",
+               cfg.block_kind == BLOCK_PARALLEL ? "parallel" : "sequential", o.drop_path);
+    }
     printf("batch %d x %d", B, T);
     if (world > 1) printf(" x %d ranks (%s)", world, dist_kind());
     if (A > 1) printf(" x %d micro-batches", A);

@@ -55,6 +55,12 @@ typedef struct Backend {
                                      int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop);
     void (*dropout_backward)(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
                              uint64_t seed, Dropout drop);
+    void (*rope_forward)(float* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                         int NKV, int HD, int layout, int pos0);
+    void (*rope_backward)(float* dqkv, const float* cos, const float* sin, int B, int T, int NH,
+                          int NKV, int HD, int layout, int pos0);
+    void (*drop_path)(float* y, const float* x, int B, int T, int C, uint32_t g0, uint64_t seed,
+                      Dropout drop);
     void (*crossentropy_forward)(float* losses, const float* logits, const int* targets,
                                  int N, int V, int Vp);
     void (*crossentropy_backward)(float* logits, const int* targets, float dloss, int N, int V,

@@ -30,6 +30,18 @@ const char* gpt_config_problem(const GPTConfig* c) {
     if (c->channels % c->num_heads != 0) return "channels must be a multiple of heads";
     if (c->num_kv_heads <= 0 || c->num_heads % c->num_kv_heads != 0)
         return "kv heads must divide heads";
+    if (c->pos_kind != POS_LEARNED && c->pos_kind != POS_ROPE)
+        return "position kind must be 0 (learned) or 1 (rope)";
+    if (c->block_kind != BLOCK_SEQUENTIAL && c->block_kind != BLOCK_PARALLEL)
+        return "block kind must be 0 (sequential) or 1 (parallel)";
+    if (c->pos_kind == POS_ROPE) {
+        if (c->rope_base < 2) return "rope base must be at least 2";
+        if (c->rope_layout != ROPE_NEOX && c->rope_layout != ROPE_GPTJ)
+            return "rope layout must be 0 (neox) or 1 (gptj)";
+        if ((c->channels / c->num_heads) % 2 != 0) return "rope needs an even head dimension";
+    } else if (c->rope_base != 0 || c->rope_layout != 0) {
+        return "rope base and layout must be 0 with learned positions";
+    }
     /* sizes are computed in size_t, a few in int: refuse shapes that overflow either */
     double C = c->channels, HD = C / c->num_heads, L = c->num_layers;
     double qkv = (c->num_heads + 2.0 * c->num_kv_heads) * HD;
@@ -41,14 +53,19 @@ const char* gpt_config_problem(const GPTConfig* c) {
 }
 
 const char* gpt_config_diff(const GPTConfig* a, const GPTConfig* b, int* va, int* vb) {
-    static const char* const names[7] = {"max_seq_len (maxT)", "vocab_size (V)",
-                                         "padded_vocab_size (Vp)", "num_layers (L)",
-                                         "num_heads (NH)", "num_kv_heads (NKV)", "channels (C)"};
-    int fa[7] = {a->max_seq_len, a->vocab_size, a->padded_vocab_size, a->num_layers,
-                 a->num_heads, a->num_kv_heads, a->channels};
-    int fb[7] = {b->max_seq_len, b->vocab_size, b->padded_vocab_size, b->num_layers,
-                 b->num_heads, b->num_kv_heads, b->channels};
-    for (int i = 0; i < 7; i++) {
+    static const char* const names[11] = {"max_seq_len (maxT)", "vocab_size (V)",
+                                          "padded_vocab_size (Vp)", "num_layers (L)",
+                                          "num_heads (NH)", "num_kv_heads (NKV)", "channels (C)",
+                                          "position kind (0 learned, 1 rope)", "rope base",
+                                          "rope layout (0 neox, 1 gptj)",
+                                          "block kind (0 sequential, 1 parallel)"};
+    int fa[11] = {a->max_seq_len, a->vocab_size, a->padded_vocab_size, a->num_layers,
+                  a->num_heads, a->num_kv_heads, a->channels, a->pos_kind, a->rope_base,
+                  a->rope_layout, a->block_kind};
+    int fb[11] = {b->max_seq_len, b->vocab_size, b->padded_vocab_size, b->num_layers,
+                  b->num_heads, b->num_kv_heads, b->channels, b->pos_kind, b->rope_base,
+                  b->rope_layout, b->block_kind};
+    for (int i = 0; i < 11; i++) {
         if (fa[i] != fb[i]) { *va = fa[i]; *vb = fb[i]; return names[i]; }
     }
     return NULL;
@@ -58,7 +75,7 @@ void gpt_param_sizes(const GPTConfig* c, size_t s[NUM_PARAMETER_TENSORS]) {
     size_t Vp = c->padded_vocab_size, C = c->channels, L = c->num_layers;
     size_t maxT = c->max_seq_len, QKV = gpt_qkv_channels(c);
     s[0] = Vp * C;        /* wte */
-    s[1] = maxT * C;      /* wpe */
+    s[1] = c->pos_kind == POS_ROPE ? 0 : maxT * C;   /* wpe: none with RoPE */
     s[2] = L * C;         /* ln1w */
     s[3] = L * C;         /* ln1b */
     s[4] = L * QKV * C;   /* qkvw */
@@ -173,14 +190,15 @@ static size_t plan_activations(GPT* m, float* base) {
 static size_t plan_scratch(GPT* m, float* base) {
     const GPTConfig* c = &m->config;
     size_t BT = (size_t)m->B * m->T, C = c->channels;
-    size_t sizes[7] = {BT * C, BT * C, BT * C, BT * C, BT * gpt_qkv_channels(c), BT * 4 * C,
+    size_t sizes[8] = {BT * C, BT * C, BT * C, BT * C, BT * gpt_qkv_channels(c), BT * 4 * C,
                        m->be->attention_backward_scratch_floats(m->B, m->T, c->num_heads,
                                                                 c->num_kv_heads, gpt_head_dim(c),
-                                                                m->plan_threads)};
+                                                                m->plan_threads),
+                       c->block_kind == BLOCK_PARALLEL ? BT * C : 0};
     GradScratch* g = &m->gs;
-    float** ptrs[7] = {&g->dresid, &g->dbranch, &g->dln, &g->datty, &g->dqkv, &g->dfch,
-                       &g->attn_scratch};
-    return carve(base, ptrs, sizes, 7);
+    float** ptrs[8] = {&g->dresid, &g->dbranch, &g->dln, &g->datty, &g->dqkv, &g->dfch,
+                       &g->attn_scratch, &g->dbranch2};
+    return carve(base, ptrs, sizes, 8);
 }
 
 int gpt_build(GPT* m, const GPTConfig* c, int B, int T, char err[256]) {
@@ -228,7 +246,9 @@ int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
     m->num_acts = plan_activations(m, NULL);
     size_t nscratch = plan_scratch(m, NULL);
     size_t ntok = mem_align_floats(BT);
-    size_t total = 4 * pfloats + m->num_acts + nscratch + 2 * ntok;
+    size_t nrope = c->pos_kind == POS_ROPE
+                       ? mem_align_floats((size_t)c->max_seq_len * (gpt_head_dim(c) / 2)) : 0;
+    size_t total = 4 * pfloats + m->num_acts + nscratch + 2 * ntok + 2 * nrope;
     float* base = be->alloc(total * sizeof(float));
     m->arena = base;
     m->params_memory = base;
@@ -240,6 +260,15 @@ int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
     plan_scratch(m, m->acts_memory + m->num_acts);
     m->inputs = (int*)(m->acts_memory + m->num_acts + nscratch);
     m->targets = m->inputs + ntok;
+    if (nrope > 0) {
+        /* the RoPE angle table: built once on the host, then identical bits on every backend */
+        m->rope_cos = (float*)(m->targets + ntok);
+        m->rope_sin = m->rope_cos + nrope;
+        float* host = mem_alloc_floats(2 * nrope);
+        gpt_rope_table(c, host, host + nrope);
+        be->to_backend(m->rope_cos, host, 2 * nrope * sizeof(float));
+        mem_free(host);
+    }
     param_ptrs(&m->params, pp);
     carve(m->params_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
     param_ptrs(&m->grads, pp);
@@ -259,7 +288,7 @@ int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
     param_ptrs(&m->host_params, pp);
     carve(m->host_params_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
 
-    m->drop_embd = m->drop_attn = m->drop_resid = dropout_make(0.0);
+    m->drop_embd = m->drop_attn = m->drop_resid = m->drop_path = dropout_make(0.0);
     m->mean_loss = -1.0f;
     return 0;
 }
@@ -363,6 +392,25 @@ void gpt_set_dropout(GPT* m, uint64_t master_seed, double p_embd, double p_attn,
     m->drop_resid = dropout_make(p_resid);
 }
 
+void gpt_set_drop_path(GPT* m, double p) {
+    if (!(p >= 0 && p < 1)) {
+        fprintf(stderr, "seedgpt: internal error: drop-path probability must be in [0, 1)\n");
+        exit(1);
+    }
+    m->drop_path = dropout_make(p);
+}
+
+void gpt_rope_table(const GPTConfig* c, float* cos_out, float* sin_out) {
+    int H2 = gpt_head_dim(c) / 2;
+    for (int t = 0; t < c->max_seq_len; t++)
+        for (int d = 0; d < H2; d++) {
+            double theta = pow((double)c->rope_base, -2.0 * d / (2.0 * H2));
+            double angle = (double)t * theta;
+            cos_out[(size_t)t * H2 + d] = (float)cos(angle);
+            sin_out[(size_t)t * H2 + d] = (float)sin(angle);
+        }
+}
+
 /* ---- forward ------------------------------------------------------------------------------ */
 
 /* Layer l's parameters. */
@@ -394,18 +442,29 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
     LayerActs* a = &m->layer[l];
     Dropout dattn = train ? m->drop_attn : no_dropout();
     Dropout dres = train ? m->drop_resid : no_dropout();
+    int depth = train && dropout_active(m->drop_path);   /* p = 0: the plain path, bitwise */
+    /* the parallel block normalises the layer input for both branches (GPT-NeoX's parallel
+     * residual, two LayerNorms); the sequential one feeds the MLP the attention's output */
+    const float* mlp_in = c->block_kind == BLOCK_PARALLEL ? x : a->resid2;
 
     m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p.ln1w, p.ln1b, N, C);
     m->be->matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, QKV);
+    if (c->pos_kind == POS_ROPE)
+        m->be->rope_forward(a->qkv, m->rope_cos, m->rope_sin, B, T, c->num_heads, c->num_kv_heads,
+                            gpt_head_dim(c), c->rope_layout, 0);
     m->be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->num_heads, c->num_kv_heads,
                       gpt_head_dim(c), g0, rec->seed[SITE_ATTN_PROB], dattn);
     m->be->matmul_forward(a->resid2, a->atty, p.attprojw, p.attprojb, N, C, C);
+    /* branch = drop_path(dropout(proj)): the per-sequence factor, then the residual dropout */
+    if (depth)
+        m->be->drop_path(a->resid2, a->resid2, B, T, C, g0, rec->seed[SITE_DEPTH_ATTN], m->drop_path);
     m->be->residual_dropout_forward(a->resid2, x, a->resid2, B, T, C, g0,
                              rec->seed[SITE_ATTN_RESID], dres);
-    m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, p.ln2w, p.ln2b, N, C);
+    m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, mlp_in, p.ln2w, p.ln2b, N, C);
     m->be->matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
     m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
     m->be->matmul_forward(out, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    if (depth) m->be->drop_path(out, out, B, T, C, g0, rec->seed[SITE_DEPTH_MLP], m->drop_path);
     m->be->residual_dropout_forward(out, a->resid2, out, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);
 }
 
@@ -434,7 +493,8 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
 
     /* layer 0's record holds the embedding's seed (site 0), so it is drawn before the embedding */
     layer_record_draw(&m->records[0], m->master_seed, step, 0, PASS_FORWARD);
-    m->be->encoder_forward(m->resid[0], m->inputs, m->params.wte, m->params.wpe, B, T, C, g0,
+    const float* wpe = c->pos_kind == POS_ROPE ? NULL : m->params.wpe;
+    m->be->encoder_forward(m->resid[0], m->inputs, m->params.wte, wpe, B, T, C, g0,
                     m->records[0].seed[SITE_EMBD], train ? m->drop_embd : no_dropout());
     for (int l = 0; l < L; l++) {
         if (l > 0) layer_record_draw(&m->records[l], m->master_seed, step, l, PASS_FORWARD);
@@ -479,20 +539,46 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
     GradScratch* g = &m->gs;
     Dropout dattn = m->cur_train ? m->drop_attn : no_dropout();
     Dropout dres = m->cur_train ? m->drop_resid : no_dropout();
+    int depth = m->cur_train && dropout_active(m->drop_path);
+    int parallel = c->block_kind == BLOCK_PARALLEL;
+    /* the attention branch's output gradient: computed below from d resid2 (sequential), or here
+     * from d out, before the MLP's LayerNorm adds to dresid (parallel: resid2 = x + attn branch
+     * and out = resid2 + mlp branch, so d resid2 = d out) */
+    float* dattn_branch = parallel ? g->dbranch2 : g->dbranch;
+    if (parallel) {
+        m->be->dropout_backward(dattn_branch, g->dresid, B, T, C, g0, rec->seed[SITE_ATTN_RESID], dres);
+        if (depth)
+            m->be->drop_path(dattn_branch, dattn_branch, B, T, C, g0, rec->seed[SITE_DEPTH_ATTN],
+                             m->drop_path);
+    }
 
-    /* in the forward, out = resid2 + drop(fcproj(gelu(fc(ln2(resid2))))) */
+    /* in the forward, out = resid2 + drop_path(drop(fcproj(gelu(fc(ln2(mlp_in)))))), mlp_in =
+     * resid2 (sequential) or x (parallel) */
     m->be->dropout_backward(g->dbranch, g->dresid, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);
+    if (depth)
+        m->be->drop_path(g->dbranch, g->dbranch, B, T, C, g0, rec->seed[SITE_DEPTH_MLP], m->drop_path);
     m->be->matmul_backward(g->dfch, dfcprojw, dfcprojb, g->dbranch, a->fch_gelu, p.fcprojw, N, 4 * C, C);
     m->be->gelu_backward(g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
     m->be->matmul_backward(g->dln, dfcw, dfcb, g->dfch, a->ln2, p.fcw, N, C, 4 * C);
-    m->be->layernorm_backward(g->dresid, dln2w, dln2b, g->dln, a->resid2, p.ln2w, a->ln2_mean,
-                       a->ln2_rstd, N, C);
-    /* now dresid = d resid2; in the forward, resid2 = x + drop(attproj(attn(qkv(ln1(x))))) */
-    m->be->dropout_backward(g->dbranch, g->dresid, B, T, C, g0, rec->seed[SITE_ATTN_RESID], dres);
-    m->be->matmul_backward(g->datty, dattprojw, dattprojb, g->dbranch, a->atty, p.attprojw, N, C, C);
+    m->be->layernorm_backward(g->dresid, dln2w, dln2b, g->dln, parallel ? m->resid[l] : a->resid2,
+                       p.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
+    /* sequential: now dresid = d resid2; in the forward,
+     * resid2 = x + drop_path(drop(attproj(attn(rope(qkv(ln1(x))))))) */
+    if (!parallel) {
+        m->be->dropout_backward(dattn_branch, g->dresid, B, T, C, g0, rec->seed[SITE_ATTN_RESID], dres);
+        if (depth)
+            m->be->drop_path(dattn_branch, dattn_branch, B, T, C, g0, rec->seed[SITE_DEPTH_ATTN],
+                             m->drop_path);
+    }
+    m->be->matmul_backward(g->datty, dattprojw, dattprojb, dattn_branch, a->atty, p.attprojw, N, C, C);
     m->be->attention_backward(g->dqkv, g->attn_scratch, g->datty, a->qkv, a->atty, a->lse, B, T,
                        c->num_heads, c->num_kv_heads, gpt_head_dim(c), g0,
                        rec->seed[SITE_ATTN_PROB], dattn);
+    /* a->qkv holds the rotated q and k (what attention saw); dqkv is their gradient: rotate it
+     * back to the gradient of the QKV linear's output */
+    if (c->pos_kind == POS_ROPE)
+        m->be->rope_backward(g->dqkv, m->rope_cos, m->rope_sin, B, T, c->num_heads,
+                             c->num_kv_heads, gpt_head_dim(c), c->rope_layout, 0);
     m->be->matmul_backward(g->dln, dqkvw, dqkvb, g->dqkv, a->ln1, p.qkvw, N, C, QKV);
     m->be->layernorm_backward(g->dresid, dln1w, dln1b, g->dln, m->resid[l], p.ln1w, a->ln1_mean,
                        a->ln1_rstd, N, C);
@@ -568,10 +654,11 @@ int gpt_backward(GPT* m, float dloss) {
         if (ckpt_recomputes(&m->policy)) recs = recompute_segment(m, first, end);
         for (int l = end - 1; l >= first; l--) layer_backward(m, l, &recs[l]);
     }
-    /* in the forward, resid[0] = drop(wte[tok] + wpe[t]) */
+    /* in the forward, resid[0] = drop(wte[tok] + wpe[t]) (no wpe with RoPE) */
     m->be->dropout_backward(g->dbranch, g->dresid, B, T, C, m->cur_g0, m->records[0].seed[SITE_EMBD],
                      m->cur_train ? m->drop_embd : no_dropout());
-    m->be->encoder_backward(m->grads.wte, m->grads.wpe, g->dbranch, m->inputs, B, T, C);
+    m->be->encoder_backward(m->grads.wte, c->pos_kind == POS_ROPE ? NULL : m->grads.wpe, g->dbranch,
+                            m->inputs, B, T, C);
     return m->check_mismatches;
 }
 

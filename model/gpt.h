@@ -14,6 +14,7 @@
 #include "attention/philox.h"
 #include "checkpoint/checkpoint.h"
 #include "model/backend.h"
+#include "model/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,7 +28,23 @@ typedef struct {
     int num_heads;          /* NH: query heads */
     int num_kv_heads;       /* NKV: key/value heads; divides NH (NKV == NH: plain GPT-2) */
     int channels;           /* C = NH * HD */
+    /* model options (README "Model options"); 0 in every field is plain GPT-2 */
+    int pos_kind;           /* POS_LEARNED: wpe added to the embedding; POS_ROPE: no wpe, q and k
+                               rotated after the QKV linear */
+    int rope_base;          /* RoPE: theta_d = rope_base^(-2d/HD); 0 with learned positions */
+    int rope_layout;        /* RoPE pairs: ROPE_NEOX (d, d + HD/2) or ROPE_GPTJ (2d, 2d + 1) */
+    int block_kind;         /* BLOCK_SEQUENTIAL: x += attn(LN1 x); x += mlp(LN2 x).
+                               BLOCK_PARALLEL: x = x + attn(LN1 x) + mlp(LN2 x) */
 } GPTConfig;
+
+enum { POS_LEARNED = 0, POS_ROPE = 1 };
+enum { BLOCK_SEQUENTIAL = 0, BLOCK_PARALLEL = 1 };
+#define ROPE_DEFAULT_BASE 10000
+
+/* The angle table of RoPE: cos[t * HD/2 + d] = cos(t * theta_d), sin likewise, for t < maxT and
+ * d < HD/2, theta_d = base^(-2d/HD); computed in double on the host and rounded once to float,
+ * so every backend (and the sampler) uses the same bits. */
+void gpt_rope_table(const GPTConfig* c, float* cos_out, float* sin_out);
 
 static inline int gpt_head_dim(const GPTConfig* c) { return c->channels / c->num_heads; }
 /* width of the fused q,k,v projection: NH query heads then NKV key heads then NKV value heads */
@@ -46,7 +63,7 @@ const char* gpt_config_diff(const GPTConfig* a, const GPTConfig* b, int* va, int
 #define NUM_PARAMETER_TENSORS 16
 typedef struct {
     float* wte;       /* (Vp, C) token embedding, also the LM head (tied); rows >= V are zero */
-    float* wpe;       /* (maxT, C) */
+    float* wpe;       /* (maxT, C); (0) with RoPE: no learned positions */
     float* ln1w;      /* (L, C) */
     float* ln1b;      /* (L, C) */
     float* qkvw;      /* (L, QKV, C) */
@@ -76,11 +93,11 @@ typedef struct {
     float* ln1;        /* (B, T, C) */
     float* ln1_mean;   /* (B, T) */
     float* ln1_rstd;   /* (B, T) */
-    float* qkv;        /* (B, T, QKV) */
+    float* qkv;        /* (B, T, QKV) with RoPE: q and k rotated (what attention reads) */
     float* atty;       /* (B, T, C) attention output (probabilities dropped inside the kernel) */
     float* lse;        /* (B, NH, T) row log-sum-exp of the scaled scores */
-    float* resid2;     /* (B, T, C) x + drop(attproj(atty)) */
-    float* ln2;        /* (B, T, C) */
+    float* resid2;     /* (B, T, C) x + drop_path(drop(attproj(atty))) */
+    float* ln2;        /* (B, T, C) LN2 of resid2 (sequential block) or of x (parallel block) */
     float* ln2_mean;   /* (B, T) */
     float* ln2_rstd;   /* (B, T) */
     float* fch;        /* (B, T, 4C) first MLP linear, before GELU */
@@ -97,6 +114,8 @@ typedef struct {
     float* datty;    /* (B, T, C) */
     float* dqkv;     /* (B, T, QKV) */
     float* dfch;     /* (B, T, 4C) also holds d(fch_gelu) first */
+    float* dbranch2; /* (B, T, C) parallel block: the attention branch's output gradient, while
+                        the MLP branch's backward uses dbranch; (0) for the sequential block */
     float* attn_scratch; /* attention_backward_scratch_floats(...) */
 } GradScratch;
 
@@ -149,6 +168,9 @@ typedef struct {
     /* randomness: dropout probabilities turned into (thr, scale) once, on the host */
     uint64_t master_seed;
     Dropout drop_embd, drop_attn, drop_resid;
+    Dropout drop_path;           /* stochastic depth of each residual branch (sites 4 and 5) */
+    float* rope_cos;             /* (maxT, HD/2) RoPE angle table in backend memory; NULL without */
+    float* rope_sin;             /* (maxT, HD/2) */
     LayerRecord* records;        /* (L) seeds drawn by each layer's forward */
     LayerRecord* fresh_records;  /* (K) pass-1 seeds of the negative control's recompute */
 
@@ -188,6 +210,9 @@ void gpt_to_backend(GPT* m);
 void gpt_init_weights(GPT* m, uint64_t master_seed);
 
 void gpt_set_dropout(GPT* m, uint64_t master_seed, double p_embd, double p_attn, double p_resid);
+/* Stochastic depth: each residual branch of each sequence dropped with probability p (kept ones
+ * scaled 1/(1-p)) in training forwards; p in [0, 1), 0 = off (bitwise the plain path). */
+void gpt_set_drop_path(GPT* m, double p);
 
 /* Forward over inputs (B, T) (B <= m->B, T <= m->T). Row b is global sequence g0 + b (DESIGN §2).
  * train != 0 turns dropout on and draws the step's seeds into the layer records. With targets,

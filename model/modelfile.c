@@ -4,8 +4,10 @@
  * Two formats, one tensor order (ParameterTensors, llm.c's order), both little-endian:
  *   - plain GPT-2 (num_kv_heads == num_heads): llm.c's fp32 checkpoint, 256 x int32 header
  *     {20240326, 3, maxT, V, L, NH, C, Vp, 0...}, so files move between llm.c and seedgpt;
- *   - any other configuration (grouped-query heads): seedgpt's own header, 256 x int32
- *     {MODELFILE_SEED_MAGIC, 1, maxT, V, L, NH, C, Vp, NKV, pos kind = 0, block kind = 0, 0...}.
+ *   - any other configuration (grouped-query heads, RoPE, the parallel block): seedgpt's own
+ *     header, 256 x int32 {MODELFILE_SEED_MAGIC, version, maxT, V, L, NH, C, Vp, NKV, pos kind,
+ *     block kind, rope base, rope layout, 0...}; version 1 when the model options are the
+ *     defaults (slots 9.. zero: older readers take it), version 2 otherwise.
  * Then every parameter tensor as contiguous float32, tensor after tensor (the tensors in memory
  * are separate 64-byte aligned blocks, so they are read and written one by one).
  *
@@ -32,14 +34,18 @@
 /* The file starts with the four ASCII bytes "SEED" (53 45 45 44), which read as a little-endian
  * int32 are 0x44454553 = 1145390419. */
 #define MODELFILE_SEED_MAGIC 0x44454553
-#define MODELFILE_SEED_VERSION 1
+#define MODELFILE_SEED_VERSION 2      /* the newest version this build reads and writes */
 
 /* Header slots. 2..7 mean the same in both formats. */
 enum {
     H_MAGIC = 0, H_VERSION = 1, H_MAXT = 2, H_V = 3, H_L = 4, H_NH = 5, H_C = 6, H_VP = 7,
     H_NKV = 8,         /* seedgpt only */
-    H_POS_KIND = 9,    /* seedgpt only: 0 = learned absolute positions (wpe); must be 0 in v1 */
-    H_BLOCK_KIND = 10  /* seedgpt only: 0 = GPT-2 pre-norm block; must be 0 in v1 */
+    H_POS_KIND = 9,    /* seedgpt only: 0 = learned absolute positions (wpe), 1 = RoPE (v2) */
+    H_BLOCK_KIND = 10, /* seedgpt only: 0 = GPT-2 sequential block, 1 = parallel block (v2) */
+    H_ROPE_BASE = 11,  /* seedgpt v2: RoPE base; 0 with learned positions */
+    H_ROPE_LAYOUT = 12,/* seedgpt v2: 0 = NeoX half-split pairs, 1 = GPT-J interleaved pairs */
+    H_FIRST_RESERVED_V1 = 9,
+    H_FIRST_RESERVED_V2 = 13
 };
 
 static int host_is_little_endian(void) {
@@ -47,7 +53,13 @@ static int host_is_little_endian(void) {
     return *(const unsigned char*)&probe == 1;
 }
 
-static int is_plain_gpt2(const GPTConfig* c) { return c->num_kv_heads == c->num_heads; }
+static int has_model_options(const GPTConfig* c) {
+    return c->pos_kind != POS_LEARNED || c->block_kind != BLOCK_SEQUENTIAL;
+}
+/* llm.c's format describes exactly this: all heads full, learned positions, sequential blocks */
+static int is_plain_gpt2(const GPTConfig* c) {
+    return c->num_kv_heads == c->num_heads && !has_model_options(c);
+}
 
 static size_t total_params(const GPTConfig* c) {
     size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
@@ -89,8 +101,8 @@ static int parse_header(FILE* f, const char* path, GPTConfig* cfg, char err[256]
         }
     } else if (h[H_MAGIC] == MODELFILE_SEED_MAGIC) {
         seed_format = 1;
-        if (h[H_VERSION] != MODELFILE_SEED_VERSION) {
-            snprintf(err, 256, "%s: seedgpt model file version %d, expected %d", path,
+        if (h[H_VERSION] < 1 || h[H_VERSION] > MODELFILE_SEED_VERSION) {
+            snprintf(err, 256, "%s: seedgpt model file version %d, this build reads 1 to %d", path,
                      h[H_VERSION], MODELFILE_SEED_VERSION);
             return -1;
         }
@@ -102,12 +114,15 @@ static int parse_header(FILE* f, const char* path, GPTConfig* cfg, char err[256]
     }
     if (seed_format) {
         /* options this version does not know must be absent, so a later file is never misread */
-        for (int k = H_POS_KIND; k < HEADER_INTS; k++) {
+        int first = h[H_VERSION] == 1 ? H_FIRST_RESERVED_V1 : H_FIRST_RESERVED_V2;
+        for (int k = first; k < HEADER_INTS; k++) {
             if (h[k] != 0) {
                 snprintf(err, 256, "%s: header slot %d is %d, must be 0 in seedgpt version %d "
-                         "(%s)", path, k, h[k], MODELFILE_SEED_VERSION,
+                         "(%s)", path, k, h[k], h[H_VERSION],
                          k == H_POS_KIND ? "positional encoding kind"
-                         : k == H_BLOCK_KIND ? "block kind" : "reserved");
+                         : k == H_BLOCK_KIND ? "block kind"
+                         : k == H_ROPE_BASE ? "rope base"
+                         : k == H_ROPE_LAYOUT ? "rope layout" : "reserved");
                 return -1;
             }
         }
@@ -121,6 +136,16 @@ static int parse_header(FILE* f, const char* path, GPTConfig* cfg, char err[256]
     c.channels = h[H_C];
     c.padded_vocab_size = h[H_VP];
     c.num_kv_heads = seed_format ? h[H_NKV] : h[H_NH];
+    c.pos_kind = seed_format ? h[H_POS_KIND] : POS_LEARNED;
+    c.block_kind = seed_format ? h[H_BLOCK_KIND] : BLOCK_SEQUENTIAL;
+    c.rope_base = seed_format ? h[H_ROPE_BASE] : 0;
+    c.rope_layout = seed_format ? h[H_ROPE_LAYOUT] : 0;
+    if (seed_format && h[H_VERSION] == 2 && !has_model_options(&c)) {
+        /* one configuration, one header: version 2 exists for the model options */
+        snprintf(err, 256, "%s: seedgpt model file version 2 without model options (slots 9..12 "
+                 "zero); such a model is written as version 1", path);
+        return -1;
+    }
     const char* problem = gpt_config_problem(&c);
     if (problem != NULL) {
         snprintf(err, 256, "%s: bad header (maxT %d, V %d, L %d, NH %d, NKV %d, C %d, Vp %d): %s",
@@ -214,14 +239,20 @@ int modelfile_save(const GPT* m, const char* path, char err[256]) {
     memset(h, 0, sizeof(h));
     int plain = is_plain_gpt2(c);
     h[H_MAGIC] = plain ? LLMC_MAGIC : MODELFILE_SEED_MAGIC;
-    h[H_VERSION] = plain ? LLMC_VERSION : MODELFILE_SEED_VERSION;
+    h[H_VERSION] = plain ? LLMC_VERSION : has_model_options(c) ? 2 : 1;
     h[H_MAXT] = c->max_seq_len;
     h[H_V] = c->vocab_size;
     h[H_L] = c->num_layers;
     h[H_NH] = c->num_heads;
     h[H_C] = c->channels;
     h[H_VP] = c->padded_vocab_size;
-    if (!plain) h[H_NKV] = c->num_kv_heads;   /* H_POS_KIND, H_BLOCK_KIND: 0 in version 1 */
+    if (!plain) {
+        h[H_NKV] = c->num_kv_heads;
+        h[H_POS_KIND] = c->pos_kind;        /* these four are 0 in version 1 */
+        h[H_BLOCK_KIND] = c->block_kind;
+        h[H_ROPE_BASE] = c->rope_base;
+        h[H_ROPE_LAYOUT] = c->rope_layout;
+    }
 
     FILE* f = fopen(tmp, "wb");
     if (f == NULL) {

@@ -21,11 +21,12 @@
 extern "C" {
 #endif
 
-/* out (B,T,C) written = drop(wte[inp[b,t]] + wpe[t]). inp (B,T); wte (Vp,C); wpe (maxT,C). */
+/* out (B,T,C) written = drop(wte[inp[b,t]] + wpe[t]). inp (B,T); wte (Vp,C); wpe (maxT,C), or
+ * NULL for a model without learned positions (RoPE): out = drop(wte[inp[b,t]]). */
 void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
                      int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop);
 /* dwte, dwpe accumulated from dout (B,T,C), the gradient of the embedding sum (after the
- * dropout's backward). */
+ * dropout's backward). dwpe NULL: no learned positions. */
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
                       int B, int T, int C);
 
@@ -56,6 +57,27 @@ void residual_dropout_forward(float* out, const float* x, const float* branch,
 /* dy (B,T,C) written = the dropout's backward of dout: mask * scale * dout; may alias dout. */
 void dropout_backward(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
                       uint64_t seed, Dropout drop);
+
+/* RoPE pair layouts (GPTConfig.rope_layout). */
+enum { ROPE_NEOX = 0, ROPE_GPTJ = 1 };
+
+/* Rotary position embedding, in place on the query and key heads of qkv (B, T, QKV), QKV =
+ * (NH + 2 NKV) HD: every pair (x0, x1) of every q and k head of row (b, t) becomes
+ * (x0 cos - x1 sin, x0 sin + x1 cos) at angle (pos0 + t) theta_d; the v heads are untouched.
+ * Pairs: layout ROPE_NEOX (d, d + HD/2), ROPE_GPTJ (2d, 2d + 1), d < HD/2. cos, sin (maxT, HD/2)
+ * from gpt_rope_table; pos0 + T <= maxT. */
+void rope_forward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                  int HD, int layout, int pos0);
+/* The backward of rope_forward, in place on dqkv: the rotation is orthogonal, so the gradient of
+ * the input is the gradient of the output rotated back, (dy0 cos + dy1 sin, -dy0 sin + dy1 cos). */
+void rope_backward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                   int HD, int layout, int pos0);
+
+/* Stochastic depth of a residual branch: y (B,T,C) written = x * keep(g) * scale, one keep bit
+ * per sequence g = g0 + b, philox_depth_draw(seed, g) >= thr. Its backward is the same op on the
+ * gradient (the same bit redrawn). thr == 0: y = x * scale (scale 1 at p = 0). y may alias x. */
+void drop_path(float* y, const float* x, int B, int T, int C, uint32_t g0, uint64_t seed,
+               Dropout drop);
 
 /* losses (N) written: -log softmax(logits[n, :V])[targets[n]]. logits (N, Vp). */
 void crossentropy_forward(float* losses, const float* logits, const int* targets,

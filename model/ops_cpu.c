@@ -61,8 +61,12 @@ void encoder_forward(float* out, const int* inp, const float* wte, const float* 
         int b = bt / T, t = bt % T;
         float* o = out + (size_t)bt * C;
         const float* e = wte + (size_t)inp[bt] * C;
-        const float* p = wpe + (size_t)t * C;
-        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+        if (wpe != NULL) {
+            const float* p = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+        } else {
+            for (int c = 0; c < C; c++) o[c] = e[c];
+        }
         dropout_row(o, o, NULL, C, g0 + (uint32_t)b, (uint32_t)t, embd_seed, drop);
     }
 }
@@ -80,6 +84,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
             for (int c = c0; c < c1; c++) dw[c] += d[c];
         }
     }
+    if (dwpe == NULL) return;   /* no learned positions */
     /* dwpe[t] sums the B rows of position t, in b order. */
     #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++) {
@@ -250,6 +255,62 @@ void dropout_backward(float* dy, const float* dout, int B, int T, int C, uint32_
         int b = bt / T, t = bt % T;
         dropout_row(dy + (size_t)bt * C, dout + (size_t)bt * C, NULL, C, g0 + (uint32_t)b,
                     (uint32_t)t, seed, drop);
+    }
+}
+
+/* ---- rotary position embedding ----------------------------------------------------------- */
+
+/* The rotation of every q and k head of every row: sign = +1 rotates by +angle (the forward),
+ * -1 by -angle (the backward: the transpose of a rotation is its inverse). Pair d of a head sits
+ * at (d, d + HD/2) in the NeoX layout and (2d, 2d + 1) in the GPT-J layout. */
+static void rope_rotate(float* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                        int NKV, int HD, int layout, int pos0, float sign) {
+    int H2 = HD / 2, heads = NH + NKV;   /* the q heads, then the k heads: contiguous */
+    size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    #pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int t = bt % T;
+        const float* cs = cos + (size_t)(pos0 + t) * H2;
+        const float* sn = sin + (size_t)(pos0 + t) * H2;
+        float* row = qkv + (size_t)bt * QKV;
+        for (int h = 0; h < heads; h++) {
+            float* x = row + (size_t)h * HD;
+            for (int d = 0; d < H2; d++) {
+                int i0 = layout == ROPE_GPTJ ? 2 * d : d;
+                int i1 = layout == ROPE_GPTJ ? 2 * d + 1 : d + H2;
+                float c = cs[d], s = sign * sn[d];
+                float x0 = x[i0], x1 = x[i1];
+                x[i0] = x0 * c - x1 * s;
+                x[i1] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+void rope_forward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                  int HD, int layout, int pos0) {
+    rope_rotate(qkv, cos, sin, B, T, NH, NKV, HD, layout, pos0, 1.0f);
+}
+
+void rope_backward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                   int HD, int layout, int pos0) {
+    /* in the forward y = R x with R the rotation by +angle, so dx = R^T dy = rotation by -angle */
+    rope_rotate(dqkv, cos, sin, B, T, NH, NKV, HD, layout, pos0, -1.0f);
+}
+
+/* ---- stochastic depth --------------------------------------------------------------------- */
+
+void drop_path(float* y, const float* x, int B, int T, int C, uint32_t g0, uint64_t seed,
+               Dropout drop) {
+    for (int b = 0; b < B; b++) {
+        /* one draw per sequence: the whole (T, C) block is kept (times scale) or zeroed */
+        float f = drop.scale;
+        if (dropout_active(drop) && philox_depth_draw(seed, g0 + (uint32_t)b) < drop.thr) f = 0.0f;
+        size_t n = (size_t)T * C;
+        float* yb = y + (size_t)b * n;
+        const float* xb = x + (size_t)b * n;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) yb[i] = f == 0.0f ? 0.0f : xb[i] * f;
     }
 }
 

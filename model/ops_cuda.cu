@@ -9,6 +9,8 @@
  *     sums done in two fixed passes (partials over fixed chunks of rows, then the chunks in order);
  *   - embedding gradients: the rows of each token (bucketed on the host, in row order) and the rows
  *     of each position, summed by one thread per channel in row order: the CPU's order exactly;
+ *   - RoPE: one thread per (row, q or k head, pair), reading the host-built cos/sin table;
+ *   - stochastic depth: one thread per element, each drawing its sequence's one keep bit;
  *   - cross-entropy: one block per row, the softmax sums in double like the CPU's;
  *   - dense products: cuBLAS SGEMM in plain fp32 (no TF32).
  * No float atomics anywhere: every reduction has one fixed order, so results do not depend on the
@@ -20,6 +22,7 @@
 #include <string.h>
 #include "model/ops_cuda.h"
 #include "model/adamw.h"
+#include "model/ops.h"   /* ROPE_NEOX, ROPE_GPTJ */
 
 /* threads per block of the elementwise kernels; grid-stride loops above EW_MAX_BLOCKS blocks */
 #define EW_THREADS 256
@@ -128,13 +131,13 @@ __global__ void encoder_forward_kernel(float* out, const int* inp, const float* 
     int b = bt / T, t = bt % T;
     float* o = out + (size_t)bt * C;
     const float* e = wte + (size_t)inp[bt] * C;
-    const float* p = wpe + (size_t)t * C;
+    const float* p = wpe != NULL ? wpe + (size_t)t * C : NULL;   /* NULL: no learned positions */
     int Q = (C + 3) / 4;
     for (int q = threadIdx.x; q < Q; q += blockDim.x) {
         int c0 = 4 * q, nc = C - c0 < 4 ? C - c0 : 4;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         #pragma unroll
-        for (int w = 0; w < 4; w++) if (w < nc) v[w] = e[c0 + w] + p[c0 + w];
+        for (int w = 0; w < 4; w++) if (w < nc) v[w] = p != NULL ? e[c0 + w] + p[c0 + w] : e[c0 + w];
         dropout_quad(v, nc, seed, g0 + (uint32_t)b, (uint32_t)t, (uint32_t)q, drop);
         #pragma unroll
         for (int w = 0; w < 4; w++) if (w < nc) o[c0 + w] = v[w];
@@ -237,6 +240,7 @@ void encoder_backward_cuda(float* dwte, float* dwpe, const float* dout, const in
     dim3 grid_wte((unsigned)U, sg_ceil_div((size_t)C, 128));
     SG_LAUNCH(encoder_backward_wte_kernel, grid_wte, 128, 0, dwte, dout, d, d + U, d + 2 * U + 1, C);
     SG_CHECK_LAUNCH();
+    if (dwpe == NULL) return;   /* no learned positions */
     dim3 grid_wpe((unsigned)T, sg_ceil_div((size_t)C, 128));
     SG_LAUNCH(encoder_backward_wpe_kernel, grid_wpe, 128, 0, dwpe, dout, B, T, C);
     SG_CHECK_LAUNCH();
@@ -522,6 +526,72 @@ void dropout_backward_cuda(float* dy, const float* dout, int B, int T, int C, ui
                            uint64_t seed, Dropout drop) {
     if (B * T == 0 || C == 0) return;
     SG_LAUNCH(dropout_backward_kernel, B * T, quad_threads(C), 0, dy, dout, T, C, g0, seed, drop);
+    SG_CHECK_LAUNCH();
+}
+
+/* ---- rotary position embedding ----------------------------------------------------------- */
+
+/* one thread per (row, q-or-k head, pair): the CPU's rope_rotate, pair for pair; sign = +1 the
+ * forward, -1 the backward (the inverse rotation) */
+__global__ void rope_rotate_kernel(float* qkv, const float* cos, const float* sin, int T,
+                                   int heads, int QKV, int HD, int layout, int pos0, float sign,
+                                   size_t n) {
+    int H2 = HD / 2;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int d = (int)(i % (size_t)H2);
+        int h = (int)((i / (size_t)H2) % (size_t)heads);
+        size_t bt = i / ((size_t)H2 * heads);
+        int t = (int)(bt % (size_t)T);
+        float* x = qkv + bt * (size_t)QKV + (size_t)h * HD;
+        int i0 = layout == ROPE_GPTJ ? 2 * d : d;
+        int i1 = layout == ROPE_GPTJ ? 2 * d + 1 : d + H2;
+        float c = cos[(size_t)(pos0 + t) * H2 + d], s = sign * sin[(size_t)(pos0 + t) * H2 + d];
+        float x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
+    }
+}
+
+static void rope_rotate_cuda(float* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                             int NKV, int HD, int layout, int pos0, float sign) {
+    size_t n = (size_t)B * T * (NH + NKV) * (HD / 2);
+    if (n == 0) return;
+    SG_LAUNCH(rope_rotate_kernel, ew_blocks(n), EW_THREADS, 0, qkv, cos, sin, T, NH + NKV,
+              (NH + 2 * NKV) * HD, HD, layout, pos0, sign, n);
+    SG_CHECK_LAUNCH();
+}
+
+void rope_forward_cuda(float* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                       int NKV, int HD, int layout, int pos0) {
+    rope_rotate_cuda(qkv, cos, sin, B, T, NH, NKV, HD, layout, pos0, 1.0f);
+}
+
+void rope_backward_cuda(float* dqkv, const float* cos, const float* sin, int B, int T, int NH,
+                        int NKV, int HD, int layout, int pos0) {
+    rope_rotate_cuda(dqkv, cos, sin, B, T, NH, NKV, HD, layout, pos0, -1.0f);
+}
+
+/* ---- stochastic depth --------------------------------------------------------------------- */
+
+/* one thread per element; each draws its sequence's keep bit (the same word for the whole
+ * sequence, as the CPU's one draw) */
+__global__ void drop_path_kernel(float* y, const float* x, size_t per_seq, size_t n, uint32_t g0,
+                                 uint64_t seed, Dropout drop) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t b = (uint32_t)(i / per_seq);
+        float f = drop.scale;
+        if (dropout_active(drop) && philox_depth_draw(seed, g0 + b) < drop.thr) f = 0.0f;
+        y[i] = f == 0.0f ? 0.0f : x[i] * f;
+    }
+}
+
+void drop_path_cuda(float* y, const float* x, int B, int T, int C, uint32_t g0, uint64_t seed,
+                    Dropout drop) {
+    size_t per_seq = (size_t)T * C, n = (size_t)B * per_seq;
+    if (n == 0) return;
+    SG_LAUNCH(drop_path_kernel, ew_blocks(n), EW_THREADS, 0, y, x, per_seq, n, g0, seed, drop);
     SG_CHECK_LAUNCH();
 }
 

@@ -32,6 +32,12 @@ void residual_dropout_forward_cuda(float* out, const float* x, const float* bran
                                    int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop);
 void dropout_backward_cuda(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
                            uint64_t seed, Dropout drop);
+void rope_forward_cuda(float* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                       int NKV, int HD, int layout, int pos0);
+void rope_backward_cuda(float* dqkv, const float* cos, const float* sin, int B, int T, int NH,
+                        int NKV, int HD, int layout, int pos0);
+void drop_path_cuda(float* y, const float* x, int B, int T, int C, uint32_t g0, uint64_t seed,
+                    Dropout drop);
 void crossentropy_forward_cuda(float* losses, const float* logits, const int* targets,
                                int N, int V, int Vp);
 void crossentropy_backward_cuda(float* logits, const int* targets, float dloss, int N, int V,

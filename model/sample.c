@@ -27,12 +27,20 @@ void sampler_init(Sampler* s, const GPT* m) {
     s->scores = mem_alloc_floats(c->max_seq_len);
     s->logits = mem_alloc_floats(c->padded_vocab_size);
     s->order = mem_alloc((size_t)c->vocab_size * sizeof(int));
+    s->x_in = mem_alloc_floats(C);
+    if (c->pos_kind == POS_ROPE) {
+        size_t n = (size_t)c->max_seq_len * (gpt_head_dim(c) / 2);
+        s->rope_cos = mem_alloc_floats(n);
+        s->rope_sin = mem_alloc_floats(n);
+        gpt_rope_table(c, s->rope_cos, s->rope_sin);
+    }
 }
 
 void sampler_free(Sampler* s) {
     mem_free(s->kcache); mem_free(s->vcache); mem_free(s->x); mem_free(s->ln); mem_free(s->qkv);
     mem_free(s->atty); mem_free(s->branch); mem_free(s->fch); mem_free(s->scores);
-    mem_free(s->logits); mem_free(s->order);
+    mem_free(s->logits); mem_free(s->order); mem_free(s->x_in);
+    if (s->rope_cos != NULL) { mem_free(s->rope_cos); mem_free(s->rope_sin); }
     memset(s, 0, sizeof(*s));
 }
 
@@ -83,14 +91,20 @@ const float* sampler_feed(Sampler* s, int token) {
     float mean, rstd;
     if (t >= c->max_seq_len || token < 0 || token >= c->vocab_size) return NULL;
 
-    for (int i = 0; i < C; i++)
-        s->x[i] = p->wte[(size_t)token * C + i] + p->wpe[(size_t)t * C + i];
+    int rope = c->pos_kind == POS_ROPE, parallel = c->block_kind == BLOCK_PARALLEL;
+    for (int i = 0; i < C; i++)   /* no wpe with RoPE */
+        s->x[i] = rope ? p->wte[(size_t)token * C + i]
+                       : p->wte[(size_t)token * C + i] + p->wpe[(size_t)t * C + i];
     for (int l = 0; l < L; l++) {
         size_t uC = (size_t)C;
-        /* x = x + attproj(attn(qkv(ln1(x)))) */
+        memcpy(s->x_in, s->x, uC * sizeof(float));
+        /* x = x + attproj(attn(rope(qkv(ln1(x))))) */
         layernorm_forward(s->ln, &mean, &rstd, s->x, p->ln1w + l * uC, p->ln1b + l * uC, 1, C);
         matmul_forward(s->qkv, s->ln, p->qkvw + (size_t)l * QKV * C, p->qkvb + (size_t)l * QKV,
                        1, C, QKV);
+        if (rope)   /* this token sits at absolute position t */
+            rope_forward(s->qkv, s->rope_cos, s->rope_sin, 1, 1, NH, c->num_kv_heads, HD,
+                         c->rope_layout, t);
         size_t at = ((size_t)l * c->max_seq_len + t) * KV;
         memcpy(s->kcache + at, s->qkv + (size_t)NH * HD, KV * sizeof(float));
         memcpy(s->vcache + at, s->qkv + (size_t)NH * HD + KV, KV * sizeof(float));
@@ -98,8 +112,8 @@ const float* sampler_feed(Sampler* s, int token) {
         matmul_forward(s->branch, s->atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * uC,
                        1, C, C);
         for (int i = 0; i < C; i++) s->x[i] += s->branch[i];
-        /* x = x + fcproj(gelu(fc(ln2(x)))) */
-        layernorm_forward(s->ln, &mean, &rstd, s->x, p->ln2w + l * uC, p->ln2b + l * uC, 1, C);
+        /* x = x + fcproj(gelu(fc(ln2(x)))); the parallel block normalises the layer's input */
+        layernorm_forward(s->ln, &mean, &rstd, parallel ? s->x_in : s->x, p->ln2w + l * uC, p->ln2b + l * uC, 1, C);
         matmul_forward(s->fch, s->ln, p->fcw + (size_t)l * 4 * C * C, p->fcb + (size_t)l * 4 * C,
                        1, C, 4 * C);
         gelu_forward(s->fch, s->fch, (size_t)4 * C);

@@ -6,7 +6,8 @@
  * keys and values of every position fed so far: (L, maxT, NKV*HD) each. Feeding position t costs
  * O(t) in attention and O(params) in the matmuls, so a sequence of n tokens costs O(n) matmul work
  * (linear in length), not the O(n^2) of recomputing the whole context at every step. Dropout is
- * off (this is inference). The context ends at the model's max_seq_len: sampler_feed refuses a
+ * off (this is inference). With RoPE the new token's q and k are rotated at its absolute position
+ * (the cache holds rotated keys), exactly as the training forward rotates row t. The context ends at the model's max_seq_len: sampler_feed refuses a
  * position beyond it.
  *
  * Randomness (DESIGN §3): the draw that picks the token at sequence position t is one word of
@@ -39,6 +40,9 @@ typedef struct {
     float* scores;         /* (maxT) one head's attention row */
     float* logits;         /* (Vp) */
     int* order;            /* (V) token ids, sorted by logit for top-k */
+    float* x_in;           /* (C) the layer's input (the parallel block feeds it to both branches) */
+    float* rope_cos;       /* (maxT, HD/2) RoPE angle table (gpt_rope_table); NULL without RoPE */
+    float* rope_sin;       /* (maxT, HD/2) */
 } Sampler;
 
 /* Allocates the cache and buffers for m's configuration. Cannot fail (mem_alloc exits). */

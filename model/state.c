@@ -42,7 +42,10 @@ enum {
     O_BAD_RUN = 116,        /* u32 consecutive non-finite steps */
     O_BAD_TOTAL = 120,      /* u64 */
     O_OPTIONS_BYTES = 128,  /* u64 */
-    O_RESERVED = 136        /* bytes 136..255 = 0 */
+    O_RESERVED = 136,       /* bytes 136..239 = 0 */
+    O_MODEL_OPTIONS = 240,  /* i32 x 4: pos kind, rope base, rope layout, block kind (version 2;
+                               in version 1 reserved, 0: the defaults) */
+    O_END = 256
 };
 
 static int host_is_little_endian(void) {
@@ -165,11 +168,14 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
     unsigned char h[STATE_HEADER_BYTES];
     memset(h, 0, sizeof(h));
     memcpy(h + O_MAGIC, STATE_MAGIC, 8);
-    put_u32(h, O_VERSION, STATE_VERSION);
+    int options = c->pos_kind != POS_LEARNED || c->block_kind != BLOCK_SEQUENTIAL;
+    put_u32(h, O_VERSION, options ? STATE_VERSION : 1);   /* the oldest version that holds it */
     put_u32(h, O_HEADER_BYTES, STATE_HEADER_BYTES);
     int32_t cf[7] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers,
                      c->num_heads, c->num_kv_heads, c->channels};
     for (int i = 0; i < 7; i++) put_i32(h, O_CONFIG + 4 * i, cf[i]);
+    int32_t mo[4] = {c->pos_kind, c->rope_base, c->rope_layout, c->block_kind};
+    for (int i = 0; i < 4; i++) put_i32(h, O_MODEL_OPTIONS + 4 * i, mo[i]);
     put_u32(h, O_RANKS, info->ranks > 1 ? info->ranks : 0);   /* one process: 0, as before */
     put_u64(h, O_PARAMS, sum_param_sizes(c));
     put_u64(h, O_STEP, info->step);
@@ -243,8 +249,8 @@ static int parse_header(const unsigned char* h, long long size, const char* path
         return -1;
     }
     uint32_t version = get_u32(h, O_VERSION);
-    if (version != STATE_VERSION) {
-        set_err(err, "%s: state file version %u, this build reads version %d", path, version,
+    if (version < 1 || version > STATE_VERSION) {
+        set_err(err, "%s: state file version %u, this build reads versions 1 to %d", path, version,
                 STATE_VERSION);
         return -1;
     }
@@ -259,10 +265,10 @@ static int parse_header(const unsigned char* h, long long size, const char* path
                 STATE_MAX_RANKS);
         return -1;
     }
-    for (int i = O_RESERVED; i < STATE_HEADER_BYTES; i++) {
+    for (int i = O_RESERVED; i < (version == 1 ? O_END : O_MODEL_OPTIONS); i++) {
         if (h[i] != 0) {
-            set_err(err, "%s: reserved header byte %d is %d, must be 0 in version %d", path, i,
-                    h[i], STATE_VERSION);
+            set_err(err, "%s: reserved header byte %d is %d, must be 0 in version %u", path, i,
+                    h[i], version);
             return -1;
         }
     }
@@ -274,6 +280,10 @@ static int parse_header(const unsigned char* h, long long size, const char* path
     c.num_heads = get_i32(h, O_CONFIG + 16);
     c.num_kv_heads = get_i32(h, O_CONFIG + 20);
     c.channels = get_i32(h, O_CONFIG + 24);
+    c.pos_kind = get_i32(h, O_MODEL_OPTIONS + 0);
+    c.rope_base = get_i32(h, O_MODEL_OPTIONS + 4);
+    c.rope_layout = get_i32(h, O_MODEL_OPTIONS + 8);
+    c.block_kind = get_i32(h, O_MODEL_OPTIONS + 12);
     const char* problem = gpt_config_problem(&c);
     if (problem != NULL) {
         set_err(err, "%s: bad configuration in header (maxT %d, V %d, Vp %d, L %d, NH %d, NKV %d, "

@@ -24,7 +24,7 @@
 #include "model/gpt.h"
 
 #define STATE_MAGIC "SEEDSTAT"         /* the file's first 8 bytes */
-#define STATE_VERSION 1
+#define STATE_VERSION 2               /* the newest this build reads; 1 = no model options */
 #define STATE_HEADER_BYTES 256
 #define STATE_MAX_OPTIONS 16384        /* bytes of option text */
 #define STATE_MAX_RANKS 1048576        /* data-parallel ranks */

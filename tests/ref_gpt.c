@@ -18,7 +18,7 @@ enum { RG_WTE, RG_WPE, RG_LN1W, RG_LN1B, RG_QKVW, RG_QKVB, RG_ATTPROJW, RG_ATTPR
 size_t ref_gpt_param_sizes(const GPTConfig* c, size_t s[REF_GPT_NUM_TENSORS]) {
     size_t Vp = c->padded_vocab_size, C = c->channels, L = c->num_layers, T = c->max_seq_len;
     size_t HD = C / c->num_heads, QKV = (size_t)(c->num_heads + 2 * c->num_kv_heads) * HD;
-    s[RG_WTE] = Vp * C;          s[RG_WPE] = T * C;
+    s[RG_WTE] = Vp * C;          s[RG_WPE] = c->pos_kind == POS_ROPE ? 0 : T * C;
     s[RG_LN1W] = L * C;          s[RG_LN1B] = L * C;
     s[RG_QKVW] = L * QKV * C;    s[RG_QKVB] = L * QKV;
     s[RG_ATTPROJW] = L * C * C;  s[RG_ATTPROJB] = L * C;
@@ -239,12 +239,40 @@ static void rg_attention_bwd(double* dqkv, const double* dout, const double* qkv
     free(dP);
 }
 
+/* RoPE in float64, in place on the q and k heads of qkv (B, T, QKV): pair d of a head at (d, d +
+ * HD/2) (NeoX) or (2d, 2d + 1) (GPT-J) turns by the angle sign * t * base^(-2d/HD). sign -1 is
+ * the inverse rotation, the backward of sign +1 (rotations are orthogonal). */
+static void rg_rope(double* qkv, RgAttnShape s, int base, int layout, double sign) {
+    int H2 = s.HD / 2;
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++)
+            for (int h = 0; h < s.NH + s.NKV; h++) {   /* the q heads, then the k heads */
+                double* x = qkv + rg_qoff(s, b, t, h);
+                for (int d = 0; d < H2; d++) {
+                    double a = sign * t * pow((double)base, -2.0 * d / s.HD);
+                    int i0 = layout == ROPE_GPTJ ? 2 * d : d;
+                    int i1 = layout == ROPE_GPTJ ? 2 * d + 1 : d + H2;
+                    double x0 = x[i0], x1 = x[i1];
+                    x[i0] = x0 * cos(a) - x1 * sin(a);
+                    x[i1] = x0 * sin(a) + x1 * cos(a);
+                }
+            }
+}
+
+/* stochastic depth factor of each sequence: 0 or scale (scale alone when p = 0) */
+static void rg_depth(double* f, int B, uint32_t g0, uint64_t seed, Dropout d) {
+    for (int b = 0; b < B; b++)
+        f[b] = d.thr == 0 ? (double)d.scale
+                          : rg_keep(philox_depth_draw(seed, g0 + (uint32_t)b), d);
+}
+
 /* ---- the model ------------------------------------------------------------------------------ */
 
 typedef struct {
     double *x;                  /* (N, C) layer input */
     double *ln1, *mean1, *rstd1, *qkv, *P, *M, *atty, *mask2, *r2;
     double *ln2, *mean2, *rstd2, *fch, *gel, *mask3;
+    double *depth2, *depth3;    /* (B) stochastic depth of the attention and MLP branches */
 } RgLayer;
 
 double ref_gpt_loss_and_grad(const GPTConfig* c, const double* params, double* grads,
@@ -259,6 +287,17 @@ double ref_gpt_loss_and_grad_rows(const GPTConfig* c, const double* params, doub
                                   double* losses, const int* inputs, const int* targets,
                                   int B, int T, uint32_t g0, uint64_t master, uint32_t step,
                                   double p_embd, double p_attn, double p_resid) {
+    return ref_gpt_loss_and_grad_opts(c, params, grads, losses, inputs, targets, B, T, g0, master,
+                                      step, p_embd, p_attn, p_resid, 0.0);
+}
+
+double ref_gpt_loss_and_grad_opts(const GPTConfig* c, const double* params, double* grads,
+                                  double* losses, const int* inputs, const int* targets,
+                                  int B, int T, uint32_t g0, uint64_t master, uint32_t step,
+                                  double p_embd, double p_attn, double p_resid,
+                                  double p_drop_path) {
+    int rope = c->pos_kind == POS_ROPE, parallel = c->block_kind == BLOCK_PARALLEL;
+    Dropout ddp = dropout_make(p_drop_path);
     int L = c->num_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
     int NH = c->num_heads, NKV = c->num_kv_heads, HD = C / NH, QKV = (NH + 2 * NKV) * HD;
     int N = B * T;
@@ -286,14 +325,18 @@ double ref_gpt_loss_and_grad_rows(const GPTConfig* c, const double* params, doub
         for (int t = 0; t < T; t++)
             for (int ch = 0; ch < C; ch++) {
                 size_t i = ((size_t)b * T + t) * C + ch;
-                x[i] = (wte[(size_t)inputs[b * T + t] * C + ch] + wpe[(size_t)t * C + ch]) *
-                       mask0[i];
+                x[i] = (wte[(size_t)inputs[b * T + t] * C + ch] +
+                        (rope ? 0.0 : wpe[(size_t)t * C + ch])) * mask0[i];
             }
     for (int l = 0; l < L; l++) {
         RgLayer* a = &ly[l];
         uint64_t s_attn = philox_site_seed(master, step, l, SITE_ATTN_PROB, PASS_FORWARD);
         uint64_t s_res2 = philox_site_seed(master, step, l, SITE_ATTN_RESID, PASS_FORWARD);
         uint64_t s_res3 = philox_site_seed(master, step, l, SITE_MLP_RESID, PASS_FORWARD);
+        a->depth2 = rg_zeros((size_t)B);
+        a->depth3 = rg_zeros((size_t)B);
+        rg_depth(a->depth2, B, g0, philox_site_seed(master, step, l, SITE_DEPTH_ATTN, PASS_FORWARD), ddp);
+        rg_depth(a->depth3, B, g0, philox_site_seed(master, step, l, SITE_DEPTH_MLP, PASS_FORWARD), ddp);
         a->x = x;
         a->ln1 = rg_zeros(NC); a->mean1 = rg_zeros(N); a->rstd1 = rg_zeros(N);
         a->qkv = rg_zeros((size_t)N * QKV);
@@ -306,13 +349,15 @@ double ref_gpt_loss_and_grad_rows(const GPTConfig* c, const double* params, doub
                          P_[RG_LN1B] + (size_t)l * C, N, C);
         rg_linear_fwd(a->qkv, a->ln1, P_[RG_QKVW] + (size_t)l * QKV * C,
                       P_[RG_QKVB] + (size_t)l * QKV, N, C, QKV);
+        if (rope) rg_rope(a->qkv, as, c->rope_base, c->rope_layout, 1.0);
         rg_attention_fwd(a->atty, a->P, a->M, a->qkv, as, g0, s_attn, da);
         double* proj = rg_zeros(NC);
         rg_linear_fwd(proj, a->atty, P_[RG_ATTPROJW] + (size_t)l * C * C,
                       P_[RG_ATTPROJB] + (size_t)l * C, N, C, C);
         rg_elem_mask(a->mask2, B, T, C, g0, s_res2, dr);
-        for (size_t i = 0; i < NC; i++) a->r2[i] = x[i] + a->mask2[i] * proj[i];
-        rg_layernorm_fwd(a->ln2, a->mean2, a->rstd2, a->r2, P_[RG_LN2W] + (size_t)l * C,
+        for (size_t i = 0; i < NC; i++) a->r2[i] = x[i] + a->depth2[i / ((size_t)T * C)] * a->mask2[i] * proj[i];
+        /* the parallel block feeds the layer input to the MLP's LayerNorm too */
+        rg_layernorm_fwd(a->ln2, a->mean2, a->rstd2, parallel ? x : a->r2, P_[RG_LN2W] + (size_t)l * C,
                          P_[RG_LN2B] + (size_t)l * C, N, C);
         rg_linear_fwd(a->fch, a->ln2, P_[RG_FCW] + (size_t)l * 4 * C * C,
                       P_[RG_FCB] + (size_t)l * 4 * C, N, C, 4 * C);
@@ -321,7 +366,7 @@ double ref_gpt_loss_and_grad_rows(const GPTConfig* c, const double* params, doub
                       P_[RG_FCPROJB] + (size_t)l * C, N, 4 * C, C);
         rg_elem_mask(a->mask3, B, T, C, g0, s_res3, dr);
         x = rg_zeros(NC);
-        for (size_t i = 0; i < NC; i++) x[i] = a->r2[i] + a->mask3[i] * proj[i];
+        for (size_t i = 0; i < NC; i++) x[i] = a->r2[i] + a->depth3[i / ((size_t)T * C)] * a->mask3[i] * proj[i];
         free(proj);
     }
     double *lnf = rg_zeros(NC), *meanf = rg_zeros(N), *rstdf = rg_zeros(N);
@@ -363,10 +408,16 @@ double ref_gpt_loss_and_grad_rows(const GPTConfig* c, const double* params, doub
         double* dgel = rg_zeros(NC * 4);
         double* datty = rg_zeros(NC);
         double* dqkv = rg_zeros((size_t)N * QKV);
+        double* dbr2 = rg_zeros(NC);
+        size_t TC = (size_t)T * C;
         for (int l = L - 1; l >= 0; l--) {
             RgLayer* a = &ly[l];
-            /* out = r2 + mask3 * fcproj(gelu(fc(ln2(r2)))) */
-            for (size_t i = 0; i < NC; i++) dbr[i] = dx[i] * a->mask3[i];
+            /* parallel: r2 = x + attn branch and out = r2 + mlp branch, so d r2 = d out, taken
+             * for the attention branch before the MLP's LayerNorm adds to dx */
+            if (parallel)
+                for (size_t i = 0; i < NC; i++) dbr2[i] = dx[i] * a->mask2[i] * a->depth2[i / TC];
+            /* out = r2 + depth3 * mask3 * fcproj(gelu(fc(ln2(r2 or x)))) */
+            for (size_t i = 0; i < NC; i++) dbr[i] = dx[i] * a->mask3[i] * a->depth3[i / TC];
             rg_linear_bwd(dgel, G[RG_FCPROJW] + (size_t)l * C * 4 * C,
                           G[RG_FCPROJB] + (size_t)l * C, dbr, a->gel,
                           P_[RG_FCPROJW] + (size_t)l * C * 4 * C, N, 4 * C, C);
@@ -375,13 +426,16 @@ double ref_gpt_loss_and_grad_rows(const GPTConfig* c, const double* params, doub
                           dgel, a->ln2, P_[RG_FCW] + (size_t)l * 4 * C * C, N, C, 4 * C);
             /* dx now stands for d r2: the identity path plus the LN2 branch */
             rg_layernorm_bwd(dx, G[RG_LN2W] + (size_t)l * C, G[RG_LN2B] + (size_t)l * C, dln,
-                             a->r2, P_[RG_LN2W] + (size_t)l * C, a->mean2, a->rstd2, N, C);
-            /* r2 = x + mask2 * attproj(attn(qkv(ln1(x)))) */
-            for (size_t i = 0; i < NC; i++) dbr[i] = dx[i] * a->mask2[i];
+                             parallel ? a->x : a->r2, P_[RG_LN2W] + (size_t)l * C, a->mean2,
+                             a->rstd2, N, C);
+            /* r2 = x + depth2 * mask2 * attproj(attn(rope(qkv(ln1(x))))) */
+            if (!parallel)
+                for (size_t i = 0; i < NC; i++) dbr2[i] = dx[i] * a->mask2[i] * a->depth2[i / TC];
             rg_linear_bwd(datty, G[RG_ATTPROJW] + (size_t)l * C * C,
-                          G[RG_ATTPROJB] + (size_t)l * C, dbr, a->atty,
+                          G[RG_ATTPROJB] + (size_t)l * C, dbr2, a->atty,
                           P_[RG_ATTPROJW] + (size_t)l * C * C, N, C, C);
             rg_attention_bwd(dqkv, datty, a->qkv, a->P, a->M, as);
+            if (rope) rg_rope(dqkv, as, c->rope_base, c->rope_layout, -1.0);
             rg_linear_bwd(dln, G[RG_QKVW] + (size_t)l * QKV * C, G[RG_QKVB] + (size_t)l * QKV,
                           dqkv, a->ln1, P_[RG_QKVW] + (size_t)l * QKV * C, N, C, QKV);
             rg_layernorm_bwd(dx, G[RG_LN1W] + (size_t)l * C, G[RG_LN1B] + (size_t)l * C, dln,
@@ -394,17 +448,18 @@ double ref_gpt_loss_and_grad_rows(const GPTConfig* c, const double* params, doub
                     size_t i = ((size_t)b * T + t) * C + ch;
                     double d = dx[i] * mask0[i];
                     G[RG_WTE][(size_t)inputs[b * T + t] * C + ch] += d;
-                    G[RG_WPE][(size_t)t * C + ch] += d;
+                    if (!rope) G[RG_WPE][(size_t)t * C + ch] += d;
                 }
         free(dlogits); free(dlnf); free(dx); free(dbr); free(dln); free(dgel); free(datty);
-        free(dqkv);
+        free(dqkv); free(dbr2);
     }
 
     for (int l = 0; l < L; l++) {
         RgLayer* a = &ly[l];
         free(a->x); free(a->ln1); free(a->mean1); free(a->rstd1); free(a->qkv); free(a->P);
         free(a->M); free(a->atty); free(a->mask2); free(a->r2); free(a->ln2); free(a->mean2);
-        free(a->rstd2); free(a->fch); free(a->gel); free(a->mask3);
+        free(a->rstd2); free(a->fch); free(a->gel); free(a->mask3); free(a->depth2);
+        free(a->depth3);
     }
     free(ly); free(x); free(mask0); free(lnf); free(meanf); free(rstdf); free(logits); free(prob);
     return loss;

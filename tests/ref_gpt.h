@@ -1,6 +1,6 @@
-/* tests/ref_gpt.h — a float64 reference of the whole GPT (DESIGN §2–3), written naively and
- * independently of the fp32 ops, for the model tests. Test code only: no main, every name
- * prefixed ref_gpt_.
+/* tests/ref_gpt.h — a float64 reference of the whole GPT (DESIGN §2–3, and the model options),
+ * written naively and independently of the fp32 ops, for the model tests. Test code only: no
+ * main, every name prefixed ref_gpt_.
  *
  * Parameters (and gradients) are one contiguous double array holding the 16 tensors in llm.c
  * order (wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw,
@@ -33,5 +33,14 @@ double ref_gpt_loss_and_grad_rows(const GPTConfig* c, const double* params, doub
                                   double* losses, const int* inputs, const int* targets,
                                   int B, int T, uint32_t g0, uint64_t master, uint32_t step,
                                   double p_embd, double p_attn, double p_resid);
+/* The same with the model options of c (README "Model options": RoPE, written here in float64
+ * from the angle formula; the parallel block) and stochastic depth p_drop_path on both residual
+ * branches (sites 4 and 5, one keep bit per sequence: philox_depth_draw). With RoPE there is no
+ * wpe tensor (size 0). */
+double ref_gpt_loss_and_grad_opts(const GPTConfig* c, const double* params, double* grads,
+                                  double* losses, const int* inputs, const int* targets,
+                                  int B, int T, uint32_t g0, uint64_t master, uint32_t step,
+                                  double p_embd, double p_attn, double p_resid,
+                                  double p_drop_path);
 
 #endif

@@ -235,3 +235,20 @@ void ref_adamw_update(double* params, const double* grads, double* m, double* v,
         params[i] = params[i] * (1.0 - lr * weight_decay) - lr * mhat / (sqrt(vhat) + eps);
     }
 }
+
+void ref_rope_forward(double* qkv, int B, int T, int NH, int NKV, int HD, int base, int layout,
+                      int pos0) {
+    size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH + NKV; h++) {
+                double* x = qkv + ((size_t)b * T + t) * QKV + (size_t)h * HD;
+                for (int d = 0; d < HD / 2; d++) {
+                    double a = (double)(pos0 + t) * pow((double)base, -2.0 * d / HD);
+                    int i0 = layout == 1 ? 2 * d : d, i1 = layout == 1 ? 2 * d + 1 : d + HD / 2;
+                    double x0 = x[i0], x1 = x[i1];
+                    x[i0] = x0 * cos(a) - x1 * sin(a);
+                    x[i1] = x0 * sin(a) + x1 * cos(a);
+                }
+            }
+}

@@ -84,4 +84,10 @@ void ref_scale_inplace(double* x, size_t n, double s);
 void ref_adamw_update(double* params, const double* grads, double* m, double* v, size_t n,
                       double lr, double beta1, double beta2, double eps, double weight_decay, int t);
 
+/* RoPE in float64, in place on the q and k heads of qkv (B, T, (NH + 2 NKV) HD): pair d of a
+ * head, at (d, d + HD/2) (layout 0, NeoX) or (2d, 2d + 1) (layout 1, GPT-J), turns by the angle
+ * (pos0 + t) base^(-2d/HD), computed here in double. */
+void ref_rope_forward(double* qkv, int B, int T, int NH, int NKV, int HD, int base, int layout,
+                      int pos0);
+
 #endif

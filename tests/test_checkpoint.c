@@ -47,7 +47,7 @@ typedef struct {
 static Case make_case(const char* name, int L, int NH, int NKV, int C, int V, int B, int T) {
     Case k;
     k.name = name;
-    GPTConfig c = {T, V, gpt_pad_vocab(V), L, NH, NKV, C};
+    GPTConfig c = {T, V, gpt_pad_vocab(V), L, NH, NKV, C, 0, 0, 0, 0};  /* plain GPT-2 model options */
     k.c = c;
     k.B = B;
     k.T = T;

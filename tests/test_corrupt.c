@@ -164,7 +164,7 @@ static void test_shards(void) {
 /* ---- model files -------------------------------------------------------------------------- */
 
 static GPTConfig make_config(int L, int NH, int NKV, int C, int V, int maxT) {
-    GPTConfig c = {maxT, V, gpt_pad_vocab(V), L, NH, NKV, C};
+    GPTConfig c = {maxT, V, gpt_pad_vocab(V), L, NH, NKV, C, 0, 0, 0, 0};  /* plain GPT-2 model options */
     return c;
 }
 
@@ -226,9 +226,10 @@ static void sweep_model(const GPTConfig* cfg, const char* fmt_name, int slots) {
             tally(&th, model_refused(&m, bad, err), what, err);
         }
     }
-    if (slots > 8) {   /* seedgpt format: the reserved slots 11..255 must be 0 */
-        const int reserved[] = {11, 12, 100, 200, 255};
+    if (slots > 8) {   /* seedgpt format: the reserved slots (v1: 9..255, v2: 13..255) must be 0 */
+        const int reserved[] = {11, 12, 13, 100, 200, 255};
         for (size_t k = 0; k < sizeof(reserved) / sizeof(reserved[0]); k++) {
+            if (reserved[k] < slots) continue;
             memcpy(b, g, n);
             int32_t one = 1;
             memcpy(b + 4 * reserved[k], &one, 4);
@@ -357,7 +358,7 @@ static void test_states(void) {
 
     const StateField fields[] = {
         {"magic", 0, 8, 0x5841545344454553LL /* "SEEDSTAX" */, "magic"},
-        {"version", 8, 4, 2, "version"},          {"version", 8, 4, 0, "version"},
+        {"version", 8, 4, 3, "version"},          {"version", 8, 4, 0, "version"},
         {"header bytes", 12, 4, 512, "header size"},
         {"maxT", 16, 4, 0, "configuration"},      {"maxT", 16, 4, 17, "parameters"},
         {"V", 20, 4, 70000, "configuration"},     {"V", 20, 4, 129, "configuration"},
@@ -614,6 +615,13 @@ int main(void) {
     GPTConfig plain = make_config(2, 4, 4, 32, 100, 16), gqa = make_config(2, 4, 2, 32, 100, 16);
     sweep_model(&plain, "llmc", 8);
     sweep_model(&gqa, "seedgpt", 11);
+    /* version 2: RoPE (GPT-J pairs, base 500) and the parallel block; slots 9..12 hold them */
+    GPTConfig opts = gqa;
+    opts.pos_kind = POS_ROPE;
+    opts.rope_base = 500;
+    opts.rope_layout = ROPE_GPTJ;
+    opts.block_kind = BLOCK_PARALLEL;
+    sweep_model(&opts, "seedgpt_v2_options", 13);
     test_llmc_ignores_unused_slots();
     test_states();
     test_cli();

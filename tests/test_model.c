@@ -29,7 +29,7 @@ static const int is_matrix[NT] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0
 static const int is_ln_weight[NT] = {0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0};
 
 static GPTConfig make_config(int L, int NH, int NKV, int C, int V, int maxT) {
-    GPTConfig c = {maxT, V, gpt_pad_vocab(V), L, NH, NKV, C};
+    GPTConfig c = {maxT, V, gpt_pad_vocab(V), L, NH, NKV, C, 0, 0, 0, 0};  /* plain GPT-2 model options */
     return c;
 }
 

@@ -63,7 +63,7 @@ static void resize_copy(const char* src, const char* dst, long delta) {
 /* ---- models ------------------------------------------------------------------------------- */
 
 static GPTConfig make_config(int L, int NH, int NKV, int C, int V, int maxT) {
-    GPTConfig c = {maxT, V, gpt_pad_vocab(V), L, NH, NKV, C};
+    GPTConfig c = {maxT, V, gpt_pad_vocab(V), L, NH, NKV, C, 0, 0, 0, 0};  /* plain GPT-2 model options */
     return c;
 }
 
@@ -248,9 +248,9 @@ static void test_gqa_roundtrip(void) {
     patch_header(path, bad, 9, 1);
     expect_refusal("refuses_nonzero_reserved_slot_in_seedgpt_header", &b, bad,
                    "slot 9", "positional");
-    patch_header(path, bad, 1, 2);
-    expect_refusal("refuses_wrong_seedgpt_version", &b, bad, "seedgpt model file version 2",
-                   "expected 1");
+    patch_header(path, bad, 1, 3);
+    expect_refusal("refuses_wrong_seedgpt_version", &b, bad, "seedgpt model file version 3",
+                   "reads 1 to 2");
     unlink(bad);
 
     GPTConfig c4 = make_config(3, 4, 4, 32, 200, 24);   /* same shapes, plain heads */

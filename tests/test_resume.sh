@@ -96,6 +96,32 @@ report resume_twice_matches_straight_run_bitwise \
     "$([ $rc1 -eq 143 ] && [ $rc2 -eq 143 ] && [ $rc3 -eq 0 ] && [ $cmp_rc -eq 0 ]; echo $?)" \
     "statuses $rc1 $rc2 $rc3 (expect 143 143 0), resumed at $(grep -ho 'step [0-9]*, epoch [0-9]*' "$d.out2" "$d.out3" | tr '\n' ' '): $CMP"
 
+# the model options travel in the state: RoPE (GPT-J pairs, base 500), the parallel block and
+# drop-path; a straight run against one stopped after 11 steps and resumed without those flags.
+# Giving one of them differently on resume is refused.
+OPTS=(--kv-heads 1 --pos rope --rope-base 500 --rope-layout gptj --block parallel --drop-path 0.2)
+d=$W/opts
+"$TRAIN" "${BASE[@]}" "${OPTS[@]}" --steps 20 --log-json "$d.ref.jsonl" --save "$d.ref.bin" \
+    > "$d.ref.out" 2>&1
+rc0=$?
+SEEDGPT_FAULT=sigterm:10 "$TRAIN" "${BASE[@]}" "${OPTS[@]}" --steps 20 --recompute layer \
+    --out "$d" > "$d.out1" 2>&1
+rc1=$?
+"$TRAIN" --resume "$d" > "$d.out2" 2>&1
+rc2=$?
+compare_to "$d.ref.jsonl" "$d.ref.bin" "$d/log.jsonl" "$d/model.bin"
+cmp_rc=$?
+report resume_with_model_options_matches_straight_run_bitwise \
+    "$([ $rc0 -eq 0 ] && [ $rc1 -eq 143 ] && [ $rc2 -eq 0 ] && [ $cmp_rc -eq 0 ] && grep -q 'positions rope (base 500, gptj pairs), parallel block, drop-path 0.2' "$d.out2"; echo $?)" \
+    "statuses $rc0 $rc1 $rc2 (expect 0 143 0): $CMP"
+"$TRAIN" --resume "$d" --steps 24 --block sequential > "$d.out3" 2>&1
+rc3=$?
+"$TRAIN" --resume "$d" --steps 24 --drop-path 0.3 > "$d.out4" 2>&1
+rc4=$?
+report resume_refuses_other_model_options \
+    "$([ $rc3 -eq 2 ] && [ $rc4 -eq 2 ] && grep -q -- '--block sequential contradicts' "$d.out3" && grep -q -- '--drop-path 0.3 contradicts' "$d.out4"; echo $?)" \
+    "statuses $rc3 $rc4 (expect 2 2): $(tail -1 "$d.out3" | cut -c1-100)"
+
 # a clean run through a run folder: the same as without one
 d=$W/clean
 "$TRAIN" "${BASE[@]}" --out "$d" --save-every 4 --keep 3 > "$d.out" 2>&1

@@ -38,7 +38,7 @@ static void write_all(const char* path, const void* buf, size_t n) {
 static int file_exists(const char* path) { struct stat st; return stat(path, &st) == 0; }
 
 static GPTConfig make_config(int L, int NH, int NKV, int C, int V, int maxT) {
-    GPTConfig c = {maxT, V, gpt_pad_vocab(V), L, NH, NKV, C};
+    GPTConfig c = {maxT, V, gpt_pad_vocab(V), L, NH, NKV, C, 0, 0, 0, 0};  /* plain GPT-2 model options */
     return c;
 }
 

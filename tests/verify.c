@@ -64,7 +64,7 @@ typedef struct {
 } Result;
 
 static GPTConfig config(void) {
-    GPTConfig c = {T, V, gpt_pad_vocab(V), L, NH, NH, C};
+    GPTConfig c = {T, V, gpt_pad_vocab(V), L, NH, NH, C, 0, 0, 0, 0};  /* plain GPT-2 model options */
     return c;
 }
 

@@ -6,6 +6,7 @@
  *   2. on the CUDA backend, every recompute policy gives the loss and gradients of `none` bit for
  *      bit, the value check passes, and the negative control (fresh seeds) fails it and moves the
  *      gradients clearly;
+ *   with the model options on too (RoPE in GPT-J pairs, the parallel block, drop-path 0.3);
  *   3. the host copies: weights and AdamW state moved to the host and back are unchanged, and a
  *      model whose weights were written on the CPU runs the same on CUDA.
  * It builds two ways (tests/cuda/): with nvcc for a GPU (make test-cuda) and as C++ against the
@@ -29,14 +30,16 @@ typedef struct {
     int B, T;
     int* in;
     int* tg;
+    double drop_path;   /* stochastic depth (0: off) */
 } Case;
 
 static Case make_case(int L, int NH, int NKV, int C, int V, int B, int T) {
     Case k;
-    GPTConfig c = {T, V, gpt_pad_vocab(V), L, NH, NKV, C};
+    GPTConfig c = {T, V, gpt_pad_vocab(V), L, NH, NKV, C, 0, 0, 0, 0};  /* plain GPT-2 model options */
     k.c = c;
     k.B = B;
     k.T = T;
+    k.drop_path = 0.0;
     k.in = (int*)malloc(sizeof(int) * B * T);
     k.tg = (int*)malloc(sizeof(int) * B * T);
     for (int j = 0; j < B * T; j++) {
@@ -56,6 +59,7 @@ static GPT build(const Case* k, const Backend* be, int every, int fresh) {
     }
     gpt_init_weights(&m, 1234);
     gpt_set_dropout(&m, 99, P_DROP, P_DROP, P_DROP);
+    gpt_set_drop_path(&m, k->drop_path);
     return m;
 }
 
@@ -226,5 +230,15 @@ int main(void) {
     test_step_matches_cpu(&gqa, "gqa");
     test_policies_on_cuda(&mha, "mha");
     test_host_copies(&gqa);
+    /* the model options: RoPE (GPT-J pairs, GQA), the parallel block, drop-path; B = 4 so that
+     * some branches are dropped and some kept */
+    Case opts = make_case(2, 4, 2, 32, 50, 4, 16);
+    opts.c.pos_kind = POS_ROPE;
+    opts.c.rope_base = 10000;
+    opts.c.rope_layout = ROPE_GPTJ;
+    opts.c.block_kind = BLOCK_PARALLEL;
+    opts.drop_path = 0.3;
+    test_step_matches_cpu(&opts, "opts");
+    test_policies_on_cuda(&opts, "opts");
     return test_finish();
 }

@@ -6,6 +6,8 @@
  *     whose values for very negative inputs are differences of nearly equal numbers);
  *   - dropout keep patterns compared bit for bit with the CPU's and with philox_elem_draw itself,
  *     at p = 0.1 and 0.5, with a first sequence index g0 != 0; p = 0 is the CPU's bits;
+ *   - RoPE forward and backward (both pair layouts, GQA, rows at an offset), stochastic depth
+ *     (bitwise, keep bits = philox_depth_draw), the embedding without wpe;
  *   - odd shapes (C not a multiple of 4 or 32, C above one block of quads, N = 1, V < Vp), the
  *     accumulate contracts (a second backward adds as much again), the padded vocabulary columns
  *     (+0 exactly), determinism (the same call twice gives the same bits), allocation (zeroed,
@@ -461,6 +463,120 @@ static void test_residual_dropout(int B, int T, int C, uint32_t g0, double p) {
     device_free_cuda(d_alias); device_free_cuda(d_dout); device_free_cuda(d_dy);
 }
 
+/* ---- rotary position embedding ----------------------------------------------------------- */
+
+/* An angle table of the shape gpt_rope_table builds (maxT, HD/2), from random angles: the ops
+ * take the table as data, so any angles test them. */
+static void rope_table(float* cs, float* sn, int maxT, int H2) {
+    for (int i = 0; i < maxT * H2; i++) {
+        double a = 6.283185307179586 * test_uniform();
+        cs[i] = (float)cos(a);
+        sn[i] = (float)sin(a);
+    }
+}
+
+static void test_rope(int B, int T, int NH, int NKV, int HD, int layout, int pos0) {
+    char name[160];
+    int maxT = pos0 + T + 1, H2 = HD / 2;
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HD;
+    float *cs = (float*)malloc(sizeof(float) * maxT * H2), *sn = (float*)malloc(sizeof(float) * maxT * H2);
+    rope_table(cs, sn, maxT, H2);
+    float *d_cs = up(cs, (size_t)maxT * H2), *d_sn = up(sn, (size_t)maxT * H2);
+    const char* lay = layout == ROPE_GPTJ ? "gptj" : "neox";
+    float* x = hrand(n, 1.0);
+    float* cpu = hcopy(x, n);
+    rope_forward(cpu, cs, sn, B, T, NH, NKV, HD, layout, pos0);
+    float* d_x = up(x, n);
+    rope_forward_cuda(d_x, d_cs, d_sn, B, T, NH, NKV, HD, layout, pos0);
+    float* gpu = down(d_x, n);
+    snprintf(name, sizeof(name), "rope_forward_matches_cpu_%s_B%d_T%d_NH%d_NKV%d_HD%d_pos%d", lay, B, T, NH, NKV, HD, pos0);
+    expect_close(name, gpu, cpu, n);
+    /* the v heads pass through untouched, bit for bit */
+    size_t QKV = (size_t)(NH + 2 * NKV) * HD, vdiff = 0;
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        vdiff += memcmp(gpu + r * QKV + (NH + NKV) * HD, x + r * QKV + (NH + NKV) * HD,
+                        sizeof(float) * NKV * HD) != 0;
+    snprintf(name, sizeof(name), "rope_forward_leaves_v_untouched_%s_B%d_T%d", lay, B, T);
+    expect(vdiff == 0, name, "%zu of %zu rows with v changed", vdiff, (size_t)B * T);
+
+    float* dy = hrand(n, 1.0);
+    float* cpu_b = hcopy(dy, n);
+    rope_backward(cpu_b, cs, sn, B, T, NH, NKV, HD, layout, pos0);
+    float* d_dy = up(dy, n);
+    rope_backward_cuda(d_dy, d_cs, d_sn, B, T, NH, NKV, HD, layout, pos0);
+    float* gpu_b = down(d_dy, n);
+    snprintf(name, sizeof(name), "rope_backward_matches_cpu_%s_B%d_T%d_NH%d_NKV%d_HD%d_pos%d", lay, B, T, NH, NKV, HD, pos0);
+    expect_close(name, gpu_b, cpu_b, n);
+    free(cs); free(sn); free(x); free(cpu); free(gpu); free(dy); free(cpu_b); free(gpu_b);
+    device_free_cuda(d_cs); device_free_cuda(d_sn); device_free_cuda(d_x); device_free_cuda(d_dy);
+}
+
+/* ---- stochastic depth --------------------------------------------------------------------- */
+
+static void test_drop_path(int B, int T, int C, uint32_t g0, double p) {
+    char name[160];
+    Dropout drop = dropout_make(p);
+    uint64_t seed = philox_site_seed(MASTER, 4, 1, SITE_DEPTH_MLP, PASS_FORWARD);
+    size_t n = (size_t)B * T * C;
+    float* x = hrand(n, 1.0);
+    float* cpu = (float*)malloc(n * sizeof(float));
+    drop_path(cpu, x, B, T, C, g0, seed, drop);
+    float *d_x = up(x, n), *d_y = dpoison(n);
+    drop_path_cuda(d_y, d_x, B, T, C, g0, seed, drop);
+    float* gpu = down(d_y, n);
+    /* one multiply (or a zero) per element: the CPU's bits exactly */
+    snprintf(name, sizeof(name), "drop_path_matches_cpu_bitwise_B%d_T%d_C%d_p%.1f_g0_%u", B, T, C, p, g0);
+    expect(same_bits(gpu, cpu, n), name, "%s", same_bits(gpu, cpu, n) ? "the CPU's bits" : "BITS DIFFER");
+    /* every element of sequence b is kept iff philox_depth_draw(seed, g0 + b) >= thr */
+    size_t bad = 0;
+    int kept = 0;
+    for (int b = 0; b < B; b++) {
+        int keep = !dropout_active(drop) || philox_depth_draw(seed, g0 + (uint32_t)b) >= drop.thr;
+        kept += keep;
+        for (size_t i = (size_t)b * T * C; i < (size_t)(b + 1) * T * C; i++)
+            bad += (gpu[i] != 0.0f) != keep || (keep && gpu[i] != x[i] * drop.scale);
+    }
+    snprintf(name, sizeof(name), "drop_path_keeps_whole_sequences_by_philox_B%d_p%.1f", B, p);
+    expect(bad == 0, name, "%d of %d sequences kept; %zu elements disagree with the keep bit", kept, B, bad);
+    /* in place, as the orchestrator calls it */
+    drop_path_cuda(d_x, d_x, B, T, C, g0, seed, drop);
+    float* gi = down(d_x, n);
+    snprintf(name, sizeof(name), "drop_path_in_place_equals_out_of_place_B%d_p%.1f", B, p);
+    expect(same_bits(gi, gpu, n), name, "%s", same_bits(gi, gpu, n) ? "same bits" : "BITS DIFFER");
+    free(x); free(cpu); free(gpu); free(gi);
+    device_free_cuda(d_x); device_free_cuda(d_y);
+}
+
+/* RoPE models have no wpe: the encoder with wpe = NULL is the token embedding alone */
+static void test_encoder_no_wpe(int B, int T, int C, int V, int Vp, double p) {
+    char name[160];
+    Dropout drop = dropout_make(p);
+    uint64_t seed = philox_site_seed(MASTER, 3, 0, SITE_EMBD, PASS_FORWARD);
+    size_t n = (size_t)B * T * C;
+    int* inp = rand_tokens((size_t)B * T, V);
+    float* wte = hrand((size_t)Vp * C, 0.5);
+    float* cpu = (float*)malloc(n * sizeof(float));
+    encoder_forward(cpu, inp, wte, NULL, B, T, C, 7u, seed, drop);
+    int* d_inp = up_int(inp, (size_t)B * T);
+    float *d_wte = up(wte, (size_t)Vp * C), *d_out = dpoison(n);
+    encoder_forward_cuda(d_out, d_inp, d_wte, NULL, B, T, C, 7u, seed, drop);
+    float* gpu = down(d_out, n);
+    snprintf(name, sizeof(name), "encoder_forward_without_wpe_matches_cpu_bitwise_p%.1f", p);
+    expect(same_bits(gpu, cpu, n), name, "%s", same_bits(gpu, cpu, n) ? "the CPU's bits" : "BITS DIFFER");
+    float* dout = hrand(n, 1.0);
+    float* dwte0 = hrand((size_t)Vp * C, 1.0);
+    float* cw = hcopy(dwte0, (size_t)Vp * C);
+    encoder_backward(cw, NULL, dout, inp, B, T, C);
+    float *d_dout = up(dout, n), *d_dwte = up(dwte0, (size_t)Vp * C);
+    encoder_backward_cuda(d_dwte, NULL, d_dout, d_inp, B, T, C);
+    float* gw = down(d_dwte, (size_t)Vp * C);
+    snprintf(name, sizeof(name), "encoder_backward_without_wpe_matches_cpu_p%.1f", p);
+    expect_close(name, gw, cw, (size_t)Vp * C);
+    free(inp); free(wte); free(cpu); free(gpu); free(dout); free(dwte0); free(cw); free(gw);
+    device_free_cuda(d_inp); device_free_cuda(d_wte); device_free_cuda(d_out);
+    device_free_cuda(d_dout); device_free_cuda(d_dwte);
+}
+
 /* ---- cross-entropy ------------------------------------------------------------------------ */
 
 static void test_crossentropy(int N, int V, int Vp) {
@@ -580,6 +696,15 @@ int main(void) {
     test_residual_dropout(2, 2, 1030, 123456u, 0.1);
     test_residual_dropout(1, 1, 3, 0u, 0.5);
 
+    test_rope(2, 5, 4, 2, 6, ROPE_NEOX, 0);    /* GQA: two q heads per k head */
+    test_rope(2, 5, 4, 2, 6, ROPE_GPTJ, 0);
+    test_rope(1, 3, 2, 2, 8, ROPE_NEOX, 9);    /* rows at an offset, as the sampler calls it */
+    test_rope(1, 3, 2, 1, 8, ROPE_GPTJ, 9);
+    test_drop_path(8, 3, 37, 5u, 0.5);
+    test_drop_path(3, 2, 5, 0u, 0.1);
+    test_drop_path(2, 2, 5, 0u, 0.0);
+    test_encoder_no_wpe(2, 3, 37, 20, 128, 0.1);
+    test_encoder_no_wpe(1, 2, 8, 5, 128, 0.0);
     test_layernorm(1, 37);
     test_layernorm(70, 67);    /* three row chunks of the parameter partials */
     test_layernorm(5, 1030);
