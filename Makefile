@@ -264,6 +264,9 @@ CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_MODEL_SRC) $(CUDA_TEST_ATTN_SRC)
 # tensor-core tiles held to the CPU attention: they link attention/flash_cpu.c, not flash_cuda.cu
 CUDA_TEST_TC_SRC    := tests/cuda/test_cuda_mma_scores.cu
 CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_TC_SRC),$(CUDA_TEST_ALONE_SRC))
+# the tensor-core attention forward (attention/flash_tc.cu) against the CPU attention
+CUDA_TEST_FTC_SRC   := tests/cuda/test_cuda_flash_tc.cu
+CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_FTC_SRC),$(CUDA_TEST_ALONE_SRC))
 CUDA_KERNELS_NEEDED := model/ops_cuda.cu model/device_cuda.cu attention/flash_cuda.cu
 CUDA_KERNELS_MISSING := $(filter-out $(CUDA_SRC),$(CUDA_KERNELS_NEEDED))
 CUDA_REF_OBJ := $(patsubst %.c,$(BUILD)/test/%.o,$(filter tests/ref_%.c,$(wildcard tests/*.c)))
@@ -293,6 +296,12 @@ $(CUDA_TEST_TC_BINS): $(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(BUILD)/test/atten
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(BUILD)/test/attention/flash_cpu.o \
 		-Xcompiler -fopenmp -lgomp -lm
+CUDA_TEST_FTC_BINS := $(CUDA_BUILD)/tests/test_cuda_flash_tc
+$(CUDA_TEST_FTC_BINS): tests/cuda/test_cuda_flash_tc.cu $(CUDA_BUILD)/attention/flash_tc.o \
+		$(BUILD)/test/attention/flash_cpu.o $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_BUILD)/attention/flash_tc.o \
+		$(BUILD)/test/attention/flash_cpu.o -Xcompiler -fopenmp -lgomp -lm
 # the attention's speed on a GPU (scripts/gpu_check.sh): fwd + bwd ms and TFLOP/s, not a test
 $(CUDA_BUILD)/bench_attention_cuda: tests/cuda/bench_attention_cuda.cu $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
@@ -305,8 +314,8 @@ CUDA_TEST_BINS := $(CUDA_TEST_ALONE_BINS) $(CUDA_TEST_ATTN_BINS)
 CUDA_TEST_RUN := $(CUDA_TEST_BINS) $(foreach t,$(CUDA_TEST_MODEL_SRC),"echo SKIP $(notdir $(t:.cu=)): \
 	$(CUDA_KERNELS_MISSING) not written yet")
 endif
-CUDA_TEST_BINS += $(CUDA_TEST_TC_BINS)
-CUDA_TEST_RUN  += $(CUDA_TEST_TC_BINS)
+CUDA_TEST_BINS += $(CUDA_TEST_TC_BINS) $(CUDA_TEST_FTC_BINS)
+CUDA_TEST_RUN  += $(CUDA_TEST_TC_BINS) $(CUDA_TEST_FTC_BINS)
 test-cuda: train_cuda $(CUDA_TEST_BINS)
 	@tests/run.sh $(CUDA_TEST_RUN) "tests/cuda/test_cross_backend.sh ./train_cuda"
 .PHONY: cuda-test-bins
@@ -343,6 +352,10 @@ $(EMU_BUILD)/tests/test_cuda_attention: $(EMU_BUILD)/tests/test_cuda_attention.o
 EMU_TC_BINS := $(CUDA_TEST_TC_SRC:tests/cuda/%.cu=$(EMU_BUILD)/tests/%)
 $(EMU_TC_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_RT_OBJ) $(BUILD)/test/attention/flash_cpu.o
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
+EMU_FTC_BINS := $(EMU_BUILD)/tests/test_cuda_flash_tc
+$(EMU_FTC_BINS): $(EMU_BUILD)/tests/test_cuda_flash_tc.o $(EMU_BUILD)/attention/flash_tc.o $(EMU_RT_OBJ) \
+		$(BUILD)/test/attention/flash_cpu.o
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU
 $(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
@@ -356,8 +369,8 @@ EMU_TEST_RUN  := $(EMU_TEST_BINS) $(foreach t,$(CUDA_TEST_MODEL_SRC),"echo SKIP 
 	$(CUDA_KERNELS_MISSING) not written yet")
 EMU_TRAIN     :=
 endif
-EMU_TEST_BINS += $(EMU_TC_BINS)
-EMU_TEST_RUN  += $(EMU_TC_BINS)
+EMU_TEST_BINS += $(EMU_TC_BINS) $(EMU_FTC_BINS)
+EMU_TEST_RUN  += $(EMU_TC_BINS) $(EMU_FTC_BINS)
 # The ThreadSanitizer subset: the tests that launch kernels one op at a time. test_cublas
 # launches none; test_cuda_model runs the same kernels again as a whole step and takes minutes
 # under TSan (make test-cuda-emu-tsan EMU_TSAN_TESTS="test_cuda_model" runs it).
