@@ -4,7 +4,8 @@
 # most telling checks first, each under its own timeout, appending everything to $OUT/gpu_check.txt
 # (when OUT is set) as it goes, so a run cut short still leaves what it saw:
 #   1. the cuBLAS call conventions against a float64 host loop (tests/cuda/test_cublas.cu);
-#   1b. the tensor-core wrapper (mma.sync m16n8k16 bf16) and the bf16 conversions, real vs float64;
+#   1b. the tensor-core wrapper (mma.sync m16n8k16 bf16) and the bf16 conversions, real vs float64,
+#      and the tensor-core attention forward (attention/flash_tc.cu) against the CPU attention;
 #   2. compute-sanitizer racecheck on a tiny attention case;
 #   3. make test-cuda: every op against its CPU twin, the whole step, recompute policies, the
 #      trainer on both backends;
@@ -58,8 +59,9 @@ row "build" "ok in ${LAST_S}s"
 if step cublas 60 build/cuda/tests/test_cublas; then row "cublas conventions" "ok"; else row "cublas conventions" "FAILED"; fi
 
 # ---- 1b. the tensor-core wrapper (attention/mma.h): the real mma.sync against its float64 bound
-# and the emulation's fragment layout (tests/cuda/test_cuda_mma.cu), then bf16 conversions
-for t in test_cuda_mma test_cuda_bf16; do
+# and the emulation's fragment layout (tests/cuda/test_cuda_mma.cu), then bf16 conversions, then
+# the tensor-core attention forward with dropout against flash_cpu.c (tests/cuda/test_cuda_flash_tc.cu)
+for t in test_cuda_mma test_cuda_bf16 test_cuda_flash_tc; do
     if step "$t" 60 "build/cuda/tests/$t"; then row "$t" "ok"; else row "$t" "FAILED"; fi
 done
 
