@@ -29,8 +29,9 @@
  *
  * P V. The probabilities p = exp(s - m_running) are summed in fp32 (the LSE is before dropout),
  * then the dropped ones set to 0, and the rest rounded to bf16 for the product: this is the one
- * rounding the tensor-core forward adds to flash_cpu.c's (a relative error of at most 2^-9 per
- * weight; the test derives its tolerance from it). The score accumulator is already the A
+ * rounding the tensor-core forward adds to flash_cpu.c's (8 significant bits, to nearest: a
+ * relative error of at most 2^-8 per weight, while the normaliser l_i keeps the unrounded fp32
+ * sum; the test derives its tolerance from it). The score accumulator is already the A
  * fragment of P V: the A registers of keys 16 kk .. 16 kk + 15 are the c0 c1 / c2 c3 pairs of
  * score fragments 2 kk and 2 kk + 1, so P never leaves the registers. o_i = acc * scale / l_i.
  *
