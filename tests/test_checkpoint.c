@@ -20,11 +20,11 @@
 #include "model/gpt.h"
 #include "model/mem.h"
 #include "tests/test.h"
+#include "tests/model_util.h"
 
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 
-#define NT NUM_PARAMETER_TENSORS
 #define TRAIN_STEPS 20
 #define P_DROP 0.1
 
@@ -93,26 +93,11 @@ static size_t block_floats(const GPT* m) {
     return (size_t)(m->params.lnfb - m->params_memory) + m->param_sizes[NT - 1];
 }
 
-static void tensor_table(const ParameterTensors* p, float* t[NT]) {
-    float* q[NT] = {p->wte, p->wpe, p->ln1w, p->ln1b, p->qkvw, p->qkvb, p->attprojw, p->attprojb,
-                    p->ln2w, p->ln2b, p->fcw, p->fcb, p->fcprojw, p->fcprojb, p->lnfw, p->lnfb};
-    memcpy(t, q, sizeof(q));
-}
-
 /* Random weights of a useful scale (biases and LN parameters non-trivial too), written by the
  * test; padded vocab rows zero. Returns a copy of the block, to start every model from. */
 static float* random_weights(const Case* k) {
     GPT m = build(k, policy(0, 0, CHECK_OFF));
-    float* t[NT];
-    tensor_table(&m.params, t);
-    const int is_matrix[NT] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-    const int is_ln_weight[NT] = {0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0};
-    for (int i = 0; i < NT; i++)
-        for (size_t j = 0; j < m.param_sizes[i]; j++)
-            t[i][j] = (float)(is_matrix[i] ? 0.08 * test_normal()
-                              : is_ln_weight[i] ? 1.0 + 0.1 * test_normal() : 0.05 * test_normal());
-    memset(m.params.wte + (size_t)k->c.vocab_size * k->c.channels, 0,
-           (size_t)(k->c.padded_vocab_size - k->c.vocab_size) * k->c.channels * sizeof(float));
+    randomize_weights_scaled(&m, 0.08, 0.05);
     size_t n = block_floats(&m);
     float* w = malloc(n * sizeof(float));
     memcpy(w, m.params_memory, n * sizeof(float));

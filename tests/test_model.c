@@ -16,27 +16,14 @@
 #include "attention/philox.h"
 #include "tests/ref_gpt.h"
 #include "tests/test.h"
+#include "tests/model_util.h"
 
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 
-#define NT NUM_PARAMETER_TENSORS
-
-/* Tensors that are 2-D weights or embeddings (decayed by AdamW, random in these tests); the rest
- * are LayerNorm parameters and biases. Written here from gpt.h's documented list, on purpose not
- * read from gpt_param_decay. */
-static const int is_matrix[NT] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-static const int is_ln_weight[NT] = {0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0};
-
 static GPTConfig make_config(int L, int NH, int NKV, int C, int V, int maxT) {
     GPTConfig c = {maxT, V, gpt_pad_vocab(V), L, NH, NKV, C, 0, 0, 0, 0};  /* plain GPT-2 model options */
     return c;
-}
-
-static void tensor_table(const ParameterTensors* p, float* t[NT]) {
-    float* q[NT] = {p->wte, p->wpe, p->ln1w, p->ln1b, p->qkvw, p->qkvb, p->attprojw, p->attprojb,
-                    p->ln2w, p->ln2b, p->fcw, p->fcb, p->fcprojw, p->fcprojb, p->lnfw, p->lnfb};
-    memcpy(t, q, sizeof(q));
 }
 
 static GPT build(const GPTConfig* c, int B, int T) {
@@ -47,33 +34,6 @@ static GPT build(const GPTConfig* c, int B, int T) {
         exit(2);
     }
     return m;
-}
-
-/* Random weights of a useful scale: matrices N(0, wstd), LN weights 1 + N(0, 0.1), biases and LN
- * biases N(0, 0.1); padded vocab rows zero. */
-static void randomize_weights(GPT* m, double wstd) {
-    float* t[NT];
-    tensor_table(&m->params, t);
-    for (int k = 0; k < NT; k++)
-        for (size_t i = 0; i < m->param_sizes[k]; i++)
-            t[k][i] = (float)(is_matrix[k] ? wstd * test_normal()
-                              : is_ln_weight[k] ? 1.0 + 0.1 * test_normal() : 0.1 * test_normal());
-    const GPTConfig* c = &m->config;
-    memset(m->params.wte + (size_t)c->vocab_size * c->channels, 0,
-           (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels * sizeof(float));
-}
-
-/* the model's tensors, back to back, in double: the reference's layout */
-static void tensors_to_double(const GPT* m, const ParameterTensors* p, double* out) {
-    float* t[NT];
-    tensor_table(p, t);
-    size_t o = 0;
-    for (int k = 0; k < NT; k++)
-        for (size_t i = 0; i < m->param_sizes[k]; i++) out[o++] = t[k][i];
-}
-
-static void random_tokens(int* x, int n, int V) {
-    for (int i = 0; i < n; i++) x[i] = (int)(test_uniform() * V) % V;
 }
 
 static float model_loss_grad(GPT* m, const int* in, const int* tg, int B, int T, uint32_t g0,
