@@ -6,6 +6,8 @@
 #define SEEDGPT_TESTS_MODEL_UTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "model/gpt.h"
 #include "tests/test.h"
@@ -51,6 +53,31 @@ static inline void tensors_to_double(const GPT* m, const ParameterTensors* p, do
 
 static inline void random_tokens(int* x, int n, int V) {
     for (int i = 0; i < n; i++) x[i] = (int)(test_uniform() * V) % V;
+}
+
+/* The model's gradient against the reference's (float64, the same layout), tensor by tensor:
+ * the worst relative error; with report, one check per tensor against tol. Empty tensors (wpe
+ * with RoPE) are passed over. */
+static inline double compare_grads(const GPT* m, const double* ref, const char* label, double tol,
+                                   int report) {
+    double* mine = (double*)malloc(m->num_parameters * sizeof(double));
+    tensors_to_double(m, &m->grads, mine);
+    double worst = 0;
+    size_t o = 0;
+    for (int k = 0; k < NT; k++) {
+        if (m->param_sizes[k] == 0) continue;
+        double e = rel_err_dd(mine + o, ref + o, m->param_sizes[k]);
+        if (e > worst) worst = e;
+        if (report) {
+            char name[192];
+            snprintf(name, sizeof(name), "model_grad_matches_float64_reference[%s] %s", label,
+                     gpt_param_names[k]);
+            expect(e < tol, name, "rel err %.2e (bound %.0e)", e, tol);
+        }
+        o += m->param_sizes[k];
+    }
+    free(mine);
+    return worst;
 }
 
 #endif

@@ -152,27 +152,6 @@ static void test_reference_fd(void) {
 /* ---- 2. the fp32 model against the float64 reference ---------------------------------------- */
 
 /* Per-tensor ||g_model - g_ref|| / ||g_ref||; returns the worst. */
-static double compare_grads(const GPT* m, const double* ref, const char* label, double tol,
-                            int report) {
-    double* mine = malloc(m->num_parameters * sizeof(double));
-    tensors_to_double(m, &m->grads, mine);
-    double worst = 0;
-    size_t o = 0;
-    for (int k = 0; k < NT; k++) {
-        double e = rel_err_dd(mine + o, ref + o, m->param_sizes[k]);
-        if (e > worst) worst = e;
-        if (report) {
-            char name[160];
-            snprintf(name, sizeof(name), "model_grad_matches_float64_reference[%s] %s", label,
-                     gpt_param_names[k]);
-            expect(e < tol, name, "rel err %.2e (bound %.0e)", e, tol);
-        }
-        o += m->param_sizes[k];
-    }
-    free(mine);
-    return worst;
-}
-
 static void test_model_vs_reference(void) {
     struct { const char* name; GPTConfig c; int B, T; } cases[2] = {
         /* plain: T > 32 crosses an attention key block of the keep-bit mapping */

@@ -203,28 +203,6 @@ static float loss_grad(GPT* m, const int* in, const int* tg, int B, int T, uint3
     return loss;
 }
 
-static double compare_grads(const GPT* m, const double* ref, const char* label, double tol,
-                            int report) {
-    double* mine = malloc(m->num_parameters * sizeof(double));
-    tensors_to_double(m, &m->grads, mine);
-    double worst = 0;
-    size_t o = 0;
-    for (int k = 0; k < NT; k++) {
-        if (m->param_sizes[k] == 0) continue;   /* wpe with RoPE */
-        double e = rel_err_dd(mine + o, ref + o, m->param_sizes[k]);
-        if (e > worst) worst = e;
-        if (report) {
-            char name[192];
-            snprintf(name, sizeof(name), "model_grad_matches_float64_reference[%s] %s", label,
-                     gpt_param_names[k]);
-            expect(e < tol, name, "rel err %.2e (bound %.0e)", e, tol);
-        }
-        o += m->param_sizes[k];
-    }
-    free(mine);
-    return worst;
-}
-
 /* ---- 3. the reference's own gradient, then the model against it -------------------------- */
 
 /* The float64 reference with the options against central differences of its own loss, every
