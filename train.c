@@ -78,6 +78,7 @@ typedef struct {
     long total_batch;
     int threads;
     const char* device;      /* "cpu" or "cuda" (model/backend.h) */
+    const char* precision;   /* "fp32" or "bf16" (CUDA only) */
     /* activation checkpointing */
     RecomputePolicy policy;
     /* run folder, resume, the non-finite guard */
@@ -105,6 +106,7 @@ enum {
     F_RECOMPUTE, F_RECOMPUTE_CHECK, F_RECOMPUTE_SEEDS,
     F_OUT, F_RESUME, F_SAVE_EVERY, F_KEEP, F_MAX_BAD_STEPS,
     F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH, F_DEVICE,
+    F_PRECISION,
     NUM_FLAGS
 };
 static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
@@ -141,6 +143,7 @@ static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
     [F_SAMPLE_EVERY] = {"--sample-every", R_CHANGE}, [F_SAMPLE_TOKENS] = {"--sample-tokens", R_CHANGE},
     [F_PEAK_GFLOPS] = {"--peak-gflops", R_LOCAL}, [F_TOTAL_BATCH] = {"--total-batch", R_FIXED},
     [F_DEVICE] = {"--device", R_LOCAL},   /* a state saved on one backend resumes on the other */
+    [F_PRECISION] = {"--precision", R_LOCAL},   /* states hold fp32 weights whatever it is */
 };
 
 static void usage(FILE* f) {
@@ -229,6 +232,11 @@ static void usage(FILE* f) {
 "                      cuda in ./train_cuda, built by `make cuda`; cpu in ./train). Masks,\n"
 "                      seeds, recompute and states are the same on both; a state saved on one\n"
 "                      resumes on the other\n"
+"  --precision P       fp32 | bf16 (default fp32). bf16 (--device cuda only): the dense products\n"
+"                      and attention take bf16 operands on tensor cores, accumulate in fp32;\n"
+"                      weights, AdamW state, the residual stream, LayerNorm and softmax\n"
+"                      statistics and every stored activation stay fp32; masks are the same\n"
+"                      bits. States and model files are fp32 either way (README \"Precision\")\n"
 "run folder and resume\n"
 "  --out DIR           write training states DIR/state_SSSSSSSS.bin (S = steps done) and the model\n"
 "                      DIR/model.bin beside them: every --save-every steps, at the end, and on\n"
@@ -308,6 +316,7 @@ static void set_defaults(Options* o) {
     o->log_every = 10; o->eval_every = 0; o->eval_batches = 8; o->threads = 0;
     o->sample_every = 0; o->sample_tokens = 64; o->peak_gflops = 0; o->total_batch = 0;
     o->device = backend_default_name();
+    o->precision = "fp32";
     o->policy.every = 0; o->policy.fresh_seeds = 0; o->policy.check = CHECK_WARN;
     o->save_every = 0; o->keep = 2; o->max_bad_steps = 10;
 }
@@ -383,6 +392,10 @@ static void apply_flag(Options* o, int id, const char* v) {
         if (backend_by_name(v) == NULL)
             die_flag(f, v, "cpu (this binary has no CUDA backend: `make cuda` builds ./train_cuda)");
         o->device = v;
+        break;
+    case F_PRECISION:
+        if (strcmp(v, "fp32") && strcmp(v, "bf16")) die_flag(f, v, "fp32 or bf16");
+        o->precision = v;
         break;
     case F_RECOMPUTE:
         if (recompute_parse(v, &o->policy, err) != 0) die_flag(f, v, "none, layer or every:K");
@@ -467,6 +480,7 @@ static int format_flag(const Options* o, int id, char* buf, size_t cap) {
     case F_EVAL_BATCHES: snprintf(buf, cap, "%d", o->eval_batches); return 0;
     case F_THREADS: snprintf(buf, cap, "%d", o->threads); return 0;
     case F_DEVICE: s = o->device; break;
+    case F_PRECISION: s = o->precision; break;
     case F_RECOMPUTE: s = recompute_name(&o->policy, pname); break;
     case F_RECOMPUTE_CHECK:
         s = o->policy.check == CHECK_OFF ? "off" : o->policy.check == CHECK_WARN ? "warn" : "stop";
@@ -549,6 +563,11 @@ static void check_options(const Options* o, const char* raw[NUM_FLAGS]) {
     if (o->policy.fresh_seeds && o->policy.every == 0) {
         fprintf(stderr, "seedgpt: --recompute-seeds fresh needs a recompute policy (--recompute "
                         "layer or every:K): under none nothing is recomputed\n");
+        exit(EXIT_BAD_INPUT);
+    }
+    if (backend_lookup(o->device, o->precision) == NULL) {
+        fprintf(stderr, "seedgpt: --precision %s: not on --device %s (bf16 runs on --device cuda; "
+                        "the CPU backend computes in fp32)\n", o->precision, o->device);
         exit(EXIT_BAD_INPUT);
     }
     if (o->out_dir == NULL && raw[F_SAVE_EVERY] != NULL && o->save_every > 0) {
@@ -1249,8 +1268,8 @@ int main(int argc, char** argv) {
         }
         val_open = 1;
     }
-    if (dist_use_backend(backend_by_name(o.device), err) != 0 ||
-        gpt_build_on(&model, &cfg, B, T, &o.policy, backend_by_name(o.device), err) != 0) {
+    if (dist_use_backend(backend_lookup(o.device, o.precision), err) != 0 ||
+        gpt_build_on(&model, &cfg, B, T, &o.policy, backend_lookup(o.device, o.precision), err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
         rc = EXIT_BAD_INPUT;
         goto cleanup;
@@ -1333,8 +1352,8 @@ int main(int argc, char** argv) {
     if (world > 1) printf(" x %d ranks (%s)", world, dist_kind());
     if (A > 1) printf(" x %d micro-batches", A);
     if (A * world > 1) printf(" (%ld tokens per step)", (long)A * world * B * T);
-    printf(", %d steps, %zu training windows, %d threads, device %s\n", o.steps,
-           loader_num_windows(&train_loader), threads, model.be->name);
+    printf(", %d steps, %zu training windows, %d threads, device %s, precision %s\n", o.steps,
+           loader_num_windows(&train_loader), threads, model.be->name, model.be->precision);
     printf("dropout: embd %g attn %g resid %g, seed %llu\n", o.embd_dropout, o.attn_dropout,
            o.resid_dropout, (unsigned long long)o.seed);
     char pname[32];

@@ -28,6 +28,7 @@ static void cpu_synchronize(void) {}
 
 const Backend backend_cpu = {
     .name = "cpu",
+    .precision = "fp32",
     .host_memory = 1,
     .alloc = cpu_alloc,
     .free = mem_free,
@@ -63,6 +64,7 @@ const Backend backend_cpu = {
 #ifdef SEEDGPT_CUDA
 static const Backend backend_cuda = {
     .name = "cuda",
+    .precision = "fp32",
     .host_memory = 0,
     .alloc = device_alloc_cuda,
     .free = device_free_cuda,
@@ -96,13 +98,17 @@ static const Backend backend_cuda = {
 };
 #endif
 
-const Backend* backend_by_name(const char* name) {
-    if (strcmp(name, "cpu") == 0) return &backend_cpu;
+const Backend* backend_lookup(const char* name, const char* precision) {
+    if (strcmp(precision, "fp32") == 0) {
+        if (strcmp(name, "cpu") == 0) return &backend_cpu;
 #ifdef SEEDGPT_CUDA
-    if (strcmp(name, "cuda") == 0) return &backend_cuda;
+        if (strcmp(name, "cuda") == 0) return &backend_cuda;
 #endif
+    }
     return NULL;
 }
+
+const Backend* backend_by_name(const char* name) { return backend_lookup(name, "fp32"); }
 
 const char* backend_default_name(void) {
 #ifdef SEEDGPT_CUDA

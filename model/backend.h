@@ -20,6 +20,9 @@ extern "C" {
 
 typedef struct Backend {
     const char* name;          /* "cpu" or "cuda" */
+    const char* precision;     /* "fp32", or "bf16": the operands of the dense products and of
+                                  attention rounded to bf16, fp32 accumulation (CUDA only; README
+                                  "Precision") */
     int host_memory;           /* 1: the backend's memory is host memory (no copies needed) */
 
     /* ---- memory ---- */
@@ -49,6 +52,10 @@ typedef struct Backend {
                            int N, int C, int OC);
     void (*matmul_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
                             const float* inp, const float* weight, int N, int C, int OC);
+    /* optional (NULL: matmul_forward then gelu_forward): pre = inp . weight^T + bias and
+     * out = gelu(pre), both written, in one fused call */
+    void (*matmul_gelu_forward)(float* pre, float* out, const float* inp, const float* weight,
+                                const float* bias, int N, int C, int OC);
     void (*gelu_forward)(float* out, const float* inp, size_t n);
     void (*gelu_backward)(float* dinp, const float* inp, const float* dout, size_t n);
     void (*residual_dropout_forward)(float* out, const float* x, const float* branch,
@@ -82,8 +89,11 @@ typedef struct Backend {
 
 extern const Backend backend_cpu;
 
-/* "cpu" or "cuda"; NULL if this build has no such backend (the CPU build has no "cuda"). */
+/* "cpu" or "cuda" in fp32; NULL if this build has no such backend (the CPU build has no "cuda"). */
 const Backend* backend_by_name(const char* name);
+/* The backend `name` computing in `precision` ("fp32" or "bf16"); NULL if this build has no such
+ * combination (bf16 exists only on "cuda"). */
+const Backend* backend_lookup(const char* name, const char* precision);
 /* The backend a run gets without --device: "cuda" in a build that has it, else "cpu". */
 const char* backend_default_name(void);
 

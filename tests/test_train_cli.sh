@@ -64,6 +64,28 @@ else
     fail total_batch_not_a_multiple_is_refused "status $rc: $(head -2 "$W/bad.err")"
 fi
 
+# ---- --precision: bf16 is a CUDA backend's; the CPU refuses it, and an unknown one, in one line
+for args in "precision_bf16_on_cpu_is_refused|--device cpu --precision bf16|not on --device cpu" \
+            "unknown_precision_is_refused|--precision fp16|expected fp32 or bf16"; do
+    IFS='|' read -r name flagset want <<< "$args"
+    "$TRAIN" "${BASE[@]}" --batch 2 --steps 1 $flagset > "$W/prec.out" 2> "$W/prec.err"
+    rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l < "$W/prec.err")" -eq 1 ] && grep -q -- "$want" "$W/prec.err"; then
+        ok "$name" "status 2: $(cat "$W/prec.err")"
+    else
+        fail "$name" "status $rc: $(head -2 "$W/prec.err")"
+    fi
+done
+"$TRAIN" "${BASE[@]}" --batch 2 --steps 2 --precision fp32 --log-json "$W/p32.jsonl" > "$W/p32.out" 2>&1
+rc=$?
+"$TRAIN" "${BASE[@]}" --batch 2 --steps 2 --log-json "$W/pdef.jsonl" > /dev/null 2>&1
+if [ $rc -eq 0 ] && grep -q 'precision fp32' "$W/p32.out" &&
+   diff <(train_losses "$W/p32.jsonl") <(train_losses "$W/pdef.jsonl") > /dev/null; then
+    ok precision_fp32_is_the_default "the same losses with and without --precision fp32"
+else
+    fail precision_fp32_is_the_default "status $rc; $(grep -c precision "$W/p32.out") precision lines"
+fi
+
 # ---- ./train sample
 "$TRAIN" "${BASE[@]}" --batch 4 --steps 10 --save "$W/model.bin" > /dev/null 2>&1
 S=(sample --init "$W/model.bin" --prompt "seed" --tokens 24 --threads 2)
