@@ -24,6 +24,12 @@ What it builds is what model/gpt.c computes (DESIGN §2), written the nanoGPT wa
     of K blocks (torch restores the RNG state, so the recomputed dropout masks are the same).
 Tokens are random in [0, V), fresh for every step, as in bench_model.
 
+On a GPU (--device cuda, the GPU check's side-by-side): the model and batches live on the GPU,
+--precision bf16 runs the step under torch.autocast(bfloat16) (bf16 matmuls and attention, fp32
+weights and AdamW state, as seedgpt's --precision bf16), --compile wraps the model in
+torch.compile, AdamW is the fused CUDA one, each phase is timed after torch.cuda.synchronize(),
+and peak_rss reports torch.cuda.max_memory_allocated() (the device's peak) instead.
+
 Threads: torch.set_num_threads(N); the caller sets OMP_WAIT_POLICY=passive (idle OpenMP threads
 sleep instead of spinning, the setting that serves PyTorch best on shared cores).
 
@@ -65,6 +71,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--compile", action="store_true")
     a = ap.parse_args()
     r = parse_row(a.row)
     try:
@@ -77,6 +86,21 @@ def main():
         return 0
     torch.set_num_threads(a.threads)
     base_rss = rss_bytes()
+    dev = torch.device(a.device)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("TORCH_SKIP torch has no CUDA device here")
+        return 0
+    if a.device == "cpu" and (a.precision != "fp32" or a.compile):
+        sys.exit("torch_bench: --precision bf16 and --compile are for --device cuda")
+    cuda = a.device == "cuda"
+    if cuda:
+        # plain fp32 products in the fp32 rows, as seedgpt's (no TF32)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
 
     L, NH, NKV, C, V, maxT = r["L"], r["H"], r["KV"], r["C"], r["V"], r["maxT"]
     B, T, p = r["B"], r["T"], r["p"]
@@ -140,7 +164,7 @@ def main():
             else:
                 for lo in range(0, L, self.segment):
                     hi = min(lo + self.segment, L)
-                    x = ckpt.checkpoint(self.run_blocks, x, lo, hi)
+                    x = ckpt.checkpoint(self.run_blocks, x, lo, hi, use_reentrant=False)
             logits = F.linear(self.lnf(x), self.wte.weight)      # (B, T, Vp), tied head
             return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.view(-1))
 
@@ -156,28 +180,42 @@ def main():
                 proj = name.endswith("attproj.weight") or name.endswith("fcproj.weight")
                 t.normal_(0.0, 0.02 / math.sqrt(2 * L) if proj else 0.02)
         model.wte.weight[V:].zero_()
+    model.to(dev)
     model.train()
     decay = [t for n, t in model.named_parameters() if t.dim() == 2]
     no_decay = [t for n, t in model.named_parameters() if t.dim() != 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
+                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if cuda else {}))
     params = sum(t.numel() for t in model.parameters())
+    run = torch.compile(model) if a.compile else model
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+
+    def forward(idx, tgt):
+        if a.precision == "bf16":
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                return run(idx, tgt)
+        return run(idx, tgt)
 
     gen = torch.Generator().manual_seed(42)
     step_ms, fwd_ms, bwd_ms, opt_ms = [], [], [], []
     loss = float("nan")
     for s in range(a.warmup + a.steps):
-        idx = torch.randint(0, V, (B, T), generator=gen)
-        tgt = torch.randint(0, V, (B, T), generator=gen)
+        idx = torch.randint(0, V, (B, T), generator=gen).to(dev)
+        tgt = torch.randint(0, V, (B, T), generator=gen).to(dev)
+        sync()
         t0 = time.perf_counter()
-        lo = model(idx, tgt)
+        lo = forward(idx, tgt)
+        sync()
         t1 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         lo.backward()
+        sync()
         t2 = time.perf_counter()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         t3 = time.perf_counter()
         loss = lo.item()
         if s >= a.warmup:
@@ -192,13 +230,16 @@ def main():
         return x[n // 2] if n % 2 else 0.5 * (x[n // 2 - 1] + x[n // 2])
 
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if cuda:
+        peak_rss = torch.cuda.max_memory_allocated()
     vals = [median(step_ms), min(step_ms), max(step_ms), median(fwd_ms), median(bwd_ms),
             median(opt_ms), peak_rss, base_rss, loss, params]
     print("TORCH_ROW " + " ".join(repr(float(v)) for v in vals))
     if a.json:
         import json
         print(json.dumps({"bench": "torch_model", "row": a.row, "torch": torch.__version__,
-                          "threads": a.threads, "sdpa": sdpa is not None, "median_ms": vals[0],
+                          "threads": a.threads, "sdpa": sdpa is not None,
+                          "device": a.device, "precision": a.precision, "compile": a.compile, "median_ms": vals[0],
                           "fwd_ms": vals[3], "bwd_ms": vals[4], "opt_ms": vals[5],
                           "peak_rss": peak_rss, "base_rss": base_rss, "loss": loss}))
     return 0
