@@ -21,7 +21,11 @@
  * given toolkit, when one stream is active (cuBLAS guide, "Results reproducibility"); cuBLASLt
  * with a user-owned workspace, as here, is the recommended way to keep that. On top of it:
  *   - the preference restricts CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK to
- *     CUBLASLT_REDUCTION_SCHEME_NONE: no split-K, every dot product "performed in one sequence";
+ *     CUBLASLT_REDUCTION_SCHEME_NONE: no split-K, every dot product "performed in one sequence".
+ *     Only if the heuristic then has nothing for a problem are the other documented schemes
+ *     allowed; cublasLt.h describes each as a fixed sequence (INPLACE orders the partial sums
+ *     through counters "to guarantee the sequentiality", COMPUTE_TYPE and OUTPUT_TYPE reduce the
+ *     partials in a separate step), none as atomic;
  *   - the algorithm is chosen once per problem (shapes, transposes, epilogue, beta, and the
  *     operands' alignments capped at 16 bytes) by cublasLtMatmulAlgoGetHeuristic and cached, so a
  *     recompute into another buffer of the same alignment runs the same algorithm;
@@ -246,6 +250,16 @@ static void lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_
         cublasLtMatmulHeuristicResult_t result;
         int found = 0;
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+            /* no algorithm without split-K: allow the documented reduction schemes, each of which
+             * reduces in a fixed sequence (INPLACE through counters, the others in a separate
+             * step); the cached choice still makes every call the same kernel */
+            reduction = CUBLASLT_REDUCTION_SCHEME_MASK;
+            SG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof(reduction)));
+            found = 0;
+            st = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
+        }
         if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
             fprintf(stderr, "seedgpt: cuBLASLt has no bf16 algorithm for the %s GEMM: m %d n %d k %d, "
                     "ld %lld %lld %lld, alignment A %u B %u D %u bias %u bytes, %s epilogue, beta %g\n",
