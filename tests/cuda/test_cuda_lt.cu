@@ -8,7 +8,7 @@
  *   - against the fp32 ops: each product moves by at most (2^-7 + 2^-16) |a b| when both operands
  *     are rounded to bf16 (8 significant bits each), plus both sides' fp32 tolerances;
  *   - shapes with odd N, C, OC (not multiples of 8 or 16: the operand copies are zero-padded),
- *     N = 1, an aligned one; written outputs NaN-filled before the call, dweight and dbias
+ *     N = 1, aligned ones, C = 0 (out = bias); written outputs NaN-filled before the call, dweight and dbias
  *     accumulating onto random values (twice), NULL dinp / dbias / bias;
  *   - the bias gradient bit for bit equal to matmul_backward_cuda's (same two-pass column sum);
  *   - the fused matmul + GELU: pre equal to the plain forward and out to gelu_forward_cuda(pre),
@@ -324,6 +324,21 @@ static void test_shape(int N, int C, int OC, int with_bias, int with_dinp) {
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) device_free_cuda(dev[i]);
 }
 
+/* C = 0: an empty product (k padded to 8 zeros), so out = bias exactly */
+static void test_forward_empty_product(void) {
+    int N = 3, OC = 5;
+    float* bias = hrand(OC, 1.0);
+    float *dx = up(NULL, 0), *dw = up(NULL, 0), *db = up(bias, OC), *d_o = dpoison((size_t)N * OC);
+    matmul_forward_bf16_cuda(d_o, dx, dw, db, N, 0, OC);
+    float* go = down(d_o, (size_t)N * OC);
+    size_t differ = 0;
+    for (int n = 0; n < N; n++) differ += !same_bits(&go[(size_t)n * OC], bias, OC);
+    expect(differ == 0, "matmul_forward_bf16_empty_product_gives_bias",
+           "C = 0: %zu of %d rows differ from the bias in their bits", differ, N);
+    free(bias); free(go);
+    device_free_cuda(dx); device_free_cuda(dw); device_free_cuda(db); device_free_cuda(d_o);
+}
+
 /* ---- the emulation's refusals ------------------------------------------------------------- */
 
 #ifdef SG_EMU
@@ -384,6 +399,8 @@ int main(void) {
     test_shape(70, 33, 50, 1, 1);   /* three column-sum chunks; N not a multiple of 8 */
     test_shape(9, 20, 12, 1, 0);    /* NULL dinp */
     test_shape(32, 64, 48, 1, 1);   /* every dimension a multiple of 16 */
+    test_shape(16, 96, 288, 1, 1);  /* a small model's MLP: C to 3C */
+    test_forward_empty_product();
 #ifdef SG_EMU
     test_emulation_refuses();
 #endif
