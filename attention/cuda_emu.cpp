@@ -972,3 +972,263 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                   C + b * strideC, ldc);
     return CUBLAS_STATUS_SUCCESS;
 }
+
+/* ---- cuBLASLt ----------------------------------------------------------------------------- */
+/* The subset model/ops_bf16_cuda.cu uses (cuda_emu.h lists it). Descriptors hold what was set;
+ * cublasLtMatmul checks the whole problem, as the library would, then computes on the CPU: each
+ * element of D is the fp32 sum of the bf16 products (exact in fp32) in ascending k, then
+ * alpha * sum + beta * C, then + bias[row]. The heuristic offers one algorithm, this loop. */
+struct sg_emu_lt {
+    int live;
+};
+struct sg_emu_lt_desc {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    int32_t transa, transb;
+    uint32_t epilogue;
+    const void* bias;
+    int32_t bias_type;   /* -1: the type of D */
+};
+struct sg_emu_lt_layout {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct sg_emu_lt_pref {
+    uint64_t max_workspace;
+    uint32_t reduction_mask;
+    uint32_t align[4];   /* A, B, C, D */
+};
+
+static const uint64_t SG_EMU_LT_ALGO = 0x5eed1e0a16bf0032ull;   /* the emulation's one algorithm */
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+    if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
+    *handle = new sg_emu_lt{1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+    if (!desc) return CUBLAS_STATUS_INVALID_VALUE;
+    *desc = new sg_emu_lt_desc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+    delete desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t bytes) {
+    if (!desc || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+        if (bytes != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        int32_t op;
+        memcpy(&op, buf, sizeof(op));
+        if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) return CUBLAS_STATUS_NOT_SUPPORTED;
+        (attr == CUBLASLT_MATMUL_DESC_TRANSA ? desc->transa : desc->transb) = op;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&desc->epilogue, buf, sizeof(uint32_t));
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        if (bytes != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&desc->bias, buf, sizeof(void*));
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        if (bytes != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&desc->bias_type, buf, sizeof(int32_t));
+        return CUBLAS_STATUS_SUCCESS;
+    default:
+        /* pointer modes, aux buffers, scale pointers, ...: not emulated */
+        fprintf(stderr, "seedgpt: CUDA emulation: cublasLtMatmulDescSetAttribute: attribute %d is not "
+                        "emulated (docs/cuda-emulation.md lists the subset)\n", (int)attr);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+    if (!layout) return CUBLAS_STATUS_INVALID_VALUE;
+    *layout = new sg_emu_lt_layout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+    delete layout;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+    if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
+    *pref = new sg_emu_lt_pref{0, CUBLASLT_REDUCTION_SCHEME_MASK, {256, 256, 256, 256}};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+    delete pref;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t bytes) {
+    if (!pref || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+        if (bytes != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&pref->max_workspace, buf, sizeof(uint64_t));
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+        if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&pref->reduction_mask, buf, sizeof(uint32_t));
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: {
+        if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        uint32_t a;
+        memcpy(&a, buf, sizeof(a));
+        if (a == 0 || (a & (a - 1)) != 0) return CUBLAS_STATUS_INVALID_VALUE;
+        pref->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = a;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    default:
+        fprintf(stderr, "seedgpt: CUDA emulation: cublasLtMatmulPreferenceSetAttribute: attribute %d is "
+                        "not emulated (docs/cuda-emulation.md lists the subset)\n", (int)attr);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+
+namespace sg_emu {
+static size_t lt_type_bytes(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : t == CUDA_R_32F ? 4 : 0; }
+
+/* is the stored matrix of layout L inside one device allocation from p? */
+static bool lt_operand_ok(const void* p, const sg_emu_lt_layout* L) {
+    if (L->rows == 0 || L->cols == 0) return true;
+    size_t extent = ((size_t)(L->cols - 1) * (size_t)L->ld + L->rows) * lt_type_bytes(L->type);
+    return is_device(p, extent);
+}
+
+/* The problem as cuBLASLt defines it: op(A) m x k, op(B) k x n, C and D m x n. Returns the status
+ * the library would give, and one line on stderr for what the emulation does not implement. */
+static cublasStatus_t lt_check(const sg_emu_lt_desc* d, const sg_emu_lt_layout* A, const sg_emu_lt_layout* B,
+                               const sg_emu_lt_layout* C, const sg_emu_lt_layout* D) {
+    if (!d || !A || !B || !C || !D) return CUBLAS_STATUS_INVALID_VALUE;
+    const char* why = nullptr;
+    if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
+        why = "compute and scale types other than CUBLAS_COMPUTE_32F / CUDA_R_32F";
+    else if (A->type != CUDA_R_16BF || B->type != CUDA_R_16BF)
+        why = "A and B other than CUDA_R_16BF";
+    else if (C->type != CUDA_R_32F || D->type != CUDA_R_32F)
+        why = "C and D other than CUDA_R_32F";
+    else if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS)
+        why = "epilogues other than DEFAULT and BIAS";
+    else if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && d->bias_type != -1 && d->bias_type != CUDA_R_32F)
+        why = "a bias type other than CUDA_R_32F";
+    if (why) {
+        fprintf(stderr, "seedgpt: CUDA emulation: cublasLtMatmul: %s is not emulated (epilogue %u, types "
+                        "A %d B %d C %d D %d)\n", why, d->epilogue, (int)A->type, (int)B->type, (int)C->type,
+                (int)D->type);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    uint64_t m = d->transa == CUBLAS_OP_N ? A->rows : A->cols;
+    uint64_t k = d->transa == CUBLAS_OP_N ? A->cols : A->rows;
+    uint64_t kb = d->transb == CUBLAS_OP_N ? B->rows : B->cols;
+    uint64_t n = d->transb == CUBLAS_OP_N ? B->cols : B->rows;
+    if (k != kb || C->rows != m || C->cols != n || D->rows != m || D->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+    const sg_emu_lt_layout* all[4] = {A, B, C, D};
+    for (const sg_emu_lt_layout* L : all)
+        if (L->ld < (int64_t)(L->rows > 1 ? L->rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (C->ld != D->ld) {
+        fprintf(stderr, "seedgpt: CUDA emulation: cublasLtMatmul: C and D with different leading dimensions "
+                        "are not emulated\n");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && d->bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace sg_emu
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned) {
+    using namespace sg_emu;
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!pref || requested <= 0 || !results || !returned) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t st = lt_check(desc, Adesc, Bdesc, Cdesc, Ddesc);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    memset(&results[0], 0, sizeof(results[0]));
+    results[0].algo.data[0] = SG_EMU_LT_ALGO;
+    results[0].workspaceSize = 0;   /* no split-K, no workspace: one sequence per dot product */
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
+                              cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
+                              cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                              cudaStream_t stream) {
+    using namespace sg_emu;
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t st = lt_check(desc, Adesc, Bdesc, Cdesc, Ddesc);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (stream != nullptr) {
+        fprintf(stderr, "seedgpt: CUDA emulation: cublasLtMatmul: only the default stream is emulated\n");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (algo != nullptr && algo->data[0] != SG_EMU_LT_ALGO) return CUBLAS_STATUS_INVALID_VALUE;
+    if (workspace_bytes > 0 && !is_device(workspace, workspace_bytes)) return CUBLAS_STATUS_INVALID_VALUE;
+    float a, b;
+    memcpy(&a, alpha, sizeof(float));
+    memcpy(&b, beta, sizeof(float));
+    const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
+    const uint64_t m = Ddesc->rows, n = Ddesc->cols, k = ta ? Adesc->rows : Adesc->cols;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    /* the real library would fault on a host pointer or read past an allocation */
+    if ((k > 0 && (!lt_operand_ok(A, Adesc) || !lt_operand_ok(B, Bdesc))) || !lt_operand_ok(D, Ddesc) ||
+        (b != 0.0f && !lt_operand_ok(C, Cdesc)))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const float* bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? (const float*)desc->bias : nullptr;
+    if (bias && !is_device(bias, m * sizeof(float))) return CUBLAS_STATUS_INVALID_VALUE;
+    const uint16_t* Ab = (const uint16_t*)A;
+    const uint16_t* Bb = (const uint16_t*)B;
+    const float* Cf = (const float*)C;
+    float* Df = (float*)D;
+    const size_t lda = (size_t)Adesc->ld, ldb = (size_t)Bdesc->ld, ldc = (size_t)Cdesc->ld, ldd = (size_t)Ddesc->ld;
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (uint64_t p = 0; p < k; p++) {
+                float x = sg_bf16_to_float(ta ? Ab[p + i * lda] : Ab[i + p * lda]);
+                float y = sg_bf16_to_float(tb ? Bb[j + p * ldb] : Bb[p + j * ldb]);
+                float prod = x * y;   /* exact: 8 + 8 significant bits */
+                acc = acc + prod;
+            }
+            float t = a * acc;
+            if (b != 0.0f) t = t + b * Cf[i + j * ldc];   /* beta 0: C is not read (may hold NaN) */
+            if (bias) t = t + bias[i];
+            Df[i + j * ldd] = t;
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -7,7 +7,8 @@
  * and what it cannot, is written up in docs/cuda-emulation.md.
  *
  * Only what device.h lists is here. Anything else (bare __shared__, __constant__, float atomics,
- * __activemask, cooperative groups, streams) fails to compile, which is the point.
+ * __activemask, cooperative groups, streams: only their type exists, for cublasLtMatmul's default
+ * stream 0) fails to compile, which is the point.
  */
 #ifndef SEEDGPT_CUDA_EMU_H
 #define SEEDGPT_CUDA_EMU_H
@@ -149,6 +150,99 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long strideA, const float* B, int ldb,
                                          long long strideB, const float* beta, float* C, int ldc,
                                          long long strideC, int batchCount);
+
+/* ---- cuBLASLt: the subset model/ops_bf16_cuda.cu uses (values as in cublasLt.h) ----------
+ * bf16 A and B, fp32 C and D, fp32 compute and scale, column-major, transposes N/T, the DEFAULT
+ * and BIAS (fp32 bias) epilogues, on the default stream. The emulation computes each element of D
+ * as the fp32 sum of the exact bf16 products in ascending k, then alpha * sum + beta * C (C not
+ * read when beta is 0), then + bias[row]. Anything else is refused with
+ * CUBLAS_STATUS_NOT_SUPPORTED (or INVALID_VALUE where cuBLASLt says so). */
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
+typedef cudaDataType_t cudaDataType;
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
+typedef struct sg_emu_stream* cudaStream_t;   /* only the default stream, 0, is accepted */
+enum cublasLtMatmulDescAttributes_t {
+    CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0,
+    CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,
+    CUBLASLT_MATMUL_DESC_POINTER_MODE = 2,
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,
+    CUBLASLT_MATMUL_DESC_TRANSB = 4,
+    CUBLASLT_MATMUL_DESC_TRANSC = 5,
+    CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
+};
+enum cublasLtEpilogue_t {
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_RELU = 2,
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_GELU = 32,
+    CUBLASLT_EPILOGUE_GELU_BIAS = 36,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+    CUBLASLT_EPILOGUE_BGRADB = 512,
+};
+enum cublasLtMatmulPreferenceAttributes_t {
+    CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+};
+enum cublasLtReductionScheme_t {
+    CUBLASLT_REDUCTION_SCHEME_NONE = 0,
+    CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,
+    CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2,
+    CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,
+    CUBLASLT_REDUCTION_SCHEME_MASK = 0x7,
+};
+struct sg_emu_lt;
+struct sg_emu_lt_desc;
+struct sg_emu_lt_layout;
+struct sg_emu_lt_pref;
+typedef sg_emu_lt* cublasLtHandle_t;
+typedef sg_emu_lt_desc* cublasLtMatmulDesc_t;
+typedef sg_emu_lt_layout* cublasLtMatrixLayout_t;
+typedef sg_emu_lt_pref* cublasLtMatmulPreference_t;
+typedef struct {
+    uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+typedef struct {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t bytes);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t bytes);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
+                              cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
+                              cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                              cudaStream_t stream);
 
 /* ---- the runtime's entry points for device code ------------------------------------------- */
 namespace sg_emu {

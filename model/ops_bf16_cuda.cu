@@ -1,0 +1,343 @@
+/* model/ops_bf16_cuda.cu — the matmuls with bf16 operands through cuBLASLt (declared in
+ * model/ops_bf16_cuda.h): twins of matmul_forward_cuda / matmul_backward_cuda with the operands of
+ * every product rounded to bf16, fp32 sums, fp32 outputs.
+ *
+ * Each call:
+ *   1. rounds its two GEMM operands to bf16 (round to nearest even, __float2bfloat16_rn) into a
+ *      grow-only device scratch, padding every dimension with zeros to a multiple of LT_PAD = 8
+ *      elements (16 bytes). The zeros add exact zero products, and they make every bf16 leading
+ *      dimension and k a multiple of 16 bytes, the alignment cuBLASLt's tensor-core kernels read
+ *      (an algorithm's CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_*_BYTES covers the pointer and the leading
+ *      dimension), so odd N, C, OC need no special case;
+ *   2. runs one cublasLtMatmul: A, B CUDA_R_16BF, C, D CUDA_R_32F, CUBLAS_COMPUTE_32F, fp32
+ *      alpha/beta; the forward adds the fp32 bias in the CUBLASLT_EPILOGUE_BIAS epilogue (the bias
+ *      type defaults to the type of D, fp32; it is set explicitly all the same); dweight
+ *      accumulates with beta = 1 into fp32.
+ *   The bias gradient is not a GEMM: the column sums of the fp32 dout in two fixed passes, the
+ *   kernels and chunking of matmul_backward_cuda, so dbias equals the fp32 op's bit for bit.
+ *
+ * Determinism (the recompute compares its outputs bit for bit): cuBLAS documents that its
+ * routines give the same bits run to run on GPUs of the same architecture and SM count, for a
+ * given toolkit, when one stream is active (cuBLAS guide, "Results reproducibility"); cuBLASLt
+ * with a user-owned workspace, as here, is the recommended way to keep that. On top of it:
+ *   - the preference restricts CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK to
+ *     CUBLASLT_REDUCTION_SCHEME_NONE: no split-K, every dot product "performed in one sequence".
+ *     Only if the heuristic then has nothing for a problem are the other documented schemes
+ *     allowed; cublasLt.h describes each as a fixed sequence (INPLACE orders the partial sums
+ *     through counters "to guarantee the sequentiality", COMPUTE_TYPE and OUTPUT_TYPE reduce the
+ *     partials in a separate step), none as atomic;
+ *   - the algorithm is chosen once per problem (shapes, transposes, epilogue, beta, and the
+ *     operands' alignments capped at 16 bytes) by cublasLtMatmulAlgoGetHeuristic and cached, so a
+ *     recompute into another buffer of the same alignment runs the same algorithm;
+ *   - no epilogue that reduces (BGRADB) is used: its order is not documented.
+ * The trainer's tensors all start 64-byte aligned (model/gpt.c), so their alignment class is
+ * always 16.
+ *
+ * The fused matmul + GELU does not use cuBLASLt's GELU epilogues: cublasLt.h and the cuBLAS guide
+ * define CUBLASLT_EPILOGUE_GELU only as "x := GELU(x)", not as the tanh approximation seedgpt's
+ * GELU is (model/ops.h), and the GELU_AUX_BIAS pre-activation output needs a leading dimension
+ * divisible by 8 (OC here). So it is the BIAS epilogue GEMM writing pre, then gelu_forward_cuda:
+ * out is seedgpt's GELU of pre, bit for bit.
+ *
+ * Memory: the operand copies live in one grow-only scratch and the 32 MiB workspace is allocated
+ * once, both through device_alloc_cuda, so the peak the step reports counts them.
+ */
+#include "attention/device.h"
+#ifndef SG_EMU
+#include <cublasLt.h>
+#endif
+#include <stdint.h>
+#include <string.h>
+#include "model/ops_bf16_cuda.h"
+#include "model/ops_cuda.h"   /* device_alloc_cuda, device_free_cuda, gelu_forward_cuda */
+
+#define LT_PAD 8                /* bf16 elements: 16 bytes */
+#define LT_ALIGN_CAP 16         /* alignment classes of the algorithm cache, in bytes */
+#define LT_MAX_PLANS 256        /* distinct GEMM problems one process may run */
+#define EW_THREADS 256
+#define EW_MAX_BLOCKS 4096
+/* the two-pass column sum of matmul_backward_cuda (model/ops_cuda.cu): the same chunks, the same
+ * order, so the bias gradient has the same bits */
+#define COLSUM_ROWS 32
+#define COLSUM_THREADS 128
+
+static size_t pad_to(size_t x, size_t q) { return x == 0 ? q : (x + q - 1) / q * q; }
+
+/* ---- scratch and workspace ---------------------------------------------------------------- */
+
+/* One grow-only device scratch for the bf16 operand copies and the column-sum partials: the ops
+ * run one after another on the default stream, so no two calls use it at once. */
+static void* scratch_mem = NULL;
+static size_t scratch_cap = 0;
+static void* lt_scratch(size_t bytes) {
+    if (bytes > scratch_cap) {
+        if (scratch_mem != NULL) device_free_cuda(scratch_mem);
+        scratch_mem = device_alloc_cuda(bytes);
+        scratch_cap = bytes;
+    }
+    return scratch_mem;
+}
+
+/* carve consecutive 256-byte aligned pieces out of the scratch */
+typedef struct {
+    size_t off[4];
+    size_t total;
+} Carve;
+static size_t carve(Carve* c, int i, size_t bytes) {
+    c->off[i] = c->total;
+    c->total += (bytes + 255) / 256 * 256;
+    return c->off[i];
+}
+
+/* ---- rounding to bf16 ----------------------------------------------------------------------- */
+
+/* dst (rows_p, cols_p) row-major = src (rows, cols) rounded to bf16, zeros in the padding */
+__global__ void round_pad_bf16_kernel(__nv_bfloat16* dst, const float* src, int rows, int cols,
+                                      int rows_p, int cols_p) {
+    size_t n = (size_t)rows_p * cols_p;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int r = (int)(i / (size_t)cols_p), c = (int)(i % (size_t)cols_p);
+        float v = (r < rows && c < cols) ? src[(size_t)r * cols + c] : 0.0f;
+        dst[i] = __float2bfloat16_rn(v);
+    }
+}
+
+static __nv_bfloat16* round_pad_bf16(void* base, size_t off, const float* src, int rows, int cols,
+                                     int rows_p, int cols_p) {
+    __nv_bfloat16* dst = (__nv_bfloat16*)((unsigned char*)base + off);
+    size_t n = (size_t)rows_p * cols_p;
+    unsigned blocks = sg_ceil_div(n, EW_THREADS);
+    if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
+    SG_LAUNCH(round_pad_bf16_kernel, blocks, EW_THREADS, 0, dst, src, rows, cols, rows_p, cols_p);
+    SG_CHECK_LAUNCH();
+    return dst;
+}
+
+/* ---- column sums (the bias gradient) ---------------------------------------------------------- */
+
+/* partial[k][c] = sum of x[n][c] over the rows n of chunk k (COLSUM_ROWS rows, in order) */
+__global__ void lt_column_sum_partials_kernel(float* partial, const float* x, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int k = blockIdx.y;
+    if (c >= C) return;
+    int n0 = k * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
+    float acc = 0.0f;
+    for (int n = n0; n < n1; n++) acc += x[(size_t)n * C + c];
+    partial[(size_t)k * C + c] = acc;
+}
+
+/* dst[c] += the chunks' partials in chunk order */
+__global__ void lt_column_sum_finish_kernel(float* dst, const float* partial, int nchunks, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (int k = 0; k < nchunks; k++) acc += partial[(size_t)k * C + c];
+    dst[c] += acc;
+}
+
+/* ---- cuBLASLt ------------------------------------------------------------------------------ */
+
+static cublasLtHandle_t lt_handle = NULL;
+static void* lt_workspace = NULL;
+
+static cublasLtHandle_t lt(void) {
+    if (lt_handle == NULL) {
+        SG_CUBLAS_CHECK(cublasLtCreate(&lt_handle));
+        lt_workspace = device_alloc_cuda(SG_LT_WORKSPACE_BYTES);
+    }
+    return lt_handle;
+}
+
+/* the largest power of two (at most LT_ALIGN_CAP) dividing the address and the leading dimension
+ * in bytes */
+static unsigned align_class(const void* p, size_t ld_bytes) {
+    uintptr_t v = (uintptr_t)p | (uintptr_t)ld_bytes | (uintptr_t)LT_ALIGN_CAP;
+    return (unsigned)(v & (~v + 1));
+}
+
+/* one GEMM problem and the algorithm the heuristic chose for it */
+typedef struct {
+    int transa, transb, m, n, k;
+    int64_t lda, ldb, ldd;
+    uint32_t epilogue;
+    int beta_one;
+    unsigned align_a, align_b, align_d, align_bias;
+    cublasLtMatmulAlgo_t algo;
+} LtPlan;
+static LtPlan plans[LT_MAX_PLANS];
+static int n_plans = 0;
+
+static int same_problem(const LtPlan* a, const LtPlan* b) {
+    return a->transa == b->transa && a->transb == b->transb && a->m == b->m && a->n == b->n &&
+           a->k == b->k && a->lda == b->lda && a->ldb == b->ldb && a->ldd == b->ldd &&
+           a->epilogue == b->epilogue && a->beta_one == b->beta_one && a->align_a == b->align_a &&
+           a->align_b == b->align_b && a->align_d == b->align_d && a->align_bias == b->align_bias;
+}
+
+/* D (m,n) column-major, ld ldd = op(A) (m,k) . op(B) (k,n) + beta D [+ bias (m)], A and B bf16
+ * stored column-major (ld lda, ldb) before their transposes; beta is 0 or 1. */
+static void lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                    int k, const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
+                    float beta, float* D, int64_t ldd, const float* bias) {
+    cublasLtHandle_t h = lt();
+    const float alpha = 1.0f;
+    LtPlan want;
+    memset(&want, 0, sizeof(want));
+    want.transa = (int)transa;
+    want.transb = (int)transb;
+    want.m = m;
+    want.n = n;
+    want.k = k;
+    want.lda = lda;
+    want.ldb = ldb;
+    want.ldd = ldd;
+    want.epilogue = bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    want.beta_one = beta != 0.0f;
+    want.align_a = align_class(A, (size_t)lda * 2);
+    want.align_b = align_class(B, (size_t)ldb * 2);
+    want.align_d = align_class(D, (size_t)ldd * 4);
+    want.align_bias = bias != NULL ? align_class(bias, 0) : 0;
+
+    cublasLtMatmulDesc_t desc;
+    SG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    int32_t ta = (int32_t)transa, tb = (int32_t)transb;
+    uint32_t epi = want.epilogue;
+    SG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    SG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    SG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (bias != NULL) {
+        int32_t bias_type = CUDA_R_32F;
+        SG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                       sizeof(bias)));
+        SG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                       &bias_type, sizeof(bias_type)));
+    }
+    /* the stored matrices: A is (m,k) or, transposed, (k,m); B is (k,n) or (n,k) */
+    cublasLtMatrixLayout_t la, lb, ld;
+    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, transa == CUBLAS_OP_N ? m : k,
+                                               transa == CUBLAS_OP_N ? k : m, lda));
+    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, transb == CUBLAS_OP_N ? k : n,
+                                               transb == CUBLAS_OP_N ? n : k, ldb));
+    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
+
+    LtPlan* plan = NULL;
+    for (int i = 0; i < n_plans && plan == NULL; i++)
+        if (same_problem(&plans[i], &want)) plan = &plans[i];
+    if (plan == NULL) {
+        if (n_plans == LT_MAX_PLANS) {
+            fprintf(stderr, "seedgpt: more than %d distinct bf16 GEMM problems; raise LT_MAX_PLANS in %s\n",
+                    LT_MAX_PLANS, __FILE__);
+            exit(1);
+        }
+        cublasLtMatmulPreference_t pref;
+        SG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        uint64_t ws = SG_LT_WORKSPACE_BYTES;
+        uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;   /* no split-K: see the header */
+        uint32_t al_a = want.align_a, al_b = want.align_b, al_d = want.align_d;
+        SG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                             &ws, sizeof(ws)));
+        SG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                             &reduction, sizeof(reduction)));
+        SG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                             &al_a, sizeof(al_a)));
+        SG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                             &al_b, sizeof(al_b)));
+        SG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                             &al_d, sizeof(al_d)));
+        SG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                             &al_d, sizeof(al_d)));
+        cublasLtMatmulHeuristicResult_t result;
+        int found = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+            /* no algorithm without split-K: allow the documented reduction schemes, each of which
+             * reduces in a fixed sequence (INPLACE through counters, the others in a separate
+             * step); the cached choice still makes every call the same kernel */
+            reduction = CUBLASLT_REDUCTION_SCHEME_MASK;
+            SG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof(reduction)));
+            found = 0;
+            st = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
+        }
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+            fprintf(stderr, "seedgpt: cuBLASLt has no bf16 algorithm for the %s GEMM: m %d n %d k %d, "
+                    "ld %lld %lld %lld, alignment A %u B %u D %u bias %u bytes, %s epilogue, beta %g\n",
+                    what, m, n, k, (long long)lda, (long long)ldb, (long long)ldd, want.align_a,
+                    want.align_b, want.align_d, want.align_bias, bias != NULL ? "bias" : "no", beta);
+            exit(1);
+        }
+        SG_CUBLAS_CHECK(st);
+        SG_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+        want.algo = result.algo;
+        plans[n_plans] = want;
+        plan = &plans[n_plans++];
+    }
+    SG_CUBLAS_CHECK(cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &plan->algo,
+                                   lt_workspace, SG_LT_WORKSPACE_BYTES, 0));
+    SG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+    SG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+    SG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
+    SG_CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+}
+
+/* ---- the ops ------------------------------------------------------------------------------ */
+
+/* cuBLASLt is column-major: a row-major (R, S) matrix is the column-major (S, R) one with leading
+ * dimension S (model/ops_cuda.cu asks cuBLAS the same way). Padded sizes: Np, Cp, OCp. */
+
+void matmul_forward_bf16_cuda(float* out, const float* inp, const float* weight, const float* bias,
+                              int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+    int Cp = (int)pad_to((size_t)C, LT_PAD);
+    /* weight (OC, Cp) and inp (N, Cp) in bf16; C = 0 gives k = LT_PAD zeros: out = bias (or 0) */
+    Carve cv = {{0}, 0};
+    size_t ow = carve(&cv, 0, sizeof(__nv_bfloat16) * (size_t)OC * Cp);
+    size_t ox = carve(&cv, 1, sizeof(__nv_bfloat16) * (size_t)N * Cp);
+    void* base = lt_scratch(cv.total);
+    __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OC, Cp);
+    __nv_bfloat16* x16 = round_pad_bf16(base, ox, inp, N, C, N, Cp);
+    /* out^T (OC,N) = weight (OC,Cp) . inp^T (Cp,N): weight is stored column-major as (Cp,OC) */
+    lt_gemm("forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, Cp, w16, Cp, x16, Cp, 0.0f, out, OC, bias);
+}
+
+void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int N, int C, int OC) {
+    if (N == 0 || C == 0 || OC == 0) return;
+    int Np = (int)pad_to((size_t)N, LT_PAD), Cp = (int)pad_to((size_t)C, LT_PAD);
+    int OCp = (int)pad_to((size_t)OC, LT_PAD);
+    int nchunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    /* bf16 dout (Np, OCp) and inp (Np, Cp); weight (OCp, Cp) when dinp is asked for */
+    Carve cv = {{0}, 0};
+    size_t og = carve(&cv, 0, sizeof(__nv_bfloat16) * (size_t)Np * OCp);
+    size_t ox = carve(&cv, 1, sizeof(__nv_bfloat16) * (size_t)Np * Cp);
+    size_t ow = carve(&cv, 2, dinp != NULL ? sizeof(__nv_bfloat16) * (size_t)OCp * Cp : 0);
+    size_t op = carve(&cv, 3, dbias != NULL ? sizeof(float) * (size_t)nchunks * OC : 0);
+    void* base = lt_scratch(cv.total);
+    __nv_bfloat16* g16 = round_pad_bf16(base, og, dout, N, OC, Np, OCp);
+    __nv_bfloat16* x16 = round_pad_bf16(base, ox, inp, N, C, Np, Cp);
+    /* in the forward, out = inp . weight^T + bias, so:
+     * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OCp) . dout^T */
+    if (dinp != NULL) {
+        __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OCp, Cp);
+        lt_gemm("dinp", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OCp, w16, Cp, g16, OCp, 0.0f, dinp, C, NULL);
+    }
+    /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T (C,Np) . dout */
+    lt_gemm("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, Np, x16, Cp, g16, OCp, 1.0f, dweight, C, NULL);
+    /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
+    if (dbias != NULL) {
+        float* partial = (float*)((unsigned char*)base + op);
+        dim3 grid(sg_ceil_div((size_t)OC, COLSUM_THREADS), (unsigned)nchunks);
+        SG_LAUNCH(lt_column_sum_partials_kernel, grid, COLSUM_THREADS, 0, partial, dout, N, OC);
+        SG_CHECK_LAUNCH();
+        SG_LAUNCH(lt_column_sum_finish_kernel, sg_ceil_div((size_t)OC, COLSUM_THREADS), COLSUM_THREADS,
+                  0, dbias, partial, nchunks, OC);
+        SG_CHECK_LAUNCH();
+    }
+}
+
+void matmul_gelu_forward_bf16_cuda(float* pre, float* out, const float* inp, const float* weight,
+                                   const float* bias, int N, int C, int OC) {
+    matmul_forward_bf16_cuda(pre, inp, weight, bias, N, C, OC);
+    gelu_forward_cuda(out, pre, (size_t)N * OC);
+}
