@@ -88,13 +88,23 @@ __device__ __forceinline__ uint32_t tc_pair(const uint16_t* p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 16;
 }
 
+/* Sixteen bytes (eight bf16) moved as one access. */
+struct alignas(16) TcU4 {
+    uint32_t x, y, z, w;
+};
+
 /* dst (TC_BQ or TC_BK rows, HD + 8) = n_valid rows of HD bf16 at src (row stride `stride`), zero
- * past n_valid; consecutive threads take consecutive elements of a row. */
+ * past n_valid, eight bf16 a thread as one 16-byte load and store; consecutive threads take
+ * consecutive pieces of a row. Aligned: qkv starts on 16 bytes (the host checks it), and HD, the
+ * row stride (NH + 2 NKV) HD, the head offsets and the tile stride HD + 8 are multiples of 8. */
 template <int HD>
 __device__ __forceinline__ void tc_load_tile(uint16_t* dst, const uint16_t* src, size_t stride, int n_valid) {
-    for (int e = threadIdx.x; e < 64 * HD; e += TC_THREADS) {
-        const int r = e / HD, d = e % HD;
-        dst[r * (HD + 8) + d] = r < n_valid ? src[(size_t)r * stride + d] : (uint16_t)0;
+    constexpr int V = HD / 8;   /* 16-byte pieces a row */
+    for (int e = threadIdx.x; e < 64 * V; e += TC_THREADS) {
+        const int r = e / V, c = e % V;
+        TcU4 v = {0u, 0u, 0u, 0u};
+        if (r < n_valid) v = *reinterpret_cast<const TcU4*>(src + (size_t)r * stride + 8 * c);
+        *reinterpret_cast<TcU4*>(dst + r * (HD + 8) + 8 * c) = v;
     }
 }
 
@@ -587,7 +597,12 @@ __global__ void flash_tc_round_f32_kernel(float* dst, const float* src, size_t n
 /* ---- host side ------------------------------------------------------------------------------- */
 
 /* One line naming the call and what is wrong, then exit (user input: the model's shapes). */
-static void tc_check_shapes(const char* fn, int NH, int NKV, int HD) {
+static void tc_check_shapes(const char* fn, const uint16_t* qkv_bf16, int NH, int NKV, int HD) {
+    if ((uintptr_t)qkv_bf16 % 16 != 0) {
+        fprintf(stderr, "seedgpt: %s: qkv_bf16 %p must be 16-byte aligned (the tiles load 16 bytes at a time)\n",
+                fn, (const void*)qkv_bf16);
+        exit(1);
+    }
     if (!attention_tc_supports_hd(HD)) {
         fprintf(stderr, "seedgpt: %s: head dim %d not supported (16, 32, 64 or 128)\n", fn, HD);
         exit(1);
@@ -617,7 +632,7 @@ static void flash_tc_launch(float* out, float* lse, const uint16_t* qkv, int B, 
 extern "C" void attention_forward_tc_cuda(float* out, float* lse, const uint16_t* qkv_bf16,
                                           int B, int T, int NH, int NKV, int HD,
                                           uint32_t g0, uint64_t attn_seed, Dropout drop) {
-    tc_check_shapes("attention_forward_tc_cuda", NH, NKV, HD);
+    tc_check_shapes("attention_forward_tc_cuda", qkv_bf16, NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
     switch (HD) {
     case 16: flash_tc_launch<16>(out, lse, qkv_bf16, B, T, NH, NKV, g0, attn_seed, drop); break;
@@ -679,7 +694,7 @@ static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* d
 extern "C" void attention_backward_tc_cuda(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_bf16,
                                            const float* out, const float* lse, int B, int T, int NH, int NKV, int HD,
                                            uint32_t g0, uint64_t attn_seed, Dropout drop) {
-    tc_check_shapes("attention_backward_tc_cuda", NH, NKV, HD);
+    tc_check_shapes("attention_backward_tc_cuda", qkv_bf16, NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
     const long rows = (long)B * NH * T;
     SG_LAUNCH(flash_tc_dot_kernel, dim3(sg_ceil_div((size_t)rows, 8)), dim3(256), 0, scratch, dout, out, B, T, NH,
@@ -741,13 +756,14 @@ extern "C" void attention_forward_bf16_cuda(float* out, float* lse, const float*
     }
 }
 
-/* tensor-core path: [the tc scratch][the bf16 bits of qkv]; fallback: [the fp32 kernel's
- * scratch][qkv rounded to bf16, as fp32] */
+/* tensor-core path: [the tc scratch][the bf16 bits of qkv, from the first 16-byte boundary: 4
+ * floats of slack]; fallback: [the fp32 kernel's scratch][qkv rounded to bf16, as fp32] */
 extern "C" size_t attention_backward_scratch_floats_bf16_cuda(int B, int T, int NH, int NKV, int HD, int nthreads) {
+    (void)nthreads;   /* as in attention_backward_scratch_floats_cuda: no per-thread tiles on the GPU */
     const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD;
     if (attention_tc_supports_hd(HD))
-        return attention_backward_tc_scratch_floats(B, T, NH, NKV, HD) + tc_round16((n_qkv + 1) / 2);
-    return tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, nthreads)) + tc_round16(n_qkv);
+        return attention_backward_tc_scratch_floats(B, T, NH, NKV, HD) + tc_round16((n_qkv + 1) / 2 + 4);
+    return tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1)) + tc_round16(n_qkv);
 }
 
 extern "C" void attention_backward_bf16_cuda(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -756,7 +772,8 @@ extern "C" void attention_backward_bf16_cuda(float* dqkv, float* scratch, const 
     if (B <= 0 || T <= 0) return;
     const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD;
     if (attention_tc_supports_hd(HD)) {
-        uint16_t* bits = (uint16_t*)(scratch + attention_backward_tc_scratch_floats(B, T, NH, NKV, HD));
+        const uintptr_t at = (uintptr_t)(scratch + attention_backward_tc_scratch_floats(B, T, NH, NKV, HD));
+        uint16_t* bits = (uint16_t*)((at + 15) & ~(uintptr_t)15);
         tc_round_bits(bits, qkv, n_qkv);
         attention_backward_tc_cuda(dqkv, scratch, dout, bits, out, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
     } else {

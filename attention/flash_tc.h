@@ -8,7 +8,8 @@
  *        wrappers, which round it to bf16 (to nearest even) before use;
  *   out  (B, T, NH*HD) fp32;  lse (B, NH, T) fp32, the log-sum-exp of the scaled scores before
  *   dropout;  dout (B, T, NH*HD) fp32;  dqkv (B, T, (NH + 2*NKV) * HD) fp32, every element written.
- * The tensor-core kernels take head dims 16, 32, 64 and 128; NKV must divide NH. Keep bits:
+ * The tensor-core kernels take head dims 16, 32, 64 and 128, and qkv_bf16 on a 16-byte boundary
+ * (its tiles are loaded 16 bytes at a time); NKV must divide NH. Keep bits:
  * philox_attn_draw (DESIGN §3), bit-identical to the CPU's. Deterministic: no atomics, every sum
  * in a fixed order, so two runs give the same bits. */
 #ifndef SEEDGPT_FLASH_TC_H
