@@ -581,7 +581,7 @@ int main(void) {
     run_mask(1, 61, 2, 1, 64, 0, 0.1);
 
     const Shape bwd[] = {
-        {1, 70, 2, 1, 16, 0},    /* the smallest head dim, two query heads on one kv head, two tiles */
+        {2, 70, 2, 1, 16, 9},    /* the smallest head dim, two query heads on one kv head, two tiles, B > 1 */
         {2, 1, 2, 2, 32, 5},     /* T = 1: one key, one tile of padding, B > 1 with g0 != 0 */
         {1, 67, 2, 2, 64, 3},    /* every kv head its own query head: dK, dV straight into dqkv */
         {1, 45, 4, 2, 128, 0},   /* the largest head dim, grouped heads, one tile */
