@@ -18,8 +18,9 @@
  *
  * Tiling (forward). A block of 4 warps takes 64 queries of one (sequence, query head); warp w owns query
  * rows 16 w .. 16 w + 15 of the tile and walks the key tiles of 64 from the left. Q, K and V tiles
- * sit in shared memory as bf16 bits, row-major with a row stride of HD + 8 (rows 4 banks apart, so
- * the 8 rows a fragment load touches hit distinct banks), zero past T.
+ * sit in shared memory as bf16 bits, row-major with a row stride of HD + 8 (rows 4 banks apart for
+ * HD 64 and 128, 12 and 20 for HD 16 and 32: either way the 8 rows a fragment load touches hit
+ * distinct banks), zero past T.
  *
  * The accumulator fragment (attention/mma.h): with g = lane / 4 and t = lane % 4, lane holds of
  * each 16 x 8 tile c0, c1 at (row g, columns 2t, 2t+1) and c2, c3 at (row g + 8, the same
