@@ -297,10 +297,13 @@ $(CUDA_TEST_TC_BINS): $(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(BUILD)/test/atten
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(BUILD)/test/attention/flash_cpu.o \
 		-Xcompiler -fopenmp -lgomp -lm
 CUDA_TEST_FTC_BINS := $(CUDA_BUILD)/tests/test_cuda_flash_tc
+# (flash_tc.o's fp32-interface wrappers call flash_cuda.o's kernels and model/device_cuda.o's allocator)
 $(CUDA_TEST_FTC_BINS): tests/cuda/test_cuda_flash_tc.cu $(CUDA_BUILD)/attention/flash_tc.o \
+		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/model/device_cuda.o \
 		$(BUILD)/test/attention/flash_cpu.o $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_BUILD)/attention/flash_tc.o \
+		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/model/device_cuda.o \
 		$(BUILD)/test/attention/flash_cpu.o -Xcompiler -fopenmp -lgomp -lm
 # the attention's speed on a GPU (scripts/gpu_check.sh): fwd + bwd ms and TFLOP/s, not a test
 $(CUDA_BUILD)/bench_attention_cuda: tests/cuda/bench_attention_cuda.cu $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_HEADERS)
@@ -353,7 +356,8 @@ EMU_TC_BINS := $(CUDA_TEST_TC_SRC:tests/cuda/%.cu=$(EMU_BUILD)/tests/%)
 $(EMU_TC_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_RT_OBJ) $(BUILD)/test/attention/flash_cpu.o
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 EMU_FTC_BINS := $(EMU_BUILD)/tests/test_cuda_flash_tc
-$(EMU_FTC_BINS): $(EMU_BUILD)/tests/test_cuda_flash_tc.o $(EMU_BUILD)/attention/flash_tc.o $(EMU_RT_OBJ) \
+$(EMU_FTC_BINS): $(EMU_BUILD)/tests/test_cuda_flash_tc.o $(EMU_BUILD)/attention/flash_tc.o \
+		$(EMU_BUILD)/attention/flash_cuda.o $(EMU_BUILD)/model/device_cuda.o $(EMU_RT_OBJ) \
 		$(BUILD)/test/attention/flash_cpu.o
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU

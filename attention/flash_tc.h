@@ -1,14 +1,21 @@
-/* attention/flash_tc.h — the bf16 tensor-core forward of the fused causal attention with dropout
- * (attention/flash_tc.cu). Not used by the trainer yet: a step towards a tensor-core flash
- * attention, held to attention/flash_cpu.c by tests/cuda/test_cuda_flash_tc.cu.
+/* attention/flash_tc.h — the bf16 tensor-core fused causal attention with dropout
+ * (attention/flash_tc.cu): forward and backward, and drop-in fp32-interface wrappers with the
+ * signatures of attention/attention_cuda.h for the trainer's bf16 precision. Held to
+ * attention/flash_cpu.c by tests/cuda/test_cuda_flash_tc.cu.
  *
- * The layouts of attention/attention.h, with q, k, v in bf16:
- *   qkv  (B, T, (NH + 2*NKV) * HD) bf16, passed as its bits (uint16_t, device memory);
+ * The layouts of attention/attention.h, every pointer device memory:
+ *   qkv  (B, T, (NH + 2*NKV) * HD): bf16 bits (uint16_t) for the _tc_ kernels, fp32 for the
+ *        wrappers, which round it to bf16 (to nearest even) before use;
  *   out  (B, T, NH*HD) fp32;  lse (B, NH, T) fp32, the log-sum-exp of the scaled scores before
- *   dropout. Head dims 64 and 128; NKV must divide NH. Keep bits: philox_attn_draw (DESIGN §3). */
+ *   dropout;  dout (B, T, NH*HD) fp32;  dqkv (B, T, (NH + 2*NKV) * HD) fp32, every element written.
+ * The tensor-core kernels take head dims 16, 32, 64 and 128, and qkv_bf16 on a 16-byte boundary
+ * (its tiles are loaded 16 bytes at a time); NKV must divide NH. Keep bits:
+ * philox_attn_draw (DESIGN §3), bit-identical to the CPU's. Deterministic: no atomics, every sum
+ * in a fixed order, so two runs give the same bits. */
 #ifndef SEEDGPT_FLASH_TC_H
 #define SEEDGPT_FLASH_TC_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "philox.h"
 
@@ -16,9 +23,35 @@
 extern "C" {
 #endif
 
+/* 1 for the head dims the tensor-core kernels take (16, 32, 64, 128), else 0 */
+int attention_tc_supports_hd(int HD);
+
 void attention_forward_tc_cuda(float* out, float* lse, const uint16_t* qkv_bf16,
                                int B, int T, int NH, int NKV, int HD,
                                uint32_t g0, uint64_t attn_seed, Dropout drop);
+
+/* Floats of scratch attention_backward_tc_cuda needs: D (B, NH, T), and with NKV < NH the
+ * per-query-head partial sums of dK and dV, 2 (B, T, NH, HD). */
+size_t attention_backward_tc_scratch_floats(int B, int T, int NH, int NKV, int HD);
+/* out and lse: the forward's outputs (o after dropout); dout: the gradient of out. */
+void attention_backward_tc_cuda(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_bf16,
+                                const float* out, const float* lse, int B, int T, int NH, int NKV, int HD,
+                                uint32_t g0, uint64_t attn_seed, Dropout drop);
+
+/* The fp32 interface, drop-in for attention_forward_cuda / attention_backward_cuda: q, k, v are
+ * rounded to bf16 (a kernel, into scratch) and the tensor-core kernels run on them. For a head
+ * dim they do not take (any other HD up to 128), the rounded values, as fp32, go through the fp32
+ * kernels of attention/flash_cuda.cu instead: the same bf16 inputs, fp32 products. The forward's
+ * copy lives in a grow-only block of device_alloc_cuda (counted in the peak); the backward's in
+ * `scratch`, sized by attention_backward_scratch_floats_bf16_cuda (nthreads is ignored). */
+void attention_forward_bf16_cuda(float* out, float* lse, const float* qkv,
+                                 int B, int T, int NH, int NKV, int HD,
+                                 uint32_t g0, uint64_t attn_seed, Dropout drop);
+size_t attention_backward_scratch_floats_bf16_cuda(int B, int T, int NH, int NKV, int HD, int nthreads);
+void attention_backward_bf16_cuda(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* out, const float* lse,
+                                  int B, int T, int NH, int NKV, int HD,
+                                  uint32_t g0, uint64_t attn_seed, Dropout drop);
 
 #ifdef __cplusplus
 }

@@ -16,9 +16,19 @@
  *      and philox_attn_draw's bit for bit. Controls: against the CPU's forward with another seed
  *      (p = 0.5) the worst error is far above the tolerance (> 10x), and the p = 0.5 output is far
  *      from the p = 0 one.
- * Shapes: head dims 64 and 128, grouped-query heads, T not a multiple of the 64 tile, B > 1 with
- * g0 != 0 (the keep-bit check). Outputs are poisoned with NaN before each launch, so an unwritten
- * element fails.
+ * Shapes: head dims 16, 64 and 128, grouped-query heads, T not a multiple of the 64 tile, B > 1
+ * with g0 != 0 (the keep-bit check). Outputs are poisoned with NaN before each launch, so an
+ * unwritten element fails.
+ * The backward (attention_backward_tc_cuda) against flash_cpu.c's backward on the same bf16 q, k,
+ * v, dout holding bf16 values, and the CPU forward's o and LSE: every element of dqkv within
+ * (2^-8 + 2^-10) times a float64 sum of magnitudes (derived above backward_magnitudes), at head
+ * dims 16, 32, 64, 128, MHA and GQA, T = 1 and T not a multiple of 64, p = 0, 0.1, 0.5; two runs
+ * bit for bit; and the control: the kernel with another seed (p = 0.5) fails that tolerance by
+ * more than 10x, so a mask that differs from the CPU's cannot pass.
+ * The fp32-interface wrappers (attention_forward_bf16_cuda, attention_backward_bf16_cuda) on fp32
+ * qkv and dout: bit for bit the kernel they wrap on qkv rounded on the host, within tolerance of
+ * the CPU on the rounded values, deterministic, the forward's copy counted in the peak; at a head
+ * dim the tensor cores take (32) and one they do not (24: the fp32 kernels on bf16 values).
  * Builds two ways: nvcc (make test-cuda) and C++ against the emulation (make test-cuda-emu).
  */
 #include "attention/device.h"
@@ -26,10 +36,21 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "attention/attention.h"
+#include "attention/attention_cuda.h"
 #include "attention/bf16.h"
 #include "attention/flash_tc.h"
 #include "tests/test.h"
+
+/* the backend's counted peak (model/device_cuda.cu, linked for the wrappers' allocator); declared
+ * here, since a test that includes a model header is linked with the whole model by the Makefile */
+#ifdef __cplusplus
+extern "C"
+#endif
+size_t device_peak_bytes_cuda(void);
 
 #define LSE_TOL 1e-5
 #define O_TOL_FACTOR (0x1p-8 + 0x1p-11)
@@ -223,13 +244,352 @@ static void run_mask(int B, int T, int NH, int NKV, int HD, uint32_t g0, double 
     free(bits); free(qkv); free(o_tc); free(o_cpu); free(lse);
 }
 
+/* ---- backward ---------------------------------------------------------------------------------- */
+
+/* The tolerance of the backward, element by element, against flash_cpu.c's backward on the same
+ * bf16 q, k, v, the same dout and the same o, LSE (the CPU forward's). The kernel rounds three
+ * operands to bf16 before a product (8 significant bits, to nearest: relative error <= 2^-8 each):
+ *   - the weights pd = m p scale in dV += Pd^T dO:  |err dv_jd| <= 2^-8 scale sum_i p_ij |do_id|;
+ *   - ds = p (m scale dp - D) in dQ += dS K and dK += dS^T Q, with |ds_ij| <= a_ij where
+ *     a_ij = p_ij (scale sum_d |do_id v_jd| + |D_i|):  |err dq_id| <= 2^-8 sigma sum_j a_ij |k_jd|,
+ *     |err dk_jd| <= 2^-8 sigma sum_i a_ij |q_id| (over the group's query heads too);
+ *   - dO in dP = dO V^T and dV: exact when dout holds bf16 values (the kernel tests); for any fp32
+ *     dout (the wrapper tests) another 2^-8 on dp (|err| <= 2^-8 scale sum_d |do v| <= 2^-8 a / p)
+ *     and on dv's products: the factor becomes 2^-7.
+ * The 2^-10 covers the fp32 parts both share up to order: the scores (a relative error of p below
+ * 2^-11 here, as in the forward's tolerance), expf, D_i, and the sums over T (T 2^-24 < 2^-16).
+ * Every bound above sums magnitudes (no masks: m <= 1), computed in float64. */
+#define BWD_TOL_EXACT_DO (0x1p-8 + 0x1p-10)
+#define BWD_TOL_FP32_DO (0x1p-7 + 0x1p-10)
+
+/* mag (B, T, QKV), laid out as dqkv: the sums of magnitudes above for q, k and v */
+static void backward_magnitudes(double* mag, const float* qkv, const float* dout, const float* out, const float* lse,
+                                int B, int T, int NH, int NKV, int HD, float scale) {
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
+    const double sigma = 1.0 / sqrt((double)HD);
+    memset(mag, 0, (size_t)B * T * QKV * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const int kvh = h / (NH / NKV);
+            for (int i = 0; i < T; i++) {
+                const float* q = qkv + ((size_t)b * T + i) * QKV + (size_t)h * HD;
+                const float* dO = dout + ((size_t)b * T + i) * C + (size_t)h * HD;
+                const float* o = out + ((size_t)b * T + i) * C + (size_t)h * HD;
+                const double L = lse[((size_t)b * NH + h) * T + i];
+                double Di = 0;
+                for (int d = 0; d < HD; d++) Di += (double)dO[d] * (double)o[d];
+                double* mq = mag + ((size_t)b * T + i) * QKV + (size_t)h * HD;
+                for (int j = 0; j <= i; j++) {
+                    const float* k = qkv + ((size_t)b * T + j) * QKV + (size_t)(NH + kvh) * HD;
+                    const float* v = qkv + ((size_t)b * T + j) * QKV + (size_t)(NH + NKV + kvh) * HD;
+                    double* mk = mag + ((size_t)b * T + j) * QKV + (size_t)(NH + kvh) * HD;
+                    double* mv = mag + ((size_t)b * T + j) * QKV + (size_t)(NH + NKV + kvh) * HD;
+                    double dot = 0, A = 0;
+                    for (int d = 0; d < HD; d++) {
+                        dot += (double)q[d] * (double)k[d];
+                        A += fabs((double)dO[d] * (double)v[d]);
+                    }
+                    const double p = exp(sigma * dot - L), a = p * (scale * A + fabs(Di));
+                    for (int d = 0; d < HD; d++) {
+                        mv[d] += scale * p * fabs((double)dO[d]);
+                        mq[d] += sigma * a * fabs((double)k[d]);
+                        mk[d] += sigma * a * fabs((double)q[d]);
+                    }
+                }
+            }
+        }
+}
+
+/* dqkv against ref, each element within factor * mag[e] */
+static OErr grad_error(const float* g, const float* ref, const double* mag, size_t n, double factor) {
+    OErr r = {0, 0, 0};
+    for (size_t e = 0; e < n; e++) {
+        if (!isfinite(g[e])) { r.nonfinite++; continue; }
+        const double d = fabs((double)g[e] - (double)ref[e]);
+        const double tol = factor * mag[e] + 1e-30;
+        if (d > r.worst_abs) r.worst_abs = d;
+        if (d / tol > r.worst_ratio) r.worst_ratio = d / tol;
+    }
+    return r;
+}
+
+static int cpu_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* The CPU's forward and backward on the host values qkv (already bf16 values), dout */
+static void cpu_forward_backward(float* out, float* lse, float* dqkv, const float* qkv, const float* dout,
+                                 const Shape* s, uint64_t seed, Dropout drop) {
+    attention_forward(out, lse, qkv, s->B, s->T, s->NH, s->NKV, s->HD, s->g0, seed, drop);
+    float* scratch = (float*)malloc(
+        attention_backward_scratch_floats(s->B, s->T, s->NH, s->NKV, s->HD, cpu_threads()) * sizeof(float));
+    attention_backward(dqkv, scratch, dout, qkv, out, lse, s->B, s->T, s->NH, s->NKV, s->HD, s->g0, seed, drop);
+    free(scratch);
+}
+
+static void run_backward(const Shape* s, uint64_t data_seed) {
+    test_rng_state = data_seed;
+    const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, n_qkv = (size_t)B * T * QKV;
+    const size_t n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
+    /* qkv and dout hold bf16 values: the kernel's only roundings are then those of P and dS */
+    uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
+    float* qkv = (float*)malloc(n_qkv * sizeof(float));
+    for (size_t e = 0; e < n_qkv; e++) {
+        bits[e] = sg_bf16_from_float((float)(4.0 * test_uniform() - 2.0));
+        qkv[e] = sg_bf16_to_float(bits[e]);
+    }
+    float* dout = (float*)malloc(n_out * sizeof(float));
+    for (size_t e = 0; e < n_out; e++) dout[e] = sg_bf16_round((float)(2.0 * test_uniform() - 1.0));
+    float *out = (float*)malloc(n_out * sizeof(float)), *lse = (float*)malloc(n_lse * sizeof(float));
+    float *g_cpu = (float*)malloc(n_qkv * sizeof(float)), *g_tc = (float*)malloc(n_qkv * sizeof(float));
+    float* g_again = (float*)malloc(n_qkv * sizeof(float));
+    double* mag = (double*)malloc(n_qkv * sizeof(double));
+
+    const size_t n_scratch = attention_backward_tc_scratch_floats(B, T, NH, NKV, HD);
+    uint16_t* d_qkv;
+    float *d_dout, *d_out, *d_lse, *d_dqkv, *d_scratch;
+    SG_CHECK(cudaMalloc((void**)&d_qkv, n_qkv * sizeof(uint16_t)));
+    SG_CHECK(cudaMalloc((void**)&d_dout, n_out * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_out, n_out * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_lse, n_lse * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_dqkv, n_qkv * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_scratch, n_scratch * sizeof(float)));
+    SG_CHECK(cudaMemcpy(d_qkv, bits, n_qkv * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_dout, dout, n_out * sizeof(float), cudaMemcpyHostToDevice));
+
+    const double ps[] = {0.0, 0.1, 0.5};
+    char name[160], shape[96];
+    snprintf(shape, sizeof(shape), "B %d T %d NH %d NKV %d HD %d g0 %u", B, T, NH, NKV, HD, (unsigned)s->g0);
+    for (size_t pi = 0; pi < sizeof(ps) / sizeof(ps[0]); pi++) {
+        const Dropout drop = dropout_make(ps[pi]);
+        cpu_forward_backward(out, lse, g_cpu, qkv, dout, s, SEED, drop);
+        backward_magnitudes(mag, qkv, dout, out, lse, B, T, NH, NKV, HD, drop.scale);
+        SG_CHECK(cudaMemcpy(d_out, out, n_out * sizeof(float), cudaMemcpyHostToDevice));
+        SG_CHECK(cudaMemcpy(d_lse, lse, n_lse * sizeof(float), cudaMemcpyHostToDevice));
+        SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));   /* NaN: unwritten fails */
+        SG_CHECK(cudaMemset(d_scratch, 0xff, n_scratch * sizeof(float)));
+        attention_backward_tc_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s->g0, SEED,
+                                   drop);
+        SG_CHECK(cudaMemcpy(g_tc, d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+
+        const OErr ge = grad_error(g_tc, g_cpu, mag, n_qkv, BWD_TOL_EXACT_DO);
+        snprintf(name, sizeof(name), "flash_tc_backward_matches_cpu_hd%d_gqa%d_T%d_p%g", HD, NH / NKV, T, ps[pi]);
+        expect(ge.nonfinite == 0 && ge.worst_ratio <= 1.0, name, "%s: dqkv worst |diff| %.3g = %.3f of the "
+               "tolerance (2^-8 + 2^-10) x the sums of magnitudes; ||diff|| / ||dqkv|| %.3g; %zu non-finite", shape,
+               ge.worst_abs, ge.worst_ratio, rel_err_ff(g_tc, g_cpu, n_qkv), ge.nonfinite);
+
+        if (pi == 1) {   /* two runs, bit for bit (the scratch poisoned again in between) */
+            SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));
+            SG_CHECK(cudaMemset(d_scratch, 0xff, n_scratch * sizeof(float)));
+            attention_backward_tc_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s->g0,
+                                       SEED, drop);
+            SG_CHECK(cudaMemcpy(g_again, d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+            size_t differ = 0;
+            for (size_t e = 0; e < n_qkv; e++) differ += memcmp(&g_tc[e], &g_again[e], sizeof(float)) != 0;
+            snprintf(name, sizeof(name), "flash_tc_backward_deterministic_hd%d_gqa%d_T%d", HD, NH / NKV, T);
+            expect(differ == 0, name, "%s, p %g: two runs, %zu of %zu elements of dqkv differ in any bit", shape,
+                   ps[pi], differ, n_qkv);
+        }
+        if (ps[pi] == 0.5 && T >= 32) {
+            /* control: the kernel with another seed must fail the same tolerance by far */
+            attention_backward_tc_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s->g0,
+                                       SEED ^ 1, drop);
+            SG_CHECK(cudaMemcpy(g_again, d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+            const OErr we = grad_error(g_again, g_cpu, mag, n_qkv, BWD_TOL_EXACT_DO);
+            snprintf(name, sizeof(name), "flash_tc_backward_other_seed_control_fails_hd%d_gqa%d", HD, NH / NKV);
+            expect(we.worst_ratio > 10.0, name, "%s: the kernel with seed ^ 1 (p 0.5) against the CPU: worst |diff| "
+                   "%.3g = %.1f x the tolerance (must be > 10x: the masks are compared)", shape, we.worst_abs,
+                   we.worst_ratio);
+        }
+    }
+
+    SG_CHECK(cudaFree(d_qkv)); SG_CHECK(cudaFree(d_dout)); SG_CHECK(cudaFree(d_out));
+    SG_CHECK(cudaFree(d_lse)); SG_CHECK(cudaFree(d_dqkv)); SG_CHECK(cudaFree(d_scratch));
+    free(bits); free(qkv); free(dout); free(out); free(lse); free(g_cpu); free(g_tc); free(g_again); free(mag);
+}
+
+/* ---- the fp32 interface ------------------------------------------------------------------------- */
+
+/* count of elements whose bits differ */
+static size_t bits_differ(const float* a, const float* b, size_t n) {
+    size_t differ = 0;
+    for (size_t e = 0; e < n; e++) differ += memcmp(&a[e], &b[e], sizeof(float)) != 0;
+    return differ;
+}
+
+/* attention_forward_bf16_cuda / attention_backward_bf16_cuda on fp32 qkv and dout (not bf16
+ * values):
+ *   - bit for bit what the kernel they wrap gives on qkv rounded to bf16 on the host
+ *     (sg_bf16_from_float, to nearest even): the tensor-core kernels for a head dim they take,
+ *     attention_forward_cuda / attention_backward_cuda on the rounded values as fp32 otherwise;
+ *   - against the CPU on the rounded values: the forward within the forward's tolerance, the
+ *     backward within BWD_TOL_FP32_DO (dout is rounded inside the tensor-core backward);
+ *   - the forward's bf16 copy is counted in the backend's peak memory. */
+static void run_wrappers(const Shape* s, double p, uint64_t data_seed) {
+    test_rng_state = data_seed;
+    const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
+    const int tc = attention_tc_supports_hd(HD);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, n_qkv = (size_t)B * T * QKV;
+    const size_t n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
+    const Dropout drop = dropout_make(p);
+    float *qkv = (float*)malloc(n_qkv * sizeof(float)), *qkv_r = (float*)malloc(n_qkv * sizeof(float));
+    uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
+    for (size_t e = 0; e < n_qkv; e++) {
+        qkv[e] = (float)(4.0 * test_uniform() - 2.0);
+        bits[e] = sg_bf16_from_float(qkv[e]);
+        qkv_r[e] = sg_bf16_to_float(bits[e]);
+    }
+    float* dout = (float*)malloc(n_out * sizeof(float));
+    for (size_t e = 0; e < n_out; e++) dout[e] = (float)(2.0 * test_uniform() - 1.0);
+    float *o_w = (float*)malloc(n_out * sizeof(float)), *o_k = (float*)malloc(n_out * sizeof(float));
+    float *o_cpu = (float*)malloc(n_out * sizeof(float)), *l_cpu = (float*)malloc(n_lse * sizeof(float));
+    float *l_w = (float*)malloc(n_lse * sizeof(float)), *l_k = (float*)malloc(n_lse * sizeof(float));
+    float *g_w = (float*)malloc(n_qkv * sizeof(float)), *g_k = (float*)malloc(n_qkv * sizeof(float));
+    float* g_cpu = (float*)malloc(n_qkv * sizeof(float));
+    double* mag = (double*)malloc(n_qkv * sizeof(double));
+
+    const size_t n_scratch = attention_backward_scratch_floats_bf16_cuda(B, T, NH, NKV, HD, 1);
+    const size_t n_kscratch = tc ? attention_backward_tc_scratch_floats(B, T, NH, NKV, HD)
+                                 : attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1);
+    float *d_qkv, *d_qkv_r, *d_dout, *d_out, *d_lse, *d_dqkv, *d_scratch;
+    uint16_t* d_bits;
+    SG_CHECK(cudaMalloc((void**)&d_qkv, n_qkv * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_qkv_r, n_qkv * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_bits, n_qkv * sizeof(uint16_t)));
+    SG_CHECK(cudaMalloc((void**)&d_dout, n_out * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_out, n_out * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_lse, n_lse * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_dqkv, n_qkv * sizeof(float)));
+    /* one float more: the second backward run gets the scratch 4 bytes off a 16-byte boundary */
+    SG_CHECK(cudaMalloc((void**)&d_scratch, ((n_scratch > n_kscratch ? n_scratch : n_kscratch) + 1) * sizeof(float)));
+    SG_CHECK(cudaMemcpy(d_qkv, qkv, n_qkv * sizeof(float), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_qkv_r, qkv_r, n_qkv * sizeof(float), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_bits, bits, n_qkv * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_dout, dout, n_out * sizeof(float), cudaMemcpyHostToDevice));
+
+    char name[160], shape[128];
+    snprintf(shape, sizeof(shape), "B %d T %d NH %d NKV %d HD %d g0 %u p %g (%s)", B, T, NH, NKV, HD,
+             (unsigned)s->g0, p, tc ? "tensor cores" : "fallback: fp32 kernels on bf16 values");
+
+    /* forward: the wrapper, then the kernel on the host-rounded input */
+    const size_t peak0 = device_peak_bytes_cuda();
+    SG_CHECK(cudaMemset(d_out, 0xff, n_out * sizeof(float)));
+    SG_CHECK(cudaMemset(d_lse, 0xff, n_lse * sizeof(float)));
+    attention_forward_bf16_cuda(d_out, d_lse, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    const size_t peak1 = device_peak_bytes_cuda();
+    SG_CHECK(cudaMemcpy(o_w, d_out, n_out * sizeof(float), cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemcpy(l_w, d_lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemset(d_out, 0xff, n_out * sizeof(float)));
+    SG_CHECK(cudaMemset(d_lse, 0xff, n_lse * sizeof(float)));
+    if (tc) attention_forward_tc_cuda(d_out, d_lse, d_bits, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    else attention_forward_cuda(d_out, d_lse, d_qkv_r, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    SG_CHECK(cudaMemcpy(o_k, d_out, n_out * sizeof(float), cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemcpy(l_k, d_lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+    const size_t fo = bits_differ(o_w, o_k, n_out), fl = bits_differ(l_w, l_k, n_lse);
+    snprintf(name, sizeof(name), "flash_bf16_forward_wrapper_is_kernel_on_rounded_qkv_hd%d", HD);
+    expect(fo == 0 && fl == 0, name, "%s: %zu of %zu outputs and %zu of %zu LSEs differ in any bit", shape, fo, n_out,
+           fl, n_lse);
+    const size_t need = n_qkv * (tc ? sizeof(uint16_t) : sizeof(float));
+    snprintf(name, sizeof(name), "flash_bf16_forward_copy_counted_in_peak_hd%d", HD);
+    expect(peak1 >= need, name, "%s: device peak %zu bytes before, %zu after the forward (its copy of qkv: %zu)",
+           shape, peak0, peak1, need);
+
+    /* the CPU on the rounded values: o, LSE, dqkv */
+    cpu_forward_backward(o_cpu, l_cpu, g_cpu, qkv_r, dout, s, SEED, drop);
+    size_t lbad;
+    const double le = lse_error(l_w, l_cpu, n_lse, &lbad);
+    double* omag = (double*)calloc(n_out, sizeof(double));
+    {
+        /* sum_j p_ij |v_jd| from the CPU's LSE (the same for every p: the LSE is before dropout) */
+        const double sigma = 1.0 / sqrt((double)HD);
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < T; i++) {
+                    const int kvh = h / (NH / NKV);
+                    const float* q = qkv_r + ((size_t)b * T + i) * QKV + (size_t)h * HD;
+                    double* m = omag + ((size_t)b * T + i) * NH * HD + (size_t)h * HD;
+                    for (int j = 0; j <= i; j++) {
+                        const float* k = qkv_r + ((size_t)b * T + j) * QKV + (size_t)(NH + kvh) * HD;
+                        const float* v = qkv_r + ((size_t)b * T + j) * QKV + (size_t)(NH + NKV + kvh) * HD;
+                        double dot = 0;
+                        for (int d = 0; d < HD; d++) dot += (double)q[d] * (double)k[d];
+                        const double pij = exp(sigma * dot - l_cpu[((size_t)b * NH + h) * T + i]);
+                        for (int d = 0; d < HD; d++) m[d] += pij * fabs((double)v[d]);
+                    }
+                }
+    }
+    const OErr oe = o_error(o_w, o_cpu, omag, n_out, drop.scale);
+    snprintf(name, sizeof(name), "flash_bf16_forward_wrapper_matches_cpu_hd%d", HD);
+    expect(lbad == 0 && le <= LSE_TOL && oe.nonfinite == 0 && oe.worst_ratio <= 1.0, name, "%s: LSE worst %.3g "
+           "(tolerance %.0e); o worst |diff| %.3g = %.3f of the tolerance; %zu non-finite", shape, le, LSE_TOL,
+           oe.worst_abs, oe.worst_ratio, lbad + oe.nonfinite);
+
+    /* backward on the CPU's o and LSE: the wrapper twice, then the kernel on the rounded input */
+    SG_CHECK(cudaMemcpy(d_out, o_cpu, n_out * sizeof(float), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_lse, l_cpu, n_lse * sizeof(float), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));
+    SG_CHECK(cudaMemset(d_scratch, 0xff, n_scratch * sizeof(float)));
+    attention_backward_bf16_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s->g0, SEED,
+                                 drop);
+    SG_CHECK(cudaMemcpy(g_w, d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));
+    SG_CHECK(cudaMemset(d_scratch, 0xff, (n_scratch + 1) * sizeof(float)));
+    attention_backward_bf16_cuda(d_dqkv, d_scratch + 1, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s->g0, SEED,
+                                 drop);
+    SG_CHECK(cudaMemcpy(g_k, d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+    const size_t fd = bits_differ(g_w, g_k, n_qkv);
+    snprintf(name, sizeof(name), "flash_bf16_backward_wrapper_deterministic_hd%d", HD);
+    expect(fd == 0, name, "%s: two runs (the second with the scratch 4 bytes off 16-byte alignment), %zu of %zu "
+           "elements of dqkv differ in any bit", shape, fd, n_qkv);
+    SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));
+    if (tc)
+        attention_backward_tc_cuda(d_dqkv, d_scratch, d_dout, d_bits, d_out, d_lse, B, T, NH, NKV, HD, s->g0, SEED,
+                                   drop);
+    else
+        attention_backward_cuda(d_dqkv, d_scratch, d_dout, d_qkv_r, d_out, d_lse, B, T, NH, NKV, HD, s->g0, SEED,
+                                drop);
+    SG_CHECK(cudaMemcpy(g_k, d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+    const size_t fk = bits_differ(g_w, g_k, n_qkv);
+    snprintf(name, sizeof(name), "flash_bf16_backward_wrapper_is_kernel_on_rounded_qkv_hd%d", HD);
+    expect(fk == 0, name, "%s: %zu of %zu elements of dqkv differ in any bit", shape, fk, n_qkv);
+    backward_magnitudes(mag, qkv_r, dout, o_cpu, l_cpu, B, T, NH, NKV, HD, drop.scale);
+    const OErr ge = grad_error(g_w, g_cpu, mag, n_qkv, BWD_TOL_FP32_DO);
+    snprintf(name, sizeof(name), "flash_bf16_backward_wrapper_matches_cpu_hd%d", HD);
+    expect(ge.nonfinite == 0 && ge.worst_ratio <= 1.0, name, "%s: dqkv worst |diff| %.3g = %.3f of the tolerance "
+           "(2^-7 + 2^-10) x the sums of magnitudes; ||diff|| / ||dqkv|| %.3g; %zu non-finite", shape, ge.worst_abs,
+           ge.worst_ratio, rel_err_ff(g_w, g_cpu, n_qkv), ge.nonfinite);
+
+    SG_CHECK(cudaFree(d_qkv)); SG_CHECK(cudaFree(d_qkv_r)); SG_CHECK(cudaFree(d_bits)); SG_CHECK(cudaFree(d_dout));
+    SG_CHECK(cudaFree(d_out)); SG_CHECK(cudaFree(d_lse)); SG_CHECK(cudaFree(d_dqkv)); SG_CHECK(cudaFree(d_scratch));
+    free(qkv); free(qkv_r); free(bits); free(dout); free(o_w); free(o_k); free(o_cpu); free(l_cpu); free(l_w);
+    free(l_k); free(g_w); free(g_k); free(g_cpu); free(mag); free(omag);
+}
+
 int main(void) {
     const Shape shapes[] = {
         {1, 133, 4, 2, 64, 7},    /* GPT-2's head size, two query heads per kv head, odd T, g0 != 0 */
         {1, 197, 2, 1, 128, 0},   /* the largest head size, both query heads on one kv head */
+        {1, 40, 2, 1, 16, 1},     /* the smallest head size the tensor cores take (one k-step) */
     };
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) run_shape(&shapes[i], 0x7c0a5000ull + i);
     run_mask(2, 127, 4, 2, 128, 3, 0.5);   /* keys up to 126: two key tiles, four Philox blocks */
     run_mask(1, 61, 2, 1, 64, 0, 0.1);
+
+    const Shape bwd[] = {
+        {2, 70, 2, 1, 16, 9},    /* the smallest head dim, two query heads on one kv head, two tiles, B > 1 */
+        {2, 1, 2, 2, 32, 5},     /* T = 1: one key, one tile of padding, B > 1 with g0 != 0 */
+        {1, 67, 2, 2, 64, 3},    /* every kv head its own query head: dK, dV straight into dqkv */
+        {1, 45, 4, 2, 128, 0},   /* the largest head dim, grouped heads, one tile */
+    };
+    for (size_t i = 0; i < sizeof(bwd) / sizeof(bwd[0]); i++) run_backward(&bwd[i], 0xb0c0a000ull + i);
+
+    const Shape wrap_tc = {1, 37, 2, 1, 32, 2}, wrap_fallback = {1, 37, 2, 1, 24, 2};
+    run_wrappers(&wrap_tc, 0.1, 0x3a9f0001ull);
+    run_wrappers(&wrap_fallback, 0.1, 0x3a9f0002ull);
     return test_finish();
 }
