@@ -388,6 +388,31 @@ test-cuda-emu-tsan:
 		$(EMU_TSAN_TESTS:%=$(EMU_TSAN_BUILD)/tests/%)
 	@$(EMU_TSAN_ENV) tests/run.sh $(EMU_TSAN_TESTS:%=$(EMU_TSAN_BUILD)/tests/%)
 
+# ---- dev/cuda: kernel variants per op, validated and timed (dev/cuda/README.md) -------------
+# One program per op. make dev-cuda: the nvcc builds in build/dev_cuda/ (each runs its variants
+# on a GPU: ./build/dev_cuda/layernorm_forward [K]); scripts/dev_cuda_bench.sh runs them all at
+# GPT-2 124M shapes. make dev-cuda-emu: the same sources against the emulation, which run only
+# their validation, at tiny shapes, one ok/FAIL line per variant. Every program links the
+# production kernels it measures (model/ops_cuda.cu, attention/*.cu) and the CPU attention.
+DEV_CUDA_OPS       := layernorm_forward
+DEV_CUDA_BUILD     := $(BUILD)/dev_cuda
+DEV_CUDA_BINS      := $(DEV_CUDA_OPS:%=$(DEV_CUDA_BUILD)/%)
+DEV_CUDA_EMU_BINS  := $(DEV_CUDA_OPS:%=$(EMU_BUILD)/dev_cuda/%)
+DEV_CUDA_KERNELS   := model/ops_cuda model/device_cuda attention/flash_cuda attention/flash_tc
+DEV_CUDA_OBJ       := $(DEV_CUDA_KERNELS:%=$(CUDA_BUILD)/%.o) $(BUILD)/attention/flash_cpu.o
+DEV_CUDA_EMU_OBJ   := $(DEV_CUDA_KERNELS:%=$(EMU_BUILD)/%.o) $(EMU_RT_OBJ) $(BUILD)/attention/flash_cpu.o
+DEV_CUDA_HEADERS   := $(CUDA_HEADERS) dev/cuda/common.h
+.PHONY: dev-cuda dev-cuda-emu
+dev-cuda: $(DEV_CUDA_BINS)
+$(DEV_CUDA_BUILD)/%: dev/cuda/%.cu $(DEV_CUDA_OBJ) $(DEV_CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(DEV_CUDA_OBJ) -Xcompiler -fopenmp -lgomp -lm -lcublas
+$(EMU_BUILD)/dev_cuda/%: dev/cuda/%.cu $(DEV_CUDA_EMU_OBJ) $(DEV_CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -x c++ -o $@ $< -x none $(DEV_CUDA_EMU_OBJ) $(LDLIBS)
+dev-cuda-emu: $(DEV_CUDA_EMU_BINS)
+	@tests/run.sh $(DEV_CUDA_EMU_BINS)
+
 # ---- data parallelism (model/dist.h) -----------------------------------------------------------
 # ./train_mpi: the CPU trainer with model/dist_mpi.c in place of model/dist_none.c, linked by mpicc
 # (Debian: libopenmpi-dev, openmpi-bin). make test builds and runs it (tests/test_mpi.sh) where
