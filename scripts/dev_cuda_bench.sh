@@ -39,6 +39,8 @@ start=$(date +%s)
 run 30 layernorm_forward --B 16 --T 1024 --C 768
 run 30 residual_dropout_forward --B 16 --T 1024 --C 768
 run 30 gelu_forward --B 16 --T 1024 --C 3072
+# the loss over GPT-2's vocabulary (padded to 50304) at batch 8
+run 60 crossentropy_forward --B 8 --T 1024 --V 50257 --Vp 50304
 # the qkv projection (768 -> 2304) and the MLP's first linear (768 -> 3072)
 run 60 matmul_forward --B 16 --T 1024 --C 768 --OC 2304
 run 60 matmul_forward 3 --B 16 --T 1024 --C 768 --OC 3072
