@@ -16,6 +16,8 @@
 #                   their CPU twins (part of make test): plainly, then the ThreadSanitizer subset
 #   make test-cuda-emu-tsan   that subset alone, two blocks at a time (docs/cuda-emulation.md)
 #   make test-cuda  the same tests on a real GPU (needs one)
+#   make dev-cuda   dev/cuda: per op, kernel variants validated and timed (nvcc; run on a GPU,
+#                   scripts/dev_cuda_bench.sh); make dev-cuda-emu: their validation, emulated
 
 CC      ?= gcc
 NVCC    ?= nvcc
