@@ -383,7 +383,7 @@ EMU_TSAN_ENV   := SG_EMU_CONCURRENT_BLOCKS=2 OMP_NUM_THREADS=1 OPENBLAS_NUM_THRE
 .PHONY: emu-test-bins test-cuda-emu-tsan
 emu-test-bins: $(EMU_TEST_BINS) $(EMU_TRAIN)
 test-cuda-emu: emu-test-bins
-	@tests/run.sh $(EMU_TEST_RUN)
+	@tests/run.sh $(EMU_TEST_RUN) $(DEV_CUDA_EMU_BINS)
 	@$(MAKE) --no-print-directory test-cuda-emu-tsan
 test-cuda-emu-tsan:
 	@$(MAKE) --no-print-directory EMU_BUILD=$(EMU_TSAN_BUILD) EMU_CXXFLAGS="-O1 -g -fsanitize=thread" \
@@ -415,6 +415,8 @@ $(EMU_BUILD)/dev_cuda/%: dev/cuda/%.cu $(DEV_CUDA_EMU_OBJ) $(DEV_CUDA_HEADERS)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -x c++ -o $@ $< -x none $(DEV_CUDA_EMU_OBJ) $(LDLIBS)
 dev-cuda-emu: $(DEV_CUDA_EMU_BINS)
 	@tests/run.sh $(DEV_CUDA_EMU_BINS)
+# make test-cuda-emu runs them with the emulated tests (plainly; not under ThreadSanitizer)
+emu-test-bins: $(DEV_CUDA_EMU_BINS)
 
 # ---- data parallelism (model/dist.h) -----------------------------------------------------------
 # ./train_mpi: the CPU trainer with model/dist_mpi.c in place of model/dist_none.c, linked by mpicc
