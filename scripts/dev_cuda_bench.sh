@@ -2,8 +2,8 @@
 # scripts/dev_cuda_bench.sh — on a machine with a GPU: builds dev/cuda (make dev-cuda) and runs
 # every program at GPT-2 124M's shapes, each variant validated against its CPU reference and then
 # timed (dev/cuda/README.md). Prints each program's output, then one compact table of every timed
-# variant and the count of validation lines. About a minute on one H100/H200 with 16 cores, after
-# the build.
+# variant and the count of validation lines. Sized for about a minute after the build on one
+# H100/H200 with 16 cores (the CPU references run there too); not yet timed on one.
 #   scripts/dev_cuda_bench.sh           (DEV_CUDA_JOBS=N parallel build jobs, default nproc;
 #                                        DEV_CUDA_REPS=N timed launches per variant, default 20)
 # Exit status: 0 when everything built, ran and validated; 1 otherwise.

@@ -10,7 +10,7 @@
  *      its warp limit.
  *   3. the production kernel, layernorm_forward_cuda of model/ops_cuda.cu (linked, not copied):
  *      variant 2 with 8 warps per block. It reads x three times (mean, variance, output); the
- *      second and third reads hit the L1/L2 caches.
+ *      second and third should come from the L1/L2 caches (a row is 4 C bytes).
  *   4. float4: variant 3's layout, but the lane keeps its part of the row in registers (C/128
  *      float4 each, C <= 1024) and reads and writes 16 bytes at a time: x is read from memory
  *      once, and a quarter of the load instructions. Needs C % 4 == 0.
