@@ -7,7 +7,8 @@
  * multiplies) per four elements, so its cost is memory plus that arithmetic; the variants differ
  * in how they pay for the generator and how wide their loads are:
  *   1. one thread per element, one Philox call per element (philox_elem_draw): each call
- *      computes four words and keeps one, so the generator costs 4x what it must.
+ *      computes four words and keeps one, so the generator costs 4x what it must (and picking
+ *      word c & 3 at run time puts the four on the stack: ptxas reports 16 bytes of stack).
  *   2. one thread per four channels 4q..4q+3, one call for the four (philox_elem_draw4, the words
  *      DESIGN §3 assigns them), scalar loads; a flat grid over all quads of all rows.
  *   3. the production kernel, residual_dropout_forward_cuda of model/ops_cuda.cu (linked): the
