@@ -16,6 +16,8 @@
 #                   their CPU twins (part of make test): plainly, then the ThreadSanitizer subset
 #   make test-cuda-emu-tsan   that subset alone, two blocks at a time (docs/cuda-emulation.md)
 #   make test-cuda  the same tests on a real GPU (needs one)
+#   make dev-cuda   dev/cuda: per op, kernel variants validated and timed (nvcc; run on a GPU,
+#                   scripts/dev_cuda_bench.sh); make dev-cuda-emu: their validation, emulated
 
 CC      ?= gcc
 NVCC    ?= nvcc
@@ -385,12 +387,40 @@ EMU_TSAN_ENV   := SG_EMU_CONCURRENT_BLOCKS=2 OMP_NUM_THREADS=1 OPENBLAS_NUM_THRE
 .PHONY: emu-test-bins test-cuda-emu-tsan
 emu-test-bins: $(EMU_TEST_BINS) $(EMU_TRAIN)
 test-cuda-emu: emu-test-bins
-	@tests/run.sh $(EMU_TEST_RUN)
+	@tests/run.sh $(EMU_TEST_RUN) $(DEV_CUDA_EMU_BINS)
 	@$(MAKE) --no-print-directory test-cuda-emu-tsan
 test-cuda-emu-tsan:
 	@$(MAKE) --no-print-directory EMU_BUILD=$(EMU_TSAN_BUILD) EMU_CXXFLAGS="-O1 -g -fsanitize=thread" \
 		$(EMU_TSAN_TESTS:%=$(EMU_TSAN_BUILD)/tests/%)
 	@$(EMU_TSAN_ENV) tests/run.sh $(EMU_TSAN_TESTS:%=$(EMU_TSAN_BUILD)/tests/%)
+
+# ---- dev/cuda: kernel variants per op, validated and timed (dev/cuda/README.md) -------------
+# One program per op. make dev-cuda: the nvcc builds in build/dev_cuda/ (each runs its variants
+# on a GPU: ./build/dev_cuda/layernorm_forward [K]); scripts/dev_cuda_bench.sh runs them all at
+# GPT-2 124M shapes. make dev-cuda-emu: the same sources against the emulation, which run only
+# their validation, at tiny shapes, one ok/FAIL line per variant. Every program links the
+# production kernels it measures (model/ops_cuda.cu, attention/*.cu) and the CPU attention.
+DEV_CUDA_OPS       := layernorm_forward residual_dropout_forward attention_forward matmul_forward \
+                      gelu_forward crossentropy_forward
+DEV_CUDA_BUILD     := $(BUILD)/dev_cuda
+DEV_CUDA_BINS      := $(DEV_CUDA_OPS:%=$(DEV_CUDA_BUILD)/%)
+DEV_CUDA_EMU_BINS  := $(DEV_CUDA_OPS:%=$(EMU_BUILD)/dev_cuda/%)
+DEV_CUDA_KERNELS   := model/ops_cuda model/device_cuda attention/flash_cuda attention/flash_tc
+DEV_CUDA_OBJ       := $(DEV_CUDA_KERNELS:%=$(CUDA_BUILD)/%.o) $(BUILD)/attention/flash_cpu.o
+DEV_CUDA_EMU_OBJ   := $(DEV_CUDA_KERNELS:%=$(EMU_BUILD)/%.o) $(EMU_RT_OBJ) $(BUILD)/attention/flash_cpu.o
+DEV_CUDA_HEADERS   := $(CUDA_HEADERS) dev/cuda/common.h
+.PHONY: dev-cuda dev-cuda-emu
+dev-cuda: $(DEV_CUDA_BINS)
+$(DEV_CUDA_BUILD)/%: dev/cuda/%.cu $(DEV_CUDA_OBJ) $(DEV_CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(DEV_CUDA_OBJ) -Xcompiler -fopenmp -lgomp -lm -lcublas
+$(EMU_BUILD)/dev_cuda/%: dev/cuda/%.cu $(DEV_CUDA_EMU_OBJ) $(DEV_CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -x c++ -o $@ $< -x none $(DEV_CUDA_EMU_OBJ) $(LDLIBS)
+dev-cuda-emu: $(DEV_CUDA_EMU_BINS)
+	@tests/run.sh $(DEV_CUDA_EMU_BINS)
+# make test-cuda-emu runs them with the emulated tests (plainly; not under ThreadSanitizer)
+emu-test-bins: $(DEV_CUDA_EMU_BINS)
 
 # ---- data parallelism (model/dist.h) -----------------------------------------------------------
 # ./train_mpi: the CPU trainer with model/dist_mpi.c in place of model/dist_none.c, linked by mpicc

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/check_cuda_build.sh — the CUDA build compiles and links: `make cuda` (./train_cuda: every
-# .cu of model/ and attention/ through nvcc for sm_90 + PTX, linked with cuBLAS and the runtime)
-# and the CUDA tests of `make test-cuda`. Nothing here runs on a GPU; the kernels themselves run
+# .cu of model/ and attention/ through nvcc for sm_90 + PTX, linked with cuBLAS and the runtime),
+# the CUDA tests of `make test-cuda`, and the kernel-variant programs of dev/cuda (`make dev-cuda`). Nothing here runs on a GPU; the kernels themselves run
 # in CI through the emulation (make test-cuda-emu). SKIP where nvcc is absent.
 set -u
 cd "$(dirname "$0")/.."
@@ -12,6 +12,7 @@ fi
 if ! command -v "$NVCC" >/dev/null 2>&1; then
     echo "SKIP cuda_trainer_builds: nvcc not found"
     echo "SKIP cuda_tests_build: nvcc not found"
+    echo "SKIP dev_cuda_builds: nvcc not found"
     exit 0
 fi
 log=build/check_cuda_build.log
@@ -30,5 +31,12 @@ if make --no-print-directory NVCC="$NVCC" cuda-test-bins >> "$log" 2>&1; then
     echo "ok   cuda_tests_build: the tests of make test-cuda compiled with nvcc"
 else
     echo "FAIL cuda_tests_build: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
+    exit 1
+fi
+start=$(date +%s)
+if make --no-print-directory NVCC="$NVCC" dev-cuda >> "$log" 2>&1; then
+    echo "ok   dev_cuda_builds: make dev-cuda built the $(ls dev/cuda/*.cu | wc -l) programs of dev/cuda with nvcc, $(( $(date +%s) - start )) s"
+else
+    echo "FAIL dev_cuda_builds: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
     exit 1
 fi
