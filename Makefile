@@ -308,9 +308,10 @@ $(CUDA_TEST_FTC_BINS): tests/cuda/test_cuda_flash_tc.cu $(CUDA_BUILD)/attention/
 		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/model/device_cuda.o \
 		$(BUILD)/test/attention/flash_cpu.o -Xcompiler -fopenmp -lgomp -lm
 # the attention's speed on a GPU (scripts/gpu_check.sh): fwd + bwd ms and TFLOP/s, not a test
-$(CUDA_BUILD)/bench_attention_cuda: tests/cuda/bench_attention_cuda.cu $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_HEADERS)
+BENCH_ATTN_OBJ := $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/attention/flash_tc.o $(CUDA_BUILD)/model/device_cuda.o
+$(CUDA_BUILD)/bench_attention_cuda: tests/cuda/bench_attention_cuda.cu $(BENCH_ATTN_OBJ) $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_BUILD)/attention/flash_cuda.o
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(BENCH_ATTN_OBJ)
 ifeq ($(CUDA_KERNELS_MISSING),)
 CUDA_TEST_BINS := $(CUDA_TEST_ALONE_BINS) $(CUDA_TEST_ATTN_BINS) $(CUDA_TEST_MODEL_BINS)
 CUDA_TEST_RUN := $(CUDA_TEST_BINS)
@@ -324,7 +325,8 @@ CUDA_TEST_RUN  += $(CUDA_TEST_TC_BINS) $(CUDA_TEST_FTC_BINS)
 test-cuda: train_cuda $(CUDA_TEST_BINS)
 	@tests/run.sh $(CUDA_TEST_RUN) "tests/cuda/test_cross_backend.sh ./train_cuda"
 .PHONY: cuda-test-bins
-cuda-test-bins: $(CUDA_TEST_BINS)
+# (with the attention benchmark of scripts/gpu_check.sh, so that CI compiles it too)
+cuda-test-bins: $(CUDA_TEST_BINS) $(CUDA_BUILD)/bench_attention_cuda
 
 # make test-cuda-emu: the same kernel and test sources as C++ on the CPU (attention/cuda_emu.h),
 # run once plainly and then, built with ThreadSanitizer (make test-cuda-emu-tsan), with two

@@ -5,13 +5,19 @@
 # (when OUT is set) as it goes, so a run cut short still leaves what it saw:
 #   1. the cuBLAS call conventions against a float64 host loop (tests/cuda/test_cublas.cu);
 #   1b. the tensor-core wrapper (mma.sync m16n8k16 bf16) and the bf16 conversions, real vs float64,
-#      and the tensor-core attention forward (attention/flash_tc.cu) against the CPU attention;
+#      the tensor-core attention (attention/flash_tc.cu) against the CPU attention, and the
+#      cuBLASLt bf16 GEMMs (model/ops_bf16_cuda.cu) against float64;
+#   1c. bf16 parity of the trainer: the same run on --device cpu, cuda fp32 and cuda bf16, every
+#      loss within 1e-2 relative (masks are the same bits), and bf16 recompute layer == none;
 #   2. compute-sanitizer racecheck on a tiny attention case;
 #   3. make test-cuda: every op against its CPU twin, the whole step, recompute policies, the
 #      trainer on both backends;
-#   4. a short benchmark: GPT-2 124M (B8 T1024) and a small model, ms/step, tokens/s and peak
-#      device memory per recompute policy; attention fwd+bwd TFLOP/s at T = 1024 and 4096 with and
-#      without dropout, and PyTorch's scaled_dot_product_attention beside it when torch imports.
+#   4. a short benchmark: GPT-2 124M (B16 T1024, dropout 0.1) in fp32 and bf16 and a small model,
+#      ms/step, tokens/s and peak device memory per recompute policy, with PyTorch beside it
+#      (torch.compile + scaled_dot_product_attention, bf16 autocast, the same dropout) when torch
+#      imports; attention fwd+bwd TFLOP/s at T = 1024 and 4096, head dims 64 and 128, with and
+#      without dropout, fp32 and bf16, and torch's SDPA at the same shapes; then the per-op
+#      micro-benchmarks of dev/cuda (scripts/dev_cuda_bench.sh).
 # The short table comes last. About 5 minutes on one H100/H200 with 16 cores.
 #   scripts/gpu_check.sh            (GPU_CHECK_JOBS=N parallel build jobs, default nproc)
 set -u
@@ -61,9 +67,40 @@ if step cublas 60 build/cuda/tests/test_cublas; then row "cublas conventions" "o
 # ---- 1b. the tensor-core wrapper (attention/mma.h): the real mma.sync against its float64 bound
 # and the emulation's fragment layout (tests/cuda/test_cuda_mma.cu), then bf16 conversions, then
 # the tensor-core attention forward with dropout against flash_cpu.c (tests/cuda/test_cuda_flash_tc.cu)
-for t in test_cuda_mma test_cuda_bf16 test_cuda_flash_tc; do
+for t in test_cuda_mma test_cuda_bf16 test_cuda_flash_tc test_cuda_lt; do
     if step "$t" 60 "build/cuda/tests/$t"; then row "$t" "ok"; else row "$t" "FAILED"; fi
 done
+
+# ---- 1c. bf16 parity of the whole trainer (head dim 64: the tensor-core attention's shape)
+mkdir -p build/gpu_check
+if [ ! -f build/gpu_check/data/train_000000.bin ]; then
+    cat README.md docs/*.md model/*.c attention/*.c train.c > build/gpu_check/text.txt
+    ./train_cuda prepare build/gpu_check/text.txt build/gpu_check/data > /dev/null 2>&1
+fi
+PARITY=(--train 'build/gpu_check/data/train_*.bin' --layers 2 --heads 2 --embd 128 --seq-len 128
+        --batch 4 --steps 20 --lr 1e-3 --dropout 0.1 --log-every 0 --seed 11)
+plosses() { grep -o '"type":"train","step":[0-9]*,"loss":[^,}]*' "$1" | sed 's/.*"loss"://'; }
+pworst() { paste <(plosses "$1") <(plosses "$2") | awk 'BEGIN{w=0;n=0} {n++; d=($1-$2)/$2; if(d<0)d=-d; if(d>w)w=d} END{printf "%d losses, worst rel diff %.2e", n, w; exit !(n > 0 && w <= 1e-2)}'; }
+for v in "cpu --device cpu" "fp32 --device cuda" "bf16 --device cuda --precision bf16" \
+         "bf16_layer --device cuda --precision bf16 --recompute layer"; do
+    set -- $v; name=$1; shift
+    step "parity $name" 60 ./train_cuda "${PARITY[@]}" "$@" --log-json "build/gpu_check/parity_$name.jsonl" > /dev/null
+done
+if w=$(pworst build/gpu_check/parity_bf16.jsonl build/gpu_check/parity_cpu.jsonl); then
+    row "bf16 parity: cuda bf16 vs cpu" "ok: $w"
+else
+    row "bf16 parity: cuda bf16 vs cpu" "FAILED: $w"
+fi
+if w=$(pworst build/gpu_check/parity_fp32.jsonl build/gpu_check/parity_cpu.jsonl); then
+    row "fp32 parity: cuda fp32 vs cpu" "ok: $w"
+else
+    row "fp32 parity: cuda fp32 vs cpu" "FAILED: $w"
+fi
+if [ -s build/gpu_check/parity_bf16.jsonl ] && diff <(plosses build/gpu_check/parity_bf16.jsonl) <(plosses build/gpu_check/parity_bf16_layer.jsonl) > /dev/null; then
+    row "bf16 recompute layer == none" "ok: $(plosses build/gpu_check/parity_bf16.jsonl | wc -l) losses identical"
+else
+    row "bf16 recompute layer == none" "DIFFERS (or a run failed)"
+fi
 
 # ---- 2. racecheck on a tiny attention case
 if command -v compute-sanitizer >/dev/null 2>&1 || [ -x "$(dirname "$NVCC")/compute-sanitizer" ]; then
@@ -82,11 +119,6 @@ summary=$( { step test-cuda 240 make --no-print-directory test-cuda; } | tee /de
 row "make test-cuda" "${summary:-FAILED or timed out}"
 
 # ---- 4. benchmarks
-mkdir -p build/gpu_check
-if [ ! -f build/gpu_check/train_000000.bin ] && [ ! -f build/gpu_check/data/train_000000.bin ]; then
-    cat README.md docs/*.md model/*.c attention/*.c train.c > build/gpu_check/text.txt
-    ./train_cuda prepare build/gpu_check/text.txt build/gpu_check/data > /dev/null 2>&1
-fi
 bench_train() {  # LABEL ARGS...
     local label=$1; shift
     local log=build/gpu_check/$label.jsonl
@@ -98,36 +130,89 @@ bench_train() {  # LABEL ARGS...
         ms=$(grep '"type":"train"' "$log" | tail -n +3 | grep -o '"step_ms":[0-9.]*' | cut -d: -f2 | sort -n | awk '{a[NR]=$1} END{if(NR) print a[int((NR+1)/2)]}')
         mem=$(grep -o '"device_peak_bytes":[0-9]*' "$log" | tail -1 | cut -d: -f2)
         row "train $label" "$(awk -v ms="$ms" -v mem="$mem" -v tok="$TOK" 'BEGIN{printf "%.1f ms/step, %.0f tok/s, peak device %.0f MiB", ms, tok/(ms/1e3), mem/1048576}')"
+        ms_last=$ms
     else
         row "train $label" "FAILED or timed out"
+        ms_last=""
     fi
 }
-GPT124=(--layers 12 --heads 12 --embd 768 --vocab 50257 --seq-len 1024 --batch 8 --steps 8 --dropout 0.1)
-TOK=$((8 * 1024))
-for pol in none layer; do bench_train "124M_B8_T1024_p0.1_$pol" "${GPT124[@]}" --recompute "$pol"; done
+GPT124=(--layers 12 --heads 12 --embd 768 --vocab 50257 --seq-len 1024 --batch 16 --steps 8 --dropout 0.1)
+TOK=$((16 * 1024))
+for prec in bf16 fp32; do
+    for pol in none layer; do
+        bench_train "124M_B16_T1024_p0.1_${prec}_$pol" "${GPT124[@]}" --precision "$prec" --recompute "$pol"
+        eval "MS_${prec}_$pol=\$ms_last"
+    done
+done
+# PyTorch on the same GPU: the same model and step (tools/torch_bench.py), torch.compile + SDPA
+torch_row() {  # LABEL ROWSPEC ARGS...
+    local label=$1 spec=$2; shift 2
+    local out
+    out=$(step "torch $label" 240 python3 tools/torch_bench.py --device cuda --warmup 3 --steps 5 --row "$spec" "$@")
+    local l=$(echo "$out" | grep '^TORCH_ROW' | tail -1)
+    if [ -n "$l" ]; then
+        set -- $l
+        ms_last=$2
+        row "torch $label" "$(awk -v ms="$2" -v mem="$8" -v tok="$TOK" 'BEGIN{printf "%.1f ms/step, %.0f tok/s, peak device %.0f MiB", ms, tok/(ms/1e3), mem/1048576}')"
+    else
+        ms_last=""
+        row "torch $label" "$(echo "$out" | grep -m1 'TORCH_SKIP\|Error' || echo 'FAILED or timed out')"
+    fi
+}
+if python3 -c 'import torch' 2>/dev/null; then
+    for pol in none layer; do
+        torch_row "124M_B16_T1024_p0.1_bf16_compile_$pol" "L=12,H=12,C=768,V=50257,maxT=1024,B=16,T=1024,p=0.1,recompute=$pol" --precision bf16 --compile
+        t=$ms_last
+        eval "s=\$MS_bf16_$pol"
+        if [ -n "$t" ] && [ -n "$s" ]; then
+            row "seedgpt bf16 vs torch.compile bf16, $pol" "$(awk -v a="$s" -v b="$t" 'BEGIN{printf "%.2fx the tokens/s (target 1.1x)", b/a}')"
+        fi
+    done
+else
+    row "torch 124M" "skipped: python3 cannot import torch"
+fi
 SMALL=(--layers 4 --heads 4 --embd 256 --seq-len 256 --batch 8 --steps 20 --dropout 0.1)
 TOK=$((8 * 256))
 for pol in none layer; do bench_train "L4_C256_B8_T256_p0.1_$pol" "${SMALL[@]}" --recompute "$pol"; done
+bench_train "L4_C256_B8_T256_p0.1_bf16_none" "${SMALL[@]}" --precision bf16
 
 make --no-print-directory build/cuda/bench_attention_cuda > /dev/null 2>&1
 if [ -x build/cuda/bench_attention_cuda ]; then
-    for T in 1024 4096; do
-        for p in 0 0.1; do
-            line=$(step "attention T$T p$p" 60 build/cuda/bench_attention_cuda --B 8 --H 12 --T "$T" --D 64 --p "$p" | grep '^{' | tail -1)
-            row "seedgpt attention B8 H12 T$T D64 p$p" "$(echo "$line" | grep -o '"ms":[0-9.]*\|"tflops":[0-9.]*' | tr '\n' ' ')"
+    for prec in bf16 fp32; do
+        for D in 64 128; do
+            H=$((768 / D))
+            for T in 1024 4096; do
+                for p in 0 0.1; do
+                    [ "$prec" = fp32 ] && [ "$D" = 128 ] && continue
+                    line=$(step "attention $prec T$T D$D p$p" 60 build/cuda/bench_attention_cuda --precision "$prec" --B 8 --H "$H" --T "$T" --D "$D" --p "$p" | grep '^{' | tail -1)
+                    row "seedgpt attention $prec B8 H$H T$T D$D p$p" "$(echo "$line" | grep -o '"ms":[0-9.]*\|"tflops":[0-9.]*' | tr '\n' ' ')"
+                done
+            done
         done
     done
 else
     row "seedgpt attention bench" "not built (build/cuda/bench_attention_cuda)"
 fi
 if python3 -c 'import torch' 2>/dev/null; then
-    out=$(step "torch sdpa" 120 python3 tools/torch_sdpa_bench.py 8,12,1024,64,0 8,12,1024,64,0.1 8,12,4096,64,0 8,12,4096,64,0.1)
+    shapes=""
+    for D in 64 128; do for T in 1024 4096; do for p in 0 0.1; do
+        shapes="$shapes 8,$((768 / D)),$T,$D,$p,bf16"
+    done; done; done
+    out=$(step "torch sdpa" 120 python3 tools/torch_sdpa_bench.py $shapes 8,12,1024,64,0.1,fp32 8,12,4096,64,0.1,fp32)
     echo "$out" | grep '^{' | while read -r l; do
-        row "torch sdpa $(echo "$l" | grep -o '"T": [0-9]*\|"p": [0-9.]*' | tr -d '" ' | tr '\n' ' ')" \
+        row "torch sdpa $(echo "$l" | grep -o '"dtype": "[a-z0-9]*"\|"T": [0-9]*\|"D": [0-9]*\|"p": [0-9.]*' | tr -d '" ' | tr '\n' ' ')" \
             "$(echo "$l" | grep -o '"ms": [0-9.]*\|"tflops": [0-9.]*' | tr -d '"' | tr '\n' ' ')"
     done
 else
     row "torch sdpa" "skipped: python3 cannot import torch"
+fi
+
+if [ -x scripts/dev_cuda_bench.sh ]; then
+    if step "dev/cuda micro-benchmarks" 120 scripts/dev_cuda_bench.sh; then
+        row "dev/cuda micro-benchmarks" "ok (tables above, in the report)"
+    else
+        row "dev/cuda micro-benchmarks" "FAILED or timed out"
+    fi
 fi
 
 say ""

@@ -1,10 +1,13 @@
-/* tests/cuda/bench_attention_cuda.cu — the speed of the CUDA flash attention (attention/flash_cuda.cu)
- * on a GPU: forward and backward times at one shape, and TFLOP/s counted as
+/* tests/cuda/bench_attention_cuda.cu — the speed of the CUDA flash attention on a GPU, the fp32
+ * kernels (attention/flash_cuda.cu) or, with --precision bf16, the tensor-core ones
+ * (attention/flash_tc.cu, through the fp32-interface wrappers the trainer calls, so the rounding of
+ * q, k, v to bf16 is included): forward and backward times at one shape, and TFLOP/s counted as
  * tools/torch_sdpa_bench.py counts them (causal forward 2 * 2 * B*H*T*T*D / 2, backward 2.5 x
  * that), so the two print comparable rows (scripts/gpu_check.sh). Not a test: nvcc only.
- *   build/cuda/bench_attention_cuda [--B 8] [--H 12] [--KV H] [--T 1024] [--D 64] [--p 0.1] [--iters 10]
+ *   build/cuda/bench_attention_cuda [--precision fp32|bf16] [--B 8] [--H 12] [--KV H] [--T 1024]
+ *                                   [--D 64] [--p 0.1] [--iters 10]
  * Prints a table, then one JSON line:
- *   {"bench":"attention_cuda","B":..,"H":..,"KV":..,"T":..,"D":..,"p":..,"fwd_ms":..,"bwd_ms":..,"ms":..,"tflops":..}
+ *   {"bench":"attention_cuda","precision":..,"B":..,"H":..,"KV":..,"T":..,"D":..,"p":..,"fwd_ms":..,"bwd_ms":..,"ms":..,"tflops":..}
  */
 #include "attention/device.h"
 #include <chrono>
@@ -13,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "attention/attention_cuda.h"
+#include "attention/flash_tc.h"
 
 static double now_ms(void) {
     return std::chrono::duration<double, std::milli>(
@@ -46,6 +50,7 @@ static float* dev_random(size_t n, uint64_t seed) {
 int main(int argc, char** argv) {
     int B = 8, H = 12, KV = 0, T = 1024, D = 64, iters = 10;
     double p = 0.1;
+    int bf16 = 0;
     for (int a = 1; a < argc; a++) {
         if (a + 1 >= argc) {
             fprintf(stderr, "bench_attention_cuda: %s needs a value\n", argv[a]);
@@ -59,6 +64,13 @@ int main(int argc, char** argv) {
         else if (!strcmp(f, "--T")) T = parse_int(f, v);
         else if (!strcmp(f, "--D")) D = parse_int(f, v);
         else if (!strcmp(f, "--iters")) iters = parse_int(f, v);
+        else if (!strcmp(f, "--precision")) {
+            if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
+                fprintf(stderr, "bench_attention_cuda: --precision wants fp32 or bf16, got '%s'\n", v);
+                return 2;
+            }
+            bf16 = !strcmp(v, "bf16");
+        }
         else if (!strcmp(f, "--p")) {
             char* end;
             p = strtod(v, &end);
@@ -67,7 +79,7 @@ int main(int argc, char** argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "bench_attention_cuda: unknown flag %s (--B --H --KV --T --D --p --iters)\n", f);
+            fprintf(stderr, "bench_attention_cuda: unknown flag %s (--precision --B --H --KV --T --D --p --iters)\n", f);
             return 2;
         }
     }
@@ -83,24 +95,30 @@ int main(int argc, char** argv) {
     float* qkv = dev_random(n_qkv, 1);
     float* dout = dev_random(n_out, 2);
     float *out, *lse, *dqkv, *scratch;
-    const size_t n_scratch = attention_backward_scratch_floats_cuda(B, T, H, KV, D, 1);
+    typedef void (*Fwd)(float*, float*, const float*, int, int, int, int, int, uint32_t, uint64_t, Dropout);
+    typedef void (*Bwd)(float*, float*, const float*, const float*, const float*, const float*, int, int,
+                        int, int, int, uint32_t, uint64_t, Dropout);
+    const Fwd fwd = bf16 ? attention_forward_bf16_cuda : attention_forward_cuda;
+    const Bwd bwd = bf16 ? attention_backward_bf16_cuda : attention_backward_cuda;
+    const size_t n_scratch = bf16 ? attention_backward_scratch_floats_bf16_cuda(B, T, H, KV, D, 1)
+                                  : attention_backward_scratch_floats_cuda(B, T, H, KV, D, 1);
     SG_CHECK(cudaMalloc((void**)&out, n_out * sizeof(float)));
     SG_CHECK(cudaMalloc((void**)&lse, n_lse * sizeof(float)));
     SG_CHECK(cudaMalloc((void**)&dqkv, n_qkv * sizeof(float)));
     SG_CHECK(cudaMalloc((void**)&scratch, n_scratch * sizeof(float)));
 
     for (int w = 0; w < 3; w++) {   /* warm up: attributes, caches, clocks */
-        attention_forward_cuda(out, lse, qkv, B, T, H, KV, D, 0, seed, drop);
-        attention_backward_cuda(dqkv, scratch, dout, qkv, out, lse, B, T, H, KV, D, 0, seed, drop);
+        fwd(out, lse, qkv, B, T, H, KV, D, 0, seed, drop);
+        bwd(dqkv, scratch, dout, qkv, out, lse, B, T, H, KV, D, 0, seed, drop);
     }
     SG_CHECK(cudaDeviceSynchronize());
     double t0 = now_ms();
-    for (int it = 0; it < iters; it++) attention_forward_cuda(out, lse, qkv, B, T, H, KV, D, 0, seed, drop);
+    for (int it = 0; it < iters; it++) fwd(out, lse, qkv, B, T, H, KV, D, 0, seed, drop);
     SG_CHECK(cudaDeviceSynchronize());
     const double fwd_ms = (now_ms() - t0) / iters;
     t0 = now_ms();
     for (int it = 0; it < iters; it++)
-        attention_backward_cuda(dqkv, scratch, dout, qkv, out, lse, B, T, H, KV, D, 0, seed, drop);
+        bwd(dqkv, scratch, dout, qkv, out, lse, B, T, H, KV, D, 0, seed, drop);
     SG_CHECK(cudaDeviceSynchronize());
     const double bwd_ms = (now_ms() - t0) / iters;
     const double ms = fwd_ms + bwd_ms;
@@ -110,15 +128,15 @@ int main(int argc, char** argv) {
     const double tf_bwd = 2.5 * fwd_flop / (bwd_ms * 1e-3) / 1e12;
     const double tflops = 3.5 * fwd_flop / (ms * 1e-3) / 1e12;
 
-    printf("seedgpt CUDA attention, fp32, causal: B %d, H %d (kv %d), T %d, D %d, dropout %g, %d iters\n",
-           B, H, KV, T, D, p, iters);
+    printf("seedgpt CUDA attention, %s, causal: B %d, H %d (kv %d), T %d, D %d, dropout %g, %d iters\n",
+           bf16 ? "bf16 tensor cores" : "fp32", B, H, KV, T, D, p, iters);
     printf("  %-10s %10s %10s\n", "pass", "ms", "TFLOP/s");
     printf("  %-10s %10.3f %10.2f\n", "forward", fwd_ms, tf_fwd);
     printf("  %-10s %10.3f %10.2f\n", "backward", bwd_ms, tf_bwd);
     printf("  %-10s %10.3f %10.2f\n", "fwd+bwd", ms, tflops);
-    printf("{\"bench\":\"attention_cuda\",\"B\":%d,\"H\":%d,\"KV\":%d,\"T\":%d,\"D\":%d,\"p\":%g,"
+    printf("{\"bench\":\"attention_cuda\",\"precision\":\"%s\",\"B\":%d,\"H\":%d,\"KV\":%d,\"T\":%d,\"D\":%d,\"p\":%g,"
            "\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"ms\":%.3f,\"tflops\":%.2f}\n",
-           B, H, KV, T, D, p, fwd_ms, bwd_ms, ms, tflops);
+           bf16 ? "bf16" : "fp32", B, H, KV, T, D, p, fwd_ms, bwd_ms, ms, tflops);
     SG_CHECK(cudaFree(qkv)); SG_CHECK(cudaFree(dout)); SG_CHECK(cudaFree(out));
     SG_CHECK(cudaFree(lse)); SG_CHECK(cudaFree(dqkv)); SG_CHECK(cudaFree(scratch));
     return 0;

@@ -5,7 +5,9 @@
 #     fp32 agreement (the kernels sum in other orders, the masks are the same bits);
 #   - a state saved on one backend resumes on the other (both directions), and the resumed run
 #     ends where the straight run on the resuming backend ends, within the same tolerance;
-#   - recompute layer vs none on --device cuda: identical losses and model files, byte for byte.
+#   - recompute layer vs none on --device cuda: identical losses and model files, byte for byte;
+#   - --precision bf16: within 1e-2 of the CPU's fp32 run, recompute bitwise, its state resumed
+#     in fp32 on the CPU.
 # Tiny model, few steps: the emulated build runs every GPU thread as a CPU thread.
 set -u
 cd "$(dirname "$0")/../.."
@@ -70,4 +72,33 @@ for dir in "cuda cpu" "cpu cuda"; do
         fail "state_saved_on_${from}_resumes_on_${to}" "statuses $rc1 $rc (expect 143 0): $(tail -1 "$W/leg2_$from.out") $(worst "$W/run_$from/log.jsonl" "$W/$to.jsonl")"
     fi
 done
+
+# --precision bf16 (head dim 64: the tensor-core attention): the same run within 1e-2 of the CPU's
+# fp32 one (bf16 operands, fp32 accumulation, the same masks), recompute bitwise equal to none,
+# and a state written by a bf16 run resumes in fp32 on the CPU
+BF=(--heads 1 --embd 64 --steps 4 --eval-every 2)
+run cpu64 --device cpu "${BF[@]}" || { fail cross_backend_cpu64_run "$(tail -1 "$W/cpu64.out")"; exit 1; }
+if run bf16 --device cuda --precision bf16 "${BF[@]}" --save "$W/bf16.bin" && grep -q 'precision bf16' "$W/bf16.out" &&
+   [ "$(losses "$W/bf16.jsonl" | wc -l)" = 4 ] && close "$W/cpu64.jsonl" "$W/bf16.jsonl" 1e-2; then
+    ok cuda_bf16_run_within_1e-2_of_cpu_fp32 "$(worst "$W/bf16.jsonl" "$W/cpu64.jsonl") (head dim 64, dropout 0.1)"
+else
+    fail cuda_bf16_run_within_1e-2_of_cpu_fp32 "$(tail -1 "$W/bf16.out") $(worst "$W/bf16.jsonl" "$W/cpu64.jsonl")"
+fi
+run bf16_layer --device cuda --precision bf16 --recompute layer "${BF[@]}" --save "$W/bf16_layer.bin"
+if [ -s "$W/bf16.bin" ] && diff <(losses "$W/bf16.jsonl") <(losses "$W/bf16_layer.jsonl") > /dev/null && cmp -s "$W/bf16.bin" "$W/bf16_layer.bin"; then
+    ok cuda_bf16_recompute_layer_bitwise_equals_none "$(losses "$W/bf16.jsonl" | wc -l) losses and the model file identical"
+else
+    fail cuda_bf16_recompute_layer_bitwise_equals_none "$(diff <(losses "$W/bf16.jsonl") <(losses "$W/bf16_layer.jsonl") | head -2 | tr '\n' ' ') $(cmp "$W/bf16.bin" "$W/bf16_layer.bin" 2>&1)"
+fi
+rm -rf "$W/run_bf16"
+SEEDGPT_FAULT=sigterm:1 "$TRAIN" "${BASE[@]}" "${BF[@]}" --device cuda --precision bf16 --out "$W/run_bf16" > "$W/leg1_bf16.out" 2>&1
+rc1=$?
+"$TRAIN" "${BASE[@]}" "${BF[@]}" --device cpu --resume "$W/run_bf16" > "$W/leg2_bf16.out" 2>&1
+rc=$?
+if [ $rc1 -eq 143 ] && [ $rc -eq 0 ] && grep -q 'resumed from .*state_00000002.bin' "$W/leg2_bf16.out" &&
+   grep -q '"step":3' "$W/run_bf16/log.jsonl" && close "$W/cpu64.jsonl" "$W/run_bf16/log.jsonl" 1e-2; then
+    ok state_saved_by_bf16_resumes_in_fp32_on_cpu "2 steps bf16 on cuda, 2 fp32 on cpu: $(worst "$W/run_bf16/log.jsonl" "$W/cpu64.jsonl") vs the straight cpu run"
+else
+    fail state_saved_by_bf16_resumes_in_fp32_on_cpu "statuses $rc1 $rc (expect 143 0): $(tail -1 "$W/leg2_bf16.out") $(worst "$W/run_bf16/log.jsonl" "$W/cpu64.jsonl")"
+fi
 [ $failed -eq 0 ]

@@ -8,7 +8,13 @@
  *      gradients clearly;
  *   with the model options on too (RoPE in GPT-J pairs, the parallel block, drop-path 0.3);
  *   3. the host copies: weights and AdamW state moved to the host and back are unchanged, and a
- *      model whose weights were written on the CPU runs the same on CUDA.
+ *      model whose weights were written on the CPU runs the same on CUDA;
+ *   4. --precision bf16 (the dense products and attention on bf16 operands, fp32 accumulation):
+ *      the loss within 1e-2 and every gradient tensor within BF16_GRAD_TOL of the CPU's fp32 step
+ *      with the same masks, while the CPU step with other dropout seeds is clearly further off
+ *      (so the comparison does see a wrong mask); recompute policies bitwise equal to `none` and
+ *      the fresh-seed control caught, as in fp32. Head dim 64 (the tensor-core attention) and 16
+ *      (attention on bf16-rounded operands in the fp32 kernel).
  * It builds two ways (tests/cuda/): with nvcc for a GPU (make test-cuda) and as C++ against the
  * emulation (make test-cuda-emu), where it is kept small.
  */
@@ -49,7 +55,7 @@ static Case make_case(int L, int NH, int NKV, int C, int V, int B, int T) {
     return k;
 }
 
-static GPT build(const Case* k, const Backend* be, int every, int fresh) {
+static GPT build_seeded(const Case* k, const Backend* be, int every, int fresh, uint64_t drop_seed) {
     GPT m;
     char err[256];
     RecomputePolicy p = {every, fresh, every > 0 ? CHECK_WARN : CHECK_OFF};
@@ -58,9 +64,13 @@ static GPT build(const Case* k, const Backend* be, int every, int fresh) {
         exit(1);
     }
     gpt_init_weights(&m, 1234);
-    gpt_set_dropout(&m, 99, P_DROP, P_DROP, P_DROP);
+    gpt_set_dropout(&m, drop_seed, P_DROP, P_DROP, P_DROP);
     gpt_set_drop_path(&m, k->drop_path);
     return m;
+}
+
+static GPT build(const Case* k, const Backend* be, int every, int fresh) {
+    return build_seeded(k, be, every, fresh, 99);
 }
 
 static size_t block_floats(const GPT* m) {
@@ -148,8 +158,7 @@ static void test_step_matches_cpu(const Case* k, const char* name) {
     gpt_free(&cpu); gpt_free(&dev);
 }
 
-static void test_policies_on_cuda(const Case* k, const char* name) {
-    const Backend* cuda = backend_by_name("cuda");
+static void test_policies_on(const Backend* cuda, const Case* k, const char* name) {
     GPT none = build(k, cuda, 0, 0);
     float l0 = step(&none, k, NULL);
     float* g0 = grads_host(&none);
@@ -218,6 +227,54 @@ static void test_host_copies(const Case* k) {
     gpt_free(&dev);
 }
 
+static void test_policies_on_cuda(const Case* k, const char* name) {
+    test_policies_on(backend_by_name("cuda"), k, name);
+}
+
+/* bf16 against the CPU's fp32. Each product's operands carry a relative rounding of up to 2^-9
+ * (nearest-even to 8 significant bits), which through a few layers and both passes leaves the
+ * gradients a few 1e-3 off in norm; a different dropout mask moves them by the order of the
+ * dropout itself (tens of percent per tensor). */
+#define BF16_LOSS_TOL 1e-2
+#define BF16_GRAD_TOL 3e-2
+static void test_bf16_step_matches_cpu(const Case* k, const char* name) {
+    const Backend* bf16 = backend_lookup("cuda", "bf16");
+    GPT cpu = build(k, &backend_cpu, 0, 0), dev = build(k, bf16, 0, 0);
+    GPT other = build_seeded(k, &backend_cpu, 0, 0, 100);   /* the same model, other masks */
+    float lc0 = gpt_forward(&cpu, k->in, k->tg, k->B, k->T, 0, 4, 0);   /* eval, before AdamW */
+    float lc = step(&cpu, k, NULL), ld = step(&dev, k, NULL), lo = step(&other, k, NULL);
+    float* gc = grads_host(&cpu);
+    float* gd = grads_host(&dev);
+    float* go = grads_host(&other);
+    const char *which = "", *which_o = "";
+    double gerr = worst_tensor_err(&cpu, gd, gc, &which);
+    double oerr = worst_tensor_err(&cpu, go, gc, &which_o);
+    double lerr = fabs((double)ld - lc) / fabs((double)lc);
+    char tname[128];
+    snprintf(tname, sizeof(tname), "%s_bf16_step_matches_cpu_fp32_with_dropout", name);
+    expect(lerr <= BF16_LOSS_TOL && gerr <= BF16_GRAD_TOL, tname,
+           "loss %.6f (cuda bf16) vs %.6f (cpu fp32), rel %.2e (<= %.0e); worst gradient tensor "
+           "%s rel err %.2e (<= %.0e)", ld, lc, lerr, BF16_LOSS_TOL, which, gerr, BF16_GRAD_TOL);
+    snprintf(tname, sizeof(tname), "%s_bf16_tolerance_sees_other_masks", name);
+    expect(oerr > 3 * BF16_GRAD_TOL, tname,
+           "the CPU step with other dropout seeds: worst gradient tensor %s rel err %.2e (> %.0e), "
+           "loss %.6f", which_o, oerr, 3 * BF16_GRAD_TOL, lo);
+    /* AdamW runs on the fp32 masters: one step moves them the same way on both (up to the
+     * gradients' difference, which AdamW's first step mostly normalises away) */
+    gpt_clip_grads(&cpu, 1.0f);
+    gpt_clip_grads(&dev, 1.0f);
+    gpt_adamw(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    gpt_adamw(&dev, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    gpt_to_host(&dev);
+    float lc2 = gpt_forward(&cpu, k->in, k->tg, k->B, k->T, 0, 4, 0);
+    float ld2 = gpt_forward(&dev, k->in, k->tg, k->B, k->T, 0, 4, 0);
+    snprintf(tname, sizeof(tname), "%s_bf16_after_adamw_eval_loss_matches_cpu", name);
+    expect(fabs((double)ld2 - lc2) / fabs((double)lc2) <= BF16_LOSS_TOL && lc2 != lc0, tname,
+           "eval loss after one step %.6f (cuda bf16) vs %.6f (cpu); %.6f before it", ld2, lc2, lc0);
+    free(gc); free(gd); free(go);
+    gpt_free(&cpu); gpt_free(&dev); gpt_free(&other);
+}
+
 int main(void) {
     if (backend_by_name("cuda") == NULL) {
         skip("cuda_model", "this build has no CUDA backend");
@@ -240,5 +297,12 @@ int main(void) {
     opts.drop_path = 0.3;
     test_step_matches_cpu(&opts, "opts");
     test_policies_on_cuda(&opts, "opts");
+
+    /* --precision bf16: head dim 64 (tensor-core attention) with GQA, and head dim 16 */
+    const Backend* bf16 = backend_lookup("cuda", "bf16");
+    Case tc = make_case(2, 2, 1, 128, 67, 2, 19);
+    test_bf16_step_matches_cpu(&tc, "hd64");
+    test_bf16_step_matches_cpu(&mha, "hd16");
+    test_policies_on(bf16, &tc, "hd64_bf16");
     return test_finish();
 }
