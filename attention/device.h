@@ -29,7 +29,12 @@
  *     cudaGetLastError, cudaGetErrorString, cudaFuncSetAttribute(kernel,
  *     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), cudaMemGetInfo, cudaGetDeviceProperties;
  *     cuBLAS: cublasCreate, cublasDestroy, cublasSgemm, cublasSgemmStridedBatched, cublasSetMathMode
- *     (the emulation runs them on the CPU through CBLAS, column-major as cuBLAS defines them).
+ *     (the emulation runs them on the CPU, column-major as cuBLAS defines them); cuBLASLt for
+ *     the bf16 matmuls (model/ops_bf16_cuda.cu): cublasLtCreate/Destroy, cublasLtMatmulDesc*,
+ *     cublasLtMatrixLayout*, cublasLtMatmulPreference*, cublasLtMatmulAlgoGetHeuristic,
+ *     cublasLtMatmul with bf16 A and B, fp32 C and D, CUBLAS_COMPUTE_32F, the DEFAULT and BIAS
+ *     epilogues (the emulation sums the exact products in ascending k in fp32 and refuses the
+ *     rest; docs/cuda-emulation.md);
  *   - every CUDA / cuBLAS call wrapped in SG_CHECK / SG_CUBLAS_CHECK.
  * The emulation checks launches as a GPU would (at most 1024 threads a block, dynamic shared memory
  * above 48 KiB only after the opt-in attribute, grid limits), poisons shared memory at every block
