@@ -48,7 +48,12 @@ export PATH="$(dirname "$NVCC"):$PATH"
 say "seedgpt gpu_check $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)') on $(hostname) at $(date -u +%FT%TZ)"
 say "$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | head -2)"
 say "$("$NVCC" --version 2>&1 | tail -2 | tr '\n' ' ')"
-say "cpu: $(nproc) cores; python3: $(python3 --version 2>&1)"
+# the python that imports torch, if any does (PyTorch's side of the benchmarks)
+PY=python3
+for p in python3 /usr/bin/python3; do
+    if "$p" -c 'import torch' >/dev/null 2>&1; then PY=$p; break; fi
+done
+say "cpu: $(nproc) cores; $PY: $($PY --version 2>&1), torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not importable')"
 jobs=${GPU_CHECK_JOBS:-$(nproc)}
 
 # ---- build: what the CPU reference needs may be missing here; say which and build what can be
@@ -148,7 +153,7 @@ done
 torch_row() {  # LABEL ROWSPEC ARGS...
     local label=$1 spec=$2; shift 2
     local out
-    out=$(step "torch $label" 240 python3 tools/torch_bench.py --device cuda --warmup 3 --steps 5 --row "$spec" "$@")
+    out=$(step "torch $label" 240 "$PY" tools/torch_bench.py --device cuda --warmup 3 --steps 5 --row "$spec" "$@")
     local l=$(echo "$out" | grep '^TORCH_ROW' | tail -1)
     if [ -n "$l" ]; then
         set -- $l
@@ -159,7 +164,7 @@ torch_row() {  # LABEL ROWSPEC ARGS...
         row "torch $label" "$(echo "$out" | grep -m1 'TORCH_SKIP\|Error' || echo 'FAILED or timed out')"
     fi
 }
-if python3 -c 'import torch' 2>/dev/null; then
+if "$PY" -c 'import torch' 2>/dev/null; then
     for pol in none layer; do
         torch_row "124M_B16_T1024_p0.1_bf16_compile_$pol" "L=12,H=12,C=768,V=50257,maxT=1024,B=16,T=1024,p=0.1,recompute=$pol" --precision bf16 --compile
         t=$ms_last
@@ -169,7 +174,7 @@ if python3 -c 'import torch' 2>/dev/null; then
         fi
     done
 else
-    row "torch 124M" "skipped: python3 cannot import torch"
+    row "torch 124M" "skipped: no python here imports torch"
 fi
 SMALL=(--layers 4 --heads 4 --embd 256 --seq-len 256 --batch 8 --steps 20 --dropout 0.1)
 TOK=$((8 * 256))
@@ -185,7 +190,8 @@ if [ -x build/cuda/bench_attention_cuda ]; then
                 for p in 0 0.1; do
                     [ "$prec" = fp32 ] && [ "$D" = 128 ] && continue
                     line=$(step "attention $prec T$T D$D p$p" 60 build/cuda/bench_attention_cuda --precision "$prec" --B 8 --H "$H" --T "$T" --D "$D" --p "$p" | grep '^{' | tail -1)
-                    row "seedgpt attention $prec B8 H$H T$T D$D p$p" "$(echo "$line" | grep -o '"ms":[0-9.]*\|"tflops":[0-9.]*' | tr '\n' ' ')"
+                    res=$(echo "$line" | grep -o '"ms":[0-9.]*\|"tflops":[0-9.]*' | tr '\n' ' ')
+                    row "seedgpt attention $prec B8 H$H T$T D$D p$p" "${res:-FAILED (see the report)}"
                 done
             done
         done
@@ -193,18 +199,18 @@ if [ -x build/cuda/bench_attention_cuda ]; then
 else
     row "seedgpt attention bench" "not built (build/cuda/bench_attention_cuda)"
 fi
-if python3 -c 'import torch' 2>/dev/null; then
+if "$PY" -c 'import torch' 2>/dev/null; then
     shapes=""
     for D in 64 128; do for T in 1024 4096; do for p in 0 0.1; do
         shapes="$shapes 8,$((768 / D)),$T,$D,$p,bf16"
     done; done; done
-    out=$(step "torch sdpa" 120 python3 tools/torch_sdpa_bench.py $shapes 8,12,1024,64,0.1,fp32 8,12,4096,64,0.1,fp32)
+    out=$(step "torch sdpa" 120 "$PY" tools/torch_sdpa_bench.py $shapes 8,12,1024,64,0.1,fp32 8,12,4096,64,0.1,fp32)
     echo "$out" | grep '^{' | while read -r l; do
         row "torch sdpa $(echo "$l" | grep -o '"dtype": "[a-z0-9]*"\|"T": [0-9]*\|"D": [0-9]*\|"p": [0-9.]*' | tr -d '" ' | tr '\n' ' ')" \
             "$(echo "$l" | grep -o '"ms": [0-9.]*\|"tflops": [0-9.]*' | tr -d '"' | tr '\n' ' ')"
     done
 else
-    row "torch sdpa" "skipped: python3 cannot import torch"
+    row "torch sdpa" "skipped: no python here imports torch"
 fi
 
 if [ -x scripts/dev_cuda_bench.sh ]; then
