@@ -403,8 +403,8 @@ test-cuda-emu-tsan:
 # their validation, at tiny shapes, one ok/FAIL line per variant. Every program links the
 # production kernels it measures (model/ops_cuda.cu, model/ops_bf16_cuda.cu, attention/*.cu) and
 # the CPU attention.
-DEV_CUDA_OPS       := layernorm_forward residual_dropout_forward attention_forward matmul_forward \
-                      gelu_forward crossentropy_forward
+DEV_CUDA_OPS       := layernorm_forward residual_dropout_forward attention_forward attention_backward \
+                      matmul_forward gelu_forward crossentropy_forward
 DEV_CUDA_BUILD     := $(BUILD)/dev_cuda
 DEV_CUDA_BINS      := $(DEV_CUDA_OPS:%=$(DEV_CUDA_BUILD)/%)
 DEV_CUDA_EMU_BINS  := $(DEV_CUDA_OPS:%=$(EMU_BUILD)/dev_cuda/%)
