@@ -19,7 +19,7 @@
  *   1. on the fp32 inputs: max |dqkv - ref| / max |ref| <= 1e-5;
  *   2. on the bf16 values of q, k, v, with dout holding bf16 values (the kernel's only roundings
  *      are then those of P and dS): each element within (2^-8 + 2^-10) times a float64 sum of
- *      magnitudes, per element of dv 2^-8 scale sum_i p_ij |do_id|, of dq sigma sum_j a_ij |k_jd|,
+ *      magnitudes, per element of dv scale sum_i p_ij |do_id|, of dq sigma sum_j a_ij |k_jd|,
  *      of dk sigma sum_i a_ij |q_id|, a_ij = p_ij (scale sum_d |do_id v_jd| + |D_i|) (the bound
  *      on |ds_ij|); the 2^-10 covers the fp32 parts both share up to order;
  *   3. on fp32 qkv (the reference on its bf16 values) and fp32 dout, which the kernel rounds too:
