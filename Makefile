@@ -401,13 +401,15 @@ test-cuda-emu-tsan:
 # on a GPU: ./build/dev_cuda/layernorm_forward [K]); scripts/dev_cuda_bench.sh runs them all at
 # GPT-2 124M shapes. make dev-cuda-emu: the same sources against the emulation, which run only
 # their validation, at tiny shapes, one ok/FAIL line per variant. Every program links the
-# production kernels it measures (model/ops_cuda.cu, attention/*.cu) and the CPU attention.
-DEV_CUDA_OPS       := layernorm_forward residual_dropout_forward attention_forward matmul_forward \
-                      gelu_forward crossentropy_forward
+# production kernels it measures (model/ops_cuda.cu, model/ops_bf16_cuda.cu, attention/*.cu) and
+# the CPU attention.
+DEV_CUDA_OPS       := layernorm_forward residual_dropout_forward attention_forward attention_backward \
+                      matmul_forward gelu_forward crossentropy_forward
 DEV_CUDA_BUILD     := $(BUILD)/dev_cuda
 DEV_CUDA_BINS      := $(DEV_CUDA_OPS:%=$(DEV_CUDA_BUILD)/%)
 DEV_CUDA_EMU_BINS  := $(DEV_CUDA_OPS:%=$(EMU_BUILD)/dev_cuda/%)
-DEV_CUDA_KERNELS   := model/ops_cuda model/device_cuda attention/flash_cuda attention/flash_tc
+DEV_CUDA_KERNELS   := model/ops_cuda model/ops_bf16_cuda model/device_cuda attention/flash_cuda \
+                      attention/flash_tc
 DEV_CUDA_OBJ       := $(DEV_CUDA_KERNELS:%=$(CUDA_BUILD)/%.o) $(BUILD)/attention/flash_cpu.o
 DEV_CUDA_EMU_OBJ   := $(DEV_CUDA_KERNELS:%=$(EMU_BUILD)/%.o) $(EMU_RT_OBJ) $(BUILD)/attention/flash_cpu.o
 DEV_CUDA_HEADERS   := $(CUDA_HEADERS) dev/cuda/common.h
@@ -415,7 +417,7 @@ DEV_CUDA_HEADERS   := $(CUDA_HEADERS) dev/cuda/common.h
 dev-cuda: $(DEV_CUDA_BINS)
 $(DEV_CUDA_BUILD)/%: dev/cuda/%.cu $(DEV_CUDA_OBJ) $(DEV_CUDA_HEADERS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(DEV_CUDA_OBJ) -Xcompiler -fopenmp -lgomp -lm -lcublas
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(DEV_CUDA_OBJ) -Xcompiler -fopenmp -lgomp -lm -lcublas -lcublasLt
 $(EMU_BUILD)/dev_cuda/%: dev/cuda/%.cu $(DEV_CUDA_EMU_OBJ) $(DEV_CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -x c++ -o $@ $< -x none $(DEV_CUDA_EMU_OBJ) $(LDLIBS)

@@ -2,7 +2,7 @@
 # scripts/dev_cuda_bench.sh — on a machine with a GPU: builds dev/cuda (make dev-cuda) and runs
 # every program at GPT-2 124M's shapes, each variant validated against its CPU reference and then
 # timed (dev/cuda/README.md). Prints each program's output, then one compact table of every timed
-# variant and the count of validation lines. Sized for about a minute after the build on one
+# variant and the count of validation lines. Sized for a few minutes after the build on one
 # H100/H200 with 16 cores (the CPU references run there too); not yet timed on one.
 #   scripts/dev_cuda_bench.sh           (DEV_CUDA_JOBS=N parallel build jobs, default nproc;
 #                                        DEV_CUDA_REPS=N timed launches per variant, default 20)
@@ -41,14 +41,20 @@ run 30 residual_dropout_forward --B 16 --T 1024 --C 768
 run 30 gelu_forward --B 16 --T 1024 --C 3072
 # the loss over GPT-2's vocabulary (padded to 50304) at batch 8
 run 60 crossentropy_forward --B 8 --T 1024 --V 50257 --Vp 50304
-# the qkv projection (768 -> 2304) and the MLP's first linear (768 -> 3072)
+# the qkv projection (768 -> 2304), the attention's output projection (768 -> 768) and the MLP's
+# first linear (768 -> 3072); every variant at the first, fp32 / TF32 / bf16 cuBLAS at the others
 run 60 matmul_forward --B 16 --T 1024 --C 768 --OC 2304
-run 60 matmul_forward 3 --B 16 --T 1024 --C 768 --OC 3072
-run 60 matmul_forward 4 --B 16 --T 1024 --C 768 --OC 3072
+for oc in 768 3072; do
+    for v in 3 4 5; do run 60 matmul_forward $v --B 16 --T 1024 --C 768 --OC $oc; done
+done
 # 12 heads of 64; the same tokens at T 4096; 6 heads of 128
 run 60 attention_forward --B 16 --T 1024 --NH 12 --HD 64
 run 90 attention_forward --B 4 --T 4096 --NH 12 --HD 64
 run 60 attention_forward --B 16 --T 1024 --NH 6 --HD 128
+# the backward at the same three shapes (its CPU reference and tolerance sums are the slow part)
+run 120 attention_backward --B 16 --T 1024 --NH 12 --HD 64
+run 180 attention_backward --B 4 --T 4096 --NH 12 --HD 64
+run 120 attention_backward --B 16 --T 1024 --NH 6 --HD 128
 secs=$(( $(date +%s) - start ))
 
 echo

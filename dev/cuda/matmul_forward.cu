@@ -18,35 +18,54 @@
  *   4. the same SGEMM with CUBLAS_TF32_TENSOR_OP_MATH: the inputs rounded to TF32 (10-bit
  *      mantissa) and multiplied on the tensor cores, accumulated in fp32. Faster, and no longer
  *      within fp32 tolerance of the CPU, which is why the trainer does not use it (model/ops_cuda.cu).
+ *   5. the bf16 trainer's call, matmul_forward_bf16_cuda of model/ops_bf16_cuda.cu (linked): both
+ *      operands rounded to bf16 (to nearest even) into zero-padded copies, one cuBLASLt GEMM on
+ *      the tensor cores with fp32 accumulation and output, the fp32 bias added in its epilogue.
+ *      The time includes the two rounding copies, as every call of the trainer pays them. (A
+ *      variant of the GEMM alone on operands already in bf16 would need cuBLASLt set up here the
+ *      way ops_bf16_cuda.cu does it, a copy of its internals; the public API has no such entry.)
  * Validation against a float64 reference, elementwise, with the standard bound for a dot product
  * of length C plus the bias: |out - ref| <= tol (sum_k |inp_k weight_k| + |bias|), tol = (C + 2)
  * 2^-24 for fp32 and 2^-9 + (C + 2) 2^-24 for TF32 (each of the two inputs rounded by up to
  * 2^-10 relative, if the rounding truncates). The emulation computes every cuBLAS call in fp32,
- * so there the TF32 variant is checked for its layout and its call only.
+ * so there the TF32 variant is checked for its layout and its call only. Variant 5 is held to the
+ * float64 sum of the bf16-rounded operands (products of two bf16 are exact; the bias is fp32):
+ * sg_mma_tolerance(C + 1, sum_k |a_k w_k| + |bias|) = (C + 2) 2^-22 of the same magnitude, twice the
+ * worst case of any fp32 summation order of C + 1 terms, truncation allowed (attention/mma.h,
+ * tests/cuda/test_cuda_lt.cu). The emulation implements that cuBLASLt call (ascending k in fp32).
  *
  *   build/dev_cuda/matmul_forward [K] [--validate] [--reps N] [--B 16] [--T 1024] [--C 768] [--OC 2304]
  */
 #include "dev/cuda/common.h"
 #include "model/ops_cuda.h"
+#include "model/ops_bf16_cuda.h"
+#include "attention/mma.h"   /* sg_mma_tolerance; attention/bf16.h */
 
 #define OP "matmul_forward"
-#define NVARIANTS 4
+#define NVARIANTS 5
 #define MM_TILE 32
 #define MM1_THREADS 256
 
 static const char* NAMES[NVARIANTS + 1] = {NULL, "thread per output", "32x32 shared-memory tiles",
-                                           "production: cuBLAS fp32", "cuBLAS TF32 tensor cores"};
+                                           "production: cuBLAS fp32", "cuBLAS TF32 tensor cores",
+                                           "bf16: cuBLASLt, rounding incl."};
 
 /* ---- reference: float64, with the magnitudes the tolerance scales with ---------------------- */
 
+/* bf16: the products of inp and weight rounded to bf16 (variant 5's operands), else as given */
 static void matmul_forward_ref(double* out, double* mag, const float* inp, const float* weight,
-                               const float* bias, int N, int C, int OC) {
+                               const float* bias, int N, int C, int OC, int bf16) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < OC; o++) {
             double s = bias[o], m = fabs((double)bias[o]);
             for (int k = 0; k < C; k++) {
-                double p = (double)inp[(size_t)n * C + k] * weight[(size_t)o * C + k];
+                float a = inp[(size_t)n * C + k], w = weight[(size_t)o * C + k];
+                if (bf16) {
+                    a = sg_bf16_round(a);
+                    w = sg_bf16_round(w);
+                }
+                double p = (double)a * w;
                 s += p;
                 m += fabs(p);
             }
@@ -145,6 +164,9 @@ static void matmul_forward_variant(int k, float* out, const float* inp, const fl
     case 4:
         matmul_forward_tf32(out, inp, weight, bias, N, C, OC);
         break;
+    case 5:
+        matmul_forward_bf16_cuda(out, inp, weight, bias, N, C, OC);
+        break;
     }
 }
 
@@ -158,13 +180,13 @@ static double validate(int k, int N, int C, int OC, uint64_t seed) {
     size_t n = (size_t)N * OC;
     double* ref = (double*)malloc(n * sizeof(double));
     double* mag = (double*)malloc(n * sizeof(double));
-    matmul_forward_ref(ref, mag, inp, weight, bias, N, C, OC);
+    matmul_forward_ref(ref, mag, inp, weight, bias, N, C, OC, k == 5);
     float *d_inp = dev_upload(inp, (size_t)N * C), *d_w = dev_upload(weight, (size_t)OC * C);
     float *d_b = dev_upload(bias, (size_t)OC), *d_out = dev_poison(n);
     matmul_forward_variant(k, d_out, d_inp, d_w, d_b, N, C, OC);
     SG_CHECK(cudaDeviceSynchronize());
     float* out = dev_download(d_out, n);
-    double tol = (C + 2) * 0x1p-24 + (k == 4 ? 0x1p-9 : 0.0);
+    double tol = k == 5 ? sg_mma_tolerance(C + 1, 1.0) : (C + 2) * 0x1p-24 + (k == 4 ? 0x1p-9 : 0.0);
     double worst = 0.0;
     for (size_t i = 0; i < n; i++) {
         double r = isfinite(out[i]) ? fabs((double)out[i] - ref[i]) / (tol * mag[i] + 1e-30) : INFINITY;
@@ -191,8 +213,9 @@ int main(int argc, char** argv) {
         if (!dev_selected(&args, k)) continue;
         double e = fmax(validate(k, 37, 29, 45, 1), validate(k, vN, C, OC, 2));
         valid[k] = dev_check(e <= 1.0, OP, k, "%s: N x C x OC 37x29x45, %dx%dx%d: worst err %.3f of "
-                             "tol (%s(C + 2) 2^-24) sum_k |a_k w_k|%s", NAMES[k], vN, C, OC, e,
-                             k == 4 ? "2^-9 + " : "",
+                             "tol %s sum_k |a_k w_k|%s", NAMES[k], vN, C, OC, e,
+                             k == 4 ? "(2^-9 + (C + 2) 2^-24)"
+                             : k == 5 ? "(C + 2) 2^-22, a and w rounded to bf16," : "(C + 2) 2^-24",
 #ifdef SG_EMU
                              k == 4 ? " (emulated in fp32)" : ""
 #else
