@@ -16,9 +16,11 @@ if ! command -v "$NVCC" >/dev/null 2>&1; then
     exit 0
 fi
 log=build/check_cuda_build.log
+# nvcc compiles one file on one core: build as many at once as there are cores
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 mkdir -p build
 start=$(date +%s)
-if make --no-print-directory NVCC="$NVCC" cuda > "$log" 2>&1; then
+if make -j"$JOBS" --no-print-directory NVCC="$NVCC" cuda > "$log" 2>&1; then
     kernels=$(grep -c "Compiling entry function" "$log")
     echo "ok   cuda_trainer_builds: make cuda built ./train_cuda with $("$NVCC" --version | grep -o 'release [0-9.]*'), ptxas reported $kernels kernels, $(( $(date +%s) - start )) s"
     grep -A2 "Compiling entry function" "$log" | grep -E "spill|registers" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | \
@@ -27,14 +29,14 @@ else
     echo "FAIL cuda_trainer_builds: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
     exit 1
 fi
-if make --no-print-directory NVCC="$NVCC" cuda-test-bins >> "$log" 2>&1; then
+if make -j"$JOBS" --no-print-directory NVCC="$NVCC" cuda-test-bins >> "$log" 2>&1; then
     echo "ok   cuda_tests_build: the tests of make test-cuda compiled with nvcc"
 else
     echo "FAIL cuda_tests_build: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
     exit 1
 fi
 start=$(date +%s)
-if make --no-print-directory NVCC="$NVCC" dev-cuda >> "$log" 2>&1; then
+if make -j"$JOBS" --no-print-directory NVCC="$NVCC" dev-cuda >> "$log" 2>&1; then
     echo "ok   dev_cuda_builds: make dev-cuda built the $(ls dev/cuda/*.cu | wc -l) programs of dev/cuda with nvcc, $(( $(date +%s) - start )) s"
 else
     echo "FAIL dev_cuda_builds: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
