@@ -100,44 +100,25 @@ static const Backend backend_cuda = {
 };
 
 /* --precision bf16: the CUDA table with the dense products (cuBLASLt, bf16 operands, fp32
- * accumulation, the bias and GELU fused into the first MLP product) and attention (tensor cores,
- * bf16 q, k, v, fp32 softmax statistics) swapped in. Everything else, and all memory, is the fp32
- * table's: weights, gradients, AdamW state and activations stay fp32. */
-static const Backend backend_cuda_bf16 = {
-    .name = "cuda",
-    .precision = "bf16",
-    .host_memory = 0,
-    .alloc = device_alloc_cuda,
-    .free = device_free_cuda,
-    .to_backend = device_to_backend_cuda,
-    .to_host = device_to_host_cuda,
-    .fill = device_fill_cuda,
-    .count_differ = device_count_differ_cuda,
-    .peak_bytes = device_peak_bytes_cuda,
-    .synchronize = device_synchronize_cuda,
-    .encoder_forward = encoder_forward_cuda,
-    .encoder_backward = encoder_backward_cuda,
-    .layernorm_forward = layernorm_forward_cuda,
-    .layernorm_backward = layernorm_backward_cuda,
-    .matmul_forward = matmul_forward_bf16_cuda,
-    .matmul_backward = matmul_backward_bf16_cuda,
-    .matmul_gelu_forward = matmul_gelu_forward_bf16_cuda,
-    .gelu_forward = gelu_forward_cuda,
-    .gelu_backward = gelu_backward_cuda,
-    .residual_dropout_forward = residual_dropout_forward_cuda,
-    .dropout_backward = dropout_backward_cuda,
-    .rope_forward = rope_forward_cuda,
-    .rope_backward = rope_backward_cuda,
-    .drop_path = drop_path_cuda,
-    .crossentropy_forward = crossentropy_forward_cuda,
-    .crossentropy_backward = crossentropy_backward_cuda,
-    .sum_squares = sum_squares_cuda,
-    .scale_inplace = scale_inplace_cuda,
-    .adamw_update = adamw_update_cuda,
-    .attention_forward = attention_forward_bf16_cuda,
-    .attention_backward_scratch_floats = attention_backward_scratch_floats_bf16_cuda,
-    .attention_backward = attention_backward_bf16_cuda,
-};
+ * accumulation, the bias in the GEMM's epilogue) and attention (tensor cores, bf16 q, k, v, fp32
+ * softmax statistics) swapped in. Everything else, and all memory, is the fp32 table's: weights,
+ * gradients, AdamW state and activations stay fp32. Made once, from the fp32 table. */
+static const Backend* backend_cuda_bf16(void) {
+    static Backend t;
+    static int ready = 0;
+    if (!ready) {
+        t = backend_cuda;
+        t.precision = "bf16";
+        t.matmul_forward = matmul_forward_bf16_cuda;
+        t.matmul_backward = matmul_backward_bf16_cuda;
+        t.matmul_gelu_forward = matmul_gelu_forward_bf16_cuda;
+        t.attention_forward = attention_forward_bf16_cuda;
+        t.attention_backward_scratch_floats = attention_backward_scratch_floats_bf16_cuda;
+        t.attention_backward = attention_backward_bf16_cuda;
+        ready = 1;
+    }
+    return &t;
+}
 #endif
 
 const Backend* backend_lookup(const char* name, const char* precision) {
@@ -148,7 +129,7 @@ const Backend* backend_lookup(const char* name, const char* precision) {
 #endif
     }
 #ifdef SEEDGPT_CUDA
-    if (strcmp(precision, "bf16") == 0 && strcmp(name, "cuda") == 0) return &backend_cuda_bf16;
+    if (strcmp(precision, "bf16") == 0 && strcmp(name, "cuda") == 0) return backend_cuda_bf16();
 #endif
     return NULL;
 }

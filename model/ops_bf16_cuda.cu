@@ -13,8 +13,8 @@
  *      alpha/beta; the forward adds the fp32 bias in the CUBLASLT_EPILOGUE_BIAS epilogue (the bias
  *      type defaults to the type of D, fp32; it is set explicitly all the same); dweight
  *      accumulates with beta = 1 into fp32.
- *   The bias gradient is not a GEMM: the column sums of the fp32 dout in two fixed passes, the
- *   kernels and chunking of matmul_backward_cuda, so dbias equals the fp32 op's bit for bit.
+ *   The bias gradient is not a GEMM: the column sums of the fp32 dout in two fixed passes,
+ *   matmul_backward_cuda's own (bias_backward_cuda), so dbias equals the fp32 op's bit for bit.
  *
  * Determinism (the recompute compares its outputs bit for bit): cuBLAS documents that its
  * routines give the same bits run to run on GPUs of the same architecture and SM count, for a
@@ -56,16 +56,12 @@
 #define LT_MAX_PLANS 256        /* distinct GEMM problems one process may run */
 #define EW_THREADS 256
 #define EW_MAX_BLOCKS 4096
-/* the two-pass column sum of matmul_backward_cuda (model/ops_cuda.cu): the same chunks, the same
- * order, so the bias gradient has the same bits */
-#define COLSUM_ROWS 32
-#define COLSUM_THREADS 128
 
 static size_t pad_to(size_t x, size_t q) { return x == 0 ? q : (x + q - 1) / q * q; }
 
 /* ---- scratch and workspace ---------------------------------------------------------------- */
 
-/* One grow-only device scratch for the bf16 operand copies and the column-sum partials: the ops
+/* One grow-only device scratch for the bf16 operand copies: the ops
  * run one after another on the default stream, so no two calls use it at once. */
 static void* scratch_mem = NULL;
 static size_t scratch_cap = 0;
@@ -112,28 +108,6 @@ static __nv_bfloat16* round_pad_bf16(void* base, size_t off, const float* src, i
     SG_LAUNCH(round_pad_bf16_kernel, blocks, EW_THREADS, 0, dst, src, rows, cols, rows_p, cols_p);
     SG_CHECK_LAUNCH();
     return dst;
-}
-
-/* ---- column sums (the bias gradient) ---------------------------------------------------------- */
-
-/* partial[k][c] = sum of x[n][c] over the rows n of chunk k (COLSUM_ROWS rows, in order) */
-__global__ void lt_column_sum_partials_kernel(float* partial, const float* x, int N, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    int k = blockIdx.y;
-    if (c >= C) return;
-    int n0 = k * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
-    float acc = 0.0f;
-    for (int n = n0; n < n1; n++) acc += x[(size_t)n * C + c];
-    partial[(size_t)k * C + c] = acc;
-}
-
-/* dst[c] += the chunks' partials in chunk order */
-__global__ void lt_column_sum_finish_kernel(float* dst, const float* partial, int nchunks, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float acc = 0.0f;
-    for (int k = 0; k < nchunks; k++) acc += partial[(size_t)k * C + c];
-    dst[c] += acc;
 }
 
 /* ---- cuBLASLt ------------------------------------------------------------------------------ */
@@ -306,13 +280,11 @@ void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const 
     if (N == 0 || C == 0 || OC == 0) return;
     int Np = (int)pad_to((size_t)N, LT_PAD), Cp = (int)pad_to((size_t)C, LT_PAD);
     int OCp = (int)pad_to((size_t)OC, LT_PAD);
-    int nchunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
     /* bf16 dout (Np, OCp) and inp (Np, Cp); weight (OCp, Cp) when dinp is asked for */
     Carve cv = {{0}, 0};
     size_t og = carve(&cv, 0, sizeof(__nv_bfloat16) * (size_t)Np * OCp);
     size_t ox = carve(&cv, 1, sizeof(__nv_bfloat16) * (size_t)Np * Cp);
     size_t ow = carve(&cv, 2, dinp != NULL ? sizeof(__nv_bfloat16) * (size_t)OCp * Cp : 0);
-    size_t op = carve(&cv, 3, dbias != NULL ? sizeof(float) * (size_t)nchunks * OC : 0);
     void* base = lt_scratch(cv.total);
     __nv_bfloat16* g16 = round_pad_bf16(base, og, dout, N, OC, Np, OCp);
     __nv_bfloat16* x16 = round_pad_bf16(base, ox, inp, N, C, Np, Cp);
@@ -325,15 +297,7 @@ void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const 
     /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T (C,Np) . dout */
     lt_gemm("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, Np, x16, Cp, g16, OCp, 1.0f, dweight, C, NULL);
     /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
-    if (dbias != NULL) {
-        float* partial = (float*)((unsigned char*)base + op);
-        dim3 grid(sg_ceil_div((size_t)OC, COLSUM_THREADS), (unsigned)nchunks);
-        SG_LAUNCH(lt_column_sum_partials_kernel, grid, COLSUM_THREADS, 0, partial, dout, N, OC);
-        SG_CHECK_LAUNCH();
-        SG_LAUNCH(lt_column_sum_finish_kernel, sg_ceil_div((size_t)OC, COLSUM_THREADS), COLSUM_THREADS,
-                  0, dbias, partial, nchunks, OC);
-        SG_CHECK_LAUNCH();
-    }
+    if (dbias != NULL) bias_backward_cuda(dbias, dout, N, OC);
 }
 
 void matmul_gelu_forward_bf16_cuda(float* pre, float* out, const float* inp, const float* weight,

@@ -422,16 +422,19 @@ void matmul_backward_cuda(float* dinp, float* dweight, float* dbias, const float
     SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C,
                                 dout, OC, &one, dweight, C));
     /* dbias += the column sums of dout */
-    if (dbias != NULL) {
-        int nchunks = colsum_chunks(N);
-        float* partial = (float*)ops_scratch(sizeof(float) * (size_t)nchunks * OC);
-        dim3 grid(sg_ceil_div((size_t)OC, COLSUM_THREADS), (unsigned)nchunks);
-        SG_LAUNCH(column_sum_partials_kernel, grid, COLSUM_THREADS, 0, partial, dout, N, OC);
-        SG_CHECK_LAUNCH();
-        SG_LAUNCH(column_sum_finish_kernel, sg_ceil_div((size_t)OC, COLSUM_THREADS),
-                  COLSUM_THREADS, 0, dbias, partial, nchunks, OC);
-        SG_CHECK_LAUNCH();
-    }
+    if (dbias != NULL) bias_backward_cuda(dbias, dout, N, OC);
+}
+
+void bias_backward_cuda(float* dbias, const float* dout, int N, int OC) {
+    if (N == 0 || OC == 0) return;
+    int nchunks = colsum_chunks(N);
+    float* partial = (float*)ops_scratch(sizeof(float) * (size_t)nchunks * OC);
+    dim3 grid(sg_ceil_div((size_t)OC, COLSUM_THREADS), (unsigned)nchunks);
+    SG_LAUNCH(column_sum_partials_kernel, grid, COLSUM_THREADS, 0, partial, dout, N, OC);
+    SG_CHECK_LAUNCH();
+    SG_LAUNCH(column_sum_finish_kernel, sg_ceil_div((size_t)OC, COLSUM_THREADS),
+              COLSUM_THREADS, 0, dbias, partial, nchunks, OC);
+    SG_CHECK_LAUNCH();
 }
 
 /* ---- GELU (tanh approximation) ------------------------------------------------------------ */

@@ -26,6 +26,9 @@ void matmul_forward_cuda(float* out, const float* inp, const float* weight, cons
                          int N, int C, int OC);
 void matmul_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int N, int C, int OC);
+/* dbias (OC) += the column sums of dout (N, OC), in two fixed passes (matmul_backward_cuda's
+ * bias gradient; the bf16 matmuls share it, so their dbias has the same bits) */
+void bias_backward_cuda(float* dbias, const float* dout, int N, int OC);
 void gelu_forward_cuda(float* out, const float* inp, size_t n);
 void gelu_backward_cuda(float* dinp, const float* inp, const float* dout, size_t n);
 void residual_dropout_forward_cuda(float* out, const float* x, const float* branch,
