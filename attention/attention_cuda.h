@@ -21,6 +21,15 @@ void attention_backward_cuda(float* dqkv, float* scratch, const float* dout, con
                              int B, int T, int NH, int NKV, int HD,
                              uint32_t g0, uint64_t attn_seed, Dropout drop);
 
+/* The backward's pass 0, D (B, NH, T) written: D[b,h,i] = dout_i . out_i over the head's HD
+ * channels, one warp a row in a fixed order; and the grouped-query sum: dk, dv of each kv head
+ * written into dqkv from the per-query-head partials dKp, dVp (B, T, NH, HD), added in ascending
+ * head order, dk times sigma. Shared by the fp32 and the tensor-core backward. */
+void attention_backward_dot_cuda(float* D, const float* dout, const float* out, int B, int T, int NH,
+                                 int HD);
+void attention_group_sum_cuda(float* dqkv, const float* dKp, const float* dVp, int B, int T, int NH,
+                              int NKV, int HD, float sigma);
+
 #ifdef __cplusplus
 }
 #endif

@@ -406,6 +406,26 @@ __global__ void flash_group_sum_kernel(float* dqkv, const float* dKp, const floa
     dqkv[bt * QKV + (size_t)(NH + NKV + kvh) * HD + d] = sv;
 }
 
+/* Pass 0 and the grouped-query sum as calls of their own, shared with the tensor-core backward
+ * (attention/flash_tc.cu), whose D and group sums are these, fp32 (attention/attention_cuda.h). */
+extern "C" void attention_backward_dot_cuda(float* D, const float* dout, const float* out, int B, int T,
+                                            int NH, int HD) {
+    const long rows = (long)B * NH * T;
+    if (rows <= 0) return;
+    SG_LAUNCH(flash_dot_kernel, dim3(sg_ceil_div((size_t)rows, 8)), dim3(256), 0, D, dout, out, B, T,
+              NH, HD);
+    SG_CHECK_LAUNCH();
+}
+
+extern "C" void attention_group_sum_cuda(float* dqkv, const float* dKp, const float* dVp, int B, int T,
+                                         int NH, int NKV, int HD, float sigma) {
+    const size_t n = (size_t)B * T * NKV * HD;
+    if (n == 0) return;
+    SG_LAUNCH(flash_group_sum_kernel, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dqkv, dKp, dVp, B, T,
+              NH, NKV, HD, sigma);
+    SG_CHECK_LAUNCH();
+}
+
 /* Pass 2: dQ. Block (b * NH + h, query tile), the last query tiles (the longest rows) first; it
  * sums over the key tiles and the keys in ascending order. */
 template <int NDM>
@@ -557,10 +577,7 @@ static void flash_backward_launch(float* dqkv, float* scratch, const float* dout
         SG_LAUNCH(flash_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dKp, dVp, (size_t)NH * HD,
                   1.0f, dout, qkv, lse, D, T, NH, NKV, HD, g0, seed, drop.thr, drop.scale, sigma);
         SG_CHECK_LAUNCH();
-        const size_t n = (size_t)B * T * NKV * HD;
-        SG_LAUNCH(flash_group_sum_kernel, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dqkv, dKp, dVp, B,
-                  T, NH, NKV, HD, sigma);
-        SG_CHECK_LAUNCH();
+        attention_group_sum_cuda(dqkv, dKp, dVp, B, T, NH, NKV, HD, sigma);
     }
     dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, FBQ));
     SG_LAUNCH(flash_dq_kernel<NDM>, grid2, dim3(FTHREADS), smem2, dqkv, dout, qkv, lse, D, T, NH,
@@ -576,10 +593,7 @@ extern "C" void attention_backward_cuda(float* dqkv, float* scratch, const float
     if (B <= 0 || T <= 0) return;
     const float sigma = 1.0f / sqrtf((float)HD);
     float* D = scratch;   /* (B, NH, T) */
-    const long rows = (long)B * NH * T;
-    SG_LAUNCH(flash_dot_kernel, dim3(sg_ceil_div((size_t)rows, 8)), dim3(256), 0, D, dout, out, B, T,
-              NH, HD);
-    SG_CHECK_LAUNCH();
+    attention_backward_dot_cuda(D, dout, out, B, T, NH, HD);
     if (HD <= 64)
         flash_backward_launch<1>(dqkv, scratch, dout, qkv, lse, B, T, NH, NKV, HD, g0, attn_seed, drop,
                                  sigma);

@@ -290,21 +290,8 @@ __device__ __forceinline__ float tc_keep_scale(const uint32_t* Mw, int r, int c,
     return (Mw[2 * r + (c >> 5)] >> (c & 31)) & 1u ? scale : 0.0f;
 }
 
-/* Pass 0: D_i = do_i . o_i (fp32) for every row (b, h, i) of D (B, NH, T); one warp a row, the
- * lanes' partial sums over d = lane, lane + 32, ... then a butterfly, a fixed order. */
-__global__ void flash_tc_dot_kernel(float* D, const float* dout, const float* out, int B, int T, int NH, int HD) {
-    const int lane = threadIdx.x & 31;
-    const long row = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    const long rows = (long)B * NH * T;
-    float s = 0.0f;
-    if (row < rows) {
-        const long bh = row / T, i = row % T, b = bh / NH, h = bh % NH;
-        const size_t at = ((size_t)b * T + (size_t)i) * NH * HD + (size_t)h * HD;
-        for (int d = lane; d < HD; d += 32) s = fmaf(dout[at + d], out[at + d], s);
-    }
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(TC_FULL, s, off);
-    if (row < rows && lane == 0) D[row] = s;
-}
+/* Pass 0, D_i = do_i . o_i in fp32, and the grouped-query sums of the dK/dV partials are the fp32
+ * backward's own (attention_backward_dot_cuda, attention_group_sum_cuda in flash_cuda.cu). */
 
 /* Pass 1: dK, dV of one query head's 64 keys. Block (b * NH + h, key tile), the first key tiles
  * (the longest columns) first; warp w owns key rows 16 w .. 16 w + 15 of the tile and walks the
@@ -316,7 +303,7 @@ __global__ void flash_tc_dot_kernel(float* D, const float* dout, const float* ou
  *   dV += Pd^T dO  and  dK += dS^T Q  (B from the dO and Q tiles, queries as the k index).
  * Writes (dk k_scale, dv) of its keys to row b * T + j of dk_out, dv_out (row stride out_stride,
  * head column h * HD): straight into dqkv (k_scale = sigma) when each kv head has one query head,
- * else into per-query-head partial sums that flash_tc_group_sum_kernel adds up. */
+ * else into per-query-head partial sums that attention_group_sum_cuda adds up. */
 template <int HD>
 __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride,
                                                                     float k_scale, const float* dout,
@@ -447,27 +434,6 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel(float* dk_out
                 dvr[8 * nd + 2 * tq + e] = dv[nd][2 * rr + e];
             }
     }
-}
-
-/* Grouped-query heads: dk (B, T, NKV, HD) of kv head kvh = sigma times the sum of the partial sums
- * dKp (B, T, NH, HD) of its G query heads, added in ascending head order; dv likewise from dVp,
- * without sigma. One thread an element. */
-__global__ void flash_tc_group_sum_kernel(float* dqkv, const float* dKp, const float* dVp, int B, int T, int NH,
-                                          int NKV, int HD, float sigma) {
-    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= (size_t)B * T * NKV * HD) return;
-    const int G = NH / NKV, d = (int)(e % HD), kvh = (int)(e / HD % NKV);
-    const size_t bt = e / HD / NKV;
-    const float* pk = dKp + bt * NH * HD + (size_t)kvh * G * HD + d;
-    const float* pv = dVp + bt * NH * HD + (size_t)kvh * G * HD + d;
-    float sk = 0.0f, sv = 0.0f;
-    for (int x = 0; x < G; x++) {
-        sk += pk[(size_t)x * HD];
-        sv += pv[(size_t)x * HD];
-    }
-    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
-    dqkv[bt * QKV + (size_t)(NH + kvh) * HD + d] = sk * sigma;
-    dqkv[bt * QKV + (size_t)(NH + NKV + kvh) * HD + d] = sv;
 }
 
 /* Pass 2: dQ. Block (b * NH + h, query tile), the last query tiles (the longest rows) first; warp
@@ -646,7 +612,7 @@ extern "C" void attention_forward_tc_cuda(float* out, float* lse, const uint16_t
 static size_t tc_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* The scratch: D (B, NH, T); with grouped-query heads (NKV < NH) also the per-query-head partial
- * sums of dK and dV, (B, T, NH, HD) each, that pass 1 leaves for flash_tc_group_sum_kernel. */
+ * sums of dK and dV, (B, T, NH, HD) each, that pass 1 leaves for attention_group_sum_cuda. */
 extern "C" size_t attention_backward_tc_scratch_floats(int B, int T, int NH, int NKV, int HD) {
     const size_t partial = NKV < NH ? 2 * tc_round16((size_t)B * T * NH * HD) : 0;
     return tc_round16((size_t)B * NH * T) + partial;
@@ -681,10 +647,7 @@ static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* d
         SG_LAUNCH(flash_tc_dkdv_kernel<HD>, grid1, dim3(TC_THREADS), smem1, dKp, dVp, (size_t)NH * HD, 1.0f, dout,
                   qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
         SG_CHECK_LAUNCH();
-        const size_t n = (size_t)B * T * NKV * HD;
-        SG_LAUNCH(flash_tc_group_sum_kernel, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dqkv, dKp, dVp, B, T, NH,
-                  NKV, HD, sigma);
-        SG_CHECK_LAUNCH();
+        attention_group_sum_cuda(dqkv, dKp, dVp, B, T, NH, NKV, HD, sigma);
     }
     dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BQ));
     SG_LAUNCH(flash_tc_dq_kernel<HD>, grid2, dim3(TC_THREADS), smem2, dqkv, dout, qkv, lse, D, T, NH, NKV, g0, seed,
@@ -697,10 +660,7 @@ extern "C" void attention_backward_tc_cuda(float* dqkv, float* scratch, const fl
                                            uint32_t g0, uint64_t attn_seed, Dropout drop) {
     tc_check_shapes("attention_backward_tc_cuda", qkv_bf16, NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
-    const long rows = (long)B * NH * T;
-    SG_LAUNCH(flash_tc_dot_kernel, dim3(sg_ceil_div((size_t)rows, 8)), dim3(256), 0, scratch, dout, out, B, T, NH,
-              HD);
-    SG_CHECK_LAUNCH();
+    attention_backward_dot_cuda(scratch, dout, out, B, T, NH, HD);
     switch (HD) {
     case 16: flash_tc_backward_launch<16>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
     case 32: flash_tc_backward_launch<32>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
