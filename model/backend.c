@@ -111,7 +111,6 @@ static const Backend* backend_cuda_bf16(void) {
         t.precision = "bf16";
         t.matmul_forward = matmul_forward_bf16_cuda;
         t.matmul_backward = matmul_backward_bf16_cuda;
-        t.matmul_gelu_forward = matmul_gelu_forward_bf16_cuda;
         t.attention_forward = attention_forward_bf16_cuda;
         t.attention_backward_scratch_floats = attention_backward_scratch_floats_bf16_cuda;
         t.attention_backward = attention_backward_bf16_cuda;

@@ -52,10 +52,6 @@ typedef struct Backend {
                            int N, int C, int OC);
     void (*matmul_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
                             const float* inp, const float* weight, int N, int C, int OC);
-    /* optional (NULL: matmul_forward then gelu_forward): pre = inp . weight^T + bias and
-     * out = gelu(pre), both written, in one fused call */
-    void (*matmul_gelu_forward)(float* pre, float* out, const float* inp, const float* weight,
-                                const float* bias, int N, int C, int OC);
     void (*gelu_forward)(float* out, const float* inp, size_t n);
     void (*gelu_backward)(float* dinp, const float* inp, const float* dout, size_t n);
     void (*residual_dropout_forward)(float* out, const float* x, const float* branch,

@@ -461,12 +461,8 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
     m->be->residual_dropout_forward(a->resid2, x, a->resid2, B, T, C, g0,
                              rec->seed[SITE_ATTN_RESID], dres);
     m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, mlp_in, p.ln2w, p.ln2b, N, C);
-    if (m->be->matmul_gelu_forward != NULL) {
-        m->be->matmul_gelu_forward(a->fch, a->fch_gelu, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
-    } else {
-        m->be->matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
-        m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    }
+    m->be->matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
+    m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
     m->be->matmul_forward(out, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
     if (depth) m->be->drop_path(out, out, B, T, C, g0, rec->seed[SITE_DEPTH_MLP], m->drop_path);
     m->be->residual_dropout_forward(out, a->resid2, out, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);

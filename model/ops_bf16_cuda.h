@@ -30,10 +30,6 @@ void matmul_forward_bf16_cuda(float* out, const float* inp, const float* weight,
  * NULL) */
 void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, int N, int C, int OC);
-/* the MLP's first matmul and its GELU: pre (N,OC) written = matmul_forward_bf16_cuda(inp, weight,
- * bias), out (N,OC) written = gelu_forward_cuda(pre), the tanh GELU of model/ops.h, bit for bit */
-void matmul_gelu_forward_bf16_cuda(float* pre, float* out, const float* inp, const float* weight,
-                                   const float* bias, int N, int C, int OC);
 
 #ifdef __cplusplus
 }

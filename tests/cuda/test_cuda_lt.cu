@@ -11,8 +11,6 @@
  *     N = 1, aligned ones, C = 0 (out = bias); written outputs NaN-filled before the call, dweight and dbias
  *     accumulating onto random values (twice), NULL dinp / dbias / bias;
  *   - the bias gradient bit for bit equal to matmul_backward_cuda's (same two-pass column sum);
- *   - the fused matmul + GELU: pre equal to the plain forward and out to gelu_forward_cuda(pre),
- *     bit for bit;
  *   - determinism: the same call twice gives the same bits;
  *   - the workspace and the operand copies counted in the device peak;
  *   - in the emulation only: its defined arithmetic (fp32 sum in ascending k, bit for bit) and its
@@ -230,21 +228,6 @@ static void test_shape(int N, int C, int OC, int with_bias, int with_dinp) {
     }
 #endif
 
-    /* fused GELU: pre = the plain forward, out = gelu_forward_cuda(pre), bit for bit */
-    float *d_pre = dpoison(no), *d_act = dpoison(no), *d_ref_act = dpoison(no);
-    matmul_gelu_forward_bf16_cuda(d_pre, d_act, dx, dw, dbias_in, N, C, OC);
-    gelu_forward_cuda(d_ref_act, d_pre, no);
-    float *gp = down(d_pre, no), *ga = down(d_act, no), *gra = down(d_ref_act, no);
-    int pre_same = same_bits(gp, go, no), act_same = same_bits(ga, gra, no);
-    snprintf(name, sizeof(name), "matmul_gelu_bf16_pre_equals_forward_and_out_equals_gelu_of_pre_%s", tag);
-    expect(pre_same && act_same, name, "pre %s the plain forward's bits, out %s gelu_forward_cuda(pre)'s",
-           pre_same ? "has" : "DIFFERS FROM", act_same ? "has" : "DIFFERS FROM");
-    matmul_gelu_forward_bf16_cuda(d_pre, d_act, dx, dw, dbias_in, N, C, OC);
-    float *gp2 = down(d_pre, no), *ga2 = down(d_act, no);
-    int gdet = same_bits(gp, gp2, no) && same_bits(ga, ga2, no);
-    snprintf(name, sizeof(name), "matmul_gelu_bf16_deterministic_%s", tag);
-    expect(gdet, name, "two calls: %s", gdet ? "same bits" : "BITS DIFFER");
-
     /* backward: dinp written (NaN before), dweight and dbias accumulate onto random values */
     float *dout = hrand(no, 1.0), *dw0 = hrand(nw, 1.0), *db0 = hrand(OC, 1.0);
     float *d_dout = up(dout, no), *d_di = dpoison(ni), *d_dw = up(dw0, nw), *d_db = up(db0, OC);
@@ -316,10 +299,10 @@ static void test_shape(int N, int C, int OC, int with_bias, int with_dinp) {
            same_bits(rb3, with_bias ? rb32 : db0, OC) ? "same bits" : "BITS DIFFER");
 
     ref_free(rf); ref_free(rw); ref_free(rw_twice);
-    free(x); free(w); free(bias); free(go); free(go32); free(go2); free(gp); free(ga); free(gra);
-    free(gp2); free(ga2); free(dout); free(dw0); free(db0); free(gi); free(gw); free(gb); free(gi32);
+    free(x); free(w); free(bias); free(go); free(go32); free(go2);
+    free(dout); free(dw0); free(db0); free(gi); free(gw); free(gb); free(gi32);
     free(gw32); free(gb32); free(ri2); free(rw2); free(rb2); free(rw3); free(rb3); free(rb32);
-    float* dev[] = {dx, dw, db, d_o, d_o32, d_pre, d_act, d_ref_act, d_dout, d_di, d_dw, d_db,
+    float* dev[] = {dx, dw, db, d_o, d_o32, d_dout, d_di, d_dw, d_db,
                     d_di32, d_dw32, d_db32};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) device_free_cuda(dev[i]);
 }
