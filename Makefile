@@ -12,7 +12,7 @@
 #   make mpi        the data-parallel trainer ./train_mpi (mpicc): mpirun -np N ./train_mpi ...
 #   make mpi-cuda   ./train_mpi_cuda: the same with NCCL for --device cuda (one GPU per rank)
 #   make mpi-cuda-check  compiles and links the NCCL path alone (model/dist_*.{c,cu})
-#   make test-cuda-emu   the CUDA kernels run on the CPU through attention/cuda_emu.h, against
+#   make test-cuda-emu   the CUDA kernels run on the CPU through cuda/cuda_emu.h, against
 #                   their CPU twins (part of make test): plainly, then the ThreadSanitizer subset
 #   make test-cuda-emu-tsan   that subset alone, two blocks at a time (docs/cuda-emulation.md)
 #   make test-cuda  the same tests on a real GPU (needs one)
@@ -56,7 +56,7 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 # Test builds: the same sources with SEEDGPT_TEST_BUILD (NaN-filled scratch, allocation counting).
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
-HEADERS := $(wildcard model/*.h attention/*.h data/*.h checkpoint/*.h tests/*.h)
+HEADERS := $(wildcard model/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h)
 
 .PHONY: all test test-run test-asan fuzz kjv demo plot setup verify bench clean
 # test-asan builds its trainer elsewhere (TRAIN_BIN)
@@ -94,7 +94,7 @@ C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 HAVE_CUDA := $(shell test -f $(CUDA_HOME)/include/curand.h && echo 1)
 ifeq ($(HAVE_CUDA),1)
 CURAND_TEST := $(BUILD)/tests/test_curand
-$(BUILD)/tests/test_curand: tests/test_curand.c attention/philox.h tests/test.h
+$(BUILD)/tests/test_curand: tests/test_curand.c random/philox.h tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 -lcurand \
 		-Wl,-rpath,$(CUDA_HOME)/lib64 -lm
@@ -155,7 +155,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TES
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh tests/check_mpi_cuda.sh \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		tests/test_resume.sh tests/test_train_cli.sh "$(MPI_TEST)" "$(CUDA_BUILD_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
-		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)"
+		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
 # `make fuzz`: each libFuzzer target (tests/fuzz/) for FUZZ_SECONDS; make test runs 10 s each,
@@ -164,6 +164,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_CI ?= FUZZ_SEED=1 tests/fuzz/run.sh 10
 ASAN_CI ?= $(MAKE) -s --no-print-directory test-asan
 LEARN_TEST ?= tests/test_learn.sh
+# the folders' one-way dependencies (DESIGN §1): a grep over the includes, no build
+LAYOUT_CI ?= tests/check_layout.sh
 # The CUDA side without a GPU: make cuda and the CUDA tests compile with nvcc (SKIP without it);
 # the kernels and the CUDA tests run on the CPU through the emulation, plainly and under TSan
 # (make test-cuda-emu); then the emulated trainer against the CPU one (train, resume across).
@@ -187,7 +189,8 @@ test-asan:
 		MPI_BIN= MPI_TEST="echo SKIP mpi: make test runs the data-parallel tests, OpenMPI is not built for ASan" \
 		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
-		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer"
+		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \
+		LAYOUT_CI="echo SKIP layout: make test checks the includes, a sanitizer adds nothing"
 
 setup:
 	@scripts/setup.sh
@@ -219,12 +222,12 @@ plot:
 
 # ---- CUDA ----------------------------------------------------------------------------------
 # The .cu sources next to their CPU twins (model/, attention/) build two ways: with nvcc for a GPU,
-# and as C++ with -DSG_EMU against the emulation (attention/cuda_emu.h, attention/cuda_emu.cpp) so
+# and as C++ with -DSG_EMU against the emulation (cuda/cuda_emu.h, cuda/cuda_emu.cpp) so
 # that CI runs every kernel on the CPU. model/backend.c is compiled once more with SEEDGPT_CUDA to
 # add the CUDA table. Tests of CUDA code are tests/cuda/test_*.cu; each builds both ways too.
-CUDA_SRC      := $(sort $(wildcard model/*.cu attention/*.cu))
+CUDA_SRC      := $(sort $(wildcard model/*.cu attention/*.cu cuda/*.cu))
 CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
-CUDA_HEADERS  := $(HEADERS) $(wildcard attention/*.h model/*.h tests/cuda/*.h)
+CUDA_HEADERS  := $(HEADERS) $(wildcard cuda/*.h tests/cuda/*.h)
 NVCC_ARCH     ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS     ?= -O3 -std=c++17 -I. $(NVCC_ARCH) -Xcompiler -fopenmp -lineinfo
 # the register / shared memory / spill report of every kernel, printed by the build
@@ -269,7 +272,7 @@ CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_TC_SRC),$(CUDA_TEST_ALONE_SRC))
 # the tensor-core attention forward (attention/flash_tc.cu) against the CPU attention
 CUDA_TEST_FTC_SRC   := tests/cuda/test_cuda_flash_tc.cu
 CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_FTC_SRC),$(CUDA_TEST_ALONE_SRC))
-CUDA_KERNELS_NEEDED := model/ops_cuda.cu model/device_cuda.cu attention/flash_cuda.cu
+CUDA_KERNELS_NEEDED := model/ops_cuda.cu cuda/device_memory.cu attention/flash_cuda.cu
 CUDA_KERNELS_MISSING := $(filter-out $(CUDA_SRC),$(CUDA_KERNELS_NEEDED))
 CUDA_REF_OBJ := $(patsubst %.c,$(BUILD)/test/%.o,$(filter tests/ref_%.c,$(wildcard tests/*.c)))
 
@@ -299,16 +302,16 @@ $(CUDA_TEST_TC_BINS): $(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(BUILD)/test/atten
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(BUILD)/test/attention/flash_cpu.o \
 		-Xcompiler -fopenmp -lgomp -lm
 CUDA_TEST_FTC_BINS := $(CUDA_BUILD)/tests/test_cuda_flash_tc
-# (flash_tc.o's fp32-interface wrappers call flash_cuda.o's kernels and model/device_cuda.o's allocator)
+# (flash_tc.o's fp32-interface wrappers call flash_cuda.o's kernels and cuda/device_memory.o's allocator)
 $(CUDA_TEST_FTC_BINS): tests/cuda/test_cuda_flash_tc.cu $(CUDA_BUILD)/attention/flash_tc.o \
-		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/model/device_cuda.o \
+		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/cuda/device_memory.o \
 		$(BUILD)/test/attention/flash_cpu.o $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_BUILD)/attention/flash_tc.o \
-		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/model/device_cuda.o \
+		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/cuda/device_memory.o \
 		$(BUILD)/test/attention/flash_cpu.o -Xcompiler -fopenmp -lgomp -lm
 # the attention's speed on a GPU (scripts/gpu_check.sh): fwd + bwd ms and TFLOP/s, not a test
-BENCH_ATTN_OBJ := $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/attention/flash_tc.o $(CUDA_BUILD)/model/device_cuda.o
+BENCH_ATTN_OBJ := $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/attention/flash_tc.o $(CUDA_BUILD)/cuda/device_memory.o
 $(CUDA_BUILD)/bench_attention_cuda: tests/cuda/bench_attention_cuda.cu $(BENCH_ATTN_OBJ) $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(BENCH_ATTN_OBJ)
@@ -328,18 +331,18 @@ test-cuda: train_cuda $(CUDA_TEST_BINS)
 # (with the attention benchmark of scripts/gpu_check.sh, so that CI compiles it too)
 cuda-test-bins: $(CUDA_TEST_BINS) $(CUDA_BUILD)/bench_attention_cuda
 
-# make test-cuda-emu: the same kernel and test sources as C++ on the CPU (attention/cuda_emu.h),
+# make test-cuda-emu: the same kernel and test sources as C++ on the CPU (cuda/cuda_emu.h),
 # run once plainly and then, built with ThreadSanitizer (make test-cuda-emu-tsan), with two
 # blocks at a time so that races between blocks and missing barriers are reported.
 EMU_CXX       ?= g++
 EMU_CXXFLAGS  ?= -O2 -g
 EMU_FLAGS     := -std=c++17 -DSG_EMU -I. -pthread -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-parameter
 EMU_BUILD     ?= $(BUILD)/emu
-EMU_RT_OBJ    := $(EMU_BUILD)/attention/cuda_emu_rt.o
+EMU_RT_OBJ    := $(EMU_BUILD)/cuda/cuda_emu_rt.o
 EMU_OBJ       := $(CUDA_SRC:%.cu=$(EMU_BUILD)/%.o)
 EMU_ALONE_BINS := $(CUDA_TEST_ALONE_SRC:tests/cuda/%.cu=$(EMU_BUILD)/tests/%)
 EMU_MODEL_BINS := $(CUDA_TEST_MODEL_SRC:tests/cuda/%.cu=$(EMU_BUILD)/tests/%)
-$(EMU_RT_OBJ): attention/cuda_emu.cpp $(CUDA_HEADERS)
+$(EMU_RT_OBJ): cuda/cuda_emu.cpp $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -c -o $@ $<
 $(EMU_BUILD)/%.o: %.cu $(CUDA_HEADERS)
@@ -361,7 +364,7 @@ $(EMU_TC_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_RT_OBJ) $(BUI
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 EMU_FTC_BINS := $(EMU_BUILD)/tests/test_cuda_flash_tc
 $(EMU_FTC_BINS): $(EMU_BUILD)/tests/test_cuda_flash_tc.o $(EMU_BUILD)/attention/flash_tc.o \
-		$(EMU_BUILD)/attention/flash_cuda.o $(EMU_BUILD)/model/device_cuda.o $(EMU_RT_OBJ) \
+		$(EMU_BUILD)/attention/flash_cuda.o $(EMU_BUILD)/cuda/device_memory.o $(EMU_RT_OBJ) \
 		$(BUILD)/test/attention/flash_cpu.o
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU
@@ -408,7 +411,7 @@ DEV_CUDA_OPS       := layernorm_forward residual_dropout_forward attention_forwa
 DEV_CUDA_BUILD     := $(BUILD)/dev_cuda
 DEV_CUDA_BINS      := $(DEV_CUDA_OPS:%=$(DEV_CUDA_BUILD)/%)
 DEV_CUDA_EMU_BINS  := $(DEV_CUDA_OPS:%=$(EMU_BUILD)/dev_cuda/%)
-DEV_CUDA_KERNELS   := model/ops_cuda model/ops_bf16_cuda model/device_cuda attention/flash_cuda \
+DEV_CUDA_KERNELS   := model/ops_cuda model/ops_bf16_cuda cuda/device_memory attention/flash_cuda \
                       attention/flash_tc
 DEV_CUDA_OBJ       := $(DEV_CUDA_KERNELS:%=$(CUDA_BUILD)/%.o) $(BUILD)/attention/flash_cpu.o
 DEV_CUDA_EMU_OBJ   := $(DEV_CUDA_KERNELS:%=$(EMU_BUILD)/%.o) $(EMU_RT_OBJ) $(BUILD)/attention/flash_cpu.o

@@ -2,7 +2,7 @@
  * heads and dropout on the attention probabilities, forward and backward, fused (DESIGN §5).
  *
  * Owns: the tiling, the online softmax, the deterministic partitioning of the backward, the tile
- * products and the exponential they use. Every keep bit comes from attention/philox.h; this file
+ * products and the exponential they use. Every keep bit comes from random/philox.h; this file
  * computes no Philox counter of its own. It allocates nothing: the forward's tile buffers live on
  * each thread's stack, the backward's in the caller's scratch. Memory is O(T) per head: no T x T
  * matrix exists, not even for one head.
@@ -37,7 +37,7 @@
 #include <omp.h>
 #endif
 #include "attention/attention.h"
-#include "attention/vexp.h"
+#include "util/vexp.h"
 
 /* Tile sizes: BQ query rows by BK keys. Any positive values work (tests build the kernel with
  * others). Multiples of 8 keep the tile products in whole register blocks; BK a multiple of 64

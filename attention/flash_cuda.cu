@@ -4,8 +4,8 @@
  * (attention/attention_cuda.h); every pointer is device memory.
  *
  * Owns: the CUDA tiling, the online softmax on the GPU and the deterministic partitioning of its
- * backward. Every keep bit comes from attention/philox.h (philox_attn_draw4, the same counters
- * the CPU uses), so the masks are bit-identical to the CPU's. Uses only what attention/device.h
+ * backward. Every keep bit comes from random/philox.h (philox_attn_draw4, the same counters
+ * the CPU uses), so the masks are bit-identical to the CPU's. Uses only what cuda/device.h
  * names, so it also builds as C++ against the emulation (make test-cuda-emu).
  *
  * Per head (sigma = 1/sqrt(HD), causal j <= i, keep bit m_ij, scale = 1/(1-p)):
@@ -40,7 +40,7 @@
  * group's query heads ascending. Results are identical run to run; they differ from the CPU's in
  * the last bits (expf, the order of the row sums and of the GQA group sum), never in a keep bit.
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <float.h>
 #include <math.h>
 #include <stdint.h>

@@ -1,11 +1,11 @@
 /* attention/flash_tc.cu — the fused causal attention (DESIGN §5) on tensor cores, forward and
  * backward: q, k, v in bf16, every product through sg_mma_m16n8k16_bf16_f32 with fp32
  * accumulators, the softmax in fp32 registers, dropout on the probabilities inside the kernels
- * with the keep bits of attention/philox.h (DESIGN §3), bit-identical to flash_cpu.c's. The
+ * with the keep bits of random/philox.h (DESIGN §3), bit-identical to flash_cpu.c's. The
  * fp32-interface wrappers at the end (attention/flash_tc.h) are drop-ins for flash_cuda.cu's
  * attention_forward_cuda / attention_backward_cuda: the trainer's bf16 precision.
  * tests/cuda/test_cuda_flash_tc.cu holds it to attention/flash_cpu.c run on the same bf16 values.
- * Uses only what attention/device.h names, so it also builds as C++ against the emulation (make
+ * Uses only what cuda/device.h names, so it also builds as C++ against the emulation (make
  * test-cuda-emu).
  *
  * Per head (sigma = 1/sqrt(HD), causal j <= i, keep bit m_ij, scale = 1/(1-p)):
@@ -22,7 +22,7 @@
  * HD 64 and 128, 12 and 20 for HD 16 and 32: either way the 8 rows a fragment load touches hit
  * distinct banks), zero past T.
  *
- * The accumulator fragment (attention/mma.h): with g = lane / 4 and t = lane % 4, lane holds of
+ * The accumulator fragment (cuda/mma.h): with g = lane / 4 and t = lane % 4, lane holds of
  * each 16 x 8 tile c0, c1 at (row g, columns 2t, 2t+1) and c2, c3 at (row g + 8, the same
  * columns). So of the warp's 16 x 64 score tile (8 fragments nf = 0..7, key j0 + 8 nf + 2t + e) a
  * lane holds two query rows, g and g + 8, and 16 keys of each; a row is spread over the 4 lanes of
@@ -64,16 +64,16 @@
  * tiles in ascending order, dk and dv over the query tiles in ascending order, then over the
  * group's query heads in ascending order. Two runs give the same bits; a GPU's mma adds its 16
  * products in an order of its own, so the bits differ from the emulation's within
- * sg_mma_tolerance (attention/mma.h), never in a keep bit.
+ * sg_mma_tolerance (cuda/mma.h), never in a keep bit.
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
-#include "attention/mma.h"
+#include "cuda/mma.h"
 #include "attention/attention_cuda.h"
 #include "attention/flash_tc.h"
-#include "model/ops_cuda.h"   /* device_alloc_cuda, device_free_cuda: the counted allocator */
+#include "cuda/device_memory.h"   /* device_alloc_cuda, device_free_cuda: the counted allocator */
 
 #define TC_BQ 64          /* queries per block: 16 per warp */
 #define TC_BK 64          /* keys per tile (a multiple of 32: whole Philox blocks) */
@@ -689,7 +689,7 @@ static void tc_round_f32(float* dst, const float* src, size_t n) {
 }
 
 /* The forward's bf16 copy of qkv: one grow-only device block from the backend's counted
- * allocator (model/device_cuda.cu), so it shows in the peak memory; calls run one after another
+ * allocator (cuda/device_memory.cu), so it shows in the peak memory; calls run one after another
  * on the default stream, so one block serves them all. */
 static void* tc_fwd_scratch = NULL;
 static size_t tc_fwd_scratch_bytes = 0;

@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "philox.h"
+#include "random/philox.h"
 
 #ifdef __cplusplus
 extern "C" {

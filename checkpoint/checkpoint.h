@@ -10,7 +10,7 @@
 #define SEEDGPT_CHECKPOINT_H
 
 #include <stdint.h>
-#include "attention/philox.h"
+#include "random/philox.h"
 
 #ifdef __cplusplus
 extern "C" {

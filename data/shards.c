@@ -4,7 +4,7 @@
  * arithmetic of a split, and the shuffle permutation. Reads tokens from the files at need with
  * pread (one window of B*T+1 tokens at a time); a split is never held in memory.
  *
- * May not: print, exit, or include anything outside data/.
+ * May not: print, exit, or include anything outside data/ but util/ (the durable-write helpers).
  */
 #include "data/shards.h"
 
@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "util/fileio.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "shard files are little-endian; this reader assumes a little-endian host (as llm.c does)"
@@ -65,25 +66,6 @@ static char* str_dup(const char* s) {
     char* d = malloc(n);
     if (d) memcpy(d, s, n);
     return d;
-}
-
-/* fsync the directory holding path, so that a rename into it survives a crash. Best effort:
- * some filesystems refuse fsync on a directory, and the rename itself already happened. */
-static void fsync_parent_dir(const char* path) {
-    const char* slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) { strcpy(dir, "."); }
-    else if (slash == path) { strcpy(dir, "/"); }
-    else {
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof(dir)) return;
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    (void)fsync(fd);
-    close(fd);
 }
 
 /* ---- writing ------------------------------------------------------------------------------- */

@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "attention/philox.h"
+#include "random/philox.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "attention/philox.h"
+#include "random/philox.h"
 #include "checkpoint/checkpoint.h"
 #include "model/backend.h"
 #include "model/ops.h"

@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "model/modelfile.h"
-#include "model/fsync_dir.h"
+#include "util/fileio.h"
 
 #define HEADER_INTS 256
 #define HEADER_BYTES (HEADER_INTS * 4)
@@ -231,7 +231,7 @@ int modelfile_load(GPT* m, const char* path, char err[256]) {
 int modelfile_save(const GPT* m, const char* path, char err[256]) {
     const GPTConfig* c = &m->config;
     char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+    if (tmp_path_of(tmp, sizeof(tmp), path) != 0) {
         snprintf(err, 256, "%s: path too long", path);
         return -1;
     }
@@ -260,7 +260,7 @@ int modelfile_save(const GPT* m, const char* path, char err[256]) {
         return -1;
     }
     const char* failed = NULL;
-    int saved_errno = 0;
+    int saved_errno;
     if (fwrite(h, 4, HEADER_INTS, f) != HEADER_INTS) failed = "write";
     float* ptr[NUM_PARAMETER_TENSORS];
     memcpy(ptr, &m->host_params, sizeof(ptr));
@@ -268,17 +268,11 @@ int modelfile_save(const GPT* m, const char* path, char err[256]) {
         if (fwrite(ptr[k], sizeof(float), m->param_sizes[k], f) != m->param_sizes[k])
             failed = "write";
     }
-    if (failed == NULL && fflush(f) != 0) failed = "write";
-    if (failed == NULL && fsync(fileno(f)) != 0) failed = "fsync";
-    if (failed != NULL) saved_errno = errno;
-    if (fclose(f) != 0 && failed == NULL) { failed = "close"; saved_errno = errno; }
-    if (failed == NULL && rename(tmp, path) != 0) { failed = "rename"; saved_errno = errno; }
+    failed = commit_tmp_file(f, tmp, path, failed, &saved_errno);
     if (failed != NULL) {
-        unlink(tmp);
         snprintf(err, 256, "%s: %s of %s.tmp failed: %s (the previous file, if any, is untouched)",
                  path, failed, path, strerror(saved_errno));
         return -1;
     }
-    fsync_parent_dir(path);
     return 0;
 }

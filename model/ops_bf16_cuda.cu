@@ -41,7 +41,7 @@
  * Memory: the operand copies live in one grow-only scratch and the 32 MiB workspace is allocated
  * once, both through device_alloc_cuda, so the peak the step reports counts them.
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #ifndef SG_EMU
 #include <cublasLt.h>
 #endif

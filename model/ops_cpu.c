@@ -11,7 +11,7 @@
 #include "model/ops.h"
 #include "model/gemm_cpu.h"
 #include "model/adamw.h"
-#include "attention/vexp.h"
+#include "util/vexp.h"
 
 /* Columns per block in column-partitioned reductions (a multiple of 16 floats = 64 bytes). */
 #define COL_BLOCK 64

@@ -15,9 +15,9 @@
  *   - dense products: cuBLAS SGEMM in plain fp32 (no TF32).
  * No float atomics anywhere: every reduction has one fixed order, so results do not depend on the
  * launch and the recompute reproduces the forward's bits (DESIGN §4). Kernels use only the subset
- * of attention/device.h, so this file also builds against the CPU emulation.
+ * of cuda/device.h, so this file also builds against the CPU emulation.
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <math.h>
 #include <string.h>
 #include "model/ops_cuda.h"

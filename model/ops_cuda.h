@@ -1,5 +1,5 @@
 /* model/ops_cuda.h — the CUDA twins of model/ops.h (model/ops_cuda.cu) and the CUDA backend's
- * memory functions (model/device_cuda.cu). Same signatures and contracts as the CPU ops; every
+ * memory functions (cuda/device_memory.h). Same signatures and contracts as the CPU ops; every
  * pointer is device memory. Only model/backend.c and the CUDA tests include this.
  */
 #ifndef SEEDGPT_OPS_CUDA_H
@@ -7,7 +7,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "attention/philox.h"
+#include "random/philox.h"
+#include "cuda/device_memory.h"   /* the backend's memory: device_alloc_cuda, ... */
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,16 +50,6 @@ double sum_squares_cuda(const float* x, size_t n);
 void scale_inplace_cuda(float* x, size_t n, float s);
 void adamw_update_cuda(float* params, const float* grads, float* m, float* v, size_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay, int t);
-
-/* model/device_cuda.cu: the CUDA backend's memory (counted; peak reported) */
-void* device_alloc_cuda(size_t bytes);
-void device_free_cuda(void* p);
-void device_to_backend_cuda(void* dst, const void* host_src, size_t bytes);
-void device_to_host_cuda(void* host_dst, const void* src, size_t bytes);
-void device_fill_cuda(float* x, size_t n, float value);
-size_t device_count_differ_cuda(const float* a, const float* b, size_t n);
-size_t device_peak_bytes_cuda(void);
-void device_synchronize_cuda(void);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@
  * May not: print, exit (except the deliberate SIGKILL of a fault point), or know data/.
  */
 #include "model/state.h"
-#include "model/fsync_dir.h"
+#include "util/fileio.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -153,7 +153,7 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
         return -1;
     }
     char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+    if (tmp_path_of(tmp, sizeof(tmp), path) != 0) {
         set_err(err, "%s: path too long", path);
         return -1;
     }
@@ -216,6 +216,8 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
     put_u32(trailer, 0, crc);
     if (failed == NULL && fwrite(trailer, 1, 4, f) != 4) failed = "write";
     if (failed == NULL && fflush(f) != 0) failed = "write";
+    /* util/fileio.h's commit_tmp_file, spelled out: the crash tests' fault points sit between
+     * its steps */
     fault_kill_point("state_written", -1);
     if (failed == NULL && fsync(fileno(f)) != 0) failed = "fsync";
     int saved_errno = errno;

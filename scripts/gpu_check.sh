@@ -69,7 +69,7 @@ row "build" "ok in ${LAST_S}s"
 # ---- 1. cuBLAS conventions
 if step cublas 60 build/cuda/tests/test_cublas; then row "cublas conventions" "ok"; else row "cublas conventions" "FAILED"; fi
 
-# ---- 1b. the tensor-core wrapper (attention/mma.h): the real mma.sync against its float64 bound
+# ---- 1b. the tensor-core wrapper (cuda/mma.h): the real mma.sync against its float64 bound
 # and the emulation's fragment layout (tests/cuda/test_cuda_mma.cu), then bf16 conversions, then
 # the tensor-core attention forward with dropout against flash_cpu.c (tests/cuda/test_cuda_flash_tc.cu)
 for t in test_cuda_mma test_cuda_bf16 test_cuda_flash_tc test_cuda_lt; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/check_nvcc.sh — the CUDA side of the randomness contract compiles: attention/philox.h as
+# tests/check_nvcc.sh — the CUDA side of the randomness contract compiles: random/philox.h as
 # device code (sm_90 and portable PTX). Runs the result only where a GPU answers.
 set -u
 cd "$(dirname "$0")/.."

@@ -1,11 +1,11 @@
-// tests/philox_device.cu — attention/philox.h compiled as CUDA device code: the same function
+// tests/philox_device.cu — random/philox.h compiled as CUDA device code: the same function
 // the CPU uses, called from a kernel. Built by `make test` (compile only, no GPU needed); run on
 // a machine with a GPU it compares the device's draws with the host's (`make test-cuda`).
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <vector>
-#include "attention/philox.h"
+#include "random/philox.h"
 
 __global__ void draws(uint32_t* out, uint64_t seed, int T) {
     int i = blockIdx.x, j = threadIdx.x;

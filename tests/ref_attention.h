@@ -12,7 +12,7 @@
 #define SEEDGPT_REF_ATTENTION_H
 
 #include <stdint.h>
-#include "attention/philox.h"
+#include "random/philox.h"
 
 /* 1 if the probability (g, h, i, j) is kept, 0 if dropped. */
 int ref_attention_keep(uint64_t seed, uint32_t g, uint32_t h, uint32_t i, uint32_t j, Dropout drop);

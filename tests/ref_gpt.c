@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "attention/philox.h"
+#include "random/philox.h"
 #include "tests/ref_gpt.h"
 
 enum { RG_WTE, RG_WPE, RG_LN1W, RG_LN1B, RG_QKVW, RG_QKVB, RG_ATTPROJW, RG_ATTPROJB,

@@ -20,7 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "attention/philox.h"
+#include "random/philox.h"
 
 /* 1 iff element (g, t, c) of a residual / embedding dropout with this seed is kept. */
 int ref_dropout_keep(uint64_t seed, uint32_t g, uint32_t t, uint32_t c, Dropout drop);

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <curand.h>
 #include "tests/test.h"
-#include "attention/philox.h"
+#include "random/philox.h"
 
 static void compare(uint64_t seed, size_t blocks) {
     curandGenerator_t gen;

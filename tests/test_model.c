@@ -13,7 +13,7 @@
 #include <omp.h>
 #include "model/gpt.h"
 #include "model/mem.h"
-#include "attention/philox.h"
+#include "random/philox.h"
 #include "tests/ref_gpt.h"
 #include "tests/test.h"
 #include "tests/model_util.h"

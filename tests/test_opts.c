@@ -24,7 +24,7 @@
 #include "model/ops.h"
 #include "model/sample.h"
 #include "model/state.h"
-#include "attention/philox.h"
+#include "random/philox.h"
 #include "tests/ref_gpt.h"
 #include "tests/ref_ops.h"
 #include "tests/test.h"

@@ -1,10 +1,10 @@
-/* tests/test_philox.c — the generator and the coordinate -> draw mapping of attention/philox.h
+/* tests/test_philox.c — the generator and the coordinate -> draw mapping of random/philox.h
  * (DESIGN §3): known answers, one-to-one mappings, thresholds, seed derivation. The cuRAND
  * oracle is tests/test_curand.c; kept fractions and per-op masks are in tests/test_ops.c. */
 #include <stdint.h>
 #include <stdlib.h>
 #include "tests/test.h"
-#include "attention/philox.h"
+#include "random/philox.h"
 
 static void known_answers(void) {
     /* DESIGN §3's vectors (Random123's published known answers for Philox4x32-10) */

@@ -5,7 +5,7 @@
 
 tests/torch_oracle.py checks the model with dropout off. This script checks it with dropout ON at
 every site, which needs the masks themselves: it reimplements the randomness contract of
-docs/dropout-rng.md from the prose alone (not from attention/philox.h), as a second, independent
+docs/dropout-rng.md from the prose alone (not from random/philox.h), as a second, independent
 implementation of the mapping seed -> keep bits:
   - Philox4x32-10, vectorised in numpy uint64 (a 32 x 32-bit product fits exactly in 64 bits),
     checked first against the three known-answer vectors of the doc;

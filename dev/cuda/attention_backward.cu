@@ -37,9 +37,9 @@
 #include "dev/cuda/common.h"
 #include "attention/attention.h"
 #include "attention/attention_cuda.h"
-#include "attention/bf16.h"
+#include "cuda/bf16.h"
 #include "attention/flash_tc.h"
-#include "attention/philox.h"
+#include "random/philox.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif

@@ -28,9 +28,9 @@
 #include "dev/cuda/common.h"
 #include "attention/attention.h"
 #include "attention/attention_cuda.h"
-#include "attention/bf16.h"
+#include "cuda/bf16.h"
 #include "attention/flash_tc.h"
-#include "attention/philox.h"
+#include "random/philox.h"
 
 #define OP "attention_forward"
 #define NVARIANTS 2

@@ -8,19 +8,19 @@
  * Two builds of the same source (Makefile: make dev-cuda, make dev-cuda-emu):
  *   - nvcc: validation at the given shapes, then timing with cudaEvent (DEV_WARMUP launches, then
  *     the mean over --reps launches), printed as a table row and one JSON line per variant;
- *   - C++ with -DSG_EMU against attention/cuda_emu.h: the kernels run on the CPU, so only the
+ *   - C++ with -DSG_EMU against cuda/cuda_emu.h: the kernels run on the CPU, so only the
  *     validation runs, at tiny shapes (the emulation has no events and no notion of speed).
  *     `--validate` does the same on a GPU build, at the shapes given.
  * Each validated variant prints one line "ok   dev_cuda_<op>_v<k>: ..." or "FAIL ...", which
  * tests/run.sh counts; a variant that fails its validation is not timed, and the program exits 1.
  *
- * Only what attention/device.h names is used in kernels, plus float4, defined below for the
+ * Only what cuda/device.h names is used in kernels, plus float4, defined below for the
  * emulation (a 16-byte aligned struct: what a vectorised load reads on a GPU).
  */
 #ifndef SEEDGPT_DEV_CUDA_COMMON_H
 #define SEEDGPT_DEV_CUDA_COMMON_H
 
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>

@@ -31,7 +31,7 @@
  * so there the TF32 variant is checked for its layout and its call only. Variant 5 is held to the
  * float64 sum of the bf16-rounded operands (products of two bf16 are exact; the bias is fp32):
  * sg_mma_tolerance(C + 1, sum_k |a_k w_k| + |bias|) = (C + 2) 2^-22 of the same magnitude, twice the
- * worst case of any fp32 summation order of C + 1 terms, truncation allowed (attention/mma.h,
+ * worst case of any fp32 summation order of C + 1 terms, truncation allowed (cuda/mma.h,
  * tests/cuda/test_cuda_lt.cu). The emulation implements that cuBLASLt call (ascending k in fp32).
  *
  *   build/dev_cuda/matmul_forward [K] [--validate] [--reps N] [--B 16] [--T 1024] [--C 768] [--OC 2304]
@@ -39,7 +39,7 @@
 #include "dev/cuda/common.h"
 #include "model/ops_cuda.h"
 #include "model/ops_bf16_cuda.h"
-#include "attention/mma.h"   /* sg_mma_tolerance; attention/bf16.h */
+#include "cuda/mma.h"   /* sg_mma_tolerance; cuda/bf16.h */
 
 #define OP "matmul_forward"
 #define NVARIANTS 5

@@ -26,7 +26,7 @@
  *   build/dev_cuda/residual_dropout_forward [K] [--validate] [--reps N] [--B 16] [--T 1024] [--C 768]
  */
 #include "dev/cuda/common.h"
-#include "attention/philox.h"
+#include "random/philox.h"
 #include "model/ops_cuda.h"
 
 #define OP "residual_dropout_forward"

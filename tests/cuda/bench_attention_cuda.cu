@@ -9,7 +9,7 @@
  * Prints a table, then one JSON line:
  *   {"bench":"attention_cuda","precision":..,"B":..,"H":..,"KV":..,"T":..,"D":..,"p":..,"fwd_ms":..,"bwd_ms":..,"ms":..,"tflops":..}
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <chrono>
 #include <stdint.h>
 #include <stdio.h>

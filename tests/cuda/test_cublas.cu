@@ -7,7 +7,7 @@
  * two were written from the same reading of the cuBLAS documentation, so this is the test that
  * ties them together.
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <math.h>
 #include <string.h>
 #include "tests/test.h"

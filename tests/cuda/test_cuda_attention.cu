@@ -13,7 +13,7 @@
  * write fails the comparison. SEEDGPT_TINY=1 runs one tiny case only (for compute-sanitizer).
  * Builds two ways: nvcc (make test-cuda) and C++ against the emulation (make test-cuda-emu).
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* tests/cuda/test_cuda_bf16.cu — bfloat16 conversions, on the device and on the host:
- *   1. the host's fp32 -> bf16 (attention/bf16.h) on hand-worked cases (ties to even, the largest
+ *   1. the host's fp32 -> bf16 (cuda/bf16.h) on hand-worked cases (ties to even, the largest
  *      finite values, infinities, signed zeros, denormals, NaNs whose truncation would be inf) and
  *      against an independent oracle, the nearest bf16 found by comparing the two neighbours in
  *      float64, over every bf16 bucket with the low halves that decide rounding;
@@ -11,11 +11,11 @@
  * Builds two ways: nvcc (make test-cuda: the GPU's cvt.rn.bf16.f32 against the host) and C++
  * against the emulation (make test-cuda-emu).
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "attention/bf16.h"
+#include "cuda/bf16.h"
 #include "tests/test.h"
 
 #ifdef SG_EMU

@@ -1,4 +1,4 @@
-/* tests/cuda/test_cuda_emu.cu — the CUDA subset of attention/device.h, as the kernels see it:
+/* tests/cuda/test_cuda_emu.cu — the CUDA subset of cuda/device.h, as the kernels see it:
  * barriers and shared memory (block reductions over many blocks), every warp shuffle and vote
  * against values worked out independently on the host, integer atomics, launch validation, device
  * memory and cuBLAS's strided-batched GEMM.
@@ -10,13 +10,13 @@
  * barrier are caught. With nvcc the same file runs the portable checks on a GPU and reports the
  * emulation-only ones as SKIP.
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/wait.h>
-#include "attention/mma.h"
+#include "cuda/mma.h"
 #include "tests/test.h"
 
 #ifdef SG_EMU

@@ -31,7 +31,7 @@
  * dim the tensor cores take (32) and one they do not (24: the fp32 kernels on bf16 values).
  * Builds two ways: nvcc (make test-cuda) and C++ against the emulation (make test-cuda-emu).
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,7 +41,7 @@
 #endif
 #include "attention/attention.h"
 #include "attention/attention_cuda.h"
-#include "attention/bf16.h"
+#include "cuda/bf16.h"
 #include "attention/flash_tc.h"
 #include "tests/test.h"
 
@@ -55,7 +55,7 @@
 #define TEST_PS {0.0, 0.1, 0.5}
 #endif
 
-/* the backend's counted peak (model/device_cuda.cu, linked for the wrappers' allocator); declared
+/* the backend's counted peak (cuda/device_memory.cu, linked for the wrappers' allocator); declared
  * here, since a test that includes a model header is linked with the whole model by the Makefile */
 #ifdef __cplusplus
 extern "C"

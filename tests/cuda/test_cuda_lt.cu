@@ -4,7 +4,7 @@
  *   - tolerance, per element: the products of two bf16 are exact, so the only error is the fp32
  *     sum of its T terms (K products, plus the bias or the accumulated gradient) in an order the
  *     GPU does not specify: sg_mma_tolerance(T, sum |term|) = (T + 1) 2^-22 sum |term|
- *     (attention/mma.h: twice the worst case of any fp32 order, truncation allowed);
+ *     (cuda/mma.h: twice the worst case of any fp32 order, truncation allowed);
  *   - against the fp32 ops: each product moves by at most (2^-7 + 2^-16) |a b| when both operands
  *     are rounded to bf16 (8 significant bits each), plus both sides' fp32 tolerances;
  *   - shapes with odd N, C, OC (not multiples of 8 or 16: the operand copies are zero-padded),
@@ -26,8 +26,8 @@
 #include "model/ops.h"
 #include "model/ops_cuda.h"
 #include "model/ops_bf16_cuda.h"
-#include "attention/device.h"
-#include "attention/mma.h"   /* sg_mma_tolerance; attention/bf16.h */
+#include "cuda/device.h"
+#include "cuda/mma.h"   /* sg_mma_tolerance; cuda/bf16.h */
 #include "tests/test.h"
 
 /* ---- host <-> device helpers -------------------------------------------------------------- */

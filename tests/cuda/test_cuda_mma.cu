@@ -1,4 +1,4 @@
-/* tests/cuda/test_cuda_mma.cu — the tensor-core wrapper sg_mma_m16n8k16_bf16_f32 (attention/mma.h):
+/* tests/cuda/test_cuda_mma.cu — the tensor-core wrapper sg_mma_m16n8k16_bf16_f32 (cuda/mma.h):
  *   1. one instruction per warp on random bf16 tiles (several seeds, magnitudes spread over 2^-4
  *      to 2^4, a nonzero C, four warps to a block and several blocks), against a float64 GEMM
  *      within sg_mma_tolerance; and against the CPU twin sg_mma_m16n8k16_ref: bit for bit in the
@@ -8,16 +8,16 @@
  *      a 16 x 16 tile over four k-steps, A row-major and B given as B^T row-major: the layout of
  *      Q K^T in attention), against float64 and against the host's chain of the CPU twin.
  * The kernels load and store fragments with their own transcription of the PTX ISA's layout
- * (frag_* below), not with attention/mma.h's helpers, so in the emulation the two transcriptions
+ * (frag_* below), not with cuda/mma.h's helpers, so in the emulation the two transcriptions
  * are held to each other; on a GPU the hardware judges both.
  * Builds two ways: nvcc (make test-cuda) and C++ against the emulation (make test-cuda-emu).
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "attention/bf16.h"
-#include "attention/mma.h"
+#include "cuda/bf16.h"
+#include "cuda/mma.h"
 #include "tests/test.h"
 
 #ifdef SG_EMU
@@ -256,7 +256,7 @@ static void test_gemm(uint64_t seed) {
     SG_CHECK(cudaFree(dA)); SG_CHECK(cudaFree(dB)); SG_CHECK(cudaFree(dC)); SG_CHECK(cudaFree(dD));
 }
 
-/* the layout helpers of attention/mma.h cover each element of A, B and C exactly once */
+/* the layout helpers of cuda/mma.h cover each element of A, B and C exactly once */
 static void test_layout_helpers(void) {
     int a_hits[256] = {0}, b_hits[128] = {0}, c_hits[128] = {0};
     for (int lane = 0; lane < 32; lane++) {

@@ -12,14 +12,14 @@
  * Not wired into the trainer. Builds two ways: nvcc (make test-cuda) and C++ against the
  * emulation (make test-cuda-emu).
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "attention/attention.h"
-#include "attention/bf16.h"
-#include "attention/mma.h"
+#include "cuda/bf16.h"
+#include "cuda/mma.h"
 #include "tests/test.h"
 
 #ifdef SG_EMU
@@ -31,7 +31,7 @@
 #define TILE 64
 #define LSE_TOL 1e-5
 
-/* fragments from row-major bf16 rows (ld elements apart), with attention/mma.h's layout */
+/* fragments from row-major bf16 rows (ld elements apart), with cuda/mma.h's layout */
 static __device__ void load_a(uint32_t a[4], const __nv_bfloat16* rows, size_t ld, int lane) {
     for (int r = 0; r < 4; r++) {
         int i = 2 * r;

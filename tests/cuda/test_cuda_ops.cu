@@ -22,7 +22,7 @@
 #include <math.h>
 #include "model/ops.h"
 #include "model/ops_cuda.h"
-#include "attention/philox.h"
+#include "random/philox.h"
 #include "tests/test.h"
 
 #define TOL 1e-5

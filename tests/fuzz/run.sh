@@ -40,7 +40,7 @@ rm -rf "$probe"
 CFLAGS=(-std=c11 -g -O1 -fno-omit-frame-pointer -fopenmp -D_GNU_SOURCE -I.
         -fno-sanitize-recover=undefined -Wall -Wno-unused-parameter -Wno-pass-failed)
 mkdir -p "$B/obj" "$B/artifacts"
-newest_header=$(ls -t model/*.h data/*.h attention/*.h checkpoint/*.h tests/fuzz/*.h | head -1)
+newest_header=$(ls -t model/*.h data/*.h attention/*.h checkpoint/*.h random/*.h util/*.h tests/fuzz/*.h | head -1)
 obj() {   # obj SRC -> prints the object, building it when out of date
     local o="$B/obj/$(echo "$1" | tr / _).o"
     if [ ! -f "$o" ] || [ "$1" -nt "$o" ] || [ "$newest_header" -nt "$o" ]; then

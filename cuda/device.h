@@ -1,8 +1,8 @@
-/* attention/device.h — the one doorway between seedgpt's CUDA sources and a device. Every .cu
+/* cuda/device.h — the one doorway between seedgpt's CUDA sources and a device. Every .cu
  * file includes this header first and uses only what it names, so the same kernel sources build
  * two ways:
  *   - with nvcc, for a real GPU (this file maps the macros onto CUDA syntax);
- *   - with a C++ compiler and -DSG_EMU, against attention/cuda_emu.h, which runs each launch on
+ *   - with a C++ compiler and -DSG_EMU, against cuda/cuda_emu.h, which runs each launch on
  *     the CPU with pooled real threads per block (`make test-cuda-emu`).
  *
  * The supported subset (what kernels may use):
@@ -18,8 +18,8 @@
  *     waiting on another block;
  *   - bfloat16 as a storage type: __nv_bfloat16, __float2bfloat16_rn, __bfloat162float,
  *     __bfloat16_as_ushort, __ushort_as_bfloat16 (no bf16 arithmetic, no implicit conversions),
- *     and sg_pack_bf16x2 below; the host's twin conversions are in attention/bf16.h;
- *   - tensor cores only through the wrappers of attention/mma.h (sg_mma_m16n8k16_bf16_f32), each
+ *     and sg_pack_bf16x2 below; the host's twin conversions are in cuda/bf16.h;
+ *   - tensor cores only through the wrappers of cuda/mma.h (sg_mma_m16n8k16_bf16_f32), each
  *     a warp collective: all 32 lanes of the warp call it together;
  *   - integer atomics (atomicAdd/atomicMax/atomicCAS on int/unsigned); no float atomics (DESIGN §5);
  *   - threadIdx, blockIdx, blockDim, gridDim, warpSize; dim3;
@@ -51,7 +51,7 @@
 #include <stdlib.h>
 
 #ifdef SG_EMU
-#include "attention/cuda_emu.h"
+#include "cuda/cuda_emu.h"
 #else
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>

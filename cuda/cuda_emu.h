@@ -1,7 +1,7 @@
-/* attention/cuda_emu.h — the CUDA subset of attention/device.h, emulated on the CPU (-DSG_EMU).
+/* cuda/cuda_emu.h — the CUDA subset of cuda/device.h, emulated on the CPU (-DSG_EMU).
  *
  * A kernel source written for nvcc builds unchanged as C++ against this header; the runtime is
- * attention/cuda_emu.cpp. Each launch runs its blocks on teams of real threads (one thread per
+ * cuda/cuda_emu.cpp. Each launch runs its blocks on teams of real threads (one thread per
  * CUDA thread, pooled, small stacks); a block's threads meet only where CUDA makes them meet:
  * __syncthreads(), and the warp collectives with their explicit mask. What the emulation checks,
  * and what it cannot, is written up in docs/cuda-emulation.md.
@@ -14,7 +14,7 @@
 #define SEEDGPT_CUDA_EMU_H
 
 #ifndef __cplusplus
-#error "attention/cuda_emu.h is C++: build .cu sources with a C++ compiler and -DSG_EMU"
+#error "cuda/cuda_emu.h is C++: build .cu sources with a C++ compiler and -DSG_EMU"
 #endif
 
 #include <stddef.h>
@@ -289,7 +289,7 @@ uint64_t warp_collective(Site site, WarpOp op, unsigned mask, uint64_t value, in
 /* A warp collective that moves whole register sets: each lane in mask deposits nwords (at most
  * SG_EMU_GATHER_WORDS) 32-bit words; once every lane has arrived, each receives all of them,
  * out[l * nwords + i] = word i of lane l (lanes outside mask: poison, ~0). `what` names the
- * instruction in reports. The emulated tensor-core instructions (attention/mma.h) are built on it. */
+ * instruction in reports. The emulated tensor-core instructions (cuda/mma.h) are built on it. */
 #define SG_EMU_GATHER_WORDS 16
 void warp_gather(Site site, const char* what, unsigned mask, const uint32_t* words, int nwords, uint32_t* out);
 
@@ -403,10 +403,10 @@ inline T atomicExch(T* p, T v) {
     return __atomic_exchange_n(p, v, __ATOMIC_RELAXED);
 }
 
-/* ---- bfloat16 (cuda_bf16.h's names; the conversions are attention/bf16.h's, bit for bit) ------
+/* ---- bfloat16 (cuda_bf16.h's names; the conversions are cuda/bf16.h's, bit for bit) ------
  * A storage type only: no arithmetic and no implicit conversion, so a kernel converts explicitly
  * where it means to round, and fp32 stays the type it computes in. */
-#include "attention/bf16.h"
+#include "cuda/bf16.h"
 struct __nv_bfloat16 {
     unsigned short __x;
 };

@@ -1,4 +1,4 @@
-/* attention/philox.h — the one random number generator of seedgpt.
+/* random/philox.h — the one random number generator of seedgpt.
  *
  * Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
  * SC'11), the generator cuRAND calls PHILOX4_32_10. It is counter-based: the output is a pure

@@ -1,4 +1,4 @@
-/* attention/mma.h — tensor-core instructions, each behind one small wrapper that has two bodies:
+/* cuda/mma.h — tensor-core instructions, each behind one small wrapper that has two bodies:
  * inline PTX for nvcc, and in the emulation (-DSG_EMU) a CPU twin written from the PTX ISA's
  * fragment layouts, so a kernel built on these wrappers runs against its CPU reference in CI and,
  * on a GPU, the real instruction can be held to the emulated one (tests/cuda/test_cuda_mma.cu).
@@ -32,8 +32,8 @@
 #ifndef SEEDGPT_MMA_H
 #define SEEDGPT_MMA_H
 
-#include "attention/device.h"
-#include "attention/bf16.h"
+#include "cuda/device.h"
+#include "cuda/bf16.h"
 
 /* ---- the documented layout, element by element (host and device) ----------------------------- */
 /* A (16 x 16): element i (0..7) of lane `lane`; register i / 2, half i % 2 */

@@ -1,4 +1,4 @@
-/* model/device_cuda.cu — the CUDA backend's memory (declared in model/ops_cuda.h): counted
+/* cuda/device_memory.cu — the CUDA backend's memory (declared in cuda/device_memory.h): counted
  * allocations (zeroed, 256-byte aligned as cudaMalloc gives them), copies between host and device,
  * fill, the bitwise comparison of the recompute value check, and synchronisation.
  *
@@ -7,10 +7,10 @@
  * remembers each block's size; the backend holds a handful of blocks (one arena per model and
  * the ops' scratch), so a linear table is enough.
  */
-#include "attention/device.h"
+#include "cuda/device.h"
 #include <stdint.h>
 #include <string.h>
-#include "model/ops_cuda.h"
+#include "cuda/device_memory.h"
 
 typedef struct {
     void* ptr;

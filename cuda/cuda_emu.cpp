@@ -1,4 +1,4 @@
-/* attention/cuda_emu.cpp — the runtime behind attention/cuda_emu.h: kernel launches on pooled
+/* cuda/cuda_emu.cpp — the runtime behind cuda/cuda_emu.h: kernel launches on pooled
  * CPU threads, __syncthreads, the warp collectives, shared memory, device memory, cuBLAS.
  *
  * How a launch runs: a team is the threads of one block (one real thread per CUDA thread, from a
@@ -15,7 +15,7 @@
  * annotated instead (a barrier: every arrival before every departure; a warp collective: the same
  * among its lanes; the end of a block before the start of the next on that team).
  */
-#include "attention/cuda_emu.h"
+#include "cuda/cuda_emu.h"
 
 #include <cblas.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* attention/vexp.h — e^x in float that gcc vectorises: the softmax of the flash attention and
+/* util/vexp.h — e^x in float that gcc vectorises: the softmax of the flash attention and
  * the model's GELU evaluate one exponential per element, and libm's expf is a scalar call.
  * Deterministic (plain float arithmetic, no FMA contraction in ISO C mode), so results do not
  * depend on threads; they may differ from libm's expf in the last bits. */
