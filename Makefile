@@ -26,23 +26,46 @@ CUDA_HOME ?= /usr/local/cuda
 CFLAGS  ?= -O2 -march=native
 # -fno-math-errno lets sqrtf vectorise; it changes no result bit.
 CFLAGS  += -std=c11 -fopenmp -fno-math-errno -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -g -I.
-# OpenBLAS's OpenMP build shares the OpenMP threads; the default pthread build keeps a second pool
-# that spins against them (measured: the small model's step 1.7x slower on 2 cores).
+# ---- system libraries: each one optional --------------------------------------------------
+# A bare GPU machine has the CUDA toolkit and a C compiler but none of Debian's -dev packages
+# (scripts/setup.sh installs them here). Each library below is probed; where it is missing the
+# build leaves its part out, says so at start-up and in --version (SEEDGPT_NO_*), and goes on.
+# tests/check_bare_build.sh proves it by hiding them all.
+# A probe is a tiny program (scripts/probe/) that must compile and link: a header that is
+# missing, empty or without the declarations fails it, and so does a missing library.
+sg_probe = $(shell $(CC) -o /dev/null $(1) $(2) >/dev/null 2>&1 && echo 1)
+# CBLAS (OpenBLAS): only the start-up sgemm reference that MFU is measured against when no peak is
+# given, and the benchmarks. OpenBLAS's OpenMP build shares the OpenMP threads; the default
+# pthread build keeps a second pool that spins against them (measured: the small model's step
+# 1.7x slower on 2 cores).
 OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp
 ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so.0),)
-LDLIBS  += -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP) -l:libopenblas.so.0 -lm
+CBLAS_LIBS := -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP) -l:libopenblas.so.0
 else
-LDLIBS  += -lopenblas -lm
+CBLAS_LIBS := -lopenblas
 endif
+HAVE_CBLAS := $(call sg_probe,scripts/probe/cblas.c,$(CBLAS_LIBS))
+ifeq ($(HAVE_CBLAS),1)
+LDLIBS  += $(CBLAS_LIBS)
+else
+CFLAGS  += -DSEEDGPT_NO_CBLAS
+endif
+LDLIBS  += -lm
 # GPT-2 BPE (data/bpe.c): encoder.json through cJSON, the pre-tokenising regex through PCRE2.
-# Without their headers the build takes data/bpe_none.c, whose loader refuses --tokenizer gpt2
-# (scripts/setup.sh installs them; a bare GPU machine may not have them).
-HAVE_BPE_LIBS := $(shell test -f /usr/include/cjson/cJSON.h && test -f /usr/include/pcre2.h && echo 1)
+# Without them the build takes data/bpe_none.c, whose loader refuses --tokenizer gpt2.
+HAVE_BPE_LIBS := $(call sg_probe,scripts/probe/bpe.c,-lcjson -lpcre2-8)
 ifeq ($(HAVE_BPE_LIBS),1)
 BPE_SRC := data/bpe.c
 LDLIBS  += -lcjson -lpcre2-8
 else
 BPE_SRC := data/bpe_none.c
+CFLAGS  += -DSEEDGPT_NO_BPE
+endif
+# MPI: ./train_mpi (make mpi, below) and its tests only where mpicc builds a program
+MPICC   ?= mpicc
+HAVE_MPI := $(shell $(MPICC) -o /dev/null scripts/probe/mpi.c >/dev/null 2>&1 && echo 1)
+ifneq ($(HAVE_MPI),1)
+CFLAGS  += -DSEEDGPT_NO_MPI
 endif
 
 BUILD   := build
@@ -75,8 +98,6 @@ $(BUILD)/test/%.o: %.c $(HEADERS)
 	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -c -o $@ $<
 
 # The data-parallel trainer (make mpi, below) is part of make test where mpicc exists.
-MPICC   ?= mpicc
-HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
 ifeq ($(HAVE_MPI),1)
 MPI_BIN ?= train_mpi
 else
@@ -136,10 +157,10 @@ $(BUILD)/tests/bigram_baseline: tests/bigram_baseline.c $(TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_OBJ) $(LDLIBS)
 
-# zlib is the tests' independent oracle of the state files' CRC-32 (the trainer computes its own)
+# (the state files' CRC-32 is checked against the tests' own bitwise oracle, tests/crc32_ref.h)
 $(BUILD)/tests/%: tests/%.c $(TEST_OBJ) $(HEADERS) $(wildcard tests/*.c)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(filter tests/ref_%.c,$(wildcard tests/*.c)) $(TEST_OBJ) $(LDLIBS) -lz
+	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(filter tests/ref_%.c,$(wildcard tests/*.c)) $(TEST_OBJ) $(LDLIBS)
 
 # The PyTorch oracle: the whole model against an independent implementation (SKIP without torch).
 ORACLE := $(BUILD)/tests/oracle_harness

@@ -69,9 +69,10 @@ static void put_i32(unsigned char* h, int off, int32_t v) { memcpy(h + off, &v, 
 static void put_u64(unsigned char* h, int off, uint64_t v) { memcpy(h + off, &v, 8); }
 
 /* CRC-32 as zlib, gzip and PNG define it (reflected polynomial 0xEDB88320, initial and final
- * inversion), so `crc32` of any tool checks a state; the tests compare it with zlib's. Slicing by
- * 8: table k maps a byte that is followed by k more bytes of the block, so eight table lookups
- * advance the CRC by eight bytes (~2 GB/s; a 124M-parameter state is 1.5 GB). */
+ * inversion), so `crc32` of any tool checks a state; the tests compare it with their own bitwise
+ * oracle (tests/crc32_ref.h). Slicing by 8: table k maps a byte that is followed by k more bytes
+ * of the block, so eight table lookups advance the CRC by eight bytes (~2 GB/s; a 124M-parameter
+ * state is 1.5 GB). */
 static uint32_t crc_table[8][256];
 
 static void crc_init(void) {

@@ -5,7 +5,6 @@
 #   python3-torch     the PyTorch oracle tests (with /usr/bin/python3)
 #   bible-kjv         real text for the learning test and the README's first run
 #   gnuplot-nox       scripts/drift_plot.sh draws docs/img/recompute-drift.png with it
-#   zlib1g-dev        the tests check the state files' CRC-32 against zlib's
 #   clang, libclang-rt-14-dev   libFuzzer + ASan/UBSan for the fuzz targets (tests/fuzz/)
 #   libcjson-dev, libpcre2-dev  GPT-2's BPE (data/bpe.c): encoder.json and the pre-tokenising regex
 #   nodejs, npm       the GPT-2 tokenizer's oracle test runs the npm package gpt-3-encoder
@@ -21,7 +20,6 @@ dpkg -s python3-torch >/dev/null 2>&1 || need+=(python3-torch)
 dpkg -s python3-numpy >/dev/null 2>&1 || need+=(python3-numpy)
 dpkg -s bible-kjv >/dev/null 2>&1 || need+=(bible-kjv)
 command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
-dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
 dpkg -s libcjson-dev >/dev/null 2>&1 || need+=(libcjson-dev)

@@ -15,7 +15,7 @@ B=${BUILD:-build}/fuzz
 TRAIN=${SEEDGPT_TRAIN:-./train}
 CLANG=${FUZZ_CC:-clang}
 TARGETS=(shard modelfile state tokenizer)
-LIBS=(-lopenblas -lm -lz)
+LIBS=(-lm)
 TOKENIZER_SRC="data/tokenizer.c data/prepare.c data/shards.c"
 if [ -f data/bpe.c ]; then   # GPT-2's BPE: its files are a loader too
     TARGETS+=(bpe)
