@@ -81,7 +81,15 @@ TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
 HEADERS := $(wildcard model/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h)
 
-.PHONY: all test test-run test-asan fuzz kjv demo plot setup verify bench clean
+.PHONY: all test test-run test-asan fuzz kjv demo plot setup verify bench clean config
+# `make config`: what this machine's build has and leaves out (scripts/gpu_check.sh prints it first)
+yes_no = $(if $(filter 1,$(1)),yes,NO: $(2))
+config:
+	@echo "seedgpt build config:"
+	@echo "  OpenBLAS (start-up sgemm reference, benchmarks): $(call yes_no,$(HAVE_CBLAS),left out; MFU uses --peak-gflops or the device's peak)"
+	@echo "  GPT-2 tokenizer (cJSON + PCRE2):                 $(call yes_no,$(HAVE_BPE_LIBS),left out; --tokenizer gpt2 is refused)"
+	@echo "  MPI (./train_mpi, make mpi):                      $(call yes_no,$(HAVE_MPI),left out; ./train_mpi is not built)"
+	@echo "  nvcc (make cuda):                                 $(if $(shell command -v $(NVCC) 2>/dev/null),$(shell command -v $(NVCC)),NO: not found)"
 # test-asan builds its trainer elsewhere (TRAIN_BIN)
 TRAIN_BIN ?= train
 all: $(TRAIN_BIN)
@@ -388,6 +396,10 @@ $(EMU_FTC_BINS): $(EMU_BUILD)/tests/test_cuda_flash_tc.o $(EMU_BUILD)/attention/
 		$(EMU_BUILD)/attention/flash_cuda.o $(EMU_BUILD)/cuda/device_memory.o $(EMU_RT_OBJ) \
 		$(BUILD)/test/attention/flash_cpu.o
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
+# the attention benchmark in the emulation: scripts/gpu_check.sh --dry-run runs it at a tiny shape
+$(EMU_BUILD)/bench_attention_cuda: $(EMU_BUILD)/tests/bench_attention_cuda.o $(EMU_BUILD)/attention/flash_cuda.o \
+		$(EMU_BUILD)/attention/flash_tc.o $(EMU_BUILD)/cuda/device_memory.o $(EMU_RT_OBJ)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU
 $(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
@@ -412,9 +424,12 @@ EMU_TSAN_ENV   := SG_EMU_CONCURRENT_BLOCKS=2 OMP_NUM_THREADS=1 OPENBLAS_NUM_THRE
                   TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0"
 .PHONY: emu-test-bins test-cuda-emu-tsan
 emu-test-bins: $(EMU_TEST_BINS) $(EMU_TRAIN)
-test-cuda-emu: emu-test-bins
-	@tests/run.sh $(EMU_TEST_RUN) $(DEV_CUDA_EMU_BINS)
+test-cuda-emu: test-cuda-emu-plain
 	@$(MAKE) --no-print-directory test-cuda-emu-tsan
+# the plain half alone (scripts/gpu_check.sh --dry-run runs it in place of make test-cuda)
+.PHONY: test-cuda-emu-plain
+test-cuda-emu-plain: emu-test-bins
+	@tests/run.sh $(EMU_TEST_RUN) $(DEV_CUDA_EMU_BINS)
 test-cuda-emu-tsan:
 	@$(MAKE) --no-print-directory EMU_BUILD=$(EMU_TSAN_BUILD) EMU_CXXFLAGS="-O1 -g -fsanitize=thread" \
 		$(EMU_TSAN_TESTS:%=$(EMU_TSAN_BUILD)/tests/%)
@@ -457,7 +472,12 @@ emu-test-bins: $(DEV_CUDA_EMU_BINS)
 MPI_BUILD := $(BUILD)/mpi
 MPI_CORE_OBJ := $(filter-out $(BUILD)/model/dist_none.o,$(CORE_OBJ))
 .PHONY: mpi mpi-cuda mpi-cuda-check
+ifeq ($(HAVE_MPI),1)
 mpi: train_mpi
+else
+mpi:
+	@echo "make mpi: $(MPICC) cannot build an MPI program here (Debian: libopenmpi-dev, openmpi-bin); ./train_mpi is not built"; exit 2
+endif
 
 train_mpi: $(BUILD)/train.o $(MPI_CORE_OBJ) $(MPI_BUILD)/model/dist_mpi.o
 	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS)

@@ -1,227 +1,300 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh — one command for a machine with a GPU, the CUDA toolkit and python3 (and
-# maybe nothing else): prints the driver and nvcc versions, builds seedgpt there, then runs the
-# most telling checks first, each under its own timeout, appending everything to $OUT/gpu_check.txt
-# (when OUT is set) as it goes, so a run cut short still leaves what it saw:
-#   1. the cuBLAS call conventions against a float64 host loop (tests/cuda/test_cublas.cu);
-#   1b. the tensor-core wrapper (mma.sync m16n8k16 bf16) and the bf16 conversions, real vs float64,
-#      the tensor-core attention (attention/flash_tc.cu) against the CPU attention, and the
-#      cuBLASLt bf16 GEMMs (model/ops_bf16_cuda.cu) against float64;
-#   1c. bf16 parity of the trainer: the same run on --device cpu, cuda fp32 and cuda bf16, every
-#      loss within 1e-2 relative (masks are the same bits), and bf16 recompute layer == none;
-#   2. compute-sanitizer racecheck on a tiny attention case;
-#   3. make test-cuda: every op against its CPU twin, the whole step, recompute policies, the
-#      trainer on both backends;
-#   4. a short benchmark: GPT-2 124M (B16 T1024, dropout 0.1) in fp32 and bf16 and a small model,
-#      ms/step, tokens/s and peak device memory per recompute policy, with PyTorch beside it
-#      (torch.compile + scaled_dot_product_attention, bf16 autocast, the same dropout) when torch
-#      imports; attention fwd+bwd TFLOP/s at T = 1024 and 4096, head dims 64 and 128, with and
-#      without dropout, fp32 and bf16, and torch's SDPA at the same shapes; then the per-op
-#      micro-benchmarks of dev/cuda (scripts/dev_cuda_bench.sh).
-# The short table comes last. About 5 minutes on one H100/H200 with 16 cores.
-#   scripts/gpu_check.sh            (GPU_CHECK_JOBS=N parallel build jobs, default nproc)
+# maybe nothing else: every system library is optional, `make config` says what is left out).
+# Inside a fixed budget (GPU_CHECK_BUDGET seconds, default 480) it builds seedgpt with one job per
+# core, then runs the correctness rows, then the benchmark rows, most telling first. Every step
+# has a timeout cut to what is left of the budget, and a step that no longer fits is skipped with
+# a row that says so, so the table is always printed. Everything goes to $OUT/gpu_check.txt and
+# each table row to $OUT/gpu_check_table.txt as it happens (when OUT is set), so a run cut short
+# still leaves what it saw.
+#   correctness: cuBLAS conventions; the device Philox draws; the tensor-core mma wrapper, bf16
+#     conversions, the tensor-core attention and the cuBLASLt bf16 GEMMs against float64 and the
+#     CPU; the trainer's parity (cpu, cuda fp32, cuda bf16: every loss within 1e-2) and bf16
+#     recompute layer == none; compute-sanitizer racecheck on a tiny attention; make test-cuda.
+#   benchmarks: GPT-2 124M B16 T1024 dropout 0.1 in bf16 beside torch.compile (bf16 autocast, the
+#     same dropout), attention fwd+bwd TFLOP/s beside torch's SDPA, then fp32, recompute layer,
+#     a small model, the other attention shapes, and dev/cuda's micro-benchmarks.
+#
+#   scripts/gpu_check.sh             on the GPU machine (docs/cuda.md, "Running the GPU check")
+#   scripts/gpu_check.sh --dry-run   here, without a GPU: the same steps and the same table through
+#                                    the CUDA emulation (build/emu/), at tiny shapes, so the script
+#                                    itself is tested before a lent GPU's minutes are spent on it
+# GPU_CHECK_JOBS=N parallel build jobs (default nproc); GPU_CHECK_BUDGET=S seconds.
 set -u
 cd "$(dirname "$0")/.."
+DRY=0
+[ "${1:-}" = "--dry-run" ] && DRY=1
+T0=$(date +%s)
+# (the emulation is slow: each step's own timeout is SCALE times longer in a dry run)
+if [ $DRY = 1 ]; then BUDGET=${GPU_CHECK_BUDGET:-1500}; SCALE=3; else BUDGET=${GPU_CHECK_BUDGET:-480}; SCALE=1; fi
 OUT=${OUT:-}
 [ -n "$OUT" ] && mkdir -p "$OUT"
 REPORT=${OUT:+$OUT/gpu_check.txt}
-TABLE=$(mktemp)
+TABLE=${OUT:+$OUT/gpu_check_table.txt}
+[ -z "$TABLE" ] && TABLE=$(mktemp)
+: > "$TABLE"
+[ -n "$REPORT" ] && : > "$REPORT"
 say() { echo "$@"; [ -n "$REPORT" ] && echo "$@" >> "$REPORT"; }
-row() { printf '%-44s %s\n' "$1" "$2" >> "$TABLE"; say "# $1: $2"; }
-# step NAME SECONDS CMD...: runs CMD with a timeout, its output to the screen and the report
+row() { printf '%-48s %s\n' "$1" "$2" >> "$TABLE"; say "# $1: $2"; }
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+# step NAME SECONDS CMD...: CMD under a timeout of SECONDS, cut to the budget left (10 s kept for
+# the table); status 124 when it timed out, 125 when it was skipped for want of time
 step() {
     local name=$1 secs=$2; shift 2
+    local l=$(( $(left) - 10 ))
+    if [ "$l" -lt 5 ]; then
+        say "== $name: skipped, the budget of ${BUDGET}s is spent"
+        LAST_S=0; SKIPPED=1; return 125
+    fi
+    SKIPPED=0
+    secs=$(( secs * SCALE ))
+    [ "$secs" -gt "$l" ] && secs=$l
     say "== $name (timeout ${secs}s): $*"
     local t0=$(date +%s) rc
     if [ -n "$REPORT" ]; then
-        timeout "$secs" "$@" 2>&1 | tee -a "$REPORT"; rc=${PIPESTATUS[0]}
+        timeout -k 5 "$secs" "$@" 2>&1 | tee -a "$REPORT"; rc=${PIPESTATUS[0]}
     else
-        timeout "$secs" "$@" 2>&1; rc=$?
+        timeout -k 5 "$secs" "$@" 2>&1; rc=$?
     fi
     LAST_S=$(( $(date +%s) - t0 ))
     say "== $name: status $rc in ${LAST_S}s"
     return $rc
 }
+# verdict RC: the word a row gives a step's status
+verdict() {
+    case $1 in 0) echo ok ;; 124|137) echo "TIMED OUT" ;; 125) echo "skipped: budget spent" ;; *) echo "FAILED (status $1)" ;; esac
+}
+finish() {
+    say ""
+    say "==== seedgpt gpu_check summary ($( [ $DRY = 1 ] && echo 'DRY RUN in the CUDA emulation, tiny shapes: no GPU figure' || echo 'GPU' ), $(( $(date +%s) - T0 ))s of ${BUDGET}s)"
+    while IFS= read -r l; do say "$l"; done < "$TABLE"
+    [ -z "$OUT" ] && rm -f "$TABLE"
+    exit 0
+}
 
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 export PATH="$(dirname "$NVCC"):$PATH"
-say "seedgpt gpu_check $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)') on $(hostname) at $(date -u +%FT%TZ)"
-say "$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | head -2)"
+say "seedgpt gpu_check $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)') on $(hostname) at $(date -u +%FT%TZ), budget ${BUDGET}s$( [ $DRY = 1 ] && echo ', DRY RUN (emulation)')"
+# what this build leaves out, first
+make --no-print-directory config 2>&1 | while IFS= read -r l; do say "$l"; done
+if [ $DRY = 1 ]; then
+    say "gpu: none (dry run: kernels run on the CPU through cuda/cuda_emu.h)"
+else
+    say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | head -2)"
+fi
 say "$("$NVCC" --version 2>&1 | tail -2 | tr '\n' ' ')"
 # the python that imports torch, if any does (PyTorch's side of the benchmarks)
 PY=python3
 for p in python3 /usr/bin/python3; do
     if "$p" -c 'import torch' >/dev/null 2>&1; then PY=$p; break; fi
 done
+HAVE_TORCH=0
+"$PY" -c 'import torch' >/dev/null 2>&1 && HAVE_TORCH=1
 say "cpu: $(nproc) cores; $PY: $($PY --version 2>&1), torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not importable')"
 jobs=${GPU_CHECK_JOBS:-$(nproc)}
+export OMP_WAIT_POLICY=passive
 
-# ---- build: what the CPU reference needs may be missing here; say which and build what can be
-for h in cblas.h cjson/cJSON.h pcre2.h zlib.h; do
-    [ -f "/usr/include/$h" ] || [ -f "/usr/include/x86_64-linux-gnu/$h" ] || say "note: /usr/include/$h missing"
-done
-if ! step build 300 make -j"$jobs" --no-print-directory cuda cuda-test-bins; then
-    row "build (make cuda cuda-test-bins)" "FAILED (see above)"
-    cat "$TABLE"; exit 1
+# ---- the two ways: a GPU, or the emulation standing in for it
+if [ $DRY = 1 ]; then
+    TRAINER=build/emu/train
+    TESTS=build/emu/tests
+    ATTN_BENCH=build/emu/bench_attention_cuda
+    BUILD_TARGETS=(emu-test-bins build/emu/train build/emu/bench_attention_cuda)
+    TEST_CUDA=test-cuda-emu-plain
+    TORCH_DEV=cpu
+    # tiny shapes: the emulation runs every GPU thread as a CPU thread
+    GPT124=(--layers 2 --heads 2 --embd 64 --vocab 257 --seq-len 64 --batch 2 --steps 4 --dropout 0.1)
+    TORCH124="L=2,H=2,C=64,V=257,maxT=64,B=2,T=64,p=0.1"; TOK124=$((2 * 64))
+    SMALL=(--layers 2 --heads 2 --embd 64 --seq-len 64 --batch 2 --steps 4 --dropout 0.1); TOKS=$((2 * 64))
+    ATT_B=1; ATT_C=128; ATT_T="128 256"; ATT_ITERS=1
+    PARITY_SHAPE=(--embd 128 --seq-len 32 --batch 2 --steps 6)
+else
+    TRAINER=./train_cuda
+    TESTS=build/cuda/tests
+    ATTN_BENCH=build/cuda/bench_attention_cuda
+    BUILD_TARGETS=(cuda cuda-test-bins dev-cuda)
+    TEST_CUDA=test-cuda
+    TORCH_DEV=cuda
+    GPT124=(--layers 12 --heads 12 --embd 768 --vocab 50257 --seq-len 1024 --batch 16 --steps 8 --dropout 0.1)
+    TORCH124="L=12,H=12,C=768,V=50257,maxT=1024,B=16,T=1024,p=0.1"; TOK124=$((16 * 1024))
+    SMALL=(--layers 4 --heads 4 --embd 256 --seq-len 256 --batch 8 --steps 20 --dropout 0.1); TOKS=$((8 * 256))
+    ATT_B=8; ATT_C=768; ATT_T="1024 4096"; ATT_ITERS=
+    PARITY_SHAPE=(--embd 128 --seq-len 128 --batch 4 --steps 20)
 fi
+
+# ---- build
+step build 300 make -j"$jobs" --no-print-directory "${BUILD_TARGETS[@]}"
+rc=$?
+if [ $rc -ne 0 ]; then row "build (make ${BUILD_TARGETS[*]})" "$(verdict $rc) (see the report)"; finish; fi
 row "build" "ok in ${LAST_S}s"
+say "trainer: $($TRAINER --version 2>&1 | tr '\n' ' ')"
 
-# ---- 1. cuBLAS conventions
-if step cublas 60 build/cuda/tests/test_cublas; then row "cublas conventions" "ok"; else row "cublas conventions" "FAILED"; fi
+# ---- correctness: each test binary, a row each; a failure is a row, never the end of the check
+tbin() {  # LABEL BINARY SECONDS [NOTE]
+    step "$1" "$3" "$TESTS/$2"; local rc=$?
+    local counts=$(grep -o '^# [0-9]* passed, [0-9]* failed.*' "${REPORT:-/dev/null}" 2>/dev/null | tail -1)
+    if [ $rc -eq 0 ]; then row "$1" "ok ${counts#\# }"; else row "$1" "$(verdict $rc) ${4:-}"; fi
+}
+tbin "cublas conventions" test_cublas 60
+tbin "philox on the device == host" test_cuda_philox 30
+tbin "mma.sync bf16 wrapper" test_cuda_mma 60 "(the bound assumes an accumulation order Hopper does not document: read the measured error above)"
+tbin "bf16 conversions" test_cuda_bf16 60
+tbin "tensor-core attention vs CPU" test_cuda_flash_tc 120
+tbin "cuBLASLt bf16 GEMMs" test_cuda_lt 60
 
-# ---- 1b. the tensor-core wrapper (cuda/mma.h): the real mma.sync against its float64 bound
-# and the emulation's fragment layout (tests/cuda/test_cuda_mma.cu), then bf16 conversions, then
-# the tensor-core attention forward with dropout against flash_cpu.c (tests/cuda/test_cuda_flash_tc.cu)
-for t in test_cuda_mma test_cuda_bf16 test_cuda_flash_tc test_cuda_lt; do
-    if step "$t" 60 "build/cuda/tests/$t"; then row "$t" "ok"; else row "$t" "FAILED"; fi
-done
-
-# ---- 1c. bf16 parity of the whole trainer (head dim 64: the tensor-core attention's shape)
+# the trainer's parity: the same run on the CPU, CUDA fp32 and CUDA bf16 (head dim 64)
 mkdir -p build/gpu_check
 if [ ! -f build/gpu_check/data/train_000000.bin ]; then
     cat README.md docs/*.md model/*.c attention/*.c train.c > build/gpu_check/text.txt
-    ./train_cuda prepare build/gpu_check/text.txt build/gpu_check/data > /dev/null 2>&1
+    $TRAINER prepare build/gpu_check/text.txt build/gpu_check/data > /dev/null 2>&1
 fi
-PARITY=(--train 'build/gpu_check/data/train_*.bin' --layers 2 --heads 2 --embd 128 --seq-len 128
-        --batch 4 --steps 20 --lr 1e-3 --dropout 0.1 --log-every 0 --seed 11)
-plosses() { grep -o '"type":"train","step":[0-9]*,"loss":[^,}]*' "$1" | sed 's/.*"loss"://'; }
-pworst() { paste <(plosses "$1") <(plosses "$2") | awk 'BEGIN{w=0;n=0} {n++; d=($1-$2)/$2; if(d<0)d=-d; if(d>w)w=d} END{printf "%d losses, worst rel diff %.2e", n, w; exit !(n > 0 && w <= 1e-2)}'; }
+PARITY=(--train 'build/gpu_check/data/train_*.bin' --layers 2 --heads 2 "${PARITY_SHAPE[@]}"
+        --lr 1e-3 --dropout 0.1 --log-every 0 --seed 11)
+plosses() { grep -o '"type":"train","step":[0-9]*,"loss":[^,}]*' "$1" 2>/dev/null | sed 's/.*"loss"://'; }
+# worst relative difference of two runs' losses; fails unless both have every step
+pworst() { paste <(plosses "$1") <(plosses "$2") | awk -v want="$3" 'BEGIN{w=0;n=0;bad=0} {n++; if ($1 == "" || $2 == "") {bad=1; next} d=($1-$2)/$2; if(d<0)d=-d; if(d>w)w=d} END{printf "%d losses, worst rel diff %.2e", n, w; exit !(n == want && !bad && w <= 1e-2)}'; }
+declare -A PRC
 for v in "cpu --device cpu" "fp32 --device cuda" "bf16 --device cuda --precision bf16" \
          "bf16_layer --device cuda --precision bf16 --recompute layer"; do
     set -- $v; name=$1; shift
-    step "parity $name" 60 ./train_cuda "${PARITY[@]}" "$@" --log-json "build/gpu_check/parity_$name.jsonl" > /dev/null
+    rm -f "build/gpu_check/parity_$name.jsonl"
+    step "parity $name" 90 $TRAINER "${PARITY[@]}" "$@" --log-json "build/gpu_check/parity_$name.jsonl" > /dev/null
+    PRC[$name]=$?
 done
-if w=$(pworst build/gpu_check/parity_bf16.jsonl build/gpu_check/parity_cpu.jsonl); then
-    row "bf16 parity: cuda bf16 vs cpu" "ok: $w"
-else
-    row "bf16 parity: cuda bf16 vs cpu" "FAILED: $w"
-fi
-if w=$(pworst build/gpu_check/parity_fp32.jsonl build/gpu_check/parity_cpu.jsonl); then
-    row "fp32 parity: cuda fp32 vs cpu" "ok: $w"
-else
-    row "fp32 parity: cuda fp32 vs cpu" "FAILED: $w"
-fi
-if [ -s build/gpu_check/parity_bf16.jsonl ] && diff <(plosses build/gpu_check/parity_bf16.jsonl) <(plosses build/gpu_check/parity_bf16_layer.jsonl) > /dev/null; then
-    row "bf16 recompute layer == none" "ok: $(plosses build/gpu_check/parity_bf16.jsonl | wc -l) losses identical"
-else
-    row "bf16 recompute layer == none" "DIFFERS (or a run failed)"
-fi
-
-# ---- 2. racecheck on a tiny attention case
-if command -v compute-sanitizer >/dev/null 2>&1 || [ -x "$(dirname "$NVCC")/compute-sanitizer" ]; then
-    CS=$(command -v compute-sanitizer || echo "$(dirname "$NVCC")/compute-sanitizer")
-    if step racecheck 120 env SEEDGPT_TINY=1 "$CS" --tool racecheck --error-exitcode 9 build/cuda/tests/test_cuda_attention; then
-        row "racecheck (tiny attention)" "clean"
+NSTEPS=${PARITY_SHAPE[7]}
+parity_row() {  # LABEL RUN REF
+    local w
+    if [ "${PRC[$2]}" -ne 0 ] || [ "${PRC[$3]}" -ne 0 ]; then
+        row "$1" "FAILED: the $2 run $(verdict "${PRC[$2]}"), the $3 run $(verdict "${PRC[$3]}")"
+    elif w=$(pworst "build/gpu_check/parity_$2.jsonl" "build/gpu_check/parity_$3.jsonl" "$NSTEPS"); then
+        row "$1" "ok: $w"
     else
-        row "racecheck (tiny attention)" "REPORTED or failed"
+        row "$1" "FAILED: $w"
     fi
+}
+parity_row "bf16 parity: cuda bf16 vs cpu" bf16 cpu
+parity_row "fp32 parity: cuda fp32 vs cpu" fp32 cpu
+if [ "${PRC[bf16]}" -ne 0 ] || [ "${PRC[bf16_layer]}" -ne 0 ]; then
+    row "bf16 recompute layer == none" "FAILED: the runs $(verdict "${PRC[bf16]}"), $(verdict "${PRC[bf16_layer]}")"
+elif [ "$(plosses build/gpu_check/parity_bf16.jsonl | wc -l)" = "$NSTEPS" ] && \
+     diff <(plosses build/gpu_check/parity_bf16.jsonl) <(plosses build/gpu_check/parity_bf16_layer.jsonl) > /dev/null; then
+    row "bf16 recompute layer == none" "ok: $NSTEPS losses identical"
 else
-    row "racecheck" "skipped: compute-sanitizer not found"
+    row "bf16 recompute layer == none" "DIFFERS: $(diff <(plosses build/gpu_check/parity_bf16.jsonl) <(plosses build/gpu_check/parity_bf16_layer.jsonl) | head -2 | tr '\n' ' ')"
 fi
 
-# ---- 3. make test-cuda
-summary=$( { step test-cuda 240 make --no-print-directory test-cuda; } | tee /dev/stderr | tail -3 | grep -E '^[0-9]+ passed' )
-row "make test-cuda" "${summary:-FAILED or timed out}"
+# racecheck on a tiny attention case
+CS=$(command -v compute-sanitizer || echo "$(dirname "$NVCC")/compute-sanitizer")
+if [ $DRY = 1 ]; then
+    row "racecheck (tiny attention)" "skipped: dry run (make test-cuda-emu-tsan is the emulation's race check)"
+elif [ -x "$CS" ]; then
+    step racecheck 90 env SEEDGPT_TINY=1 "$CS" --tool racecheck --error-exitcode 9 "$TESTS/test_cuda_attention"
+    rc=$?; [ $rc -eq 0 ] && row "racecheck (tiny attention)" "clean" || row "racecheck (tiny attention)" "$(verdict $rc)"
+else
+    row "racecheck (tiny attention)" "skipped: compute-sanitizer not found"
+fi
 
-# ---- 4. benchmarks
-bench_train() {  # LABEL ARGS...
-    local label=$1; shift
+# every CUDA test against its CPU twin
+step "make $TEST_CUDA" 150 make --no-print-directory "$TEST_CUDA"
+rc=$?
+summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "${REPORT:-/dev/null}" 2>/dev/null | tail -1)
+[ $rc -eq 0 ] && row "make $TEST_CUDA" "${summary:-ok}" || row "make $TEST_CUDA" "$(verdict $rc) ${summary}"
+
+# ---- benchmarks
+bench_train() {  # LABEL TOKENS ARGS...
+    local label=$1 tok=$2; shift 2
     local log=build/gpu_check/$label.jsonl
     rm -f "$log"
-    if step "bench $label" 90 ./train_cuda --device cuda --train 'build/gpu_check/data/train_*.bin' \
-            --val 'build/gpu_check/data/val_*.bin' --log-every 5 --eval-batches 1 --log-json "$log" "$@"; then
+    ms_last=""
+    step "bench $label" 90 $TRAINER --device cuda --train 'build/gpu_check/data/train_*.bin' \
+        --val 'build/gpu_check/data/val_*.bin' --log-every 1 --eval-batches 1 --log-json "$log" "$@"
+    local rc=$?
+    if [ $rc -eq 0 ]; then
         # median step time of the steps after the first two
         local ms mem
         ms=$(grep '"type":"train"' "$log" | tail -n +3 | grep -o '"step_ms":[0-9.]*' | cut -d: -f2 | sort -n | awk '{a[NR]=$1} END{if(NR) print a[int((NR+1)/2)]}')
         mem=$(grep -o '"device_peak_bytes":[0-9]*' "$log" | tail -1 | cut -d: -f2)
-        row "train $label" "$(awk -v ms="$ms" -v mem="$mem" -v tok="$TOK" 'BEGIN{printf "%.1f ms/step, %.0f tok/s, peak device %.0f MiB", ms, tok/(ms/1e3), mem/1048576}')"
+        row "train $label" "$(awk -v ms="$ms" -v mem="$mem" -v tok="$tok" 'BEGIN{if (ms > 0) printf "%.1f ms/step, %.0f tok/s, peak device %.0f MiB", ms, tok/(ms/1e3), mem/1048576; else print "no step time in the log"}')"
         ms_last=$ms
     else
-        row "train $label" "FAILED or timed out"
-        ms_last=""
+        row "train $label" "$(verdict $rc)"
     fi
 }
-GPT124=(--layers 12 --heads 12 --embd 768 --vocab 50257 --seq-len 1024 --batch 16 --steps 8 --dropout 0.1)
-TOK=$((16 * 1024))
-for prec in bf16 fp32; do
-    for pol in none layer; do
-        bench_train "124M_B16_T1024_p0.1_${prec}_$pol" "${GPT124[@]}" --precision "$prec" --recompute "$pol"
-        eval "MS_${prec}_$pol=\$ms_last"
-    done
-done
-# PyTorch on the same GPU: the same model and step (tools/torch_bench.py), torch.compile + SDPA
-torch_row() {  # LABEL ROWSPEC ARGS...
-    local label=$1 spec=$2; shift 2
-    local out
-    out=$(step "torch $label" 240 "$PY" tools/torch_bench.py --device cuda --warmup 3 --steps 5 --row "$spec" "$@")
-    local l=$(echo "$out" | grep '^TORCH_ROW' | tail -1)
+torch_row() {  # LABEL TOKENS ROWSPEC ARGS...
+    local label=$1 tok=$2 spec=$3; shift 3
+    ms_last=""
+    if [ $HAVE_TORCH = 0 ]; then row "torch $label" "skipped: no python here imports torch"; return; fi
+    local out note=""
+    # (the dry run's PyTorch is the CPU's: fp32, not compiled; it checks the row, not the figure)
+    if [ $DRY = 1 ]; then set --; note=" (dry run: torch on the CPU, fp32)"; fi
+    out=$(step "torch $label" 150 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PY" tools/torch_bench.py --device "$TORCH_DEV" --warmup 2 --steps 4 --row "$spec" "$@")
+    local rc=$? l=$(echo "$out" | grep '^TORCH_ROW' | tail -1)
     if [ -n "$l" ]; then
         set -- $l
         ms_last=$2
-        row "torch $label" "$(awk -v ms="$2" -v mem="$8" -v tok="$TOK" 'BEGIN{printf "%.1f ms/step, %.0f tok/s, peak device %.0f MiB", ms, tok/(ms/1e3), mem/1048576}')"
+        row "torch $label" "$(awk -v ms="$2" -v mem="$8" -v tok="$tok" 'BEGIN{printf "%.1f ms/step, %.0f tok/s, peak %.0f MiB", ms, tok/(ms/1e3), mem/1048576}')$note"
     else
-        ms_last=""
-        row "torch $label" "$(echo "$out" | grep -m1 'TORCH_SKIP\|Error' || echo 'FAILED or timed out')"
+        row "torch $label" "$(echo "$out" | grep -m1 'TORCH_SKIP' || verdict $rc)"
     fi
 }
-if "$PY" -c 'import torch' 2>/dev/null; then
-    for pol in none layer; do
-        torch_row "124M_B16_T1024_p0.1_bf16_compile_$pol" "L=12,H=12,C=768,V=50257,maxT=1024,B=16,T=1024,p=0.1,recompute=$pol" --precision bf16 --compile
-        t=$ms_last
-        eval "s=\$MS_bf16_$pol"
-        if [ -n "$t" ] && [ -n "$s" ]; then
-            row "seedgpt bf16 vs torch.compile bf16, $pol" "$(awk -v a="$s" -v b="$t" 'BEGIN{printf "%.2fx the tokens/s (target 1.1x)", b/a}')"
-        fi
-    done
-else
-    row "torch 124M" "skipped: no python here imports torch"
-fi
-SMALL=(--layers 4 --heads 4 --embd 256 --seq-len 256 --batch 8 --steps 20 --dropout 0.1)
-TOK=$((8 * 256))
-for pol in none layer; do bench_train "L4_C256_B8_T256_p0.1_$pol" "${SMALL[@]}" --recompute "$pol"; done
-bench_train "L4_C256_B8_T256_p0.1_bf16_none" "${SMALL[@]}" --precision bf16
-
-make --no-print-directory build/cuda/bench_attention_cuda > /dev/null 2>&1
-if [ -x build/cuda/bench_attention_cuda ]; then
-    for prec in bf16 fp32; do
-        for D in 64 128; do
-            H=$((768 / D))
-            for T in 1024 4096; do
-                for p in 0 0.1; do
-                    [ "$prec" = fp32 ] && [ "$D" = 128 ] && continue
-                    line=$(step "attention $prec T$T D$D p$p" 60 build/cuda/bench_attention_cuda --precision "$prec" --B 8 --H "$H" --T "$T" --D "$D" --p "$p" | grep '^{' | tail -1)
-                    res=$(echo "$line" | grep -o '"ms":[0-9.]*\|"tflops":[0-9.]*' | tr '\n' ' ')
-                    row "seedgpt attention $prec B8 H$H T$T D$D p$p" "${res:-FAILED (see the report)}"
-                done
-            done
-        done
-    done
-else
-    row "seedgpt attention bench" "not built (build/cuda/bench_attention_cuda)"
-fi
-if "$PY" -c 'import torch' 2>/dev/null; then
-    shapes=""
-    for D in 64 128; do for T in 1024 4096; do for p in 0 0.1; do
-        shapes="$shapes 8,$((768 / D)),$T,$D,$p,bf16"
-    done; done; done
-    out=$(step "torch sdpa" 120 "$PY" tools/torch_sdpa_bench.py $shapes 8,12,1024,64,0.1,fp32 8,12,4096,64,0.1,fp32)
-    echo "$out" | grep '^{' | while read -r l; do
+ratio_row() {  # LABEL SEEDGPT_MS TORCH_MS
+    if [ -n "$2" ] && [ -n "$3" ]; then
+        row "$1" "$(awk -v a="$2" -v b="$3" 'BEGIN{printf "%.2fx the tokens/s (target 1.1x)", b/a}')"
+    else
+        row "$1" "no ratio: a side did not run"
+    fi
+}
+attn_row() {  # PREC D T P
+    local prec=$1 D=$2 T=$3 p=$4 H=$((ATT_C / $2))
+    local out line res
+    out=$(step "attention $prec T$T D$D p$p" 60 "$ATTN_BENCH" --precision "$prec" --B "$ATT_B" --H "$H" --T "$T" --D "$D" --p "$p" ${ATT_ITERS:+--iters $ATT_ITERS})
+    local rc=$?
+    line=$(echo "$out" | grep '^{' | tail -1)
+    res=$(echo "$line" | grep -o '"ms":[0-9.]*\|"tflops":[0-9.]*' | tr '\n' ' ')
+    row "seedgpt attention $prec B$ATT_B H$H T$T D$D p$p" "${res:-$(verdict $rc)}"
+}
+sdpa_rows() {  # SHAPE...: torch's SDPA (fused flash) at the same shapes, B,H,T,D,p,dtype
+    if [ $HAVE_TORCH = 0 ]; then row "torch sdpa" "skipped: no python here imports torch"; return; fi
+    local out
+    out=$(step "torch sdpa" 90 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PY" tools/torch_sdpa_bench.py "$@")
+    local rc=$? n=0
+    while read -r l; do
+        n=$((n + 1))
         row "torch sdpa $(echo "$l" | grep -o '"dtype": "[a-z0-9]*"\|"T": [0-9]*\|"D": [0-9]*\|"p": [0-9.]*' | tr -d '" ' | tr '\n' ' ')" \
             "$(echo "$l" | grep -o '"ms": [0-9.]*\|"tflops": [0-9.]*' | tr -d '"' | tr '\n' ' ')"
-    done
+    done < <(echo "$out" | grep '^{')
+    [ $n -eq 0 ] && row "torch sdpa" "$(echo "$out" | grep -m1 'skipped' || verdict $rc)"
+}
+
+# the headline first: 124M bf16 beside torch.compile bf16
+bench_train "124M_B16_T1024_p0.1_bf16_none" $TOK124 "${GPT124[@]}" --precision bf16 --recompute none
+S_NONE=$ms_last
+torch_row "124M_B16_T1024_p0.1_bf16_compile_none" $TOK124 "$TORCH124,recompute=none" --precision bf16 --compile
+ratio_row "seedgpt bf16 vs torch.compile bf16, none" "$S_NONE" "$ms_last"
+# attention at the trainer's head dim with dropout, beside SDPA
+set -- $ATT_T; TA=$1; TB=${2:-$1}
+attn_row bf16 64 "$TA" 0.1
+attn_row bf16 64 "$TB" 0.1
+sdpa_rows "$ATT_B,$((ATT_C / 64)),$TA,64,0.1,bf16" "$ATT_B,$((ATT_C / 64)),$TB,64,0.1,bf16" \
+          "$ATT_B,$((ATT_C / 64)),$TA,64,0,bf16" "$ATT_B,$((ATT_C / 128)),$TA,128,0.1,bf16"
+# then the rest
+bench_train "124M_B16_T1024_p0.1_bf16_layer" $TOK124 "${GPT124[@]}" --precision bf16 --recompute layer
+S_LAYER=$ms_last
+torch_row "124M_B16_T1024_p0.1_bf16_compile_layer" $TOK124 "$TORCH124,recompute=layer" --precision bf16 --compile
+ratio_row "seedgpt bf16 vs torch.compile bf16, layer" "$S_LAYER" "$ms_last"
+bench_train "124M_B16_T1024_p0.1_fp32_none" $TOK124 "${GPT124[@]}" --precision fp32 --recompute none
+attn_row bf16 64 "$TA" 0
+attn_row bf16 128 "$TA" 0.1
+attn_row fp32 64 "$TA" 0.1
+for pol in none layer; do bench_train "L4_C256_B8_T256_p0.1_$pol" $TOKS "${SMALL[@]}" --recompute "$pol"; done
+bench_train "L4_C256_B8_T256_p0.1_bf16_none" $TOKS "${SMALL[@]}" --precision bf16
+
+# dev/cuda: per-op kernel variants (validated and timed on a GPU; validated only in the dry run)
+if [ $DRY = 1 ]; then
+    step "dev/cuda validation (emulated)" 120 make --no-print-directory dev-cuda-emu
+    rc=$?; row "dev/cuda variants" "$(verdict $rc) (validated in the emulation; timing needs a GPU)"
 else
-    row "torch sdpa" "skipped: no python here imports torch"
+    step "dev/cuda micro-benchmarks" 120 scripts/dev_cuda_bench.sh
+    rc=$?; row "dev/cuda micro-benchmarks" "$(verdict $rc) (tables above, in the report)"
 fi
-
-if [ -x scripts/dev_cuda_bench.sh ]; then
-    if step "dev/cuda micro-benchmarks" 120 scripts/dev_cuda_bench.sh; then
-        row "dev/cuda micro-benchmarks" "ok (tables above, in the report)"
-    else
-        row "dev/cuda micro-benchmarks" "FAILED or timed out"
-    fi
-fi
-
-say ""
-say "==== seedgpt gpu_check summary"
-while read -r l; do say "$l"; done < "$TABLE"
-rm -f "$TABLE"
+finish
