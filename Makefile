@@ -56,14 +56,16 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 # Test builds: the same sources with SEEDGPT_TEST_BUILD (NaN-filled scratch, allocation counting).
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
-HEADERS := $(wildcard model/*.h attention/*.h data/*.h checkpoint/*.h tests/*.h)
+HEADERS := $(wildcard *.h model/*.h attention/*.h data/*.h checkpoint/*.h tests/*.h)
 
 .PHONY: all test test-run test-asan fuzz kjv demo plot setup verify bench clean
 # test-asan builds its trainer elsewhere (TRAIN_BIN)
 TRAIN_BIN ?= train
 all: $(TRAIN_BIN)
 
-$(TRAIN_BIN): $(BUILD)/train.o $(CORE_OBJ)
+# The trainer: train.c (the run and the subcommands) and cli.c (its flags). cli.c has no CUDA
+# code: every trainer below links this one object of it.
+$(TRAIN_BIN): $(BUILD)/train.o $(BUILD)/cli.o $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: %.c $(HEADERS)
@@ -240,7 +242,7 @@ CUDA_CORE_OBJ := $(filter-out $(BUILD)/model/backend.o,$(CORE_OBJ)) $(CUDA_BUILD
 .PHONY: cuda test-cuda test-cuda-emu
 cuda: train_cuda
 
-train_cuda: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(CUDA_OBJ)
+train_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(CUDA_CORE_OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 $(CUDA_BUILD)/train.o: train.c $(HEADERS)
@@ -365,7 +367,7 @@ $(EMU_FTC_BINS): $(EMU_BUILD)/tests/test_cuda_flash_tc.o $(EMU_BUILD)/attention/
 		$(BUILD)/test/attention/flash_cpu.o
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU
-$(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)
+$(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 ifeq ($(CUDA_KERNELS_MISSING),)
 EMU_TEST_BINS := $(EMU_ALONE_BINS) $(EMU_ATTN_BINS) $(EMU_MODEL_BINS)
@@ -435,7 +437,7 @@ MPI_CORE_OBJ := $(filter-out $(BUILD)/model/dist_none.o,$(CORE_OBJ))
 .PHONY: mpi mpi-cuda mpi-cuda-check
 mpi: train_mpi
 
-train_mpi: $(BUILD)/train.o $(MPI_CORE_OBJ) $(MPI_BUILD)/model/dist_mpi.o
+train_mpi: $(BUILD)/train.o $(BUILD)/cli.o $(MPI_CORE_OBJ) $(MPI_BUILD)/model/dist_mpi.o
 	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(MPI_BUILD)/model/dist_mpi.o: model/dist_mpi.c $(HEADERS)
@@ -459,7 +461,7 @@ $(MPI_CUDA_BUILD)/dist_link_check: tests/dist_link_check.c $(MPI_CUDA_BUILD)/mod
 		$(NCCL_LIBS)
 mpi-cuda-check: $(MPI_CUDA_BUILD)/dist_link_check
 mpi-cuda: train_mpi_cuda
-train_mpi_cuda: $(CUDA_BUILD)/train.o $(filter-out $(BUILD)/model/dist_none.o,$(CUDA_CORE_OBJ)) \
+train_mpi_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(filter-out $(BUILD)/model/dist_none.o,$(CUDA_CORE_OBJ)) \
 		$(filter-out $(CUDA_BUILD)/model/dist_nccl.o,$(CUDA_OBJ)) \
 		$(MPI_CUDA_BUILD)/model/dist_mpi.o $(MPI_CUDA_BUILD)/model/dist_nccl.o
 	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) $(NCCL_LIBS)
