@@ -1,6 +1,8 @@
-/* train.c — seedgpt's entry point: the subcommand table, training loop, logging, evaluation, model
- * save, training states (save, resume, pruning), the non-finite guard and the stop signals. The
- * flags, their parsing and the usage texts are cli.c's.
+/* train.c — seedgpt's entry point: the subcommand table, and the training run told in order in
+ * main: set-up (options, data parallelism, model, data, resume), the loop (step, log, evaluate,
+ * sample, save), the end (summary, last state, model file). Here too what only the run needs:
+ * training states (save, resume, pruning), the run folder, the JSON log, the non-finite guard and
+ * the stop signals. The flags, their parsing and the usage texts are cli.c's.
  *
  *   ./train [flags]            train (./train --help lists every flag)
  *   ./train prepare ...        text -> token shards (data/prepare.h)
@@ -46,7 +48,7 @@ void openblas_set_num_threads(int num_threads);  /* OpenBLAS's own; not in every
 /* Data-parallel processes of this run (model/dist.h): 1 in ./train. */
 static int world = 1;
 
-/* ---- the learning-rate schedule ----------------------------------------------------------- */
+/* ---- the schedule, evaluation and the progress figures ------------------------------------ */
 
 static double lr_at(const Options* o, int step) {
     return lr_schedule_at(o->lr_schedule, o->lr, o->warmup, o->steps, o->final_lr_frac, step);
@@ -225,70 +227,6 @@ static void install_stop_signals(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-/* ---- the run ------------------------------------------------------------------------------ */
-
-/* The memory figure of progress lines: the host's peak on the CPU, the device's on CUDA. */
-static size_t run_peak_bytes(const GPT* m) {
-    return m->be->host_memory ? mem_stats().peak_bytes : m->be->peak_bytes();
-}
-
-typedef struct {
-    const Options* o;
-    GPT* model;
-    DataLoader* loader;
-    uint32_t bad_consecutive;    /* non-finite steps in a row */
-    uint64_t bad_total;
-    int last_saved;              /* the step of the newest state written by this process, or -1 */
-} Run;
-
-/* DIR/model.bin: the weights of the newest state, as a model file. */
-static void save_run_model(Run* r) {
-    char mpath[4200], err[256];
-    snprintf(mpath, sizeof(mpath), "%s/model.bin", r->o->out_dir);
-    gpt_to_host(r->model);
-    if (modelfile_save(r->model, mpath, err) != 0) {
-        fprintf(stderr, "seedgpt: %s\n", err);
-        exit(EXIT_BAD_INPUT);
-    }
-}
-
-/* Writes the state after `done` steps (and DIR/model.bin), then prunes. Exits on failure: a run
- * that was asked to keep states does not go on without them. */
-static void save_state(Run* r, int done) {
-    const Options* o = r->o;
-    static StateInfo info;   /* 16 KiB of option text: not on the stack */
-    char path[4096] = "", err[256];
-    memset(&info, 0, sizeof(info));
-    info.step = (uint64_t)done;
-    info.master_seed = o->seed;
-    LoaderState ls = loader_get_state(r->loader);
-    info.loader.epoch = ls.epoch;
-    info.loader.pos = ls.pos;
-    info.loader.shuffle_seed = ls.shuffle_seed;
-    info.loader.num_windows = ls.num_windows;
-    info.loader.shuffle = ls.shuffle;
-    info.batch = r->loader->B;
-    info.seq = r->loader->T;
-    info.bad_consecutive = r->bad_consecutive;
-    info.bad_total = r->bad_total;
-    info.ranks = (uint32_t)world;
-    format_state_options(o, world, info.options, sizeof(info.options));
-    gpt_to_host(r->model);
-    if (state_path(path, sizeof(path), o->out_dir, info.step) != 0 ||
-        state_save(path, r->model, &info, err) != 0) {
-        fprintf(stderr, "seedgpt: cannot save the training state: %s\n",
-                path[0] ? err : "--out path too long");
-        exit(EXIT_BAD_INPUT);
-    }
-    fault_kill_point("model_before", -1);
-    save_run_model(r);
-    fault_kill_point("model_saved", -1);
-    state_prune(o->out_dir, o->keep > 0 ? o->keep : INT32_MAX, info.step);   /* keep 0: all */
-    r->last_saved = done;
-    printf("saved %s\n", path);
-    fflush(stdout);
-}
-
 /* ---- sampling ----------------------------------------------------------------------------- */
 
 /* Feeds the prompt (ids; none: the EOT token starts the text, as GPT-2 was trained) and generates
@@ -319,6 +257,623 @@ static int generate(Sampler* s, const Tokenizer* tok, const int* prompt, int np,
     }
     fflush(f);
     return made;
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
+/* The memory figure of progress lines: the host's peak on the CPU, the device's on CUDA. */
+static size_t run_peak_bytes(const GPT* m) {
+    return m->be->host_memory ? mem_stats().peak_bytes : m->be->peak_bytes();
+}
+
+/* Everything a training run holds from its set-up to its end; run_close releases what was
+ * opened (the *_open flags say what). */
+typedef struct {
+    const Options* o;
+    int writer;                  /* rank 0: the only one that writes logs, samples, states, models */
+    Tokenizer tok;
+    GPTConfig cfg;
+    int B, T;                    /* a micro-batch: B sequences of T tokens */
+    int A;                       /* micro-batches per rank and step (--total-batch) */
+    GPT model;
+    DataLoader loader;           /* the training split */
+    DataLoader val;              /* the validation split, when have_val */
+    int have_val, tok_open, loader_open, val_open, model_built;
+    FILE* jsonf;                 /* the JSON log, or NULL */
+    int* inputs;                 /* (B, T) */
+    int* targets;                /* (B, T) */
+    Sampler sampler;             /* samples during training (--sample-every), when have_sampler */
+    int have_sampler;
+    uint64_t sample_seed;
+    int start_step;              /* the first step this process runs (a resumed state's step, or 0) */
+    /* progress */
+    double peak_gflops;          /* MFU's reference; 0: no MFU */
+    double step_tokens;          /* tokens of one step over every rank: A * R * B * T */
+    double step_flops;           /* model FLOPs of one step over every rank */
+    double total_ms;             /* the steps' time so far, this process */
+    float last_loss, last_val;   /* last_val NaN: no evaluation yet */
+    /* the non-finite guard, and the states */
+    uint32_t bad_consecutive;    /* non-finite steps in a row */
+    uint64_t bad_total;
+    int last_saved;              /* the step of the newest state written by this process, or -1 */
+} Run;
+
+static void run_close(Run* r) {
+    if (r->have_sampler) sampler_free(&r->sampler);
+    if (r->jsonf != NULL) fclose(r->jsonf);
+    mem_free(r->inputs);
+    mem_free(r->targets);
+    if (r->loader_open) loader_close(&r->loader);
+    if (r->val_open) loader_close(&r->val);
+    if (r->model_built) gpt_free(&r->model);
+    if (r->tok_open) tokenizer_free(&r->tok);
+}
+
+/* DIR/model.bin: the weights of the newest state, as a model file. */
+static void save_run_model(Run* r) {
+    char mpath[4200], err[256];
+    snprintf(mpath, sizeof(mpath), "%s/model.bin", r->o->out_dir);
+    gpt_to_host(&r->model);
+    if (modelfile_save(&r->model, mpath, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        exit(EXIT_BAD_INPUT);
+    }
+}
+
+/* Writes the state after `done` steps (and DIR/model.bin), then prunes. Exits on failure: a run
+ * that was asked to keep states does not go on without them. */
+static void save_state(Run* r, int done) {
+    const Options* o = r->o;
+    static StateInfo info;   /* 16 KiB of option text: not on the stack */
+    char path[4096] = "", err[256];
+    memset(&info, 0, sizeof(info));
+    info.step = (uint64_t)done;
+    info.master_seed = o->seed;
+    LoaderState ls = loader_get_state(&r->loader);
+    info.loader.epoch = ls.epoch;
+    info.loader.pos = ls.pos;
+    info.loader.shuffle_seed = ls.shuffle_seed;
+    info.loader.num_windows = ls.num_windows;
+    info.loader.shuffle = ls.shuffle;
+    info.batch = r->loader.B;
+    info.seq = r->loader.T;
+    info.bad_consecutive = r->bad_consecutive;
+    info.bad_total = r->bad_total;
+    info.ranks = (uint32_t)world;
+    format_state_options(o, world, info.options, sizeof(info.options));
+    gpt_to_host(&r->model);
+    if (state_path(path, sizeof(path), o->out_dir, info.step) != 0 ||
+        state_save(path, &r->model, &info, err) != 0) {
+        fprintf(stderr, "seedgpt: cannot save the training state: %s\n",
+                path[0] ? err : "--out path too long");
+        exit(EXIT_BAD_INPUT);
+    }
+    fault_kill_point("model_before", -1);
+    save_run_model(r);
+    fault_kill_point("model_saved", -1);
+    state_prune(o->out_dir, o->keep > 0 ? o->keep : INT32_MAX, info.step);   /* keep 0: all */
+    r->last_saved = done;
+    printf("saved %s\n", path);
+    fflush(stdout);
+}
+
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+/* --resume: the newest state of cmd's folder that loads (its header and options in *resumed, its
+ * path in state_file[cap]), and o = its options under the command line's. 0, or the exit
+ * status. */
+static int resume_options(Options* o, const Options* cmd, const char* raw[NUM_FLAGS], int writer,
+                          StateInfo* resumed, char* state_file, size_t cap) {
+    if (cmd->init_path != NULL) {
+        fprintf(stderr, "seedgpt: --init %s and --resume %s: the weights come from the state; "
+                "drop --init\n", cmd->init_path, cmd->resume_dir);
+        return EXIT_BAD_INPUT;
+    }
+    pick_state(cmd->resume_dir, state_file, cap, resumed);
+    if (resumed->ranks != (uint32_t)world) {   /* every rank finds it; rank 0 says it */
+        if (writer)
+            fprintf(stderr, "seedgpt: --resume %s: %s was written by a run of %u process(es); "
+                    "this run has %d: resume with the same count (mpirun -np %u)\n",
+                    cmd->resume_dir, state_file, resumed->ranks, world, resumed->ranks);
+        return EXIT_BAD_INPUT;
+    }
+    static Options st;
+    static StateInfo text;   /* options_from_state splits the text in place; st (and o) point in */
+    text = *resumed;
+    options_from_state(&st, &text, state_file);
+    merge_resumed_options(o, cmd, raw, &st, state_file, world);
+    if (o->out_dir == NULL) o->out_dir = cmd->resume_dir;
+    if (o->steps < (int)resumed->step) {
+        fprintf(stderr, "seedgpt: --steps %d is below the %llu steps the state %s has done\n",
+                o->steps, (unsigned long long)resumed->step, state_file);
+        return EXIT_BAD_INPUT;
+    }
+    if (st.steps != o->steps && strcmp(o->lr_schedule, "constant") != 0)
+        printf("note: the %s schedule now spans %d steps (the state's run planned %d): the "
+               "learning rate from step %llu on follows the new span\n", o->lr_schedule,
+               o->steps, st.steps, (unsigned long long)resumed->step);
+    if (st.train_path != NULL && o->train_path != NULL && strcmp(st.train_path, o->train_path) != 0)
+        printf("note: --train %s differs from the state's %s; continuing at epoch %llu, "
+               "window %llu of the new split\n", o->train_path, st.train_path,
+               (unsigned long long)resumed->loader.epoch, (unsigned long long)resumed->loader.pos);
+    return 0;
+}
+
+/* OpenMP's and OpenBLAS's threads: --threads, else every core, shared out among the ranks of one
+ * machine unless OMP_NUM_THREADS says otherwise. Returns the count. */
+static int set_threads(const Options* o) {
+    if (o->threads > 0) omp_set_num_threads(o->threads);
+    else if (dist_local_size() > 1 && getenv("OMP_NUM_THREADS") == NULL)   /* ranks share the cores */
+        omp_set_num_threads(omp_get_num_procs() > dist_local_size()
+                            ? omp_get_num_procs() / dist_local_size() : 1);
+    int threads = omp_get_max_threads();
+    openblas_set_num_threads(threads);
+    return threads;
+}
+
+/* A fresh model's configuration from the flags; NULL, or what is wrong with it. */
+static const char* config_from_flags(const Options* o, int tokenizer_vocab, GPTConfig* cfg) {
+    cfg->max_seq_len = o->seq_len;
+    cfg->vocab_size = o->vocab ? o->vocab : tokenizer_vocab;
+    cfg->padded_vocab_size = gpt_pad_vocab(cfg->vocab_size);
+    cfg->num_layers = o->layers;
+    cfg->num_heads = o->heads;
+    cfg->num_kv_heads = o->kv_heads ? o->kv_heads : o->heads;
+    cfg->channels = o->embd;
+    cfg->pos_kind = o->pos_rope ? POS_ROPE : POS_LEARNED;
+    cfg->rope_base = o->pos_rope ? o->rope_base : 0;
+    cfg->rope_layout = o->pos_rope ? o->rope_layout : 0;
+    cfg->block_kind = o->block_parallel ? BLOCK_PARALLEL : BLOCK_SEQUENTIAL;
+    return gpt_config_problem(cfg);
+}
+
+/* The model's configuration into r->cfg: the resumed state's (resumed != NULL), the --init
+ * file's, or the flags'. Refused when its vocabulary is smaller than the tokenizer's or its
+ * weights, gradients and AdamW moments would not fit in this machine's memory. 0, or the exit
+ * status. */
+static int model_config(Run* r, const StateInfo* resumed) {
+    const Options* o = r->o;
+    GPTConfig* cfg = &r->cfg;
+    char err[256];
+    if (resumed != NULL) {
+        *cfg = resumed->config;
+    } else if (o->init_path != NULL) {
+        if (modelfile_read_config(o->init_path, cfg, err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+        if (o->vocab != 0 && o->vocab != cfg->vocab_size) {
+            fprintf(stderr, "seedgpt: --vocab %d contradicts %s (vocab %d)\n", o->vocab,
+                    o->init_path, cfg->vocab_size);
+            return EXIT_BAD_INPUT;
+        }
+    } else {
+        const char* problem = config_from_flags(o, r->tok.vocab_size, cfg);
+        if (problem != NULL) {
+            fprintf(stderr, "seedgpt: model flags: %s\n", problem);
+            return EXIT_BAD_INPUT;
+        }
+    }
+    if (cfg->vocab_size < r->tok.vocab_size) {
+        fprintf(stderr, "seedgpt: model vocab %d is smaller than the %s tokenizer's %d\n",
+                cfg->vocab_size, tokenizer_name(&r->tok), r->tok.vocab_size);
+        return EXIT_BAD_INPUT;
+    }
+    /* weights, gradients and AdamW's two moments must fit in memory: refuse, rather than die in
+     * the allocator (or in the kernel's OOM killer) */
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    double P = 0;
+    gpt_param_sizes(cfg, sizes);
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) P += (double)sizes[k];
+    double need = 16.0 * P, have = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
+    if (have > 0 && need > have) {
+        fprintf(stderr, "seedgpt: model (L%d C%d V%d maxT %d) has %.3g parameters: weights, "
+                "gradients and AdamW moments need %.1f GiB, this machine has %.1f GiB\n",
+                cfg->num_layers, cfg->channels, cfg->vocab_size, cfg->max_seq_len, P,
+                need / 1073741824.0, have / 1073741824.0);
+        return EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
+/* The step's shape: B x T per micro-batch (T = --seq, else the model's context) and A
+ * micro-batches per rank, from --total-batch. 0, or the exit status. */
+static int batch_shape(Run* r) {
+    const Options* o = r->o;
+    int B = o->batch, T = o->seq ? o->seq : r->cfg.max_seq_len;
+    if (T > r->cfg.max_seq_len) {
+        fprintf(stderr, "seedgpt: --seq %d exceeds the model's maximum context %d\n", T,
+                r->cfg.max_seq_len);
+        return EXIT_BAD_INPUT;
+    }
+    long tokens_per_micro = (long)world * B * T;   /* one micro-batch of every rank */
+    if (o->total_batch != 0 && o->total_batch % tokens_per_micro != 0) {
+        if (world > 1)
+            fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of ranks x batch x seq "
+                    "= %d x %d x %d = %ld tokens\n", o->total_batch, world, B, T, tokens_per_micro);
+        else
+            fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of batch x seq = %d x "
+                    "%d = %ld tokens\n", o->total_batch, B, T, tokens_per_micro);
+        return EXIT_BAD_INPUT;
+    }
+    r->B = B;
+    r->T = T;
+    r->A = o->total_batch ? (int)(o->total_batch / tokens_per_micro) : 1;
+    return 0;
+}
+
+/* The run folder (--out): created if missing; a fresh run never writes into another run's
+ * states (resume_dir: the folder this run resumes from, or NULL). 0, or the exit status. */
+static int prepare_run_folder(const char* out_dir, const char* resume_dir) {
+    if (make_dirs(out_dir) != 0) {
+        fprintf(stderr, "seedgpt: --out %s: cannot create the folder: %s\n", out_dir,
+                strerror(errno));
+        return EXIT_BAD_INPUT;
+    }
+    int same_dir = resume_dir != NULL && strcmp(out_dir, resume_dir) == 0;
+    uint64_t* steps;
+    int n;
+    char err[256];
+    if (!same_dir && state_list(out_dir, &steps, &n, err) == 0) {
+        if (n > 0) {
+            fprintf(stderr, "seedgpt: --out %s already holds training states (newest: "
+                    "state_%08llu.bin): continue that run with --resume %s, or choose another "
+                    "folder\n", out_dir, (unsigned long long)steps[0], out_dir);
+            free(steps);
+            return EXIT_BAD_INPUT;
+        }
+        free(steps);
+    }
+    return 0;
+}
+
+/* The loaders (training: shuffled by the master seed's SHUFFLE stream; validation: in order), the
+ * backend and the model. 0, or the exit status. */
+static int open_data_and_model(Run* r) {
+    const Options* o = r->o;
+    char err[256];
+    uint64_t shuffle_seed = philox_stream_seed(o->seed, STREAM_SHUFFLE);
+    if (loader_open(&r->loader, o->train_path, r->B, r->T, r->cfg.vocab_size, o->shuffle,
+                    shuffle_seed, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    r->loader_open = 1;
+    if (r->have_val) {
+        if (loader_open(&r->val, o->val_path, r->B, r->T, r->cfg.vocab_size, 0, 0, err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+        r->val_open = 1;
+    }
+    const Backend* be = backend_lookup(o->device, o->precision);
+    if (dist_use_backend(be, err) != 0 ||
+        gpt_build_on(&r->model, &r->cfg, r->B, r->T, &o->policy, be, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    r->model_built = 1;
+    return 0;
+}
+
+/* The weights and where training starts: the resumed state (weights, moments, loader position,
+ * the guard's counters; *resumed is read again with them), the --init file, or a fresh
+ * initialisation from the master seed (r->start_step: the first step to run); then the run's
+ * dropout. 0, or the exit status. */
+static int load_weights(Run* r, StateInfo* resumed, const char* state_file) {
+    const Options* o = r->o;
+    char err[256];
+    if (resumed != NULL) {
+        if (state_load(state_file, &r->model, resumed, err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+        LoaderState ls;
+        memset(&ls, 0, sizeof(ls));
+        ls.epoch = resumed->loader.epoch;
+        ls.pos = resumed->loader.pos;
+        ls.shuffle_seed = resumed->loader.shuffle_seed;
+        ls.num_windows = resumed->loader.num_windows;
+        ls.shuffle = resumed->loader.shuffle;
+        uint64_t shuffle_seed = philox_stream_seed(o->seed, STREAM_SHUFFLE);
+        if (ls.shuffle != o->shuffle || ls.shuffle_seed != shuffle_seed) {
+            fprintf(stderr, "seedgpt: %s: the loader state (shuffle %d, seed %llu) does not match "
+                    "the run's (shuffle %d, seed %llu)\n", state_file, (int)ls.shuffle,
+                    (unsigned long long)ls.shuffle_seed, o->shuffle,
+                    (unsigned long long)shuffle_seed);
+            return EXIT_BAD_INPUT;
+        }
+        if (loader_set_state(&r->loader, &ls, err) != 0) {
+            fprintf(stderr, "seedgpt: --resume %s: %s\n", state_file, err);
+            return EXIT_BAD_INPUT;
+        }
+        r->start_step = (int)resumed->step;
+        printf("resumed from %s: step %d, epoch %llu, window %llu\n", state_file, r->start_step,
+               (unsigned long long)resumed->loader.epoch, (unsigned long long)resumed->loader.pos);
+        fflush(stdout);
+        r->bad_consecutive = resumed->bad_consecutive;
+        r->bad_total = resumed->bad_total;
+        r->last_saved = r->start_step;
+    } else if (o->init_path != NULL) {
+        if (modelfile_load(&r->model, o->init_path, err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+    } else {
+        gpt_init_weights(&r->model, o->seed);
+    }
+    gpt_set_dropout(&r->model, o->seed, o->embd_dropout, o->attn_dropout, o->resid_dropout);
+    gpt_set_drop_path(&r->model, o->drop_path);
+    return 0;
+}
+
+/* The JSON log (rank 0): a resumed run drops the rows from start_step on (they are run and
+ * logged again) and appends; a fresh run starts it anew. 0, or the exit status. */
+static int open_log(Run* r, int resuming) {
+    const Options* o = r->o;
+    char err[256];
+    if (o->log_json == NULL || !r->writer) return 0;
+    if (resuming && truncate_log(o->log_json, r->start_step, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    r->jsonf = fopen(o->log_json, resuming ? "a" : "w");
+    if (r->jsonf == NULL) {
+        fprintf(stderr, "seedgpt: --log-json %s: cannot open for writing (%s)\n", o->log_json,
+                strerror(errno));
+        return EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
+/* The run's header lines: the model, the batch, the randomness, the recompute policy, memory. */
+static void print_run(const Run* r, int threads) {
+    const Options* o = r->o;
+    const GPTConfig* cfg = &r->cfg;
+    int B = r->B, T = r->T, A = r->A;
+    GPTMemory mem = gpt_memory(&r->model);
+    printf("model: L%d H%d KV%d C%d V%d (padded %d) maxT %d, %zu parameters\n",
+           cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->vocab_size,
+           cfg->padded_vocab_size, cfg->max_seq_len, r->model.num_parameters);
+    if (cfg->pos_kind == POS_ROPE || cfg->block_kind == BLOCK_PARALLEL || o->drop_path > 0) {
+        printf("model options: positions %s", cfg->pos_kind == POS_ROPE ? "rope" : "learned");
+        if (cfg->pos_kind == POS_ROPE)
+            printf(" (base %d, %s pairs)", cfg->rope_base, cfg->rope_layout == ROPE_GPTJ ? "gptj" : "neox");
+        printf(", %s block, drop-path %g\n",
+               cfg->block_kind == BLOCK_PARALLEL ? "parallel" : "sequential", o->drop_path);
+    }
+    printf("batch %d x %d", B, T);
+    if (world > 1) printf(" x %d ranks (%s)", world, dist_kind());
+    if (A > 1) printf(" x %d micro-batches", A);
+    if (A * world > 1) printf(" (%ld tokens per step)", (long)A * world * B * T);
+    printf(", %d steps, %zu training windows, %d threads, device %s, precision %s\n", o->steps,
+           loader_num_windows(&r->loader), threads, r->model.be->name, r->model.be->precision);
+    printf("dropout: embd %g attn %g resid %g, seed %llu\n", o->embd_dropout, o->attn_dropout,
+           o->resid_dropout, (unsigned long long)o->seed);
+    char pname[32];
+    printf("recompute: %s%s, value check %s\n", recompute_name(&o->policy, pname),
+           o->policy.fresh_seeds ? " with FRESH seeds (negative control: gradients will be wrong)" : "",
+           o->policy.check == CHECK_OFF ? "off" : o->policy.check == CHECK_WARN ? "warn" : "stop");
+    printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f, kept activations %.1f, "
+           "recompute scratch %.1f, gradient scratch %.1f\n",
+           mem.params / 1048576.0, mem.grads / 1048576.0, mem.optimizer / 1048576.0,
+           mem.activations / 1048576.0, mem.recompute / 1048576.0, mem.scratch / 1048576.0);
+    fflush(stdout);
+}
+
+/* What the loop needs before step 0: the batch buffers, the FLOP rate MFU is measured against,
+ * and the sampler of --sample-every (allocated now: nothing is allocated after step 0). */
+static void prepare_loop(Run* r) {
+    const Options* o = r->o;
+    r->inputs = mem_alloc((size_t)r->B * r->T * sizeof(int));
+    r->targets = mem_alloc((size_t)r->B * r->T * sizeof(int));
+    /* progress: model FLOPs per step against this machine's (or the given) peak */
+    r->peak_gflops = o->peak_gflops;
+    if (r->peak_gflops <= 0 && o->log_every > 0 && r->model.be->host_memory && r->writer) {
+        r->peak_gflops = measure_sgemm_gflops();
+        printf("peak: sgemm %.1f GFLOP/s measured on this machine (MFU is against it; "
+               "--peak-gflops X to set)\n", r->peak_gflops);
+    }
+    r->step_tokens = (double)r->A * world * r->B * r->T;   /* over every rank */
+    r->step_flops = flops_per_token(&r->model, r->T) * r->step_tokens;
+    if (o->sample_every > 0 && r->writer) {
+        sampler_init(&r->sampler, &r->model);
+        r->have_sampler = 1;
+    }
+    r->sample_seed = philox_stream_seed(o->seed, STREAM_SAMPLE);
+}
+
+/* ---- the loop ----------------------------------------------------------------------------- */
+
+/* One step's numbers, for its log lines. */
+typedef struct {
+    float loss;    /* mean over the step's positions, every rank's */
+    float norm;    /* the global gradient norm, before clipping */
+    double lr;
+    int finite;    /* 0: loss or norm not finite, the update was skipped */
+    double ms;
+} StepStats;
+
+/* Optimizer step `step`: the A micro-batches' forward and backward, the gradients summed over
+ * the ranks, clip, AdamW (skipped when the loss or the norm is not finite). 0, or the exit
+ * status (an unreadable window; a failed recompute check under --recompute-check stop). */
+static int train_step(Run* r, int step, StepStats* s) {
+    const Options* o = r->o;
+    GPT* model = &r->model;
+    int B = r->B, T = r->T, A = r->A;
+    /* A micro-batches per rank. Rank r's micro-batch a is the loader's window r*A + a
+     * positions ahead, global sequences g = (r*A + a)*B .. + B-1 (DESIGN §2); the step then
+     * moves the loader R*A windows on. Each position's loss weighs 1/(R*A*B*T), so the sum of
+     * the ranks' gradients is the gradient of the global batch's mean loss. */
+    double t0 = now_ms(), loss_sum = 0.0;
+    int first = dist_rank() * A;   /* this rank's first micro-batch in the step */
+    gpt_zero_grad(model);
+    for (int a = 0; a < A; a++) {
+        if (loader_peek(&r->loader, (size_t)(first + a), r->inputs, r->targets) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", r->loader.err);
+            return EXIT_BAD_INPUT;
+        }
+        loss_sum += gpt_forward(model, r->inputs, r->targets, B, T, (uint32_t)((first + a) * B),
+                                (uint32_t)step, 1);
+        int mismatches = gpt_backward(model, 1.0f / ((float)B * T * A * world));
+        if (mismatches > 0 && o->policy.check == CHECK_STOP) {
+            fprintf(stderr, "seedgpt: stopping at step %d: the recompute check failed in %d "
+                    "segment(s), first at layer %d (--recompute-check stop)\n", step, mismatches,
+                    model->check_first_layer);
+            return EXIT_RECOMPUTE_CHECK;
+        }
+    }
+    loader_advance(&r->loader, (size_t)world * A);
+    /* the hook between backward and clip: gradients and loss summed over the ranks */
+    dist_allreduce_grads(model);
+    loss_sum = dist_sum(loss_sum);
+    float loss = A * world == 1 ? (float)loss_sum : (float)(loss_sum / (A * world));
+    if (fault_fires("nan_loss", step)) loss = NAN;           /* test hook */
+    if (fault_fires("nan_grad", step)) model->be->fill(model->grads_memory, 1, NAN);   /* test hook */
+    float norm = gpt_clip_grads(model, (float)o->clip);
+    double lr = lr_at(o, step);
+    /* the guard: a non-finite loss or norm skips the update; the step and the loader have
+     * advanced all the same (DESIGN §2) */
+    int finite = isfinite(loss) && isfinite(norm);
+    fault_kill_point("step_mid", step);
+    if (finite) {
+        gpt_adamw(model, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+                  (float)o->weight_decay, step + 1);
+        r->bad_consecutive = 0;
+    } else {
+        r->bad_consecutive++;
+        r->bad_total++;
+    }
+    fault_kill_point("step_updated", step);
+    s->ms = now_ms() - t0;
+    r->total_ms += s->ms;
+    r->last_loss = loss;
+    s->loss = loss;
+    s->norm = norm;
+    s->lr = lr;
+    s->finite = finite;
+    return 0;
+}
+
+/* The step's lines: a skipped update, the progress line (every --log-every steps and the last),
+ * the JSON row. */
+static void log_step(Run* r, int step, const StepStats* s) {
+    const Options* o = r->o;
+    if (!s->finite) {
+        printf("step %d: non-finite loss %g or grad norm %g; update skipped (%u in a row, "
+               "%llu in all)\n", step, s->loss, s->norm, r->bad_consecutive,
+               (unsigned long long)r->bad_total);
+    }
+    if (o->log_every > 0 && (step % o->log_every == 0 || step == o->steps - 1)) {
+        char eta[32];
+        fmt_duration(eta, sizeof(eta),
+                     (o->steps - step - 1) * (r->total_ms / (step + 1 - r->start_step)) / 1e3);
+        printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f | %.0f tok/s | %.1f ms | ",
+               step, o->steps, s->loss, s->lr, s->norm, r->step_tokens / (s->ms / 1e3), s->ms);
+        if (r->peak_gflops > 0)
+            printf("MFU %.1f%% | ", 100.0 * r->step_flops / (s->ms * 1e6) / r->peak_gflops);
+        printf("mem %.0f MiB | ETA %s\n", run_peak_bytes(&r->model) / 1048576.0, eta);
+        fflush(stdout);
+    }
+    if (r->jsonf != NULL) {
+        FILE* f = r->jsonf;
+        fprintf(f, "{\"type\":\"train\",\"step\":%d", step);
+        json_float(f, "loss", s->loss);
+        json_float(f, "grad_norm", s->norm);
+        json_float(f, "lr", s->lr);
+        fprintf(f, ",\"step_ms\":%.3f,\"peak_bytes\":%zu", s->ms, mem_stats().peak_bytes);
+        if (!r->model.be->host_memory)
+            fprintf(f, ",\"device_peak_bytes\":%zu", r->model.be->peak_bytes());
+        fprintf(f, "%s}\n", s->finite ? "" : ",\"skipped\":true");
+        fflush(f);
+    }
+}
+
+/* --max-bad-steps: after that many non-finite steps in a row the run stops, saving nothing
+ * more. 0, or the exit status. */
+static int check_bad_steps(const Run* r, int step) {
+    const Options* o = r->o;
+    if (o->max_bad_steps > 0 && r->bad_consecutive >= (uint32_t)o->max_bad_steps) {
+        fprintf(stderr, "seedgpt: stopping at step %d: %u consecutive steps with a non-finite "
+                "loss or gradient norm (--max-bad-steps %d); nothing more is saved%s%s%s\n",
+                step, r->bad_consecutive, o->max_bad_steps,
+                o->out_dir ? " (the states already in " : "", o->out_dir ? o->out_dir : "",
+                o->out_dir ? " stay)" : "");
+        return EXIT_NON_FINITE;
+    }
+    return 0;
+}
+
+/* Between steps: the validation loss (every --eval-every steps and after the last), a sample
+ * (every --sample-every), a state (every --save-every; the last step's is written at the end). */
+static void after_step(Run* r, int step) {
+    const Options* o = r->o;
+    int last = step == o->steps - 1;
+    if (r->have_val && ((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || last)) {
+        float vl = evaluate(&r->model, &r->val, o->eval_batches, r->inputs, r->targets);
+        printf("step %5d | val loss %.4f\n", step, vl);
+        r->last_val = vl;
+        if (r->jsonf != NULL) {
+            fprintf(r->jsonf, "{\"type\":\"eval\",\"step\":%d", step);
+            json_float(r->jsonf, "val_loss", vl);
+            fprintf(r->jsonf, "}\n");
+            fflush(r->jsonf);
+        }
+    }
+    if (r->have_sampler && (step + 1) % o->sample_every == 0) {
+        gpt_to_host(&r->model);   /* sampling runs on the host copy of the weights */
+        printf("step %5d | sample: ", step);
+        generate(&r->sampler, &r->tok, NULL, 0, o->sample_tokens, 1.0, 0, r->sample_seed,
+                 (uint32_t)step, stdout);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (r->writer && o->out_dir != NULL && o->save_every > 0 && (step + 1) % o->save_every == 0 &&
+        !last)
+        save_state(r, step + 1);
+}
+
+/* ---- the end ------------------------------------------------------------------------------ */
+
+/* The closing line: the steps done, the last losses, the speed and the peak memory. */
+static void print_summary(const Run* r, int done, int resuming, double run_start) {
+    const Options* o = r->o;
+    if (done > r->start_step) {
+        double mean_ms = r->total_ms / (done - r->start_step);
+        char wall[32];
+        fmt_duration(wall, sizeof(wall), (now_ms() - run_start) / 1e3);
+        printf("done: %d steps%s, final loss %.4f", done, done < o->steps ? " (stopped early)" : "",
+               r->last_loss);
+        if (!isnan(r->last_val)) printf(", val loss %.4f", r->last_val);
+        printf(", mean %.1f ms/step, %.0f tok/s", mean_ms, r->step_tokens / (mean_ms / 1e3));
+        if (r->peak_gflops > 0)
+            printf(", MFU %.1f%% of %.1f GFLOP/s",
+                   100.0 * r->step_flops / (mean_ms * 1e6) / r->peak_gflops, r->peak_gflops);
+        printf(", peak %s memory %.0f MiB, wall %s\n", r->model.be->host_memory ? "host" : "device",
+               run_peak_bytes(&r->model) / 1048576.0, wall);
+    } else if (resuming) {
+        printf("nothing to train: the state is at step %d of %d\n", r->start_step, o->steps);
+    }
+}
+
+/* Rank 0 at the end: the state after `done` steps (unless just written) with DIR/model.bin, and
+ * the --save model file. 0, or the exit status. */
+static int save_at_end(Run* r, int done) {
+    const Options* o = r->o;
+    char err[256];
+    if (!r->writer) return 0;
+    if (o->out_dir != NULL && r->last_saved != done) save_state(r, done);
+    /* a crash between a state's rename and its model.bin leaves the model file one state behind */
+    else if (o->out_dir != NULL && done == r->start_step) save_run_model(r);
+    if (o->save_path != NULL) {
+        gpt_to_host(&r->model);
+        if (modelfile_save(&r->model, o->save_path, err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+        printf("saved %s\n", o->save_path);
+    }
+    return 0;
 }
 
 /* ---- the subcommands ---------------------------------------------------------------------- */
@@ -419,6 +974,8 @@ static const Subcommand subcommands[] = {
 };
 enum { NUM_SUBCOMMANDS = (int)(sizeof(subcommands) / sizeof(subcommands[0])) };
 
+/* ---- the training run --------------------------------------------------------------------- */
+
 int main(int argc, char** argv) {
     for (int k = 0; argc >= 2 && k < NUM_SUBCOMMANDS; k++)
         if (!strcmp(argv[1], subcommands[k].name))
@@ -430,48 +987,17 @@ int main(int argc, char** argv) {
     int writer = dist_rank() == 0;   /* only rank 0 writes logs, samples, states and model files */
     if (fault_check_env(err) != 0) { fprintf(stderr, "seedgpt: %s\n", err); return EXIT_BAD_INPUT; }
 
+    /* the options: the command line's, over those of the state a resumed run continues */
     Options cmd, o;
     const char* raw[NUM_FLAGS];
     parse_options(&cmd, raw, argc, argv, subcommands, NUM_SUBCOMMANDS);
     o = cmd;
-
-    /* resume: the newest state that loads, its options under the command line's */
-    static StateInfo resumed;
+    static StateInfo resumed;   /* the newest state that loads: header and option text */
     char state_file[4096] = "";
     int resuming = cmd.resume_dir != NULL;
     if (resuming) {
-        if (cmd.init_path != NULL) {
-            fprintf(stderr, "seedgpt: --init %s and --resume %s: the weights come from the state; "
-                    "drop --init\n", cmd.init_path, cmd.resume_dir);
-            return EXIT_BAD_INPUT;
-        }
-        pick_state(cmd.resume_dir, state_file, sizeof(state_file), &resumed);
-        if (resumed.ranks != (uint32_t)world) {   /* every rank finds it; rank 0 says it */
-            if (writer)
-                fprintf(stderr, "seedgpt: --resume %s: %s was written by a run of %u process(es); "
-                        "this run has %d: resume with the same count (mpirun -np %u)\n",
-                        cmd.resume_dir, state_file, resumed.ranks, world, resumed.ranks);
-            return EXIT_BAD_INPUT;
-        }
-        static Options st;
-        static StateInfo text;   /* options_from_state splits the text in place; st points in */
-        text = resumed;
-        options_from_state(&st, &text, state_file);
-        merge_resumed_options(&o, &cmd, raw, &st, state_file, world);
-        if (o.out_dir == NULL) o.out_dir = cmd.resume_dir;
-        if (o.steps < (int)resumed.step) {
-            fprintf(stderr, "seedgpt: --steps %d is below the %llu steps the state %s has done\n",
-                    o.steps, (unsigned long long)resumed.step, state_file);
-            return EXIT_BAD_INPUT;
-        }
-        if (st.steps != o.steps && strcmp(o.lr_schedule, "constant") != 0)
-            printf("note: the %s schedule now spans %d steps (the state's run planned %d): the "
-                   "learning rate from step %llu on follows the new span\n", o.lr_schedule,
-                   o.steps, st.steps, (unsigned long long)resumed.step);
-        if (st.train_path != NULL && o.train_path != NULL && strcmp(st.train_path, o.train_path) != 0)
-            printf("note: --train %s differs from the state's %s; continuing at epoch %llu, "
-                   "window %llu of the new split\n", o.train_path, st.train_path,
-                   (unsigned long long)resumed.loader.epoch, (unsigned long long)resumed.loader.pos);
+        int rc = resume_options(&o, &cmd, raw, writer, &resumed, state_file, sizeof(state_file));
+        if (rc != 0) return rc;
     }
     check_options(&o, raw);
     if (o.log_json == NULL && o.out_dir != NULL) {
@@ -480,415 +1006,57 @@ int main(int argc, char** argv) {
         o.log_json = log_default;
         o.log_json_is_default = 1;   /* not stored: a resume into another --out logs there */
     }
+    int threads = set_threads(&o);
 
-    if (o.threads > 0) omp_set_num_threads(o.threads);
-    else if (dist_local_size() > 1 && getenv("OMP_NUM_THREADS") == NULL)   /* ranks share the cores */
-        omp_set_num_threads(omp_get_num_procs() > dist_local_size()
-                            ? omp_get_num_procs() / dist_local_size() : 1);
-    int threads = omp_get_max_threads();
-    openblas_set_num_threads(threads);
-
-    Tokenizer tok;
-    if (tokenizer_open(&tok, o.tokenizer, o.bpe_dir, err) != 0) { fprintf(stderr, "seedgpt: %s\n", err); return EXIT_BAD_INPUT; }
-
+    /* set up: tokenizer, model shape, batch, run folder, data, model, weights, log */
+    Run r;
+    memset(&r, 0, sizeof(r));   /* nothing opened yet */
+    r.o = &o;
+    r.writer = writer;
+    r.have_val = o.val_path != NULL;
+    r.last_saved = -1;
+    r.last_val = NAN;
+    if (tokenizer_open(&r.tok, o.tokenizer, o.bpe_dir, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    r.tok_open = 1;
     /* from here on errors leave through `cleanup`, which releases whatever was opened */
-    int rc = 0;
-    DataLoader train_loader, val_loader;
-    int train_open = 0, have_val = o.val_path != NULL, val_open = 0, model_built = 0;
-    GPT model;
-    FILE* jsonf = NULL;
-    int* inputs = NULL;
-    int* targets = NULL;
-    Sampler sampler;             /* --sample-every */
-    int have_sampler = 0;
-
-    /* the model's configuration: from the state, the file, or the flags */
-    GPTConfig cfg;
-    if (resuming) {
-        cfg = resumed.config;
-    } else if (o.init_path != NULL) {
-        if (modelfile_read_config(o.init_path, &cfg, err) != 0) {
-            fprintf(stderr, "seedgpt: %s\n", err);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-        if (o.vocab != 0 && o.vocab != cfg.vocab_size) {
-            fprintf(stderr, "seedgpt: --vocab %d contradicts %s (vocab %d)\n", o.vocab,
-                    o.init_path, cfg.vocab_size);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-    } else {
-        cfg.max_seq_len = o.seq_len;
-        cfg.vocab_size = o.vocab ? o.vocab : tok.vocab_size;
-        cfg.padded_vocab_size = gpt_pad_vocab(cfg.vocab_size);
-        cfg.num_layers = o.layers;
-        cfg.num_heads = o.heads;
-        cfg.num_kv_heads = o.kv_heads ? o.kv_heads : o.heads;
-        cfg.channels = o.embd;
-        cfg.pos_kind = o.pos_rope ? POS_ROPE : POS_LEARNED;
-        cfg.rope_base = o.pos_rope ? o.rope_base : 0;
-        cfg.rope_layout = o.pos_rope ? o.rope_layout : 0;
-        cfg.block_kind = o.block_parallel ? BLOCK_PARALLEL : BLOCK_SEQUENTIAL;
-        const char* problem = gpt_config_problem(&cfg);
-        if (problem != NULL) {
-            fprintf(stderr, "seedgpt: model flags: %s\n", problem);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-    }
-    if (cfg.vocab_size < tok.vocab_size) {
-        fprintf(stderr, "seedgpt: model vocab %d is smaller than the %s tokenizer's %d\n",
-                cfg.vocab_size, tokenizer_name(&tok), tok.vocab_size);
-        rc = EXIT_BAD_INPUT;
-        goto cleanup;
-    }
-    /* weights, gradients and AdamW's two moments must fit in memory: refuse, rather than die in
-     * the allocator (or in the kernel's OOM killer) */
-    {
-        size_t sizes[NUM_PARAMETER_TENSORS];
-        double P = 0;
-        gpt_param_sizes(&cfg, sizes);
-        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) P += (double)sizes[k];
-        double need = 16.0 * P, have = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
-        if (have > 0 && need > have) {
-            fprintf(stderr, "seedgpt: model (L%d C%d V%d maxT %d) has %.3g parameters: weights, "
-                    "gradients and AdamW moments need %.1f GiB, this machine has %.1f GiB\n",
-                    cfg.num_layers, cfg.channels, cfg.vocab_size, cfg.max_seq_len, P,
-                    need / 1073741824.0, have / 1073741824.0);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-    }
-    int B = o.batch, T = o.seq ? o.seq : cfg.max_seq_len;
-    if (T > cfg.max_seq_len) {
-        fprintf(stderr, "seedgpt: --seq %d exceeds the model's maximum context %d\n", T,
-                cfg.max_seq_len);
-        rc = EXIT_BAD_INPUT;
-        goto cleanup;
-    }
-
-    long tokens_per_micro = (long)world * B * T;   /* one micro-batch of every rank */
-    if (o.total_batch != 0 && o.total_batch % tokens_per_micro != 0) {
-        if (world > 1)
-            fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of ranks x batch x seq "
-                    "= %d x %d x %d = %ld tokens\n", o.total_batch, world, B, T, tokens_per_micro);
-        else
-            fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of batch x seq = %d x "
-                    "%d = %ld tokens\n", o.total_batch, B, T, tokens_per_micro);
-        rc = EXIT_BAD_INPUT;
-        goto cleanup;
-    }
-    int A = o.total_batch ? (int)(o.total_batch / tokens_per_micro) : 1;   /* micro-batches per rank */
-
-    /* the run folder: created if missing; a fresh run never writes into another run's states */
-    if (o.out_dir != NULL && writer) {
-        if (make_dirs(o.out_dir) != 0) {
-            fprintf(stderr, "seedgpt: --out %s: cannot create the folder: %s\n", o.out_dir,
-                    strerror(errno));
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-        int same_dir = resuming && strcmp(o.out_dir, cmd.resume_dir) == 0;
-        uint64_t* steps;
-        int n;
-        if (!same_dir && state_list(o.out_dir, &steps, &n, err) == 0) {
-            if (n > 0) {
-                fprintf(stderr, "seedgpt: --out %s already holds training states (newest: "
-                        "state_%08llu.bin): continue that run with --resume %s, or choose another "
-                        "folder\n", o.out_dir, (unsigned long long)steps[0], o.out_dir);
-                free(steps);
-                rc = EXIT_BAD_INPUT;
-                goto cleanup;
-            }
-            free(steps);
-        }
-    }
-
-    uint64_t shuffle_seed = philox_stream_seed(o.seed, STREAM_SHUFFLE);
-    if (loader_open(&train_loader, o.train_path, B, T, cfg.vocab_size, o.shuffle, shuffle_seed,
-                    err) != 0) {
-        fprintf(stderr, "seedgpt: %s\n", err);
-        rc = EXIT_BAD_INPUT;
-        goto cleanup;
-    }
-    train_open = 1;
-    if (have_val) {
-        if (loader_open(&val_loader, o.val_path, B, T, cfg.vocab_size, 0, 0, err) != 0) {
-            fprintf(stderr, "seedgpt: %s\n", err);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-        val_open = 1;
-    }
-    if (dist_use_backend(backend_lookup(o.device, o.precision), err) != 0 ||
-        gpt_build_on(&model, &cfg, B, T, &o.policy, backend_lookup(o.device, o.precision), err) != 0) {
-        fprintf(stderr, "seedgpt: %s\n", err);
-        rc = EXIT_BAD_INPUT;
-        goto cleanup;
-    }
-    model_built = 1;
-    Run run = {&o, &model, &train_loader, 0, 0, -1};
-    int start_step = 0;
-    if (resuming) {
-        if (state_load(state_file, &model, &resumed, err) != 0) {
-            fprintf(stderr, "seedgpt: %s\n", err);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-        LoaderState ls;
-        memset(&ls, 0, sizeof(ls));
-        ls.epoch = resumed.loader.epoch;
-        ls.pos = resumed.loader.pos;
-        ls.shuffle_seed = resumed.loader.shuffle_seed;
-        ls.num_windows = resumed.loader.num_windows;
-        ls.shuffle = resumed.loader.shuffle;
-        if (ls.shuffle != o.shuffle || ls.shuffle_seed != shuffle_seed) {
-            fprintf(stderr, "seedgpt: %s: the loader state (shuffle %d, seed %llu) does not match "
-                    "the run's (shuffle %d, seed %llu)\n", state_file, (int)ls.shuffle,
-                    (unsigned long long)ls.shuffle_seed, o.shuffle,
-                    (unsigned long long)shuffle_seed);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-        if (loader_set_state(&train_loader, &ls, err) != 0) {
-            fprintf(stderr, "seedgpt: --resume %s: %s\n", state_file, err);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-        start_step = (int)resumed.step;
-        printf("resumed from %s: step %d, epoch %llu, window %llu\n", state_file, start_step,
-               (unsigned long long)resumed.loader.epoch, (unsigned long long)resumed.loader.pos);
-        fflush(stdout);
-        run.bad_consecutive = resumed.bad_consecutive;
-        run.bad_total = resumed.bad_total;
-        run.last_saved = start_step;
-    } else if (o.init_path != NULL) {
-        if (modelfile_load(&model, o.init_path, err) != 0) {
-            fprintf(stderr, "seedgpt: %s\n", err);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-    } else {
-        gpt_init_weights(&model, o.seed);
-    }
-    gpt_set_dropout(&model, o.seed, o.embd_dropout, o.attn_dropout, o.resid_dropout);
-    gpt_set_drop_path(&model, o.drop_path);
-
-    if (o.log_json != NULL && writer) {
-        if (resuming && truncate_log(o.log_json, start_step, err) != 0) {
-            fprintf(stderr, "seedgpt: %s\n", err);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-        jsonf = fopen(o.log_json, resuming ? "a" : "w");
-        if (jsonf == NULL) {
-            fprintf(stderr, "seedgpt: --log-json %s: cannot open for writing (%s)\n", o.log_json,
-                    strerror(errno));
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-    }
-
-    GPTMemory mem = gpt_memory(&model);
-    printf("model: L%d H%d KV%d C%d V%d (padded %d) maxT %d, %zu parameters\n",
-           cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.channels, cfg.vocab_size,
-           cfg.padded_vocab_size, cfg.max_seq_len, model.num_parameters);
-    if (cfg.pos_kind == POS_ROPE || cfg.block_kind == BLOCK_PARALLEL || o.drop_path > 0) {
-        printf("model options: positions %s", cfg.pos_kind == POS_ROPE ? "rope" : "learned");
-        if (cfg.pos_kind == POS_ROPE)
-            printf(" (base %d, %s pairs)", cfg.rope_base, cfg.rope_layout == ROPE_GPTJ ? "gptj" : "neox");
-        printf(", %s block, drop-path %g\n",
-               cfg.block_kind == BLOCK_PARALLEL ? "parallel" : "sequential", o.drop_path);
-    }
-    printf("batch %d x %d", B, T);
-    if (world > 1) printf(" x %d ranks (%s)", world, dist_kind());
-    if (A > 1) printf(" x %d micro-batches", A);
-    if (A * world > 1) printf(" (%ld tokens per step)", (long)A * world * B * T);
-    printf(", %d steps, %zu training windows, %d threads, device %s, precision %s\n", o.steps,
-           loader_num_windows(&train_loader), threads, model.be->name, model.be->precision);
-    printf("dropout: embd %g attn %g resid %g, seed %llu\n", o.embd_dropout, o.attn_dropout,
-           o.resid_dropout, (unsigned long long)o.seed);
-    char pname[32];
-    printf("recompute: %s%s, value check %s\n", recompute_name(&o.policy, pname),
-           o.policy.fresh_seeds ? " with FRESH seeds (negative control: gradients will be wrong)" : "",
-           o.policy.check == CHECK_OFF ? "off" : o.policy.check == CHECK_WARN ? "warn" : "stop");
-    printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f, kept activations %.1f, "
-           "recompute scratch %.1f, gradient scratch %.1f\n",
-           mem.params / 1048576.0, mem.grads / 1048576.0, mem.optimizer / 1048576.0,
-           mem.activations / 1048576.0, mem.recompute / 1048576.0, mem.scratch / 1048576.0);
-    fflush(stdout);
-
+    int rc = model_config(&r, resuming ? &resumed : NULL);
+    if (rc == 0) rc = batch_shape(&r);
+    if (rc == 0 && o.out_dir != NULL && writer)
+        rc = prepare_run_folder(o.out_dir, resuming ? cmd.resume_dir : NULL);
+    if (rc == 0) rc = open_data_and_model(&r);
+    if (rc == 0) rc = load_weights(&r, resuming ? &resumed : NULL, state_file);
+    if (rc == 0) rc = open_log(&r, resuming);
+    if (rc != 0) goto cleanup;
+    print_run(&r, threads);
     install_stop_signals();
-    inputs = mem_alloc((size_t)B * T * sizeof(int));
-    targets = mem_alloc((size_t)B * T * sizeof(int));
-    /* progress: model FLOPs per step against this machine's (or the given) peak */
-    double peak_gflops = o.peak_gflops;
-    if (peak_gflops <= 0 && o.log_every > 0 && model.be->host_memory && writer) {
-        peak_gflops = measure_sgemm_gflops();
-        printf("peak: sgemm %.1f GFLOP/s measured on this machine (MFU is against it; "
-               "--peak-gflops X to set)\n", peak_gflops);
-    }
-    double step_tokens = (double)A * world * B * T;   /* over every rank */
-    double step_flops = flops_per_token(&model, T) * step_tokens;
-    /* samples during training: a sampler of their own, allocated before step 0 */
-    if (o.sample_every > 0 && writer) { sampler_init(&sampler, &model); have_sampler = 1; }
-    uint64_t sample_seed = philox_stream_seed(o.seed, STREAM_SAMPLE);
-    double total_ms = 0.0, run_start = now_ms();
-    float last_loss = 0.0f, last_val = NAN;
-    int step = start_step, stopped_by = 0;
-    /* every rank stops after the same step, whichever of them got the signal */
+    prepare_loop(&r);
+
+    /* the loop; every rank stops after the same step, whichever of them got the signal */
+    double run_start = now_ms();
+    int step = r.start_step, stopped_by = 0;
     for (; step < o.steps && (stopped_by = dist_max(stop_signal)) == 0; step++) {
-        /* A micro-batches per rank. Rank r's micro-batch a is the loader's window r*A + a
-         * positions ahead, global sequences g = (r*A + a)*B .. + B-1 (DESIGN §2); the step then
-         * moves the loader R*A windows on. Each position's loss weighs 1/(R*A*B*T), so the sum of
-         * the ranks' gradients is the gradient of the global batch's mean loss. */
-        double t0 = now_ms(), loss_sum = 0.0;
-        int first = dist_rank() * A;   /* this rank's first micro-batch in the step */
-        gpt_zero_grad(&model);
-        for (int a = 0; a < A; a++) {
-            if (loader_peek(&train_loader, (size_t)(first + a), inputs, targets) != 0) {
-                fprintf(stderr, "seedgpt: %s\n", train_loader.err);
-                rc = EXIT_BAD_INPUT;
-                goto cleanup;
-            }
-            loss_sum += gpt_forward(&model, inputs, targets, B, T, (uint32_t)((first + a) * B),
-                                    (uint32_t)step, 1);
-            int mismatches = gpt_backward(&model, 1.0f / ((float)B * T * A * world));
-            if (mismatches > 0 && o.policy.check == CHECK_STOP) {
-                fprintf(stderr, "seedgpt: stopping at step %d: the recompute check failed in %d "
-                        "segment(s), first at layer %d (--recompute-check stop)\n", step, mismatches,
-                        model.check_first_layer);
-                rc = EXIT_RECOMPUTE_CHECK;
-                goto cleanup;
-            }
-        }
-        loader_advance(&train_loader, (size_t)world * A);
-        /* the hook between backward and clip: gradients and loss summed over the ranks */
-        dist_allreduce_grads(&model);
-        loss_sum = dist_sum(loss_sum);
-        float loss = A * world == 1 ? (float)loss_sum : (float)(loss_sum / (A * world));
-        if (fault_fires("nan_loss", step)) loss = NAN;           /* test hook */
-        if (fault_fires("nan_grad", step)) model.be->fill(model.grads_memory, 1, NAN);   /* test hook */
-        float norm = gpt_clip_grads(&model, (float)o.clip);
-        double lr = lr_at(&o, step);
-        /* the guard: a non-finite loss or norm skips the update; the step and the loader have
-         * advanced all the same (DESIGN §2) */
-        int finite = isfinite(loss) && isfinite(norm);
-        fault_kill_point("step_mid", step);
-        if (finite) {
-            gpt_adamw(&model, (float)lr, (float)o.beta1, (float)o.beta2, (float)o.eps,
-                      (float)o.weight_decay, step + 1);
-            run.bad_consecutive = 0;
-        } else {
-            run.bad_consecutive++;
-            run.bad_total++;
-        }
-        fault_kill_point("step_updated", step);
-        double ms = now_ms() - t0;
-        total_ms += ms;
-        last_loss = loss;
-        if (!finite) {
-            printf("step %d: non-finite loss %g or grad norm %g; update skipped (%u in a row, "
-                   "%llu in all)\n", step, loss, norm, run.bad_consecutive,
-                   (unsigned long long)run.bad_total);
-        }
-        if (o.log_every > 0 && (step % o.log_every == 0 || step == o.steps - 1)) {
-            char eta[32];
-            fmt_duration(eta, sizeof(eta), (o.steps - step - 1) * (total_ms / (step + 1 - start_step)) / 1e3);
-            printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f | %.0f tok/s | %.1f ms | ",
-                   step, o.steps, loss, lr, norm, step_tokens / (ms / 1e3), ms);
-            if (peak_gflops > 0) printf("MFU %.1f%% | ", 100.0 * step_flops / (ms * 1e6) / peak_gflops);
-            printf("mem %.0f MiB | ETA %s\n", run_peak_bytes(&model) / 1048576.0, eta);
-            fflush(stdout);
-        }
-        if (jsonf != NULL) {
-            fprintf(jsonf, "{\"type\":\"train\",\"step\":%d", step);
-            json_float(jsonf, "loss", loss);
-            json_float(jsonf, "grad_norm", norm);
-            json_float(jsonf, "lr", lr);
-            fprintf(jsonf, ",\"step_ms\":%.3f,\"peak_bytes\":%zu", ms, mem_stats().peak_bytes);
-            if (!model.be->host_memory)
-                fprintf(jsonf, ",\"device_peak_bytes\":%zu", model.be->peak_bytes());
-            fprintf(jsonf, "%s}\n", finite ? "" : ",\"skipped\":true");
-            fflush(jsonf);
-        }
+        StepStats s;
+        if ((rc = train_step(&r, step, &s)) != 0) goto cleanup;
+        log_step(&r, step, &s);
         fault_kill_point("step_logged", step);
-        if (o.max_bad_steps > 0 && run.bad_consecutive >= (uint32_t)o.max_bad_steps) {
-            fprintf(stderr, "seedgpt: stopping at step %d: %u consecutive steps with a non-finite "
-                    "loss or gradient norm (--max-bad-steps %d); nothing more is saved%s%s%s\n",
-                    step, run.bad_consecutive, o.max_bad_steps,
-                    o.out_dir ? " (the states already in " : "", o.out_dir ? o.out_dir : "",
-                    o.out_dir ? " stay)" : "");
-            rc = EXIT_NON_FINITE;
-            goto cleanup;
-        }
-        int last = step == o.steps - 1;
-        if (have_val && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last)) {
-            float vl = evaluate(&model, &val_loader, o.eval_batches, inputs, targets);
-            printf("step %5d | val loss %.4f\n", step, vl);
-            last_val = vl;
-            if (jsonf != NULL) {
-                fprintf(jsonf, "{\"type\":\"eval\",\"step\":%d", step);
-                json_float(jsonf, "val_loss", vl);
-                fprintf(jsonf, "}\n");
-                fflush(jsonf);
-            }
-        }
-        if (have_sampler && (step + 1) % o.sample_every == 0) {
-            gpt_to_host(&model);   /* sampling runs on the host copy of the weights */
-            printf("step %5d | sample: ", step);
-            generate(&sampler, &tok, NULL, 0, o.sample_tokens, 1.0, 0, sample_seed,
-                     (uint32_t)step, stdout);
-            printf("\n");
-            fflush(stdout);
-        }
-        if (writer && o.out_dir != NULL && o.save_every > 0 && (step + 1) % o.save_every == 0 && !last)
-            save_state(&run, step + 1);
+        if ((rc = check_bad_steps(&r, step)) != 0) goto cleanup;
+        after_step(&r, step);
         if (fault_fires("sigterm", step)) raise(SIGTERM);        /* test hook */
     }
+
+    /* the end: the summary, the last state and the model file */
     int done = step;
-    if (done > start_step) {
-        double mean_ms = total_ms / (done - start_step);
-        char wall[32];
-        fmt_duration(wall, sizeof(wall), (now_ms() - run_start) / 1e3);
-        printf("done: %d steps%s, final loss %.4f", done, done < o.steps ? " (stopped early)" : "",
-               last_loss);
-        if (!isnan(last_val)) printf(", val loss %.4f", last_val);
-        printf(", mean %.1f ms/step, %.0f tok/s", mean_ms, step_tokens / (mean_ms / 1e3));
-        if (peak_gflops > 0)
-            printf(", MFU %.1f%% of %.1f GFLOP/s", 100.0 * step_flops / (mean_ms * 1e6) / peak_gflops,
-                   peak_gflops);
-        printf(", peak %s memory %.0f MiB, wall %s\n", model.be->host_memory ? "host" : "device",
-               run_peak_bytes(&model) / 1048576.0, wall);
-    } else if (resuming) {
-        printf("nothing to train: the state is at step %d of %d\n", start_step, o.steps);
-    }
-    if (writer && o.out_dir != NULL && run.last_saved != done) save_state(&run, done);
-    /* a crash between a state's rename and its model.bin leaves the model file one state behind */
-    else if (writer && o.out_dir != NULL && done == start_step) save_run_model(&run);
-    if (writer && o.save_path != NULL) {
-        gpt_to_host(&model);
-        if (modelfile_save(&model, o.save_path, err) != 0) {
-            fprintf(stderr, "seedgpt: %s\n", err);
-            rc = EXIT_BAD_INPUT;
-            goto cleanup;
-        }
-        printf("saved %s\n", o.save_path);
-    }
+    print_summary(&r, done, resuming, run_start);
+    if ((rc = save_at_end(&r, done)) != 0) goto cleanup;
     if (stopped_by != 0 && done < o.steps) {
         printf("stopped by %s after step %d%s\n", stopped_by == SIGINT ? "SIGINT" : "SIGTERM",
                done - 1, o.out_dir ? " (state saved)" : "");
         rc = 128 + stopped_by;
     }
 cleanup:
-    if (have_sampler) sampler_free(&sampler);
-    if (jsonf != NULL) fclose(jsonf);
-    mem_free(inputs);
-    mem_free(targets);
-    if (train_open) loader_close(&train_loader);
-    if (val_open) loader_close(&val_loader);
-    if (model_built) gpt_free(&model);
-    tokenizer_free(&tok);
+    run_close(&r);
     return rc;
 }
