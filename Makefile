@@ -79,7 +79,7 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 # Test builds: the same sources with SEEDGPT_TEST_BUILD (NaN-filled scratch, allocation counting).
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
-HEADERS := $(wildcard model/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h)
+HEADERS := $(wildcard *.h model/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h)
 
 .PHONY: all test test-run test-asan fuzz kjv demo plot setup verify bench clean config
 # `make config`: what this machine's build has and leaves out (scripts/gpu_check.sh prints it first)
@@ -94,7 +94,9 @@ config:
 TRAIN_BIN ?= train
 all: $(TRAIN_BIN)
 
-$(TRAIN_BIN): $(BUILD)/train.o $(CORE_OBJ)
+# The trainer: train.c (the run and the subcommands) and cli.c (its flags). cli.c has no CUDA
+# code: every trainer below links this one object of it.
+$(TRAIN_BIN): $(BUILD)/train.o $(BUILD)/cli.o $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: %.c $(HEADERS)
@@ -272,7 +274,7 @@ CUDA_CORE_OBJ := $(filter-out $(BUILD)/model/backend.o,$(CORE_OBJ)) $(CUDA_BUILD
 .PHONY: cuda test-cuda test-cuda-emu
 cuda: train_cuda
 
-train_cuda: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(CUDA_OBJ)
+train_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(CUDA_CORE_OBJ) $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 $(CUDA_BUILD)/train.o: train.c $(HEADERS)
@@ -401,7 +403,7 @@ $(EMU_BUILD)/bench_attention_cuda: $(EMU_BUILD)/tests/bench_attention_cuda.o $(E
 		$(EMU_BUILD)/attention/flash_tc.o $(EMU_BUILD)/cuda/device_memory.o $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU
-$(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)
+$(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 ifeq ($(CUDA_KERNELS_MISSING),)
 EMU_TEST_BINS := $(EMU_ALONE_BINS) $(EMU_ATTN_BINS) $(EMU_MODEL_BINS)
@@ -479,7 +481,7 @@ mpi:
 	@echo "make mpi: $(MPICC) cannot build an MPI program here (Debian: libopenmpi-dev, openmpi-bin); ./train_mpi is not built"; exit 2
 endif
 
-train_mpi: $(BUILD)/train.o $(MPI_CORE_OBJ) $(MPI_BUILD)/model/dist_mpi.o
+train_mpi: $(BUILD)/train.o $(BUILD)/cli.o $(MPI_CORE_OBJ) $(MPI_BUILD)/model/dist_mpi.o
 	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(MPI_BUILD)/model/dist_mpi.o: model/dist_mpi.c $(HEADERS)
@@ -503,7 +505,7 @@ $(MPI_CUDA_BUILD)/dist_link_check: tests/dist_link_check.c $(MPI_CUDA_BUILD)/mod
 		$(NCCL_LIBS)
 mpi-cuda-check: $(MPI_CUDA_BUILD)/dist_link_check
 mpi-cuda: train_mpi_cuda
-train_mpi_cuda: $(CUDA_BUILD)/train.o $(filter-out $(BUILD)/model/dist_none.o,$(CUDA_CORE_OBJ)) \
+train_mpi_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(filter-out $(BUILD)/model/dist_none.o,$(CUDA_CORE_OBJ)) \
 		$(filter-out $(CUDA_BUILD)/model/dist_nccl.o,$(CUDA_OBJ)) \
 		$(MPI_CUDA_BUILD)/model/dist_mpi.o $(MPI_CUDA_BUILD)/model/dist_nccl.o
 	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) $(NCCL_LIBS)

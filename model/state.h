@@ -5,7 +5,7 @@
  * A state holds the weights, AdamW's m and v (raw float32 bits), the step, the master seed, the
  * training loader's position and shuffle state, the model configuration, the batch shape, the
  * number of data-parallel ranks, the non-finite guard's counters, and the run's options as text
- * (train.c owns their meaning). Byte layout: docs/formats.md, "Training state".
+ * (cli.c's flag table owns their meaning). Byte layout: docs/formats.md, "Training state".
  *
  * Writing goes to PATH.tmp, is flushed and fsynced, renamed over PATH, and the folder is fsynced:
  * a crash at any instant leaves either the old file or the new one under PATH, never a mix.

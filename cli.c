@@ -1,0 +1,629 @@
+/* cli.c — the trainer's command line (cli.h): the flag table, the defaults, parsing a flag's text
+ * (from argv or from a state's option text) into Options, each option's canonical text, the
+ * resume-time merging, and the usage texts. Every refusal is one line on stderr naming the flag
+ * (and the state it came from), then exit status 2.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "checkpoint/checkpoint.h"
+#include "model/backend.h"
+
+/* ---- the flag table ----------------------------------------------------------------------- */
+
+/* Every flag, and what it is to a resumed run:
+ *   R_LOCAL   this process only, not stored in a state
+ *   R_SHAPE   stored in the state's header (model shape, batch, seq, seed): must agree
+ *   R_FIXED   stored in the state's option text: must agree
+ *   R_CHANGE  stored in the option text, may change on resume (omitted: the state's value) */
+enum { R_LOCAL, R_SHAPE, R_FIXED, R_CHANGE };
+static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
+    [F_TRAIN] = {"--train", R_CHANGE},          [F_VAL] = {"--val", R_CHANGE},
+    [F_INIT] = {"--init", R_LOCAL},             [F_SAVE] = {"--save", R_CHANGE},
+    [F_LOG_JSON] = {"--log-json", R_CHANGE},    [F_TOKENIZER] = {"--tokenizer", R_FIXED},
+    [F_BPE_DIR] = {"--bpe-dir", R_LOCAL},
+    [F_LAYERS] = {"--layers", R_SHAPE},         [F_HEADS] = {"--heads", R_SHAPE},
+    [F_KV_HEADS] = {"--kv-heads", R_SHAPE},     [F_EMBD] = {"--embd", R_SHAPE},
+    [F_VOCAB] = {"--vocab", R_SHAPE},           [F_SEQ_LEN] = {"--seq-len", R_SHAPE},
+    [F_POS] = {"--pos", R_SHAPE},               [F_ROPE_BASE] = {"--rope-base", R_SHAPE},
+    [F_ROPE_LAYOUT] = {"--rope-layout", R_SHAPE}, [F_BLOCK] = {"--block", R_SHAPE},
+    [F_DROP_PATH] = {"--drop-path", R_FIXED},
+    [F_BATCH] = {"--batch", R_SHAPE},           [F_SEQ] = {"--seq", R_SHAPE},
+    [F_STEPS] = {"--steps", R_CHANGE},
+    [F_LR] = {"--lr", R_FIXED},                 [F_LR_SCHEDULE] = {"--lr-schedule", R_FIXED},
+    [F_WARMUP] = {"--warmup", R_FIXED},         [F_FINAL_LR_FRAC] = {"--final-lr-frac", R_FIXED},
+    [F_BETA1] = {"--beta1", R_FIXED},           [F_BETA2] = {"--beta2", R_FIXED},
+    [F_EPS] = {"--eps", R_FIXED},               [F_WEIGHT_DECAY] = {"--weight-decay", R_FIXED},
+    [F_CLIP] = {"--clip", R_FIXED},
+    [F_SEED] = {"--seed", R_SHAPE},             [F_SHUFFLE] = {"--shuffle", R_FIXED},
+    [F_DROPOUT] = {"--dropout", R_LOCAL},       /* resolved into the three below */
+    [F_ATTN_DROPOUT] = {"--attn-dropout", R_FIXED},
+    [F_RESID_DROPOUT] = {"--resid-dropout", R_FIXED},
+    [F_EMBD_DROPOUT] = {"--embd-dropout", R_FIXED},
+    [F_LOG_EVERY] = {"--log-every", R_CHANGE},  [F_EVAL_EVERY] = {"--eval-every", R_CHANGE},
+    [F_EVAL_BATCHES] = {"--eval-batches", R_CHANGE},
+    [F_THREADS] = {"--threads", R_LOCAL},
+    [F_RECOMPUTE] = {"--recompute", R_CHANGE},  [F_RECOMPUTE_CHECK] = {"--recompute-check", R_CHANGE},
+    [F_RECOMPUTE_SEEDS] = {"--recompute-seeds", R_FIXED},
+    [F_OUT] = {"--out", R_LOCAL},               [F_RESUME] = {"--resume", R_LOCAL},
+    [F_SAVE_EVERY] = {"--save-every", R_CHANGE}, [F_KEEP] = {"--keep", R_CHANGE},
+    [F_MAX_BAD_STEPS] = {"--max-bad-steps", R_CHANGE},
+    [F_SAMPLE_EVERY] = {"--sample-every", R_CHANGE}, [F_SAMPLE_TOKENS] = {"--sample-tokens", R_CHANGE},
+    [F_PEAK_GFLOPS] = {"--peak-gflops", R_LOCAL}, [F_TOTAL_BATCH] = {"--total-batch", R_FIXED},
+    [F_DEVICE] = {"--device", R_LOCAL},   /* a state saved on one backend resumes on the other */
+    [F_PRECISION] = {"--precision", R_LOCAL},   /* states hold fp32 weights whatever it is */
+};
+
+/* ./train --help: the synopsis of training and of each subcommand (the words after "./train"
+ * padded to one column), then every flag by topic, then the exit statuses. */
+static void usage(FILE* f, const Subcommand* subs, int nsubs) {
+    fprintf(f,
+"seedgpt: train a GPT-2 in C, with dropout that survives activation recompute.\n"
+"\n"
+"usage: ./train %-20s %s\n", "[flags]", "train a model");
+    for (int k = 0; k < nsubs; k++) {
+        char words[64];
+        snprintf(words, sizeof(words), "%s %s", subs[k].name, subs[k].synopsis);
+        fprintf(f, "       ./train %-20s %s\n", words, subs[k].help);
+    }
+    fprintf(f,
+"       mpirun -np R ./train_mpi [flags]   data parallel over R processes (`make mpi`; README)\n"
+"\n"
+"data\n"
+"  --train PATH        training shards: a file or a glob pattern, e.g. 'data/kjv/train_*.bin'\n"
+"  --val PATH          validation shards (optional)\n"
+"  --tokenizer NAME    tokenizer of the shards: byte (default; vocab 257) or gpt2 (vocab 50257)\n"
+"  --bpe-dir DIR       gpt2's encoder.json + vocab.bpe (default $SEEDGPT_BPE_DIR, else data/gpt2)\n"
+"  --shuffle 0|1       visit training windows in a seeded shuffled order each epoch (default 1)\n"
+"model (a fresh model, unless --init or --resume)\n"
+"  --init PATH         start from a model file (llm.c fp32 v3 or seedgpt's own)\n"
+"  --layers L          blocks (default 4)\n"
+"  --heads H           query heads (default 4)\n"
+"  --kv-heads K        key/value heads, divides H (default H: plain GPT-2)\n"
+"  --embd C            channels, a multiple of H (default 128)\n"
+"  --vocab V           vocabulary (default: the tokenizer's, 257 for byte)\n"
+"  --seq-len N         the model's maximum context (default 256)\n"
+"  --pos P             learned | rope (default learned): learned absolute positions (wpe), or\n"
+"                      rotary embeddings of q and k after the QKV linear (no wpe tensor)\n"
+"  --rope-base B       RoPE base, an integer >= 2: theta_d = B^(-2d/HD) (default 10000)\n"
+"  --rope-layout L     neox | gptj (default neox): rotated pairs (d, d+HD/2) or (2d, 2d+1)\n"
+"  --block K           sequential | parallel (default sequential): x += attn(LN1 x), then\n"
+"                      x += mlp(LN2 x); or x = x + attn(LN1 x) + mlp(LN2 x), the parallel\n"
+"                      residual of GPT-J / GPT-NeoX (two LayerNorms, both on x)\n"
+"batch and schedule\n"
+"  --batch B           sequences per step (default 8)\n"
+"  --seq T             training sequence length, <= seq-len (default seq-len)\n"
+"  --total-batch N     tokens per optimizer step, a multiple of B*T (default B*T): the gradient\n"
+"                      of A = N/(B*T) micro-batches, each the next window of the loader, is\n"
+"                      summed; micro-batch a holds global sequences a*B .. a*B+B-1, so the\n"
+"                      dropout masks, loss and gradient equal those of one batch of A*B sequences\n"
+"                      (with R data-parallel ranks: a multiple of R*B*T, default R*B*T; rank r's\n"
+"                      micro-batch a holds sequences r*A*B + a*B .. + B-1, see README)\n"
+"  --steps N           optimizer steps (default 100)\n"
+"  --lr X              peak learning rate (default 1e-3)\n"
+"  --lr-schedule S     constant | cosine | linear (default cosine)\n"
+"  --warmup N          linear warmup steps (default 0)\n"
+"  --final-lr-frac F   the schedule ends at F * lr (default 0.1)\n"
+"  --beta1 X --beta2 X --eps X   AdamW moments (defaults 0.9, 0.95, 1e-8)\n"
+"  --weight-decay X    decoupled, on 2-D weights and embeddings only (default 0.1)\n"
+"  --clip X            clip the global gradient norm to X; 0 disables (default 1.0)\n"
+"  --max-bad-steps N   stop (exit status 4) after N consecutive steps with a non-finite loss or\n"
+"                      gradient norm; such a step skips its update (default 10; 0: never stop)\n"
+"randomness\n"
+"  --seed S            master seed: weights, shuffling and every dropout mask (default 1337)\n"
+"  --dropout P         dropout probability at every site (default 0)\n"
+"  --attn-dropout P    on the attention probabilities (overrides --dropout)\n"
+"  --resid-dropout P   on both residual branches (overrides --dropout)\n"
+"  --embd-dropout P    on the embedding (overrides --dropout)\n"
+"  --drop-path P       stochastic depth: each residual branch of each sequence is dropped with\n"
+"                      probability P, kept ones scaled 1/(1-P) (default 0); applied after the\n"
+"                      branch's residual dropout; off in evaluation and sampling\n"
+"activation checkpointing\n"
+"  --recompute P       none | layer | every:K (default none): keep only each segment's input of\n"
+"                      K layers and recompute the segment before its backward, with the seeds\n"
+"                      its layers drew in the forward (layer = every:1)\n"
+"  --recompute-check M off | warn | stop (default warn): a recomputed segment's output must\n"
+"                      equal the stored input of the next, bit for bit\n"
+"  --recompute-seeds S captured | fresh (default captured). fresh is the negative control: the\n"
+"                      recompute draws new masks, as compiled checkpoints with fused dropout\n"
+"                      do; gradients are then wrong and the value check says so\n"
+"output\n"
+"  --log-every N       a progress line every N steps (default 10)\n"
+"  --log-json PATH     JSON lines: {\"type\":\"train\",...} per step, {\"type\":\"eval\",...}\n"
+"                      (default with --out: DIR/log.jsonl)\n"
+"  --eval-every N      validation loss every N steps, and at the end (default 0: only at the end)\n"
+"  --eval-batches N    validation windows per evaluation (default 8)\n"
+"  --sample-every N    print a sample every N steps (default 0: never): --sample-tokens tokens\n"
+"                      (default 64) after an EOT, temperature 1, drawn from the master seed's\n"
+"                      SAMPLE stream with counter (position, step, 0, 0); moves no loader\n"
+"  --peak-gflops X     the FLOP rate MFU is measured against (default: this machine's sgemm,\n"
+"                      measured for ~0.2 s at start-up)\n"
+"  --save PATH         write the model file at the end\n"
+"  --threads N         OpenMP and OpenBLAS threads (default: all cores, shared out among the\n"
+"                      ranks of one machine under mpirun unless OMP_NUM_THREADS is set)\n"
+"  --device D          cpu | cuda: where the model's memory lives and its ops run (default:\n"
+"                      cuda in ./train_cuda, built by `make cuda`; cpu in ./train). Masks,\n"
+"                      seeds, recompute and states are the same on both; a state saved on one\n"
+"                      resumes on the other\n"
+"  --precision P       fp32 | bf16 (default fp32). bf16 (--device cuda only): the dense products\n"
+"                      and attention take bf16 operands on tensor cores, accumulate in fp32;\n"
+"                      weights, AdamW state, the residual stream, LayerNorm and softmax\n"
+"                      statistics and every stored activation stay fp32; masks are the same\n"
+"                      bits. States and model files are fp32 either way (README \"Precision\")\n"
+"run folder and resume\n"
+"  --out DIR           write training states DIR/state_SSSSSSSS.bin (S = steps done) and the model\n"
+"                      DIR/model.bin beside them: every --save-every steps, at the end, and on\n"
+"                      SIGINT/SIGTERM (the current step finishes, the state is saved, exit\n"
+"                      status 128 + signal: 130 or 143). A folder that already holds states is\n"
+"                      refused unless the run resumes from it\n"
+"  --save-every N      a state every N steps (default 0: only at the end and on a signal)\n"
+"  --keep N            keep the newest N states (default 2; 0 keeps all)\n"
+"  --resume DIR        continue from the newest state in DIR that loads cleanly (states that do\n"
+"                      not are skipped with a message). Flags not given take the state's values;\n"
+"                      a given flag that contradicts the state is refused. Only these may change:\n"
+"                      --steps --train --val --log-every --log-json --eval-every --eval-batches\n"
+"                      --save --save-every --keep --max-bad-steps --recompute --recompute-check\n"
+"                      --threads --out (default: DIR)\n"
+"exit status: 0 done, 2 bad flag or file (one line on stderr, nothing overwritten), 3 recompute\n"
+"check failed (stop), 4 --max-bad-steps reached, 130/143 stopped by SIGINT/SIGTERM after saving\n");
+}
+
+/* ---- parsing ------------------------------------------------------------------------------ */
+
+/* Where the values being parsed come from, for messages: the command line or a state file. */
+static const char* parse_source = NULL;
+
+static void die_flag(const char* flag, const char* value, const char* expected) {
+    if (parse_source)
+        fprintf(stderr, "seedgpt: %s: stored option %s %s: expected %s\n", parse_source, flag,
+                value ? value : "(missing)", expected);
+    else
+        fprintf(stderr, "seedgpt: %s %s: expected %s\n", flag, value ? value : "(missing)", expected);
+    exit(EXIT_BAD_INPUT);
+}
+
+static long parse_long(const char* flag, const char* s, long lo, long hi) {
+    char* end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (s == NULL || *s == '\0' || isspace((unsigned char)*s) || *end != '\0' || errno != 0 ||
+        v < lo || v > hi) {
+        char buf[96];
+        snprintf(buf, sizeof(buf), "an integer in [%ld, %ld]", lo, hi);
+        die_flag(flag, s, buf);
+    }
+    return v;
+}
+
+static double parse_double(const char* flag, const char* s, double lo, double hi, int hi_open) {
+    char* end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (s == NULL || *s == '\0' || isspace((unsigned char)*s) || *end != '\0' || errno != 0 ||
+        !isfinite(v) || v < lo ||
+        (hi_open ? v >= hi : v > hi)) {
+        char buf[96];
+        snprintf(buf, sizeof(buf), "a number in [%g, %g%s", lo, hi, hi_open ? ")" : "]");
+        die_flag(flag, s, buf);
+    }
+    return v;
+}
+
+static const char* parse_path(const char* flag, const char* v) {
+    if (v == NULL || *v == '\0') die_flag(flag, v, "a path");
+    return v;
+}
+
+/* A 64-bit seed: decimal, 0x hex or 0 octal (strtoull's base 0), no sign. */
+static uint64_t parse_seed(const char* flag, const char* v) {
+    char* end;
+    errno = 0;
+    unsigned long long s = strtoull(v, &end, 0);
+    if (*v == '\0' || *v == '-' || *v == '+' || *v == ' ' || *end != '\0' || errno != 0)
+        die_flag(flag, v, "an unsigned 64-bit integer");
+    return s;
+}
+
+static void set_defaults(Options* o) {
+    memset(o, 0, sizeof(*o));
+    o->tokenizer = "byte";
+    o->layers = 4; o->heads = 4; o->kv_heads = 0; o->embd = 128; o->vocab = 0; o->seq_len = 256;
+    o->batch = 8; o->seq = 0; o->steps = 100;
+    o->lr = 1e-3; o->final_lr_frac = 0.1; o->beta1 = 0.9; o->beta2 = 0.95; o->eps = 1e-8;
+    o->weight_decay = 0.1; o->clip = 1.0; o->lr_schedule = "cosine"; o->warmup = 0;
+    o->seed = 1337; o->shuffle = 1;
+    o->pos_rope = 0; o->rope_base = ROPE_DEFAULT_BASE; o->rope_layout = ROPE_NEOX;
+    o->block_parallel = 0; o->drop_path = 0.0;
+    o->dropout = 0.0; o->attn_dropout = o->resid_dropout = o->embd_dropout = -1.0;
+    o->log_every = 10; o->eval_every = 0; o->eval_batches = 8; o->threads = 0;
+    o->sample_every = 0; o->sample_tokens = 64; o->peak_gflops = 0; o->total_batch = 0;
+    o->device = backend_default_name();
+    o->precision = "fp32";
+    o->policy.every = 0; o->policy.fresh_seeds = 0; o->policy.check = CHECK_WARN;
+    o->save_every = 0; o->keep = 2; o->max_bad_steps = 10;
+}
+
+/* Sets flag `id` of o from the text v, or exits with one line naming the flag. */
+static void apply_flag(Options* o, int id, const char* v) {
+    const char* f = flags[id].name;
+    char err[256];
+    switch (id) {
+    case F_TRAIN: o->train_path = parse_path(f, v); break;
+    case F_VAL: o->val_path = parse_path(f, v); break;
+    case F_INIT: o->init_path = parse_path(f, v); break;
+    case F_SAVE: o->save_path = parse_path(f, v); break;
+    case F_LOG_JSON: o->log_json = parse_path(f, v); break;
+    case F_TOKENIZER: o->tokenizer = v; break;
+    case F_BPE_DIR: o->bpe_dir = v; break;
+    case F_LAYERS: o->layers = parse_long(f, v, 1, 1024); break;
+    case F_HEADS: o->heads = parse_long(f, v, 1, 1024); break;
+    case F_KV_HEADS: o->kv_heads = parse_long(f, v, 1, 1024); break;
+    case F_EMBD: o->embd = parse_long(f, v, 1, 65536); break;
+    case F_VOCAB: o->vocab = parse_long(f, v, 1, 65536); break;
+    case F_SEQ_LEN: o->seq_len = parse_long(f, v, 1, 1 << 20); break;
+    case F_POS:
+        if (strcmp(v, "learned") && strcmp(v, "rope")) die_flag(f, v, "learned or rope");
+        o->pos_rope = !strcmp(v, "rope");
+        break;
+    case F_ROPE_BASE: o->rope_base = parse_long(f, v, 2, 2147483647L); break;
+    case F_ROPE_LAYOUT:
+        if (strcmp(v, "neox") && strcmp(v, "gptj")) die_flag(f, v, "neox or gptj");
+        o->rope_layout = !strcmp(v, "gptj") ? ROPE_GPTJ : ROPE_NEOX;
+        break;
+    case F_BLOCK:
+        if (strcmp(v, "sequential") && strcmp(v, "parallel")) die_flag(f, v, "sequential or parallel");
+        o->block_parallel = !strcmp(v, "parallel");
+        break;
+    case F_DROP_PATH: o->drop_path = parse_double(f, v, 0, 1, 1); break;
+    case F_BATCH: o->batch = parse_long(f, v, 1, 1 << 20); break;
+    case F_SEQ: o->seq = parse_long(f, v, 1, 1 << 20); break;
+    case F_STEPS: o->steps = parse_long(f, v, 0, 2000000000L); break;
+    case F_LR: o->lr = parse_double(f, v, 0, 10, 0); break;
+    case F_LR_SCHEDULE:
+        if (strcmp(v, "constant") && strcmp(v, "cosine") && strcmp(v, "linear"))
+            die_flag(f, v, "constant, cosine or linear");
+        o->lr_schedule = v;
+        break;
+    case F_WARMUP: o->warmup = parse_long(f, v, 0, 2000000000L); break;
+    case F_FINAL_LR_FRAC: o->final_lr_frac = parse_double(f, v, 0, 1, 0); break;
+    case F_BETA1: o->beta1 = parse_double(f, v, 0, 1, 1); break;
+    case F_BETA2: o->beta2 = parse_double(f, v, 0, 1, 1); break;
+    case F_EPS: o->eps = parse_double(f, v, 0, 1, 0); break;
+    case F_WEIGHT_DECAY: o->weight_decay = parse_double(f, v, 0, 10, 0); break;
+    case F_CLIP: o->clip = parse_double(f, v, 0, 1e30, 0); break;
+    case F_SHUFFLE: o->shuffle = parse_long(f, v, 0, 1); break;
+    case F_SEED: o->seed = parse_seed(f, v); break;
+    case F_DROPOUT: o->dropout = parse_double(f, v, 0, 1, 1); break;
+    case F_ATTN_DROPOUT: o->attn_dropout = parse_double(f, v, 0, 1, 1); break;
+    case F_RESID_DROPOUT: o->resid_dropout = parse_double(f, v, 0, 1, 1); break;
+    case F_EMBD_DROPOUT: o->embd_dropout = parse_double(f, v, 0, 1, 1); break;
+    case F_LOG_EVERY: o->log_every = parse_long(f, v, 0, 2000000000L); break;
+    case F_EVAL_EVERY: o->eval_every = parse_long(f, v, 0, 2000000000L); break;
+    case F_EVAL_BATCHES: o->eval_batches = parse_long(f, v, 1, 1000000); break;
+    case F_THREADS: o->threads = parse_long(f, v, 1, 1024); break;
+    case F_DEVICE:
+        if (strcmp(v, "cpu") && strcmp(v, "cuda")) die_flag(f, v, "cpu or cuda");
+        if (backend_by_name(v) == NULL)
+            die_flag(f, v, "cpu (this binary has no CUDA backend: `make cuda` builds ./train_cuda)");
+        o->device = v;
+        break;
+    case F_PRECISION:
+        if (strcmp(v, "fp32") && strcmp(v, "bf16")) die_flag(f, v, "fp32 or bf16");
+        o->precision = v;
+        break;
+    case F_RECOMPUTE:
+        if (recompute_parse(v, &o->policy, err) != 0) die_flag(f, v, "none, layer or every:K");
+        break;
+    case F_RECOMPUTE_CHECK:
+        if (recompute_check_parse(v, &o->policy.check, err) != 0) die_flag(f, v, "off, warn or stop");
+        break;
+    case F_RECOMPUTE_SEEDS:
+        if (strcmp(v, "captured") && strcmp(v, "fresh")) die_flag(f, v, "captured or fresh");
+        o->policy.fresh_seeds = !strcmp(v, "fresh");
+        break;
+    case F_OUT: o->out_dir = parse_path(f, v); break;
+    case F_RESUME: o->resume_dir = parse_path(f, v); break;
+    case F_SAVE_EVERY: o->save_every = parse_long(f, v, 0, 2000000000L); break;
+    case F_KEEP: o->keep = parse_long(f, v, 0, 1000000); break;
+    case F_MAX_BAD_STEPS: o->max_bad_steps = parse_long(f, v, 0, 2000000000L); break;
+    case F_SAMPLE_EVERY: o->sample_every = parse_long(f, v, 0, 2000000000L); break;
+    case F_SAMPLE_TOKENS: o->sample_tokens = parse_long(f, v, 1, 1 << 24); break;
+    case F_PEAK_GFLOPS: o->peak_gflops = parse_double(f, v, 0, 1e12, 0); break;
+    case F_TOTAL_BATCH: o->total_batch = parse_long(f, v, 0, 1L << 40); break;
+    }
+}
+
+static int find_flag(const char* name) {
+    for (int id = 0; id < NUM_FLAGS; id++)
+        if (!strcmp(flags[id].name, name)) return id;
+    return -1;
+}
+
+/* The shortest %.Ng (N = 15..17) that reads back as the same double. */
+static void fmt_double(char* buf, size_t cap, double v) {
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, cap, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+/* The value of flag id as text, in the one canonical form used for storing and comparing
+ * (doubles in the shortest form that reads back exactly). 0, or -1 when the flag has no value.
+ * world: the run's data-parallel processes (--total-batch's default counts them). */
+static int format_flag(const Options* o, int id, int world, char* buf, size_t cap) {
+    char pname[32];
+    const char* s = NULL;
+    switch (id) {
+    case F_TRAIN: s = o->train_path; break;
+    case F_VAL: s = o->val_path; break;
+    case F_INIT: s = o->init_path; break;
+    case F_SAVE: s = o->save_path; break;
+    case F_LOG_JSON: s = o->log_json; break;
+    case F_TOKENIZER: s = o->tokenizer; break;
+    case F_BPE_DIR: s = o->bpe_dir; break;
+    case F_LAYERS: snprintf(buf, cap, "%d", o->layers); return 0;
+    case F_HEADS: snprintf(buf, cap, "%d", o->heads); return 0;
+    case F_KV_HEADS: snprintf(buf, cap, "%d", o->kv_heads ? o->kv_heads : o->heads); return 0;
+    case F_EMBD: snprintf(buf, cap, "%d", o->embd); return 0;
+    case F_VOCAB: snprintf(buf, cap, "%d", o->vocab); return 0;
+    case F_SEQ_LEN: snprintf(buf, cap, "%d", o->seq_len); return 0;
+    case F_POS: s = o->pos_rope ? "rope" : "learned"; break;
+    case F_ROPE_BASE: snprintf(buf, cap, "%d", o->rope_base); return 0;
+    case F_ROPE_LAYOUT: s = o->rope_layout == ROPE_GPTJ ? "gptj" : "neox"; break;
+    case F_BLOCK: s = o->block_parallel ? "parallel" : "sequential"; break;
+    case F_DROP_PATH: fmt_double(buf, cap, o->drop_path); return 0;
+    case F_BATCH: snprintf(buf, cap, "%d", o->batch); return 0;
+    case F_SEQ: snprintf(buf, cap, "%d", o->seq ? o->seq : o->seq_len); return 0;
+    case F_STEPS: snprintf(buf, cap, "%d", o->steps); return 0;
+    case F_LR: fmt_double(buf, cap, o->lr); return 0;
+    case F_LR_SCHEDULE: s = o->lr_schedule; break;
+    case F_WARMUP: snprintf(buf, cap, "%d", o->warmup); return 0;
+    case F_FINAL_LR_FRAC: fmt_double(buf, cap, o->final_lr_frac); return 0;
+    case F_BETA1: fmt_double(buf, cap, o->beta1); return 0;
+    case F_BETA2: fmt_double(buf, cap, o->beta2); return 0;
+    case F_EPS: fmt_double(buf, cap, o->eps); return 0;
+    case F_WEIGHT_DECAY: fmt_double(buf, cap, o->weight_decay); return 0;
+    case F_CLIP: fmt_double(buf, cap, o->clip); return 0;
+    case F_SEED: snprintf(buf, cap, "%llu", (unsigned long long)o->seed); return 0;
+    case F_SHUFFLE: snprintf(buf, cap, "%d", o->shuffle); return 0;
+    case F_DROPOUT: return -1;
+    case F_ATTN_DROPOUT: fmt_double(buf, cap, o->attn_dropout); return 0;
+    case F_RESID_DROPOUT: fmt_double(buf, cap, o->resid_dropout); return 0;
+    case F_EMBD_DROPOUT: fmt_double(buf, cap, o->embd_dropout); return 0;
+    case F_LOG_EVERY: snprintf(buf, cap, "%d", o->log_every); return 0;
+    case F_EVAL_EVERY: snprintf(buf, cap, "%d", o->eval_every); return 0;
+    case F_EVAL_BATCHES: snprintf(buf, cap, "%d", o->eval_batches); return 0;
+    case F_THREADS: snprintf(buf, cap, "%d", o->threads); return 0;
+    case F_DEVICE: s = o->device; break;
+    case F_PRECISION: s = o->precision; break;
+    case F_RECOMPUTE: s = recompute_name(&o->policy, pname); break;
+    case F_RECOMPUTE_CHECK:
+        s = o->policy.check == CHECK_OFF ? "off" : o->policy.check == CHECK_WARN ? "warn" : "stop";
+        break;
+    case F_RECOMPUTE_SEEDS: s = o->policy.fresh_seeds ? "fresh" : "captured"; break;
+    case F_OUT: s = o->out_dir; break;
+    case F_RESUME: s = o->resume_dir; break;
+    case F_SAVE_EVERY: snprintf(buf, cap, "%d", o->save_every); return 0;
+    case F_KEEP: snprintf(buf, cap, "%d", o->keep); return 0;
+    case F_MAX_BAD_STEPS: snprintf(buf, cap, "%d", o->max_bad_steps); return 0;
+    case F_SAMPLE_EVERY: snprintf(buf, cap, "%d", o->sample_every); return 0;
+    case F_SAMPLE_TOKENS: snprintf(buf, cap, "%d", o->sample_tokens); return 0;
+    case F_PEAK_GFLOPS: fmt_double(buf, cap, o->peak_gflops); return 0;
+    case F_TOTAL_BATCH:   /* canonical: the tokens per step, also when left to the default */
+        snprintf(buf, cap, "%ld", o->total_batch ? o->total_batch
+                                  : (long)world * o->batch * (o->seq ? o->seq : o->seq_len));
+        return 0;
+    }
+    if (s == NULL) return -1;
+    snprintf(buf, cap, "%s", s);
+    return 0;
+}
+
+void parse_options(Options* o, const char* raw[NUM_FLAGS], int argc, char** argv,
+                   const Subcommand* subs, int nsubs) {
+    set_defaults(o);
+    for (int id = 0; id < NUM_FLAGS; id++) raw[id] = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char* f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout, subs, nsubs); exit(0); }
+        if (strncmp(f, "--", 2) != 0) {
+            fprintf(stderr, "seedgpt: unexpected argument '%s' (see ./train --help)\n", f);
+            exit(EXIT_BAD_INPUT);
+        }
+        int id = find_flag(f);
+        if (id < 0) {
+            fprintf(stderr, "seedgpt: unknown flag %s (see ./train --help)\n", f);
+            exit(EXIT_BAD_INPUT);
+        }
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v == NULL) die_flag(f, NULL, "a value");
+        i++;
+        apply_flag(o, id, v);
+        raw[id] = v;
+    }
+    if (raw[F_DROPOUT] != NULL) {
+        const int sites[3] = {F_ATTN_DROPOUT, F_RESID_DROPOUT, F_EMBD_DROPOUT};
+        for (int k = 0; k < 3; k++) {
+            if (raw[sites[k]] == NULL) {
+                apply_flag(o, sites[k], raw[F_DROPOUT]);
+                raw[sites[k]] = raw[F_DROPOUT];
+            }
+        }
+    }
+    if (o->attn_dropout < 0) o->attn_dropout = o->dropout;
+    if (o->resid_dropout < 0) o->resid_dropout = o->dropout;
+    if (o->embd_dropout < 0) o->embd_dropout = o->dropout;
+}
+
+void check_options(const Options* o, const char* raw[NUM_FLAGS]) {
+    if (o->train_path == NULL) {
+        fprintf(stderr, "seedgpt: --train PATH is required (see ./train --help)\n");
+        exit(EXIT_BAD_INPUT);
+    }
+    if (o->resume_dir == NULL && o->init_path != NULL &&
+        (raw[F_LAYERS] || raw[F_HEADS] || raw[F_KV_HEADS] || raw[F_EMBD] || raw[F_SEQ_LEN] ||
+         raw[F_POS] || raw[F_ROPE_BASE] || raw[F_ROPE_LAYOUT] || raw[F_BLOCK])) {
+        fprintf(stderr, "seedgpt: --init takes the model shape from the file; drop --layers, "
+                        "--heads, --kv-heads, --embd, --seq-len, --pos, --rope-base, "
+                        "--rope-layout and --block\n");
+        exit(EXIT_BAD_INPUT);
+    }
+    if (!o->pos_rope && (raw[F_ROPE_BASE] || raw[F_ROPE_LAYOUT])) {
+        fprintf(stderr, "seedgpt: %s needs --pos rope\n",
+                raw[F_ROPE_BASE] ? "--rope-base" : "--rope-layout");
+        exit(EXIT_BAD_INPUT);
+    }
+    if (o->policy.fresh_seeds && o->policy.every == 0) {
+        fprintf(stderr, "seedgpt: --recompute-seeds fresh needs a recompute policy (--recompute "
+                        "layer or every:K): under none nothing is recomputed\n");
+        exit(EXIT_BAD_INPUT);
+    }
+    if (backend_lookup(o->device, o->precision) == NULL) {
+        fprintf(stderr, "seedgpt: --precision %s: not on --device %s (bf16 runs on --device cuda; "
+                        "the CPU backend computes in fp32)\n", o->precision, o->device);
+        exit(EXIT_BAD_INPUT);
+    }
+    if (o->out_dir == NULL && raw[F_SAVE_EVERY] != NULL && o->save_every > 0) {
+        fprintf(stderr, "seedgpt: --save-every %d needs a run folder: add --out DIR\n",
+                o->save_every);
+        exit(EXIT_BAD_INPUT);
+    }
+}
+
+/* Values with a newline are not stored: such a flag must then be given again on resume. */
+void format_state_options(const Options* o, int world, char* out, size_t cap) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (int id = 0; id < NUM_FLAGS; id++) {
+        if (flags[id].resume != R_FIXED && flags[id].resume != R_CHANGE) continue;
+        if (id == F_LOG_JSON && o->log_json_is_default) continue;
+        char v[4200];
+        if (format_flag(o, id, world, v, sizeof(v)) != 0 || strchr(v, '\n') != NULL) continue;
+        int w = snprintf(out + n, cap - n, "%s %s\n", flags[id].name, v);
+        if (w < 0 || (size_t)w >= cap - n) { out[n] = '\0'; return; }   /* too long: stop */
+        n += (size_t)w;
+    }
+}
+
+void options_from_state(Options* st, StateInfo* info, const char* path) {
+    set_defaults(st);
+    parse_source = path;
+    char* line = info->options;
+    while (*line) {
+        char* nl = strchr(line, '\n');
+        if (nl == NULL) {
+            fprintf(stderr, "seedgpt: %s: the option text does not end with a newline\n", path);
+            exit(EXIT_BAD_INPUT);
+        }
+        *nl = '\0';
+        char* space = strchr(line, ' ');
+        if (space == NULL) {
+            fprintf(stderr, "seedgpt: %s: bad option line \"%s\"\n", path, line);
+            exit(EXIT_BAD_INPUT);
+        }
+        *space = '\0';
+        int id = find_flag(line);
+        if (id < 0 || (flags[id].resume != R_FIXED && flags[id].resume != R_CHANGE)) {
+            fprintf(stderr, "seedgpt: %s: the state holds an option this build does not take "
+                    "from a state: %s\n", path, line);
+            exit(EXIT_BAD_INPUT);
+        }
+        apply_flag(st, id, space + 1);
+        line = nl + 1;
+    }
+    parse_source = NULL;
+    const GPTConfig* c = &info->config;
+    st->layers = c->num_layers;
+    st->heads = c->num_heads;
+    st->kv_heads = c->num_kv_heads;
+    st->pos_rope = c->pos_kind == POS_ROPE;
+    st->rope_base = c->pos_kind == POS_ROPE ? c->rope_base : ROPE_DEFAULT_BASE;
+    st->rope_layout = c->rope_layout;
+    st->block_parallel = c->block_kind == BLOCK_PARALLEL;
+    st->embd = c->channels;
+    st->vocab = c->vocab_size;
+    st->seq_len = c->max_seq_len;
+    st->batch = info->batch;
+    st->seq = info->seq;
+    st->seed = info->master_seed;
+}
+
+void merge_resumed_options(Options* o, const Options* cmd, const char* raw[NUM_FLAGS],
+                           const Options* st, const char* state_path, int world) {
+    for (int id = 0; id < NUM_FLAGS; id++) {
+        if (raw[id] == NULL) continue;
+        if (flags[id].resume != R_SHAPE && flags[id].resume != R_FIXED) continue;
+        char a[4200], b[4200];
+        int ra = format_flag(cmd, id, world, a, sizeof(a)), rb = format_flag(st, id, world, b, sizeof(b));
+        if (ra != rb || strcmp(a, b) != 0) {
+            int via_dropout = raw[F_DROPOUT] != NULL && raw[id] == raw[F_DROPOUT] &&
+                              (id == F_ATTN_DROPOUT || id == F_RESID_DROPOUT || id == F_EMBD_DROPOUT);
+            fprintf(stderr, "seedgpt: --resume: %s %s%s contradicts the state %s, which has %s %s "
+                    "(drop the flag to continue the run as it was, or start a new run)\n",
+                    flags[id].name, a, via_dropout ? " (from --dropout)" : "", state_path,
+                    flags[id].name, b);
+            exit(EXIT_BAD_INPUT);
+        }
+    }
+    *o = *st;
+    for (int id = 0; id < NUM_FLAGS; id++) {
+        if (raw[id] != NULL && id != F_DROPOUT) apply_flag(o, id, raw[id]);
+    }
+    o->dropout = cmd->dropout;
+}
+
+/* ---- ./train sample ----------------------------------------------------------------------- */
+
+static void sample_usage(FILE* f) {
+    fprintf(f,
+"usage: ./train sample --init MODEL [flags]\n"
+"  --init PATH         the model file (llm.c fp32 v3 or seedgpt's own)\n"
+"  --prompt TEXT       the text to continue (default: none; generation starts after an EOT)\n"
+"  --tokens N          tokens to generate (default 256); ends early at EOT or a full context\n"
+"  --temperature X     softmax temperature; 0 is greedy (default 1.0)\n"
+"  --top-k K           draw from the K most likely tokens; 0: all (default 0)\n"
+"  --seed S            the draws are Philox(counter = (position, 0, 0, 0), key =\n"
+"                      philox_stream_seed(S, STREAM_SAMPLE)) (default 1337)\n"
+"  --tokenizer NAME    byte (default) or gpt2;  --bpe-dir DIR  gpt2's files\n"
+"  --threads N         OpenMP and OpenBLAS threads (default: all cores)\n"
+"The prompt is printed, then the generated text, then a newline. The key/value cache makes the\n"
+"cost of each new token linear in the context length.\n");
+}
+
+void parse_sample_options(SampleOptions* so, int argc, char** argv) {
+    so->init = NULL; so->prompt = ""; so->tokenizer = "byte"; so->bpe_dir = NULL;
+    so->tokens = 256; so->top_k = 0; so->temperature = 1.0; so->seed = 1337; so->threads = 0;
+    for (int i = 0; i < argc; i++) {
+        const char* f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { sample_usage(stdout); exit(0); }
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strncmp(f, "--", 2) != 0) {
+            fprintf(stderr, "seedgpt: sample: unexpected argument '%s' (see ./train sample --help)\n", f);
+            exit(EXIT_BAD_INPUT);
+        }
+        if (v == NULL) die_flag(f, NULL, "a value");
+        i++;
+        if (!strcmp(f, "--init")) so->init = parse_path(f, v);
+        else if (!strcmp(f, "--prompt")) so->prompt = v;
+        else if (!strcmp(f, "--tokens")) so->tokens = parse_long(f, v, 0, 1 << 24);
+        else if (!strcmp(f, "--temperature")) so->temperature = parse_double(f, v, 0, 100, 0);
+        else if (!strcmp(f, "--top-k")) so->top_k = parse_long(f, v, 0, 1 << 24);
+        else if (!strcmp(f, "--tokenizer")) so->tokenizer = v;
+        else if (!strcmp(f, "--bpe-dir")) so->bpe_dir = v;
+        else if (!strcmp(f, "--threads")) so->threads = (int)parse_long(f, v, 1, 1024);
+        else if (!strcmp(f, "--seed")) so->seed = parse_seed(f, v);
+        else {
+            fprintf(stderr, "seedgpt: sample: unknown flag %s (see ./train sample --help)\n", f);
+            exit(EXIT_BAD_INPUT);
+        }
+    }
+    if (so->init == NULL) {
+        fprintf(stderr, "seedgpt: sample: --init MODEL is required (see ./train sample --help)\n");
+        exit(EXIT_BAD_INPUT);
+    }
+}
