@@ -48,7 +48,7 @@ endif
 BUILD   := build
 
 CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/mem.c model/modelfile.c \
-            model/state.c model/sample.c model/dist_none.c \
+            model/state.c model/sample.c model/dist_none.c model/peak.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
@@ -87,7 +87,7 @@ MPI_TEST ?= tests/test_mpi.sh
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint test_opts \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_peak
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
