@@ -182,13 +182,17 @@ double peak_path_run(PeakPath p, long iters, float x, float y) {
 
 static volatile double peak_sink;   /* every kernel's result lands here: none is dead code */
 
-enum { REPEATS = 5 };
+/* A repeat lasts about REPEAT_SECONDS: short enough that some repeat runs inside one scheduler
+ * time slice on a shared machine, long enough that the barriers and the clock are noise */
+#define REPEAT_SECONDS 0.01
 
 double peak_path_gflops(PeakPath p, int threads, double seconds) {
     if (!peak_path_supported(p)) return 0;
     PathDesc d = path_desc(p);
     if (threads <= 0) threads = omp_get_max_threads();
     if (!(seconds > 0)) seconds = 0.2;
+    double repeat_s = seconds < 3 * REPEAT_SECONDS ? seconds / 3 : REPEAT_SECONDS;
+    int repeats = (int)(seconds / repeat_s + 0.5);
     /* calibrate on this thread: grow the iteration count until one run takes a millisecond */
     long iters = 256;
     double t = 0;
@@ -199,12 +203,12 @@ double peak_path_gflops(PeakPath p, int threads, double seconds) {
         if (t >= 1e-3 || iters >= (1L << 40)) break;
         iters *= 4;
     }
-    double want = iters * (seconds / REPEATS) / (t > 0 ? t : 1e-3);
+    double want = iters * repeat_s / (t > 0 ? t : 1e-3);
     long n = want < 1 ? 1 : want > 1e15 ? (long)1e15 : (long)want;
-    /* REPEATS timed runs, every thread running n iterations between two barriers; the best wins
+    /* the timed repeats, every thread running n iterations between two barriers; the best wins
      * (a repeat is slowed by anything else on the core, never sped up) */
     double best = 0;
-    for (int r = 0; r < REPEATS; r++) {
+    for (int r = 0; r < repeats; r++) {
         double t0 = 0, t1 = 0;
         int team = 1;
         #pragma omp parallel num_threads(threads)

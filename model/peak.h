@@ -3,7 +3,7 @@
  *
  * Each OpenMP thread runs independent chains of fused multiply-adds on registers only (no load,
  * no store inside the loop), enough chains to hide the instruction's latency on every port that
- * can issue it, for a few short timed repeats; the best repeat wins. FLOPs are counted as two per
+ * can issue it, in timed repeats of about 10 ms; the best repeat wins. FLOPs are counted as two per
  * product (the multiply and its add): an fp32 FMA lane is 2 FLOPs, one VDPBF16PS lane (two bf16
  * products added into an fp32 accumulator) is 4. No other work enters the loop, so the rate is
  * an upper bound that a real kernel approaches, not a throughput it can be expected to reach.
