@@ -125,6 +125,11 @@ $(BUILD)/bench_gemm: tests/bench_gemm.c $(BUILD)/model/gemm_cpu.o $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/model/gemm_cpu.o $(LDLIBS)
 
+# the CPU's measured fp32 / bf16 peak per path (model/peak.c; not a test)
+$(BUILD)/bench_peak: tests/bench_peak.c $(BUILD)/model/peak.o $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/model/peak.o $(LDLIBS)
+
 $(BUILD)/bench_model: tests/bench_model.c $(CORE_OBJ) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(CORE_OBJ) $(LDLIBS)
