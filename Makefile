@@ -360,6 +360,8 @@ $(EMU_ALONE_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 $(EMU_MODEL_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_OBJ) $(EMU_RT_OBJ) $(CUDA_TEST_CORE) $(CUDA_REF_OBJ)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
+# test_cuda_peak includes cuda/device_peak.cu itself, so it links only the runtime
+$(CUDA_BUILD)/tests/test_cuda_peak $(EMU_BUILD)/tests/test_cuda_peak.o: cuda/device_peak.cu
 EMU_ATTN_BINS := $(EMU_BUILD)/tests/test_cuda_attention
 $(EMU_BUILD)/tests/test_cuda_attention: $(EMU_BUILD)/tests/test_cuda_attention.o $(EMU_BUILD)/attention/flash_cuda.o \
 		$(EMU_RT_OBJ) $(BUILD)/test/attention/flash_cpu.o
