@@ -3,9 +3,9 @@
  *
  * A kernel keeps C accumulators ("chains") in registers and updates each once per iteration:
  * C independent dependency chains, so C instructions can be in flight at once. A core with P FMA
- * pipes of latency L needs C >= P x L to issue every cycle (P = 2, L = 4 on recent x86: 8); the
- * kernels keep two to three times that, as many as the register file holds with the two operands
- * beside them. The operands are function arguments, so nothing folds at compile time, and the
+ * pipes of latency L needs C >= P x L to issue every cycle (fp32 FMA on recent x86: P = 2, L = 4,
+ * so 8; VDPBF16PS has a longer latency); the kernels keep more, as many as the register file holds
+ * with the two operands beside them. The operands are function arguments, so nothing folds at compile time, and the
  * chains' sum is returned and stored, so nothing is dead. The project compiles in ISO C mode,
  * where gcc contracts no a*b+c into an FMA by itself: every FMA here is written out (fmaf or an
  * intrinsic). The values stay normal floats (no denormal slow path): an fp32 chain converges to 1

@@ -22,7 +22,8 @@ typedef enum {
 } PeakPath;
 
 /* The fp32 FMA rate in GFLOP/s at `threads` OpenMP threads (<= 0: omp_get_max_threads()),
- * measured for about `seconds` (<= 0: 0.2) on the widest fp32 path this CPU runs. */
+ * measured for about `seconds` (<= 0: 0.2) on the widest fp32 path this CPU runs. Call it from
+ * outside a parallel region (inside one, OpenMP gives the probe a team of one). */
 double peak_fp32_gflops(int threads, double seconds);
 
 /* The AVX512_BF16 dot-product rate in GFLOP/s (4 FLOPs per lane per VDPBF16PS), or exactly 0 where
