@@ -71,7 +71,7 @@ endif
 BUILD   := build
 
 CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/mem.c model/modelfile.c \
-            model/state.c model/sample.c model/dist_none.c \
+            model/state.c model/sample.c model/dist_none.c model/peak.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
@@ -118,7 +118,7 @@ MPI_TEST ?= tests/test_mpi.sh
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint test_opts \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_peak
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
@@ -155,6 +155,11 @@ $(BUILD)/bench_attention: tests/bench_attention.c $(BUILD)/attention/flash_cpu.o
 $(BUILD)/bench_gemm: tests/bench_gemm.c $(BUILD)/model/gemm_cpu.o $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/model/gemm_cpu.o $(LDLIBS)
+
+# the CPU's measured fp32 / bf16 peak per path (model/peak.c; not a test)
+$(BUILD)/bench_peak: tests/bench_peak.c $(BUILD)/model/peak.o $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/model/peak.o $(LDLIBS)
 
 $(BUILD)/bench_model: tests/bench_model.c $(CORE_OBJ) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -386,6 +391,8 @@ $(EMU_ALONE_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 $(EMU_MODEL_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_OBJ) $(EMU_RT_OBJ) $(CUDA_TEST_CORE) $(CUDA_REF_OBJ)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
+# test_cuda_peak includes cuda/device_peak.cu itself, so it links only the runtime
+$(CUDA_BUILD)/tests/test_cuda_peak $(EMU_BUILD)/tests/test_cuda_peak.o: cuda/device_peak.cu
 EMU_ATTN_BINS := $(EMU_BUILD)/tests/test_cuda_attention
 $(EMU_BUILD)/tests/test_cuda_attention: $(EMU_BUILD)/tests/test_cuda_attention.o $(EMU_BUILD)/attention/flash_cuda.o \
 		$(EMU_RT_OBJ) $(BUILD)/test/attention/flash_cpu.o

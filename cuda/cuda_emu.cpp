@@ -94,6 +94,10 @@ static const size_t SMEM_DEFAULT = 48 * 1024;      /* per block without the opt-
 static const size_t SMEM_OPTIN_MAX = 227 * 1024;   /* per block with the opt-in */
 static const size_t SMEM_STATIC_MAX = 48 * 1024;
 static const size_t GLOBAL_MEM = 80ull << 30;
+/* the device it imitates (an H100 SXM): compute capability, SMs, SM clock in kHz */
+static const int CC_MAJOR = 9, CC_MINOR = 0;
+static const int SM_COUNT = 132;
+static const int CLOCK_KHZ = 1980000;
 static const unsigned char POISON = 0xFF;          /* a float NaN, an int -1 */
 static const int MAX_STATIC_SHARED = 32;           /* SG_SHARED arrays per kernel */
 
@@ -843,14 +847,28 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
     p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
     p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
     p->maxThreadsPerMultiProcessor = 2048;
-    p->multiProcessorCount = 132;
-    p->major = 9;
-    p->minor = 0;
+    p->multiProcessorCount = SM_COUNT;
+    p->major = CC_MAJOR;
+    p->minor = CC_MINOR;
     p->l2CacheSize = 50 * 1024 * 1024;
     p->memoryBusWidth = 5120;
-    p->clockRate = 1980000;
-    p->memoryClockRate = 2619000;
     return cudaSuccess;
+}
+
+/* The emulated device's identity (CC_MAJOR.CC_MINOR, SM_COUNT, CLOCK_KHZ): the H100 SXM whose
+ * limits cudaGetDeviceProperties reports. They describe what the emulation imitates, not the CPU
+ * it runs on (cuda/device_peak.cu gives it no FLOP rate). */
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+    using namespace sg_emu;
+    if (!value) return set_error(cudaErrorInvalidValue);
+    if (device != 0) return set_error(cudaErrorInvalidDevice);
+    switch (attr) {
+    case cudaDevAttrClockRate: *value = CLOCK_KHZ; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = SM_COUNT; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = CC_MAJOR; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = CC_MINOR; return cudaSuccess;
+    }
+    return set_error(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaGetDeviceCount(int* count) {

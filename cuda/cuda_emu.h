@@ -75,7 +75,9 @@ enum cudaFuncAttribute {
     cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
     cudaFuncAttributePreferredSharedMemoryCarveout = 9,
 };
-/* the fields of cudaDeviceProp that seedgpt reads, filled with an H100 (sm_90) */
+/* the fields of cudaDeviceProp that seedgpt reads, filled with an H100's limits (sm_90) under the
+ * name "seedgpt CUDA emulation (sm_90 limits)". As in CUDA 13 there is no clockRate field: the
+ * clock is an attribute (cudaDeviceGetAttribute) */
 struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem;
@@ -95,8 +97,13 @@ struct cudaDeviceProp {
     int minor;
     int l2CacheSize;
     int memoryBusWidth;
-    int clockRate;         /* kHz */
-    int memoryClockRate;   /* kHz */
+};
+/* the device attributes seedgpt reads (values as in driver_types.h) */
+enum cudaDeviceAttr {
+    cudaDevAttrClockRate = 13,               /* kHz: the SM clock the device reports */
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
 };
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes);
@@ -109,6 +116,7 @@ cudaError_t cudaPeekAtLastError(void);
 const char* cudaGetErrorString(cudaError_t err);
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
