@@ -191,7 +191,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TES
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh tests/check_mpi_cuda.sh \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		tests/test_resume.sh tests/test_train_cli.sh "$(MPI_TEST)" "$(CUDA_BUILD_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
-		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)"
+		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
 # `make fuzz`: each libFuzzer target (tests/fuzz/) for FUZZ_SECONDS; make test runs 10 s each,
@@ -202,6 +202,9 @@ ASAN_CI ?= $(MAKE) -s --no-print-directory test-asan
 LEARN_TEST ?= tests/test_learn.sh
 # the folders' one-way dependencies (DESIGN §1): a grep over the includes, no build
 LAYOUT_CI ?= tests/check_layout.sh
+# a bare CUDA machine simulated: OpenBLAS, cJSON, PCRE2, zlib and MPI hidden in a private mount
+# namespace, then make cuda cuda-test-bins dev-cuda and the emulated trainer in a fresh copy
+BARE_CI ?= tests/check_bare_build.sh
 # The CUDA side without a GPU: make cuda and the CUDA tests compile with nvcc (SKIP without it);
 # the kernels and the CUDA tests run on the CPU through the emulation, plainly and under TSan
 # (make test-cuda-emu); then the emulated trainer against the CPU one (train, resume across).
@@ -226,7 +229,8 @@ test-asan:
 		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \
-		LAYOUT_CI="echo SKIP layout: make test checks the includes, a sanitizer adds nothing"
+		LAYOUT_CI="echo SKIP layout: make test checks the includes, a sanitizer adds nothing" \
+		BARE_CI="echo SKIP bare_build: make test builds the bare machine's CUDA code, ASan adds nothing"
 
 setup:
 	@scripts/setup.sh

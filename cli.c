@@ -627,3 +627,19 @@ void parse_sample_options(SampleOptions* so, int argc, char** argv) {
         exit(EXIT_BAD_INPUT);
     }
 }
+
+/* What this build left out (the Makefile's probes, SEEDGPT_NO_*): "" when nothing. Said at
+ * start-up and by --version. */
+const char* build_left_out(void) {
+    return ""
+#ifdef SEEDGPT_NO_CBLAS
+           "OpenBLAS (no sgemm reference: MFU against the measured fp32 peak or --peak-gflops); "
+#endif
+#ifdef SEEDGPT_NO_BPE
+           "the GPT-2 tokenizer (no cJSON/PCRE2: --tokenizer gpt2 is refused); "
+#endif
+#ifdef SEEDGPT_NO_MPI
+           "MPI (no mpicc: ./train_mpi is not built); "
+#endif
+           ;
+}

@@ -126,4 +126,7 @@ typedef struct {
 /* Parses the words after `sample` into so; --help prints the sample usage text and exits 0. */
 void parse_sample_options(SampleOptions* so, int argc, char** argv);
 
+/* What this build left out, for the start-up line and --version; "" when nothing. */
+const char* build_left_out(void);
+
 #endif

@@ -30,7 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <omp.h>
+#ifndef SEEDGPT_NO_CBLAS
 #include <cblas.h>
+#endif
 #include "model/gpt.h"
 #include "model/dist.h"
 #include "model/mem.h"
@@ -41,9 +43,18 @@
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "data/prepare.h"
+#include "model/peak.h"
 #include "cli.h"
+#ifdef SEEDGPT_CUDA
+#include "cuda/device_peak.h"
+#endif
 
+#ifndef SEEDGPT_NO_CBLAS
 void openblas_set_num_threads(int num_threads);  /* OpenBLAS's own; not in every cblas.h */
+#else
+/* a build without OpenBLAS (Makefile: SEEDGPT_NO_CBLAS) has no second thread pool to size */
+static void openblas_set_num_threads(int num_threads) { (void)num_threads; }
+#endif
 
 /* Data-parallel processes of this run (model/dist.h): 1 in ./train. */
 static int world = 1;
@@ -77,8 +88,9 @@ static float evaluate(GPT* m, DataLoader* val, int n, int* inputs, int* targets)
     return (float)(dist_sum(sum) / n);
 }
 
+#ifndef SEEDGPT_NO_CBLAS
 /* This machine's sgemm rate in GFLOP/s: 512^3 products for about 0.2 s, the best of them. The
- * peak MFU is measured against when --peak-gflops is not given. */
+ * peak MFU is measured against on the CPU when --peak-gflops is not given. */
 static double measure_sgemm_gflops(void) {
     enum { M = 512 };
     float* a = mem_alloc_floats((size_t)M * M);
@@ -95,6 +107,42 @@ static double measure_sgemm_gflops(void) {
     } while (now_ms() - start < 200.0);
     mem_free(a); mem_free(b); mem_free(c);
     return best;
+}
+#endif
+
+/* The rate MFU is read against when --peak-gflops is not given, with the line that says what it
+ * is; 0 (no MFU) where nothing is known. The CPU: OpenBLAS's sgemm, or in a build without it the
+ * measured fp32 FMA peak (model/peak.h). A GPU: its documented dense peak at the run's precision
+ * (cuda/device_peak.h). */
+static double default_peak_gflops(const GPT* m, int threads, char* line, size_t cap) {
+    if (m->be->host_memory) {
+#ifndef SEEDGPT_NO_CBLAS
+        double g = measure_sgemm_gflops();
+        snprintf(line, cap, "peak: sgemm %.1f GFLOP/s measured on this machine (MFU is against it; "
+                 "--peak-gflops X to set)", g);
+#else
+        double g = peak_fp32_gflops(threads, 0.2);
+        snprintf(line, cap, "peak: fp32 FMA %.1f GFLOP/s measured on this machine (%s, %d threads; "
+                 "no OpenBLAS in this build; MFU is against it; --peak-gflops X to set)", g,
+                 peak_path_name(peak_fp32_path()), threads);
+#endif
+        return g;
+    }
+#ifdef SEEDGPT_CUDA
+    DevicePeak d;
+    if (device_peak_cuda(&d) == 0 && d.rates_known) {
+        int bf16 = strcmp(m->be->precision, "bf16") == 0;
+        double g = bf16 ? d.bf16_gflops : d.fp32_gflops;
+        snprintf(line, cap, "peak: %s %.1f TFLOP/s dense %s, documented for %s (%d SMs at %d MHz; MFU is "
+                 "against it; --peak-gflops X to set)", bf16 ? "bf16 tensor-core" : "fp32", g / 1e3,
+                 bf16 ? "bf16" : "fp32", d.name, d.sm_count, d.clock_khz / 1000);
+        return g;
+    }
+    snprintf(line, cap, "peak: no documented rate for %s (no MFU; --peak-gflops X to set)", d.name);
+#else
+    snprintf(line, cap, "peak: unknown for device %s (no MFU; --peak-gflops X to set)", m->be->name);
+#endif
+    return 0;
 }
 
 /* Model FLOPs of one token's forward and backward (nanoGPT's estimate): 6 per parameter, plus
@@ -632,6 +680,7 @@ static void print_run(const Run* r, int threads) {
     const GPTConfig* cfg = &r->cfg;
     int B = r->B, T = r->T, A = r->A;
     GPTMemory mem = gpt_memory(&r->model);
+    if (build_left_out()[0] != '\0') printf("build: left out %s\n", build_left_out());
     printf("model: L%d H%d KV%d C%d V%d (padded %d) maxT %d, %zu parameters\n",
            cfg->num_layers, cfg->num_heads, cfg->num_kv_heads, cfg->channels, cfg->vocab_size,
            cfg->padded_vocab_size, cfg->max_seq_len, r->model.num_parameters);
@@ -669,10 +718,10 @@ static void prepare_loop(Run* r) {
     r->targets = mem_alloc((size_t)r->B * r->T * sizeof(int));
     /* progress: model FLOPs per step against this machine's (or the given) peak */
     r->peak_gflops = o->peak_gflops;
-    if (r->peak_gflops <= 0 && o->log_every > 0 && r->model.be->host_memory && r->writer) {
-        r->peak_gflops = measure_sgemm_gflops();
-        printf("peak: sgemm %.1f GFLOP/s measured on this machine (MFU is against it; "
-               "--peak-gflops X to set)\n", r->peak_gflops);
+    if (r->peak_gflops <= 0 && o->log_every > 0 && r->writer) {
+        char line[512];
+        r->peak_gflops = default_peak_gflops(&r->model, omp_get_max_threads(), line, sizeof(line));
+        printf("%s\n", line);
     }
     r->step_tokens = (double)r->A * world * r->B * r->T;   /* over every rank */
     r->step_flops = flops_per_token(&r->model, r->T) * r->step_tokens;
@@ -966,6 +1015,19 @@ static int prepare_cmd(const char* self, int argc, char** argv) {
     return prepare_main(argc, argv);
 }
 
+/* ./train --version: what this binary holds and what its build left out. */
+static int print_version(void) {
+#ifdef SEEDGPT_CUDA
+    const char* devices = "cpu, cuda (fp32, bf16)";
+#else
+    const char* devices = "cpu (fp32)";
+#endif
+    printf("seedgpt: devices %s, %s\n", devices, dist_kind());
+    const char* out = build_left_out();
+    printf("left out of this build: %s\n", out[0] ? out : "nothing");
+    return 0;
+}
+
 /* Every subcommand, in the order ./train --help lists them. */
 static const Subcommand subcommands[] = {
     {"sample", "--help", sample_main, "generate text from a model file"},
@@ -977,6 +1039,7 @@ enum { NUM_SUBCOMMANDS = (int)(sizeof(subcommands) / sizeof(subcommands[0])) };
 /* ---- the training run --------------------------------------------------------------------- */
 
 int main(int argc, char** argv) {
+    if (argc == 2 && !strcmp(argv[1], "--version")) return print_version();
     for (int k = 0; argc >= 2 && k < NUM_SUBCOMMANDS; k++)
         if (!strcmp(argv[1], subcommands[k].name))
             return subcommands[k].run(argv[0], argc - 2, argv + 2);
