@@ -376,7 +376,8 @@ cuda-test-bins: $(CUDA_TEST_BINS) $(CUDA_BUILD)/bench_attention_cuda
 # blocks at a time so that races between blocks and missing barriers are reported.
 EMU_CXX       ?= g++
 EMU_CXXFLAGS  ?= -O2 -g
-EMU_FLAGS     := -std=c++17 -DSG_EMU -I. -pthread -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-parameter
+EMU_FLAGS     := -std=c++17 -DSG_EMU -I. -pthread -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-parameter \
+                 $(filter -DSEEDGPT_NO_%,$(CFLAGS))
 EMU_BUILD     ?= $(BUILD)/emu
 EMU_RT_OBJ    := $(EMU_BUILD)/cuda/cuda_emu_rt.o
 EMU_OBJ       := $(CUDA_SRC:%.cu=$(EMU_BUILD)/%.o)

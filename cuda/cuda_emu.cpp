@@ -17,7 +17,9 @@
  */
 #include "cuda/cuda_emu.h"
 
+#ifndef SEEDGPT_NO_CBLAS
 #include <cblas.h>
+#endif
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -937,8 +939,24 @@ static cublasStatus_t sgemm_one(cublasOperation_t ta, cublasOperation_t tb, int 
     }
     if (beta == 0.0f)   /* cuBLAS does not read C when beta is 0: don't let NaN in it through */
         for (int j = 0; j < n; j++) memset(&C[(size_t)j * ldc], 0, (size_t)m * sizeof(float));
+#ifndef SEEDGPT_NO_CBLAS
     cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                 tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    /* a build without OpenBLAS (a bare machine): the same product as a plain loop, column-major,
+     * each element an fp32 sum over l in order */
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (int l = 0; l < k; l++) {
+                float a = ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda];
+                float b = tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb];
+                acc += a * b;
+            }
+            float* c = &C[i + (size_t)j * ldc];
+            *c = alpha * acc + beta * *c;
+        }
+#endif
     return CUBLAS_STATUS_SUCCESS;
 }
 
