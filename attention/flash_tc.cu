@@ -60,6 +60,11 @@
  * bit j & 31 (tc_keep_words); the lanes read their bits from there. The same counters as the
  * forward's and the CPU's, one call per four keep bits.
  *
+ * Convergence: mma.sync.aligned is undefined unless all 32 lanes of the warp execute it together.
+ * Each tile's first products (S, dP) come straight after a __syncthreads, with no branch between;
+ * the second ones (P V, dV and dK, dQ) come after element-wise code that branches on each lane's
+ * own rows and keys, so a __syncwarp() makes the warp meet before them (one WARPSYNC per tile).
+ *
  * Determinism: no atomics; each output element is one lane's fp32 chain: o and dq over the key
  * tiles in ascending order, dk and dv over the query tiles in ascending order, then over the
  * group's query heads in ascending order. Two runs give the same bits; a GPU's mma adds its 16
@@ -219,6 +224,10 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel(float* out
         for (int nd = 0; nd < NDT; nd++)
             #pragma unroll
             for (int c = 0; c < 4; c++) o[nd][c] *= corr[c >> 1];
+        /* mma.sync.aligned needs all 32 lanes converged, and the softmax above branched on each
+         * lane's own rows and keys (rows past T, blocks above the diagonal, dropped keys): the
+         * warp meets here rather than trusting the compiler to have reconverged it */
+        __syncwarp();
         #pragma unroll
         for (int kk = 0; kk < TC_BK / 16; kk++) {
             const uint32_t pa[4] = {
@@ -390,7 +399,10 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel(float* dk_out
                 dp[nf][c] = p * (dp[nf][c] * ms - Ds[ci]);
             }
 
-        /* dV += Pd^T dO, dK += dS^T Q, both rounded to bf16; queries in ascending order of 16 */
+        /* dV += Pd^T dO, dK += dS^T Q, both rounded to bf16; queries in ascending order of 16.
+         * The warp meets first: the loop above branched on each lane's own queries and keys, and
+         * mma.sync.aligned needs all 32 lanes converged. */
+        __syncwarp();
         #pragma unroll
         for (int kk = 0; kk < TC_BQ / 16; kk++) {
             const uint32_t pa[4] = {
@@ -520,7 +532,10 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel(float* dqkv, co
                 dp[nf][c] = p * (dp[nf][c] * ms - Di[rr]);
             }
 
-        /* dQ += dS K, dS rounded to bf16; keys in ascending order of 16 */
+        /* dQ += dS K, dS rounded to bf16; keys in ascending order of 16. The warp meets first:
+         * the loop above branched on each lane's own queries and keys, and mma.sync.aligned needs
+         * all 32 lanes converged. */
+        __syncwarp();
         #pragma unroll
         for (int kk = 0; kk < TC_BK / 16; kk++) {
             const uint32_t da[4] = {
