@@ -408,19 +408,28 @@ void matmul_forward_cuda(float* out, const float* inp, const float* weight, cons
     }
 }
 
+/* in the forward, out = inp . weight^T + bias, so:
+ * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OC) . dout^T */
+void matmul_backward_dinp_cuda(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
+    if (N == 0 || C == 0 || OC == 0) return;
+    const float one = 1.0f, zero = 0.0f;
+    SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C,
+                                dout, OC, &zero, dinp, C));
+}
+
+/* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T . dout */
+void matmul_backward_dweight_cuda(float* dweight, const float* dout, const float* inp, int N, int C, int OC) {
+    if (N == 0 || C == 0 || OC == 0) return;
+    const float one = 1.0f;
+    SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C,
+                                dout, OC, &one, dweight, C));
+}
+
 void matmul_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int N, int C, int OC) {
     if (N == 0 || C == 0 || OC == 0) return;
-    const float one = 1.0f, zero = 0.0f;
-    /* in the forward, out = inp . weight^T + bias, so:
-     * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OC) . dout^T */
-    if (dinp != NULL) {
-        SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C,
-                                    dout, OC, &zero, dinp, C));
-    }
-    /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T . dout */
-    SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C,
-                                dout, OC, &one, dweight, C));
+    if (dinp != NULL) matmul_backward_dinp_cuda(dinp, dout, weight, N, C, OC);
+    matmul_backward_dweight_cuda(dweight, dout, inp, N, C, OC);
     /* dbias += the column sums of dout */
     if (dbias != NULL) bias_backward_cuda(dbias, dout, N, OC);
 }
