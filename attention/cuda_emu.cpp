@@ -142,6 +142,13 @@ static long env_long(const char* name, long dflt, long lo, long hi) {
     return v;
 }
 
+/* The emulated device's largest grid.y and grid.z: 65535, as on every CUDA GPU, unless
+ * SG_EMU_MAX_GRID_YZ lowers it (launches are checked against it, and cudaGetDeviceProperties and
+ * cudaDeviceGetAttribute report it). Code that bounds its grids by the device's limit then runs
+ * its grid-stride path at sizes a test can afford. Read at every launch and query, so a test may
+ * change it between launches. */
+static long max_grid_yz(void) { return env_long("SG_EMU_MAX_GRID_YZ", 65535, 1, 65535); }
+
 /* ---- futex waits -------------------------------------------------------------------------- */
 typedef std::atomic<uint32_t> Word;
 static void futex_wait(Word* w, uint32_t val, long ms) {
@@ -653,7 +660,8 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
     if (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
         threads > 1024)
         return set_error(cudaErrorInvalidConfiguration);
-    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+    const unsigned yz = (unsigned)max_grid_yz();
+    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > yz || grid.z > yz)
         return set_error(cudaErrorInvalidConfiguration);
     pthread_mutex_lock(&state_mu);
     auto it = max_dyn_smem.find(kernel);
@@ -841,7 +849,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
     p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
-    p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
+    p->maxGridSize[0] = 2147483647;
+    p->maxGridSize[1] = p->maxGridSize[2] = (int)sg_emu::max_grid_yz();
     p->maxThreadsPerMultiProcessor = 2048;
     p->multiProcessorCount = 132;
     p->major = 9;
@@ -851,6 +860,24 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
     p->clockRate = 1980000;
     p->memoryClockRate = 2619000;
     return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+    if (!value) return sg_emu::set_error(cudaErrorInvalidValue);
+    if (device != 0) return sg_emu::set_error(cudaErrorInvalidDevice);
+    cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, 0);
+    switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; return cudaSuccess;
+    case cudaDevAttrMaxBlockDimX: *value = p.maxThreadsDim[0]; return cudaSuccess;
+    case cudaDevAttrMaxBlockDimY: *value = p.maxThreadsDim[1]; return cudaSuccess;
+    case cudaDevAttrMaxBlockDimZ: *value = p.maxThreadsDim[2]; return cudaSuccess;
+    case cudaDevAttrMaxGridDimX: *value = p.maxGridSize[0]; return cudaSuccess;
+    case cudaDevAttrMaxGridDimY: *value = p.maxGridSize[1]; return cudaSuccess;
+    case cudaDevAttrMaxGridDimZ: *value = p.maxGridSize[2]; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; return cudaSuccess;
+    }
+    return sg_emu::set_error(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaGetDeviceCount(int* count) {

@@ -27,7 +27,8 @@
  *     __float_as_uint, __uint_as_float, min/max on int;
  *   - host API: cudaMalloc, cudaFree, cudaMemcpy (H2D, D2H, D2D), cudaMemset, cudaDeviceSynchronize,
  *     cudaGetLastError, cudaGetErrorString, cudaFuncSetAttribute(kernel,
- *     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), cudaMemGetInfo, cudaGetDeviceProperties;
+ *     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), cudaMemGetInfo, cudaGetDeviceProperties,
+ *     cudaDeviceGetAttribute (block and grid limits);
  *     cuBLAS: cublasCreate, cublasDestroy, cublasSgemm, cublasSgemmStridedBatched, cublasSetMathMode
  *     (the emulation runs them on the CPU, column-major as cuBLAS defines them); cuBLASLt for
  *     the bf16 matmuls (model/ops_bf16_cuda.cu): cublasLtCreate/Destroy, cublasLtMatmulDesc*,

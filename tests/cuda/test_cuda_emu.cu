@@ -643,6 +643,35 @@ static void check_launch_validation(void) {
                "cudaGetLastError: \"%s\", then \"%s\"; kernel %s", cudaGetErrorString(e),
                cudaGetErrorString(after), flag ? "RAN" : "did not run");
     }
+    /* the device's grid limits, as cudaDeviceGetAttribute gives them to code that bounds its grids */
+    int gx = 0, gy = 0, gz = 0;
+    SG_CHECK(cudaDeviceGetAttribute(&gx, cudaDevAttrMaxGridDimX, 0));
+    SG_CHECK(cudaDeviceGetAttribute(&gy, cudaDevAttrMaxGridDimY, 0));
+    SG_CHECK(cudaDeviceGetAttribute(&gz, cudaDevAttrMaxGridDimZ, 0));
+    expect(gx == 2147483647 && gy == 65535 && gz == 65535, "device_grid_limits_are_cudas",
+           "cudaDeviceGetAttribute: max grid %d x %d x %d (want 2^31-1 x 65535 x 65535)", gx, gy, gz);
+    if (EMU_ONLY) {
+        /* SG_EMU_MAX_GRID_YZ: a smaller device, reported and enforced */
+        setenv("SG_EMU_MAX_GRID_YZ", "3", 1);
+        cudaDeviceProp p;
+        SG_CHECK(cudaGetDeviceProperties(&p, 0));
+        SG_CHECK(cudaDeviceGetAttribute(&gy, cudaDevAttrMaxGridDimY, 0));
+        SG_CHECK(cudaMemset(dflag, 0, 4));
+        SG_LAUNCH(touch_all_smem, dim3(1, 4), 32, 64, dflag, 64);
+        cudaError_t e4 = cudaGetLastError();
+        SG_CHECK(cudaMemcpy(&flag, dflag, 4, cudaMemcpyDeviceToHost));
+        const int ran4 = flag;
+        SG_LAUNCH(touch_all_smem, dim3(1, 1, 3), 32, 64, dflag, 64);
+        cudaError_t e3 = cudaGetLastError();
+        SG_CHECK(cudaMemcpy(&flag, dflag, 4, cudaMemcpyDeviceToHost));
+        unsetenv("SG_EMU_MAX_GRID_YZ");
+        expect(gy == 3 && p.maxGridSize[1] == 3 && p.maxGridSize[2] == 3 && e4 != cudaSuccess && !ran4 &&
+               e3 == cudaSuccess && flag == 1, "emulated_grid_limit_lowered_is_reported_and_enforced",
+               "SG_EMU_MAX_GRID_YZ=3: attribute %d, properties %d x %d; grid y 4: \"%s\" (%s); grid z 3: \"%s\" "
+               "(flag %d)", gy, p.maxGridSize[1], p.maxGridSize[2], cudaGetErrorString(e4),
+               ran4 ? "RAN" : "did not run", cudaGetErrorString(e3), flag);
+    }
+
     SG_CHECK(cudaMemset(dflag, 0, 4));
     SG_LAUNCH(touch_all_smem, 1, 1024, 48 * 1024, dflag, 48 * 1024);
     cudaError_t e = cudaGetLastError();
