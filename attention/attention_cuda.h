@@ -30,6 +30,11 @@ void attention_backward_dot_cuda(float* D, const float* dout, const float* out, 
 void attention_group_sum_cuda(float* dqkv, const float* dKp, const float* dVp, int B, int T, int NH,
                               int NKV, int HD, float sigma);
 
+/* The longest sequence the attention kernels take, fp32 and tensor-core alike: their grids put
+ * tiles of 64 queries (or keys) along y, which the device limits to 65535 blocks, so T at most
+ * 64 x 65535 = 4,194,240. A longer T is refused with one line before anything runs. */
+int attention_cuda_max_T(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -505,6 +505,28 @@ static void flash_check_shapes(const char* fn, int NH, int NKV, int HD) {
     }
 }
 
+/* The kernels' grids are (B NH, tiles of 64 positions): the tiles along y, at most the device's
+ * limit (asked of the device, so the emulation can model a smaller one). */
+extern "C" int attention_cuda_max_T(void) {
+    int dev = 0, ymax = 0;
+    SG_CHECK(cudaGetDevice(&dev));
+    SG_CHECK(cudaDeviceGetAttribute(&ymax, cudaDevAttrMaxGridDimY, dev));
+    const long long t = (long long)ymax * FBQ;   /* FBQ = FBK */
+    return t < 2147483647LL ? (int)t : 2147483647;
+}
+
+/* One line and exit for a T whose tiles do not fit the grid's y (a failed launch would only say
+ * "invalid configuration argument") */
+static void flash_check_T(const char* fn, int T) {
+    const int tmax = attention_cuda_max_T();
+    if (T > tmax) {
+        fprintf(stderr, "seedgpt: %s: T %d needs %d tiles of %d positions along the grid's y, above the "
+                "device's limit of %d blocks (T at most %d)\n", fn, T, (int)sg_ceil_div((size_t)T, FBQ), FBQ,
+                tmax / FBQ, tmax);
+        exit(1);
+    }
+}
+
 static size_t flash_forward_smem(int HD) {
     return sizeof(float) * ((size_t)(FBQ + 2 * FBK) * FLASH_LD(HD) + (size_t)FBK * FLASH_LDP);
 }
@@ -539,6 +561,7 @@ extern "C" void attention_forward_cuda(float* out, float* lse, const float* qkv,
                                        uint32_t g0, uint64_t attn_seed, Dropout drop) {
     flash_check_shapes("attention_forward_cuda", NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
+    flash_check_T("attention_forward_cuda", T);
     const float sigma = 1.0f / sqrtf((float)HD);
     if (HD <= 64)
         flash_forward_launch<1>(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop, sigma);
@@ -591,6 +614,7 @@ extern "C" void attention_backward_cuda(float* dqkv, float* scratch, const float
                                         uint32_t g0, uint64_t attn_seed, Dropout drop) {
     flash_check_shapes("attention_backward_cuda", NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
+    flash_check_T("attention_backward_cuda", T);
     const float sigma = 1.0f / sqrtf((float)HD);
     float* D = scratch;   /* (B, NH, T) */
     attention_backward_dot_cuda(D, dout, out, B, T, NH, HD);

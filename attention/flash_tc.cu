@@ -60,6 +60,11 @@
  * bit j & 31 (tc_keep_words); the lanes read their bits from there. The same counters as the
  * forward's and the CPU's, one call per four keep bits.
  *
+ * Convergence: mma.sync.aligned is undefined unless all 32 lanes of the warp execute it together.
+ * Each tile's first products (S, dP) come straight after a __syncthreads, with no branch between;
+ * the second ones (P V, dV and dK, dQ) come after element-wise code that branches on each lane's
+ * own rows and keys, so a __syncwarp() makes the warp meet before them (one WARPSYNC per tile).
+ *
  * Determinism: no atomics; each output element is one lane's fp32 chain: o and dq over the key
  * tiles in ascending order, dk and dv over the query tiles in ascending order, then over the
  * group's query heads in ascending order. Two runs give the same bits; a GPU's mma adds its 16
@@ -219,6 +224,10 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel(float* out
         for (int nd = 0; nd < NDT; nd++)
             #pragma unroll
             for (int c = 0; c < 4; c++) o[nd][c] *= corr[c >> 1];
+        /* mma.sync.aligned needs all 32 lanes converged, and the softmax above branched on each
+         * lane's own rows and keys (rows past T, blocks above the diagonal, dropped keys): the
+         * warp meets here rather than trusting the compiler to have reconverged it */
+        __syncwarp();
         #pragma unroll
         for (int kk = 0; kk < TC_BK / 16; kk++) {
             const uint32_t pa[4] = {
@@ -390,7 +399,10 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel(float* dk_out
                 dp[nf][c] = p * (dp[nf][c] * ms - Ds[ci]);
             }
 
-        /* dV += Pd^T dO, dK += dS^T Q, both rounded to bf16; queries in ascending order of 16 */
+        /* dV += Pd^T dO, dK += dS^T Q, both rounded to bf16; queries in ascending order of 16.
+         * The warp meets first: the loop above branched on each lane's own queries and keys, and
+         * mma.sync.aligned needs all 32 lanes converged. */
+        __syncwarp();
         #pragma unroll
         for (int kk = 0; kk < TC_BQ / 16; kk++) {
             const uint32_t pa[4] = {
@@ -520,7 +532,10 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel(float* dqkv, co
                 dp[nf][c] = p * (dp[nf][c] * ms - Di[rr]);
             }
 
-        /* dQ += dS K, dS rounded to bf16; keys in ascending order of 16 */
+        /* dQ += dS K, dS rounded to bf16; keys in ascending order of 16. The warp meets first:
+         * the loop above branched on each lane's own queries and keys, and mma.sync.aligned needs
+         * all 32 lanes converged. */
+        __syncwarp();
         #pragma unroll
         for (int kk = 0; kk < TC_BK / 16; kk++) {
             const uint32_t da[4] = {
@@ -582,6 +597,19 @@ static void tc_check_shapes(const char* fn, const uint16_t* qkv_bf16, int NH, in
 
 extern "C" int attention_tc_supports_hd(int HD) { return HD == 16 || HD == 32 || HD == 64 || HD == 128; }
 
+/* One line and exit for a T whose tiles of 64 do not fit the grid's y: attention_cuda_max_T()
+ * (flash_cuda.cu) counts tiles of 64 for both kernel families */
+static_assert(TC_BQ == 64 && TC_BK == 64, "attention_cuda_max_T counts tiles of 64 positions");
+static void tc_check_T(const char* fn, int T) {
+    const int tmax = attention_cuda_max_T();
+    if (T > tmax) {
+        fprintf(stderr, "seedgpt: %s: T %d needs %d tiles of %d positions along the grid's y, above the "
+                "device's limit of %d blocks (T at most %d)\n", fn, T, (int)sg_ceil_div((size_t)T, TC_BQ), TC_BQ,
+                tmax / TC_BQ, tmax);
+        exit(1);
+    }
+}
+
 template <int HD>
 static void flash_tc_launch(float* out, float* lse, const uint16_t* qkv, int B, int T, int NH, int NKV,
                             uint32_t g0, uint64_t seed, Dropout drop) {
@@ -601,6 +629,7 @@ extern "C" void attention_forward_tc_cuda(float* out, float* lse, const uint16_t
                                           uint32_t g0, uint64_t attn_seed, Dropout drop) {
     tc_check_shapes("attention_forward_tc_cuda", qkv_bf16, NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
+    tc_check_T("attention_forward_tc_cuda", T);
     switch (HD) {
     case 16: flash_tc_launch<16>(out, lse, qkv_bf16, B, T, NH, NKV, g0, attn_seed, drop); break;
     case 32: flash_tc_launch<32>(out, lse, qkv_bf16, B, T, NH, NKV, g0, attn_seed, drop); break;
@@ -660,6 +689,7 @@ extern "C" void attention_backward_tc_cuda(float* dqkv, float* scratch, const fl
                                            uint32_t g0, uint64_t attn_seed, Dropout drop) {
     tc_check_shapes("attention_backward_tc_cuda", qkv_bf16, NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
+    tc_check_T("attention_backward_tc_cuda", T);
     attention_backward_dot_cuda(scratch, dout, out, B, T, NH, HD);
     switch (HD) {
     case 16: flash_tc_backward_launch<16>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
@@ -705,6 +735,7 @@ static void* tc_forward_scratch(size_t bytes) {
 extern "C" void attention_forward_bf16_cuda(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV,
                                             int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
     if (B <= 0 || T <= 0) return;
+    tc_check_T("attention_forward_bf16_cuda", T);   /* before the scratch and the rounding */
     const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD;
     if (attention_tc_supports_hd(HD)) {
         uint16_t* bits = (uint16_t*)tc_forward_scratch(n_qkv * sizeof(uint16_t));
@@ -731,6 +762,7 @@ extern "C" void attention_backward_bf16_cuda(float* dqkv, float* scratch, const 
                                              const float* out, const float* lse, int B, int T, int NH, int NKV,
                                              int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
     if (B <= 0 || T <= 0) return;
+    tc_check_T("attention_backward_bf16_cuda", T);   /* before the rounding */
     const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD;
     if (attention_tc_supports_hd(HD)) {
         const uintptr_t at = (uintptr_t)(scratch + attention_backward_tc_scratch_floats(B, T, NH, NKV, HD));

@@ -148,6 +148,13 @@ static long env_long(const char* name, long dflt, long lo, long hi) {
     return v;
 }
 
+/* The emulated device's largest grid.y and grid.z: 65535, as on every CUDA GPU, unless
+ * SG_EMU_MAX_GRID_YZ lowers it (launches are checked against it, and cudaGetDeviceProperties and
+ * cudaDeviceGetAttribute report it). Code that bounds its grids by the device's limit then runs
+ * its grid-stride path at sizes a test can afford. Read at every launch and query, so a test may
+ * change it between launches. */
+static long max_grid_yz(void) { return env_long("SG_EMU_MAX_GRID_YZ", 65535, 1, 65535); }
+
 /* ---- futex waits -------------------------------------------------------------------------- */
 typedef std::atomic<uint32_t> Word;
 static void futex_wait(Word* w, uint32_t val, long ms) {
@@ -659,7 +666,8 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
     if (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
         threads > 1024)
         return set_error(cudaErrorInvalidConfiguration);
-    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+    const unsigned yz = (unsigned)max_grid_yz();
+    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > yz || grid.z > yz)
         return set_error(cudaErrorInvalidConfiguration);
     pthread_mutex_lock(&state_mu);
     auto it = max_dyn_smem.find(kernel);
@@ -847,7 +855,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
     p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
-    p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
+    p->maxGridSize[0] = 2147483647;
+    p->maxGridSize[1] = p->maxGridSize[2] = (int)sg_emu::max_grid_yz();
     p->maxThreadsPerMultiProcessor = 2048;
     p->multiProcessorCount = SM_COUNT;
     p->major = CC_MAJOR;
@@ -859,12 +868,22 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
 
 /* The emulated device's identity (CC_MAJOR.CC_MINOR, SM_COUNT, CLOCK_KHZ): the H100 SXM whose
  * limits cudaGetDeviceProperties reports. They describe what the emulation imitates, not the CPU
- * it runs on (cuda/device_peak.cu gives it no FLOP rate). */
+ * it runs on (cuda/device_peak.cu gives it no FLOP rate). The block and grid limits are the
+ * properties' (SG_EMU_MAX_GRID_YZ lowers grid.y and grid.z). */
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
     using namespace sg_emu;
     if (!value) return set_error(cudaErrorInvalidValue);
     if (device != 0) return set_error(cudaErrorInvalidDevice);
+    cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, 0);
     switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; return cudaSuccess;
+    case cudaDevAttrMaxBlockDimX: *value = p.maxThreadsDim[0]; return cudaSuccess;
+    case cudaDevAttrMaxBlockDimY: *value = p.maxThreadsDim[1]; return cudaSuccess;
+    case cudaDevAttrMaxBlockDimZ: *value = p.maxThreadsDim[2]; return cudaSuccess;
+    case cudaDevAttrMaxGridDimX: *value = p.maxGridSize[0]; return cudaSuccess;
+    case cudaDevAttrMaxGridDimY: *value = p.maxGridSize[1]; return cudaSuccess;
+    case cudaDevAttrMaxGridDimZ: *value = p.maxGridSize[2]; return cudaSuccess;
     case cudaDevAttrClockRate: *value = CLOCK_KHZ; return cudaSuccess;
     case cudaDevAttrMultiProcessorCount: *value = SM_COUNT; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMajor: *value = CC_MAJOR; return cudaSuccess;
@@ -1013,7 +1032,30 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 /* The subset model/ops_bf16_cuda.cu uses (cuda_emu.h lists it). Descriptors hold what was set;
  * cublasLtMatmul checks the whole problem, as the library would, then computes on the CPU: each
  * element of D is the fp32 sum of the bf16 products (exact in fp32) in ascending k, then
- * alpha * sum + beta * C, then + bias[row]. The heuristic offers one algorithm, this loop. */
+ * alpha * sum + beta * C, then + bias[row]. The heuristic offers one algorithm, this loop.
+ *
+ * Refusals. The real library may have no algorithm for a problem (its kernels need an alignment,
+ * a shape, a workspace the problem does not offer), and it says so in one of two ways: the
+ * heuristic returns CUBLAS_STATUS_NOT_SUPPORTED with no result, or cublasLtMatmul returns
+ * CUBLAS_STATUS_NOT_SUPPORTED and runs nothing. Which problems it refuses is not documented, so
+ * the emulation accepts every problem of its subset unless SG_EMU_LT_REFUSE asks it to refuse,
+ * in exactly those two ways (read at every call, so a test may change it between calls):
+ *   none       (or unset) accept;
+ *   heuristic  the heuristic finds no algorithm for any problem;
+ *   matmul     the heuristic offers its algorithm, cublasLtMatmul refuses every problem;
+ *   align16    a library whose kernels all need 16 bytes: the heuristic finds nothing when a
+ *              preference's MIN_ALIGNMENT_A..D_BYTES is below 16, and cublasLtMatmul refuses a
+ *              matrix whose pointer or leading dimension in bytes, or a bias whose pointer, is not
+ *              a multiple of 16. */
+enum LtRefusal { LT_ACCEPT, LT_REFUSE_HEURISTIC, LT_REFUSE_MATMUL, LT_REFUSE_ALIGN16 };
+static LtRefusal lt_refusal(void) {
+    const char* s = getenv("SG_EMU_LT_REFUSE");
+    if (!s || !*s || !strcmp(s, "none")) return LT_ACCEPT;
+    if (!strcmp(s, "heuristic")) return LT_REFUSE_HEURISTIC;
+    if (!strcmp(s, "matmul")) return LT_REFUSE_MATMUL;
+    if (!strcmp(s, "align16")) return LT_REFUSE_ALIGN16;
+    sg_emu::die(nullptr, "SG_EMU_LT_REFUSE=%s: expected none, heuristic, matmul or align16", s);
+}
 struct sg_emu_lt {
     int live;
 };
@@ -1209,6 +1251,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     if (!pref || requested <= 0 || !results || !returned) return CUBLAS_STATUS_INVALID_VALUE;
     cublasStatus_t st = lt_check(desc, Adesc, Bdesc, Cdesc, Ddesc);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    const LtRefusal refuse = lt_refusal();
+    bool under16 = false;
+    for (int i = 0; i < 4; i++) under16 |= pref->align[i] < 16;
+    if (refuse == LT_REFUSE_HEURISTIC || (refuse == LT_REFUSE_ALIGN16 && under16)) {
+        *returned = 0;   /* as the library: no algorithm fits */
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     memset(&results[0], 0, sizeof(results[0]));
     results[0].algo.data[0] = SG_EMU_LT_ALGO;
     results[0].workspaceSize = 0;   /* no split-K, no workspace: one sequence per dot product */
@@ -1247,6 +1296,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         return CUBLAS_STATUS_INVALID_VALUE;
     const float* bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? (const float*)desc->bias : nullptr;
     if (bias && !is_device(bias, m * sizeof(float))) return CUBLAS_STATUS_INVALID_VALUE;
+    const LtRefusal refuse = lt_refusal();
+    if (refuse == LT_REFUSE_MATMUL) return CUBLAS_STATUS_NOT_SUPPORTED;   /* D untouched */
+    if (refuse == LT_REFUSE_ALIGN16) {
+        uintptr_t bits = (uintptr_t)A | (uintptr_t)B | (uintptr_t)D | (uintptr_t)bias;
+        bits |= (uintptr_t)Adesc->ld * 2 | (uintptr_t)Bdesc->ld * 2 | (uintptr_t)Ddesc->ld * 4;
+        if (b != 0.0f) bits |= (uintptr_t)C | (uintptr_t)Cdesc->ld * 4;
+        if (bits % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     const uint16_t* Ab = (const uint16_t*)A;
     const uint16_t* Bb = (const uint16_t*)B;
     const float* Cf = (const float*)C;

@@ -100,6 +100,13 @@ struct cudaDeviceProp {
 };
 /* the device attributes seedgpt reads (values as in driver_types.h) */
 enum cudaDeviceAttr {
+    cudaDevAttrMaxThreadsPerBlock = 1,
+    cudaDevAttrMaxBlockDimX = 2,
+    cudaDevAttrMaxBlockDimY = 3,
+    cudaDevAttrMaxBlockDimZ = 4,
+    cudaDevAttrMaxGridDimX = 5,
+    cudaDevAttrMaxGridDimY = 6,
+    cudaDevAttrMaxGridDimZ = 7,
     cudaDevAttrClockRate = 13,               /* kHz: the SM clock the device reports */
     cudaDevAttrMultiProcessorCount = 16,
     cudaDevAttrComputeCapabilityMajor = 75,
@@ -164,7 +171,8 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
  * and BIAS (fp32 bias) epilogues, on the default stream. The emulation computes each element of D
  * as the fp32 sum of the exact bf16 products in ascending k, then alpha * sum + beta * C (C not
  * read when beta is 0), then + bias[row]. Anything else is refused with
- * CUBLAS_STATUS_NOT_SUPPORTED (or INVALID_VALUE where cuBLASLt says so). */
+ * CUBLAS_STATUS_NOT_SUPPORTED (or INVALID_VALUE where cuBLASLt says so). SG_EMU_LT_REFUSE makes
+ * it refuse problems of the subset too, as the real library may (docs/cuda-emulation.md). */
 enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
 typedef cudaDataType_t cudaDataType;
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };

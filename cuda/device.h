@@ -28,9 +28,9 @@
  *   - host API: cudaMalloc, cudaFree, cudaMemcpy (H2D, D2H, D2D), cudaMemset, cudaDeviceSynchronize,
  *     cudaGetLastError, cudaGetErrorString, cudaFuncSetAttribute(kernel,
  *     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), cudaMemGetInfo, cudaGetDeviceProperties
- *     (no clockRate: CUDA 13 removed it), cudaDeviceGetAttribute (cudaDevAttrClockRate,
- *     cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor / Minor),
- *     cudaGetDeviceCount, cudaGetDevice, cudaSetDevice;
+ *     (no clockRate: CUDA 13 removed it), cudaDeviceGetAttribute (the block and grid limits,
+ *     cudaDevAttrClockRate, cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor /
+ *     Minor), cudaGetDeviceCount, cudaGetDevice, cudaSetDevice;
  *     cuBLAS: cublasCreate, cublasDestroy, cublasSgemm, cublasSgemmStridedBatched, cublasSetMathMode
  *     (the emulation runs them on the CPU, column-major as cuBLAS defines them); cuBLASLt for
  *     the bf16 matmuls (model/ops_bf16_cuda.cu): cublasLtCreate/Destroy, cublasLtMatmulDesc*,

@@ -33,6 +33,15 @@
  * The trainer's tensors all start 64-byte aligned (model/gpt.c), so their alignment class is
  * always 16.
  *
+ * Refusals: the preference promises only the alignments the operands have, and with odd C or OC
+ * the fp32 output's leading dimension gives D (and C) 4-byte alignment; which algorithms the real
+ * heuristic then offers is not documented. When it offers none, or cublasLtMatmul answers
+ * CUBLAS_STATUS_NOT_SUPPORTED (it launches nothing then), that product runs through the fp32 op's
+ * own cuBLAS call instead (matmul_forward_cuda, matmul_backward_dinp_cuda,
+ * matmul_backward_dweight_cuda: fp32 operands, so the fp32 op's bits), and stderr gets one line
+ * naming the problem. The refusal is cached with the problem, so the line comes once per problem,
+ * and every later call, a recompute included, takes the same path: still deterministic.
+ *
  * The GELU is not fused into an epilogue: cublasLt.h and the cuBLAS guide define
  * CUBLASLT_EPILOGUE_GELU only as "x := GELU(x)", not as the tanh approximation seedgpt's GELU is
  * (model/ops.h), and the GELU_AUX_BIAS pre-activation output needs a leading dimension divisible
@@ -129,13 +138,14 @@ static unsigned align_class(const void* p, size_t ld_bytes) {
     return (unsigned)(v & (~v + 1));
 }
 
-/* one GEMM problem and the algorithm the heuristic chose for it */
+/* one GEMM problem and the algorithm the heuristic chose for it, or the library's refusal */
 typedef struct {
     int transa, transb, m, n, k;
     int64_t lda, ldb, ldd;
     uint32_t epilogue;
     int beta_one;
     unsigned align_a, align_b, align_d, align_bias;
+    int refused;   /* no algorithm, or cublasLtMatmul said NOT_SUPPORTED: the fp32 op computes it */
     cublasLtMatmulAlgo_t algo;
 } LtPlan;
 static LtPlan plans[LT_MAX_PLANS];
@@ -148,11 +158,26 @@ static int same_problem(const LtPlan* a, const LtPlan* b) {
            a->align_b == b->align_b && a->align_d == b->align_d && a->align_bias == b->align_bias;
 }
 
+/* The one line a refused problem prints, when it is refused: the plan remembers the refusal, so
+ * each problem says it once, not at every call. */
+static void lt_note_refusal(const LtPlan* p, const char* what, const char* why) {
+    fprintf(stderr, "seedgpt: note: %s for the bf16 %s GEMM (m %d n %d k %d, ld %lld %lld %lld, alignment A %u "
+            "B %u D %u bias %u bytes, %s epilogue, beta %d): this product runs in fp32 through cuBLAS "
+            "(the fp32 matmul's) from now on\n", why, what, p->m, p->n, p->k, (long long)p->lda,
+            (long long)p->ldb, (long long)p->ldd, p->align_a, p->align_b, p->align_d, p->align_bias,
+            p->epilogue == CUBLASLT_EPILOGUE_BIAS ? "bias" : "no", p->beta_one);
+}
+
 /* D (m,n) column-major, ld ldd = op(A) (m,k) . op(B) (k,n) + beta D [+ bias (m)], A and B bf16
- * stored column-major (ld lda, ldb) before their transposes; beta is 0 or 1. */
-static void lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                    int k, const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
-                    float beta, float* D, int64_t ldd, const float* bias) {
+ * stored column-major (ld lda, ldb) before their transposes; beta is 0 or 1. Returns 1 when done,
+ * 0 when cuBLASLt refuses the problem (no algorithm from the heuristic, or cublasLtMatmul returns
+ * CUBLAS_STATUS_NOT_SUPPORTED, which launches nothing): D is then untouched and the caller
+ * computes the product with the fp32 op. The real heuristic's choice depends on alignments and
+ * shapes it does not document (C and OC odd make a 4-byte fp32 D), so a refusal is a slower
+ * product, not the end of the run. Any other failure still ends the run with one line. */
+static int lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                   int k, const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
+                   float beta, float* D, int64_t ldd, const float* bias) {
     cublasLtHandle_t h = lt();
     const float alpha = 1.0f;
     LtPlan want;
@@ -171,6 +196,11 @@ static void lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_
     want.align_b = align_class(B, (size_t)ldb * 2);
     want.align_d = align_class(D, (size_t)ldd * 4);
     want.align_bias = bias != NULL ? align_class(bias, 0) : 0;
+
+    LtPlan* plan = NULL;
+    for (int i = 0; i < n_plans && plan == NULL; i++)
+        if (same_problem(&plans[i], &want)) plan = &plans[i];
+    if (plan != NULL && plan->refused) return 0;
 
     cublasLtMatmulDesc_t desc;
     SG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -194,9 +224,6 @@ static void lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_
                                                transb == CUBLAS_OP_N ? n : k, ldb));
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
 
-    LtPlan* plan = NULL;
-    for (int i = 0; i < n_plans && plan == NULL; i++)
-        if (same_problem(&plans[i], &want)) plan = &plans[i];
     if (plan == NULL) {
         if (n_plans == LT_MAX_PLANS) {
             fprintf(stderr, "seedgpt: more than %d distinct bf16 GEMM problems; raise LT_MAX_PLANS in %s\n",
@@ -233,25 +260,32 @@ static void lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_
             found = 0;
             st = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
         }
-        if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
-            fprintf(stderr, "seedgpt: cuBLASLt has no bf16 algorithm for the %s GEMM: m %d n %d k %d, "
-                    "ld %lld %lld %lld, alignment A %u B %u D %u bias %u bytes, %s epilogue, beta %g\n",
-                    what, m, n, k, (long long)lda, (long long)ldb, (long long)ldd, want.align_a,
-                    want.align_b, want.align_d, want.align_bias, bias != NULL ? "bias" : "no", beta);
-            exit(1);
-        }
-        SG_CUBLAS_CHECK(st);
         SG_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-        want.algo = result.algo;
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+            want.refused = 1;
+            lt_note_refusal(&want, what, "cuBLASLt's heuristic has no algorithm");
+        } else {
+            SG_CUBLAS_CHECK(st);
+            want.algo = result.algo;
+        }
         plans[n_plans] = want;
         plan = &plans[n_plans++];
     }
-    SG_CUBLAS_CHECK(cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &plan->algo,
-                                   lt_workspace, SG_LT_WORKSPACE_BYTES, 0));
+    if (!plan->refused) {
+        cublasStatus_t st = cublasLtMatmul(h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &plan->algo,
+                                           lt_workspace, SG_LT_WORKSPACE_BYTES, 0);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED) {   /* nothing ran: D is as it was */
+            plan->refused = 1;
+            lt_note_refusal(plan, what, "cublasLtMatmul returned CUBLAS_STATUS_NOT_SUPPORTED");
+        } else {
+            SG_CUBLAS_CHECK(st);
+        }
+    }
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
     SG_CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+    return !plan->refused;
 }
 
 /* ---- the ops ------------------------------------------------------------------------------ */
@@ -271,7 +305,8 @@ void matmul_forward_bf16_cuda(float* out, const float* inp, const float* weight,
     __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OC, Cp);
     __nv_bfloat16* x16 = round_pad_bf16(base, ox, inp, N, C, N, Cp);
     /* out^T (OC,N) = weight (OC,Cp) . inp^T (Cp,N): weight is stored column-major as (Cp,OC) */
-    lt_gemm("forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, Cp, w16, Cp, x16, Cp, 0.0f, out, OC, bias);
+    if (!lt_gemm("forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, Cp, w16, Cp, x16, Cp, 0.0f, out, OC, bias))
+        matmul_forward_cuda(out, inp, weight, bias, N, C, OC);   /* refused: the fp32 op */
 }
 
 void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -291,10 +326,12 @@ void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const 
      * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OCp) . dout^T */
     if (dinp != NULL) {
         __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OCp, Cp);
-        lt_gemm("dinp", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OCp, w16, Cp, g16, OCp, 0.0f, dinp, C, NULL);
+        if (!lt_gemm("dinp", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OCp, w16, Cp, g16, OCp, 0.0f, dinp, C, NULL))
+            matmul_backward_dinp_cuda(dinp, dout, weight, N, C, OC);   /* refused: the fp32 op's */
     }
     /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T (C,Np) . dout */
-    lt_gemm("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, Np, x16, Cp, g16, OCp, 1.0f, dweight, C, NULL);
+    if (!lt_gemm("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, Np, x16, Cp, g16, OCp, 1.0f, dweight, C, NULL))
+        matmul_backward_dweight_cuda(dweight, dout, inp, N, C, OC);   /* refused: the fp32 op's */
     /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
     if (dbias != NULL) bias_backward_cuda(dbias, dout, N, OC);
 }

@@ -10,6 +10,8 @@
  *
  * Deterministic: the same call with the same shapes (and pointers of the same alignment, up to
  * 16 bytes) gives the same bits every time, so a recomputed forward equals the stored one.
+ * A product cuBLASLt has no algorithm for (or refuses with NOT_SUPPORTED) is computed by the fp32
+ * op's cuBLAS call instead, with one line on stderr the first time that problem is seen.
  * Only model/backend.c and the CUDA tests include this.
  */
 #ifndef SEEDGPT_OPS_BF16_CUDA_H

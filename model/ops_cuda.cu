@@ -6,7 +6,8 @@
  *   - dropout: one thread per four channels 4q..4q+3 of a (b, t) row, one Philox call for the four
  *     (philox_elem_draw4, the counters of the CPU's dropout_row), so masks are the CPU's bits;
  *   - layernorm: one warp per row; its parameter gradients and the matmul's bias gradient are column
- *     sums done in two fixed passes (partials over fixed chunks of rows, then the chunks in order);
+ *     sums done in two fixed passes (partials over fixed chunks of rows, then the chunks in order;
+ *     the chunks are grid-strided in y, which the device limits to 65535 blocks);
  *   - embedding gradients: the rows of each token (bucketed on the host, in row order) and the rows
  *     of each position, summed by one thread per channel in row order: the CPU's order exactly;
  *   - RoPE: one thread per (row, q or k head, pair), reading the host-built cos/sin table;
@@ -248,16 +249,40 @@ void encoder_backward_cuda(float* dwte, float* dwpe, const float* dout, const in
 
 /* ---- column sums in two fixed passes ---------------------------------------------------------- */
 
-/* partial[k][c] = sum of x[n][c] over the rows n of chunk k (COLSUM_ROWS rows, in order);
- * grid (channel chunks, row chunks) */
+/* The most blocks a grid may have along y: 65535 on every CUDA GPU so far, so a y that counts
+ * chunks of rows of the batch (N = B T tokens) would overflow above 65535 x 32 = 2.1M tokens a
+ * step. Asked of the device (an attribute: cheap, unlike cudaGetDeviceProperties), so that the
+ * emulation can model a smaller limit and tests run the strided path at small N. */
+static unsigned grid_y_limit(void) {
+    int dev = 0, v = 0;
+    SG_CHECK(cudaGetDevice(&dev));
+    SG_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxGridDimY, dev));
+    return (unsigned)v;
+}
+
+static int colsum_chunks(int N) { return (N + COLSUM_ROWS - 1) / COLSUM_ROWS; }
+
+/* The first pass's grid: x over blocks of COLSUM_THREADS channels, y over the chunks of
+ * COLSUM_ROWS rows, at most grid_y_limit() blocks; block y takes chunks y, y + gridDim.y, ...
+ * (grid-stride). A chunk's partial is its rows added in order whichever block takes it, and the
+ * second pass adds the chunks in order, so the sums have the same bits for every grid.y. */
+static dim3 colsum_grid(int N, int C) {
+    const unsigned chunks = (unsigned)colsum_chunks(N), ymax = grid_y_limit();
+    return dim3(sg_ceil_div((size_t)C, COLSUM_THREADS), chunks < ymax ? chunks : ymax);
+}
+
+/* partial[k][c] = sum of x[n][c] over the rows n of chunk k (COLSUM_ROWS rows, in order), for
+ * the chunks k = blockIdx.y + j gridDim.y; grid colsum_grid(N, C) */
 __global__ void column_sum_partials_kernel(float* partial, const float* x, int N, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
-    int k = blockIdx.y;
     if (c >= C) return;
-    int n0 = k * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
-    float acc = 0.0f;
-    for (int n = n0; n < n1; n++) acc += x[(size_t)n * C + c];
-    partial[(size_t)k * C + c] = acc;
+    const int nchunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    for (int k = blockIdx.y; k < nchunks; k += gridDim.y) {
+        int n0 = k * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
+        float acc = 0.0f;
+        for (int n = n0; n < n1; n++) acc += x[(size_t)n * C + c];
+        partial[(size_t)k * C + c] = acc;
+    }
 }
 
 /* dst[c] += the chunks' partials in chunk order */
@@ -268,8 +293,6 @@ __global__ void column_sum_finish_kernel(float* dst, const float* partial, int n
     for (int k = 0; k < nchunks; k++) acc += partial[(size_t)k * C + c];
     dst[c] += acc;
 }
-
-static int colsum_chunks(int N) { return (N + COLSUM_ROWS - 1) / COLSUM_ROWS; }
 
 /* ---- layernorm ---------------------------------------------------------------------------- */
 
@@ -333,22 +356,25 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
     }
 }
 
-/* dweight and dbias partials over chunks of rows: pw[k][c] = sum dout * norm, pb[k][c] = sum dout */
+/* dweight and dbias partials over chunks of rows: pw[k][c] = sum dout * norm, pb[k][c] = sum dout;
+ * chunks k = blockIdx.y + j gridDim.y, grid colsum_grid(N, C), as column_sum_partials_kernel */
 __global__ void layernorm_param_partials_kernel(float* pw, float* pb, const float* dout,
                                                 const float* inp, const float* mean,
                                                 const float* rstd, int N, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
-    int k = blockIdx.y;
     if (c >= C) return;
-    int n0 = k * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
-    float aw = 0.0f, ab = 0.0f;
-    for (int n = n0; n < n1; n++) {
-        float d = dout[(size_t)n * C + c];
-        aw += d * ((inp[(size_t)n * C + c] - mean[n]) * rstd[n]);
-        ab += d;
+    const int nchunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    for (int k = blockIdx.y; k < nchunks; k += gridDim.y) {
+        int n0 = k * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
+        float aw = 0.0f, ab = 0.0f;
+        for (int n = n0; n < n1; n++) {
+            float d = dout[(size_t)n * C + c];
+            aw += d * ((inp[(size_t)n * C + c] - mean[n]) * rstd[n]);
+            ab += d;
+        }
+        pw[(size_t)k * C + c] = aw;
+        pb[(size_t)k * C + c] = ab;
     }
-    pw[(size_t)k * C + c] = aw;
-    pb[(size_t)k * C + c] = ab;
 }
 
 void layernorm_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -361,8 +387,7 @@ void layernorm_backward_cuda(float* dinp, float* dweight, float* dbias, const fl
     int nchunks = colsum_chunks(N);
     float* pw = (float*)ops_scratch(sizeof(float) * 2 * (size_t)nchunks * C);
     float* pb = pw + (size_t)nchunks * C;
-    dim3 grid(sg_ceil_div((size_t)C, COLSUM_THREADS), (unsigned)nchunks);
-    SG_LAUNCH(layernorm_param_partials_kernel, grid, COLSUM_THREADS, 0, pw, pb, dout, inp, mean,
+    SG_LAUNCH(layernorm_param_partials_kernel, colsum_grid(N, C), COLSUM_THREADS, 0, pw, pb, dout, inp, mean,
               rstd, N, C);
     SG_CHECK_LAUNCH();
     unsigned cblocks = sg_ceil_div((size_t)C, COLSUM_THREADS);
@@ -408,19 +433,28 @@ void matmul_forward_cuda(float* out, const float* inp, const float* weight, cons
     }
 }
 
+/* in the forward, out = inp . weight^T + bias, so:
+ * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OC) . dout^T */
+void matmul_backward_dinp_cuda(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
+    if (N == 0 || C == 0 || OC == 0) return;
+    const float one = 1.0f, zero = 0.0f;
+    SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C,
+                                dout, OC, &zero, dinp, C));
+}
+
+/* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T . dout */
+void matmul_backward_dweight_cuda(float* dweight, const float* dout, const float* inp, int N, int C, int OC) {
+    if (N == 0 || C == 0 || OC == 0) return;
+    const float one = 1.0f;
+    SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C,
+                                dout, OC, &one, dweight, C));
+}
+
 void matmul_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int N, int C, int OC) {
     if (N == 0 || C == 0 || OC == 0) return;
-    const float one = 1.0f, zero = 0.0f;
-    /* in the forward, out = inp . weight^T + bias, so:
-     * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OC) . dout^T */
-    if (dinp != NULL) {
-        SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C,
-                                    dout, OC, &zero, dinp, C));
-    }
-    /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T . dout */
-    SG_CUBLAS_CHECK(cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C,
-                                dout, OC, &one, dweight, C));
+    if (dinp != NULL) matmul_backward_dinp_cuda(dinp, dout, weight, N, C, OC);
+    matmul_backward_dweight_cuda(dweight, dout, inp, N, C, OC);
     /* dbias += the column sums of dout */
     if (dbias != NULL) bias_backward_cuda(dbias, dout, N, OC);
 }
@@ -429,8 +463,7 @@ void bias_backward_cuda(float* dbias, const float* dout, int N, int OC) {
     if (N == 0 || OC == 0) return;
     int nchunks = colsum_chunks(N);
     float* partial = (float*)ops_scratch(sizeof(float) * (size_t)nchunks * OC);
-    dim3 grid(sg_ceil_div((size_t)OC, COLSUM_THREADS), (unsigned)nchunks);
-    SG_LAUNCH(column_sum_partials_kernel, grid, COLSUM_THREADS, 0, partial, dout, N, OC);
+    SG_LAUNCH(column_sum_partials_kernel, colsum_grid(N, OC), COLSUM_THREADS, 0, partial, dout, N, OC);
     SG_CHECK_LAUNCH();
     SG_LAUNCH(column_sum_finish_kernel, sg_ceil_div((size_t)OC, COLSUM_THREADS),
               COLSUM_THREADS, 0, dbias, partial, nchunks, OC);

@@ -27,6 +27,11 @@ void matmul_forward_cuda(float* out, const float* inp, const float* weight, cons
                          int N, int C, int OC);
 void matmul_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int N, int C, int OC);
+/* matmul_backward_cuda's two products, one at a time (the bf16 matmuls fall back to them, product
+ * by product, where cuBLASLt refuses one): dinp (N,C) written = dout . weight; dweight (OC,C)
+ * accumulated += dout^T . inp; fp32 cuBLAS, the same calls as matmul_backward_cuda's */
+void matmul_backward_dinp_cuda(float* dinp, const float* dout, const float* weight, int N, int C, int OC);
+void matmul_backward_dweight_cuda(float* dweight, const float* dout, const float* inp, int N, int C, int OC);
 /* dbias (OC) += the column sums of dout (N, OC), in two fixed passes (matmul_backward_cuda's
  * bias gradient; the bf16 matmuls share it, so their dbias has the same bits) */
 void bias_backward_cuda(float* dbias, const float* dout, int N, int OC);

@@ -130,10 +130,16 @@ row "build" "ok in ${LAST_S}s"
 say "trainer: $($TRAINER --version 2>&1 | tr '\n' ' ')"
 
 # ---- correctness: each test binary, a row each; a failure is a row, never the end of the check
-tbin() {  # LABEL BINARY SECONDS [NOTE]
-    step "$1" "$3" "$TESTS/$2"; local rc=$?
-    local counts=$(grep -o '^# [0-9]* passed, [0-9]* failed.*' "${REPORT:-/dev/null}" 2>/dev/null | tail -1)
-    if [ $rc -eq 0 ]; then row "$1" "ok ${counts#\# }"; else row "$1" "$(verdict $rc) ${4:-}"; fi
+tbin() {  # LABEL BINARY SECONDS [NOTE]: a FAILED row carries the count and the first failure
+    local out rc
+    out=$(step "$1" "$3" "$TESTS/$2"); rc=$?
+    echo "$out"
+    local counts=$(echo "$out" | grep -o '^# [0-9]* passed, [0-9]* failed.*' | tail -1)
+    if [ $rc -eq 0 ]; then
+        row "$1" "ok ${counts#\# }"
+    else
+        row "$1" "$(verdict $rc) ${counts#\# } ${4:-}; first: $(echo "$out" | grep -m1 '^FAIL' | head -c 300)"
+    fi
 }
 tbin "cublas conventions" test_cublas 60
 tbin "philox on the device == host" test_cuda_philox 30

@@ -8,7 +8,8 @@
  *   2. backward: dqkv (every element) agrees with the CPU's to the same tolerance, from the
  *      CUDA forward's own out and lse, as the model runs it;
  *   3. a second run gives the same bits (no float atomics: DESIGN §5), on a few of the cases;
- *   4. a head dim above 128 is refused with one line and a non-zero exit (forward and backward).
+ *   4. a head dim above 128 is refused with one line and a non-zero exit (forward and backward),
+ *      and so is a T whose tiles of 64 do not fit the grid's 65535 blocks in y (T > 4194240).
  * Every device output is poisoned with NaN before each launch, so an element a kernel does not
  * write fails the comparison. SEEDGPT_TINY=1 runs one tiny case only (for compute-sanitizer).
  * Builds two ways: nvcc (make test-cuda) and C++ against the emulation (make test-cuda-emu).
@@ -177,16 +178,22 @@ static void test_case(const Shape* s, int check_determinism) {
  * means it was not refused. */
 static int refuse_child(const char* which) {
     const Dropout drop = dropout_make(0.0);
+    /* T one past the grid's 65535 tiles of 64 in y: refused before a pointer is touched */
+    const int T_big = 65535 * 64 + 1;
     if (strcmp(which, "forward") == 0)
         attention_forward_cuda(NULL, NULL, NULL, 1, 8, 2, 1, 160, 0, SEED, drop);
-    else
+    else if (strcmp(which, "backward") == 0)
         attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 2, 1, 160, 0, SEED, drop);
+    else if (strcmp(which, "forward_T") == 0)
+        attention_forward_cuda(NULL, NULL, NULL, 1, T_big, 2, 1, 16, 0, SEED, drop);
+    else if (strcmp(which, "backward_T") == 0)
+        attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, T_big, 2, 1, 16, 0, SEED, drop);
     return 0;
 }
 
-static void test_refuses_head_dim_above_128(const char* self, const char* which) {
+static void test_refuses(const char* self, const char* which, const char* property, const char* words) {
     char name[96], msg[512] = "";
-    snprintf(name, sizeof(name), "%s_refuses_head_dim_160", which);
+    snprintf(name, sizeof(name), "%s_%s", which, property);
     int fds[2];
     if (pipe(fds) != 0) { expect(0, name, "pipe failed"); return; }
     fflush(stdout);
@@ -210,7 +217,7 @@ static void test_refuses_head_dim_above_128(const char* self, const char* which)
     char* nl = strchr(msg, '\n');
     const int one_line = nl != NULL && nl[1] == '\0';
     if (nl) *nl = '\0';
-    expect(code != 0 && code != 127 && one_line && strstr(msg, "head dim 160") != NULL, name,
+    expect(code != 0 && code != 127 && one_line && strstr(msg, words) != NULL, name,
            "exit %d, stderr \"%s\"", code, msg);
 }
 
@@ -223,8 +230,11 @@ int main(int argc, char** argv) {
         return test_finish();
     }
 
-    test_refuses_head_dim_above_128(argv[0], "forward");
-    test_refuses_head_dim_above_128(argv[0], "backward");
+    test_refuses(argv[0], "forward", "refuses_head_dim_160", "head dim 160");
+    test_refuses(argv[0], "backward", "refuses_head_dim_160", "head dim 160");
+    /* the grids' y holds T / 64 tiles, at most 65535 on a GPU: a longer T is one clear line */
+    test_refuses(argv[0], "forward_T", "refuses_T_above_the_grid_limit", "T at most 4194240");
+    test_refuses(argv[0], "backward_T", "refuses_T_above_the_grid_limit", "T at most 4194240");
 
     /* B, T, NH, NKV, HD, p, g0; rerun: also check that a second run gives the same bits (kept to
      * a few cases: the emulation pays per block and barrier) */

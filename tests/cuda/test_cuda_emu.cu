@@ -216,6 +216,50 @@ __global__ void mma_with_exited_lane(float* x) {
     x[threadIdx.x] = d[0];
 }
 
+/* The tensor-core attention's pattern (attention/flash_tc.cu): the lanes of a warp branch on their
+ * own data, meet at __syncwarp(), then run an mma, which needs the whole warp. Here each lane
+ * prepares the A fragment words of lane 31 - lane with a data-dependent amount of work, leaves
+ * them in shared memory, and after __syncwarp() reads its own from there: the barrier must order the
+ * lanes' shared memory (ThreadSanitizer checks it in the TSan build) as well as bring them
+ * together for the mma. wa: 4 words per thread; bt: the B fragments, 2 per thread; D: 4 per
+ * thread, c = 0. */
+/* a lane's data-dependent work: lanes with w0 odd swap the halves of w1, (w2 & 7) times */
+static __host__ __device__ uint32_t lane_work(uint32_t w0, uint32_t w1, uint32_t w2) {
+    if (w0 & 1u)
+        for (uint32_t k = 0; k < (w2 & 7u); k++) w1 = w1 << 16 | w1 >> 16;
+    return w1;
+}
+
+__global__ void diverge_syncwarp_mma(float* D, const uint32_t* wa, const uint32_t* bt) {
+    SG_SHARED(uint32_t, frag, 64 * 4);
+    const int t = threadIdx.x, lane = t & 31, mirror = (t & ~31) + 31 - lane;
+    uint32_t w[4];
+    for (int i = 0; i < 4; i++) w[i] = wa[4 * mirror + i];
+    w[1] = lane_work(w[0], w[1], w[2]);
+    for (int i = 0; i < 4; i++) frag[4 * mirror + i] = w[i];   /* for lane `mirror` */
+    __syncwarp();
+    uint32_t a[4], b[2] = {bt[2 * t], bt[2 * t + 1]};
+    for (int i = 0; i < 4; i++) a[i] = frag[4 * t + i];
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4];
+    sg_mma_m16n8k16_bf16_f32(d, a, b, c);
+    for (int i = 0; i < 4; i++) D[4 * t + i] = d[i];
+}
+
+/* the same exchange without the __syncwarp: lanes read words other lanes write (a race) */
+__global__ void missing_syncwarp(int* out) {
+    SG_SHARED(int, s, 32);
+    s[31 - threadIdx.x] = (int)threadIdx.x;
+    out[threadIdx.x] = s[threadIdx.x];
+}
+
+/* a lane that has left the kernel never reaches the __syncwarp the others wait at */
+__global__ void syncwarp_with_exited_lane(int* x) {
+    if (threadIdx.x == 5) return;
+    x[threadIdx.x] = 1;
+    __syncwarp();
+    x[threadIdx.x] = 2;
+}
+
 /* every block adds into x[0] without an atomic: a cross-block race */
 __global__ void cross_block_race(int* x) {
     if (threadIdx.x == 0) x[0] += 1;
@@ -240,6 +284,8 @@ static int run_case(const char* name) {
     else if (!strcmp(name, "mma_with_exited_lane")) SG_LAUNCH(mma_with_exited_lane, 1, 32, 0, (float*)d);
     else if (!strcmp(name, "cross_block_race")) SG_LAUNCH(cross_block_race, 8, 32, 0, d);
     else if (!strcmp(name, "missing_barrier")) SG_LAUNCH(missing_barrier, 1, 32, 0, d);
+    else if (!strcmp(name, "missing_syncwarp")) SG_LAUNCH(missing_syncwarp, 1, 32, 0, d);
+    else if (!strcmp(name, "syncwarp_with_exited_lane")) SG_LAUNCH(syncwarp_with_exited_lane, 1, 32, 0, d);
     else {
         fprintf(stderr, "test_cuda_emu: --case %s: no such case\n", name);
         return 2;
@@ -485,6 +531,64 @@ static void check_shuffles(void) {
     SG_CHECK(cudaFree(dout)); SG_CHECK(cudaFree(dfout));
 }
 
+/* lanes diverge on their data, meet at __syncwarp, exchange fragments through shared memory,
+ * then run an mma: D equals sg_mma_m16n8k16_ref on the exchanged fragments, bit for bit in the
+ * emulation (within sg_mma_tolerance on a GPU) */
+static void check_diverge_syncwarp_mma(void) {
+    const int nt = 64;
+    uint32_t wa[64 * 4], bt[64 * 2];
+    for (int i = 0; i < nt * 4; i++)
+        wa[i] = (uint32_t)sg_bf16_from_float((float)(test_uniform() - 0.5)) |
+                (uint32_t)sg_bf16_from_float((float)(test_uniform() - 0.5)) << 16;
+    for (int i = 0; i < nt * 2; i++)
+        bt[i] = (uint32_t)sg_bf16_from_float((float)(2 * test_uniform() - 1)) |
+                (uint32_t)sg_bf16_from_float((float)(2 * test_uniform() - 1)) << 16;
+    uint32_t *dwa, *dbt;
+    float* dD;
+    SG_CHECK(cudaMalloc((void**)&dwa, sizeof(wa)));
+    SG_CHECK(cudaMalloc((void**)&dbt, sizeof(bt)));
+    SG_CHECK(cudaMalloc((void**)&dD, nt * 4 * sizeof(float)));
+    SG_CHECK(cudaMemcpy(dwa, wa, sizeof(wa), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(dbt, bt, sizeof(bt), cudaMemcpyHostToDevice));
+    SG_LAUNCH(diverge_syncwarp_mma, 1, nt, 0, dD, dwa, dbt);
+    SG_CHECK_LAUNCH();
+    float D[64 * 4];
+    SG_CHECK(cudaMemcpy(D, dD, sizeof(D), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    double worst = 0;
+    for (int w = 0; w < 2; w++) {
+        /* the matrices the warp's lanes hold after the exchange: lane l has its own words, w1
+         * changed by lane_work (prepared by lane 31 - l) */
+        uint16_t A[256], Bt[128];
+        float C[128] = {0}, ref[128];
+        for (int l = 0; l < 32; l++) {
+            const uint32_t* own = &wa[4 * (32 * w + l)];
+            const uint32_t a[4] = {own[0], lane_work(own[0], own[1], own[2]), own[2], own[3]};
+            const uint32_t* b = &bt[2 * (32 * w + l)];
+            for (int i = 0; i < 8; i++)
+                A[sg_mma_a_row(l, i) * 16 + sg_mma_a_col(l, i)] = (uint16_t)(a[i / 2] >> (16 * (i & 1)));
+            for (int i = 0; i < 4; i++)
+                Bt[sg_mma_b_col(l, i) * 16 + sg_mma_b_row(l, i)] = (uint16_t)(b[i / 2] >> (16 * (i & 1)));
+        }
+        sg_mma_m16n8k16_ref(ref, A, Bt, C);
+        for (int l = 0; l < 32; l++)
+            for (int i = 0; i < 4; i++) {
+                const int m = sg_mma_c_row(l, i), n = sg_mma_c_col(l, i);
+                const float got = D[4 * (32 * w + l) + i], want = ref[m * 8 + n];
+                double mag = 0;
+                for (int k = 0; k < 16; k++)
+                    mag += fabs((double)sg_bf16_to_float(A[m * 16 + k]) * sg_bf16_to_float(Bt[n * 16 + k]));
+                const double q = fabs((double)got - want) / fmax(sg_mma_tolerance(16, mag), 1e-30);
+                if (q > worst) worst = q;
+                bad += EMU_ONLY ? memcmp(&got, &want, 4) != 0 : !(q <= 1.0);
+            }
+    }
+    expect(bad == 0, "diverged_lanes_meet_at_syncwarp_then_mma", "2 warps, lanes branching on their data, "
+           "fragments exchanged through shared memory across __syncwarp: %d of 256 elements of D off (%s; "
+           "worst %.3g x sg_mma_tolerance)", bad, EMU_ONLY ? "bit for bit" : "within sg_mma_tolerance", worst);
+    SG_CHECK(cudaFree(dwa)); SG_CHECK(cudaFree(dbt)); SG_CHECK(cudaFree(dD));
+}
+
 static void check_atomics(const char* label) {
     int *dcount, *dcas;
     unsigned *dmax, *dwrap;
@@ -539,6 +643,35 @@ static void check_launch_validation(void) {
                "cudaGetLastError: \"%s\", then \"%s\"; kernel %s", cudaGetErrorString(e),
                cudaGetErrorString(after), flag ? "RAN" : "did not run");
     }
+    /* the device's grid limits, as cudaDeviceGetAttribute gives them to code that bounds its grids */
+    int gx = 0, gy = 0, gz = 0;
+    SG_CHECK(cudaDeviceGetAttribute(&gx, cudaDevAttrMaxGridDimX, 0));
+    SG_CHECK(cudaDeviceGetAttribute(&gy, cudaDevAttrMaxGridDimY, 0));
+    SG_CHECK(cudaDeviceGetAttribute(&gz, cudaDevAttrMaxGridDimZ, 0));
+    expect(gx == 2147483647 && gy == 65535 && gz == 65535, "device_grid_limits_are_cudas",
+           "cudaDeviceGetAttribute: max grid %d x %d x %d (want 2^31-1 x 65535 x 65535)", gx, gy, gz);
+    if (EMU_ONLY) {
+        /* SG_EMU_MAX_GRID_YZ: a smaller device, reported and enforced */
+        setenv("SG_EMU_MAX_GRID_YZ", "3", 1);
+        cudaDeviceProp p;
+        SG_CHECK(cudaGetDeviceProperties(&p, 0));
+        SG_CHECK(cudaDeviceGetAttribute(&gy, cudaDevAttrMaxGridDimY, 0));
+        SG_CHECK(cudaMemset(dflag, 0, 4));
+        SG_LAUNCH(touch_all_smem, dim3(1, 4), 32, 64, dflag, 64);
+        cudaError_t e4 = cudaGetLastError();
+        SG_CHECK(cudaMemcpy(&flag, dflag, 4, cudaMemcpyDeviceToHost));
+        const int ran4 = flag;
+        SG_LAUNCH(touch_all_smem, dim3(1, 1, 3), 32, 64, dflag, 64);
+        cudaError_t e3 = cudaGetLastError();
+        SG_CHECK(cudaMemcpy(&flag, dflag, 4, cudaMemcpyDeviceToHost));
+        unsetenv("SG_EMU_MAX_GRID_YZ");
+        expect(gy == 3 && p.maxGridSize[1] == 3 && p.maxGridSize[2] == 3 && e4 != cudaSuccess && !ran4 &&
+               e3 == cudaSuccess && flag == 1, "emulated_grid_limit_lowered_is_reported_and_enforced",
+               "SG_EMU_MAX_GRID_YZ=3: attribute %d, properties %d x %d; grid y 4: \"%s\" (%s); grid z 3: \"%s\" "
+               "(flag %d)", gy, p.maxGridSize[1], p.maxGridSize[2], cudaGetErrorString(e4),
+               ran4 ? "RAN" : "did not run", cudaGetErrorString(e3), flag);
+    }
+
     SG_CHECK(cudaMemset(dflag, 0, 4));
     SG_LAUNCH(touch_all_smem, 1, 1024, 48 * 1024, dflag, 48 * 1024);
     cudaError_t e = cudaGetLastError();
@@ -732,6 +865,7 @@ static void check_faults(void) {
     expect_fault("shuffle_with_exited_lane", "left the kernel");
     expect_fault("mma_in_half_warp", "names lanes beyond the block");
     expect_fault("mma_with_exited_lane", "left the kernel");
+    expect_fault("syncwarp_with_exited_lane", "left the kernel");
 #endif
 }
 
@@ -745,6 +879,7 @@ int main(int argc, char** argv) {
     check_index_coverage();
     check_smem_poison();
     check_shuffles();
+    check_diverge_syncwarp_mma();
     check_atomics("");
     if (TSAN_BUILD) {
         /* ThreadSanitizer is there for the kernels; the host API and the faults (child processes
@@ -771,6 +906,7 @@ int main(int argc, char** argv) {
 #if defined(__SANITIZE_THREAD__)
     expect_tsan_race("cross_block_race");
     expect_tsan_race("missing_barrier");
+    expect_tsan_race("missing_syncwarp");
 #else
     skip("tsan_reports_races", "not a ThreadSanitizer build (make test-cuda-emu-tsan)");
 #endif

@@ -29,6 +29,8 @@
  * qkv and dout: bit for bit the kernel they wrap on qkv rounded on the host, within tolerance of
  * the CPU on the rounded values, deterministic, the forward's copy counted in the peak; at a head
  * dim the tensor cores take (32) and one they do not (24: the fp32 kernels on bf16 values).
+ * A T whose tiles of 64 do not fit the grid's 65535 blocks in y (T > 4194240) is refused with one
+ * line and a non-zero exit, by the kernels' entry points and by the wrappers (child processes).
  * Builds two ways: nvcc (make test-cuda) and C++ against the emulation (make test-cuda-emu).
  */
 #include "cuda/device.h"
@@ -36,6 +38,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>   /* the refusals run in a child process */
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -580,7 +584,60 @@ static void run_wrappers(const Shape* s, double p, uint64_t data_seed) {
     free(l_k); free(g_w); free(g_k); free(g_cpu); free(mag); free(omag);
 }
 
-int main(void) {
+/* Run as a child (`self --refuse-T WHICH`): T one past the grid's 65535 tiles of 64 in y. The
+ * refusal comes before any pointer is touched or anything allocated, so NULL pointers are fine;
+ * returning means it was not refused. */
+static int refuse_T_child(const char* which) {
+    const Dropout drop = dropout_make(0.0);
+    const int T = 65535 * 64 + 1;
+    if (!strcmp(which, "forward_tc"))
+        attention_forward_tc_cuda(NULL, NULL, NULL, 1, T, 2, 1, 64, 0, 1, drop);
+    else if (!strcmp(which, "backward_tc"))
+        attention_backward_tc_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, T, 2, 1, 64, 0, 1, drop);
+    else if (!strcmp(which, "forward_bf16"))
+        attention_forward_bf16_cuda(NULL, NULL, NULL, 1, T, 2, 1, 64, 0, 1, drop);
+    else if (!strcmp(which, "backward_bf16"))
+        attention_backward_bf16_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, T, 2, 1, 64, 0, 1, drop);
+    return 0;
+}
+
+static void test_refuses_T(const char* which) {
+    char name[96], msg[512] = "";
+    snprintf(name, sizeof(name), "%s_refuses_T_above_the_grid_limit", which);
+    int fds[2];
+    if (pipe(fds) != 0) { expect(0, name, "pipe failed"); return; }
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        execl("/proc/self/exe", "test_cuda_flash_tc", "--refuse-T", which, (char*)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof(msg) - 1 && (r = read(fds[0], msg + got, sizeof(msg) - 1 - got)) > 0) got += (size_t)r;
+    msg[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    char* nl = strchr(msg, '\n');
+    const int one_line = nl != NULL && nl[1] == '\0';
+    if (nl) *nl = '\0';
+    expect(code != 0 && code != 127 && one_line && strstr(msg, "T at most 4194240") != NULL, name,
+           "exit %d, stderr \"%s\"", code, msg);
+}
+
+int main(int argc, char** argv) {
+    if (argc == 3 && !strcmp(argv[1], "--refuse-T")) return refuse_T_child(argv[2]);
+    test_refuses_T("forward_tc");
+    test_refuses_T("backward_tc");
+    test_refuses_T("forward_bf16");
+    test_refuses_T("backward_bf16");
+
     const Shape shapes[] = {
         {1, 133, 4, 2, 64, 7},    /* GPT-2's head size, two query heads per kv head, odd T, g0 != 0 */
         {1, 197, 2, 1, 128, 0},   /* the largest head size, both query heads on one kv head */

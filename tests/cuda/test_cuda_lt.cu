@@ -14,7 +14,11 @@
  *   - determinism: the same call twice gives the same bits;
  *   - the workspace and the operand copies counted in the device peak;
  *   - in the emulation only: its defined arithmetic (fp32 sum in ascending k, bit for bit) and its
- *     refusal of what it does not implement.
+ *     refusal of what it does not implement;
+ *   - in the emulation only, cuBLASLt refusing a problem (SG_EMU_LT_REFUSE: the heuristic finds no
+ *     algorithm, or cublasLtMatmul says NOT_SUPPORTED, or a library that needs 16-byte alignment
+ *     meets odd C and OC or a misaligned bias): each refused product equals the fp32 op's bit for
+ *     bit, the others stay bf16, and stderr gets one line per refused problem, not per call.
  * It builds two ways (tests/cuda/): with nvcc for a GPU (make test-cuda) and as C++ against the
  * emulation (make test-cuda-emu), so the sizes stay small.
  */
@@ -23,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <unistd.h>   /* dup, dup2: the refusal notes are read back from stderr */
 #include "model/ops.h"
 #include "model/ops_cuda.h"
 #include "model/ops_bf16_cuda.h"
@@ -375,6 +380,144 @@ static void test_emulation_refuses(void) {
 }
 #endif
 
+/* ---- cuBLASLt refusing a problem (emulation: SG_EMU_LT_REFUSE) ----------------------------- */
+
+#ifdef SG_EMU
+/* stderr goes to a temporary file between the two calls; stderr_end returns what was written */
+static int saved_stderr = -1;
+static FILE* captured = NULL;
+static void stderr_begin(void) {
+    fflush(stderr);
+    captured = tmpfile();
+    saved_stderr = dup(2);
+    dup2(fileno(captured), 2);
+}
+static char* stderr_end(void) {
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    long n = ftell(captured);
+    char* text = (char*)calloc((size_t)(n > 0 ? n : 0) + 1, 1);
+    rewind(captured);
+    if (n > 0 && fread(text, 1, (size_t)n, captured) != (size_t)n) text[0] = 0;
+    fclose(captured);
+    return text;
+}
+static int count_lines_with(const char* text, const char* a, const char* b) {
+    int n = 0;
+    for (const char* line = text; *line;) {
+        const char* nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char buf[1024];
+        snprintf(buf, sizeof(buf), "%.*s", (int)(len < sizeof(buf) - 1 ? len : sizeof(buf) - 1), line);
+        n += strstr(buf, a) != NULL && (b == NULL || strstr(buf, b) != NULL);
+        line += len + (nl != NULL);
+    }
+    return n;
+}
+
+/* element (n, o) of out = bf16(x) . bf16(w)^T + bias in the emulation's order: the bf16 path ran */
+static size_t differ_from_emulated_lt_forward(const float* got, const float* x, const float* w, const float* bias,
+                                              int N, int C, int OC) {
+    size_t differ = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            float acc = 0.0f;
+            for (int c = 0; c < C; c++)
+                acc = acc + sg_bf16_round(x[(size_t)n * C + c]) * sg_bf16_round(w[(size_t)o * C + c]);
+            if (bias) acc = acc + bias[o];
+            differ += memcmp(&acc, &got[(size_t)n * OC + o], 4) != 0;
+        }
+    return differ;
+}
+
+/* Under SG_EMU_LT_REFUSE=mode, the forward (with a bias at bias_offset floats from a 16-byte
+ * boundary) and the backward, each called twice: which products cuBLASLt refused must equal the
+ * fp32 op's bits (lt_* = 0) and the rest the emulated bf16 sums (lt_* = 1); the notes on stderr
+ * come once per refused problem. */
+static void test_refusal(const char* mode, int N, int C, int OC, int bias_offset, int lt_fwd, int lt_dinp,
+                         int lt_dweight) {
+    char name[200], tag[96];
+    snprintf(tag, sizeof(tag), "%s_N%d_C%d_OC%d%s", mode, N, C, OC, bias_offset ? "_bias_misaligned" : "");
+    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    float *x = hrand(ni, 1.0), *w = hrand(nw, 0.3), *bias = hrand(OC, 1.0), *dout = hrand(no, 1.0);
+    float *dw0 = hrand(nw, 1.0), *db0 = hrand(OC, 1.0);
+    float *dx = up(x, ni), *dw = up(w, nw), *d_dout = up(dout, no);
+    float* db_block = (float*)device_alloc_cuda((OC + 4) * sizeof(float));
+    float* db = db_block + bias_offset;
+    device_to_backend_cuda(db, bias, OC * sizeof(float));
+    float *d_o = dpoison(no), *d_o32 = dpoison(no), *d_di = dpoison(ni), *d_di32 = dpoison(ni);
+    float *d_dw = up(dw0, nw), *d_dw32 = up(dw0, nw), *d_db = up(db0, OC), *d_db32 = up(db0, OC);
+
+    setenv("SG_EMU_LT_REFUSE", mode, 1);
+    stderr_begin();
+    for (int call = 0; call < 2; call++) {
+        matmul_forward_bf16_cuda(d_o, dx, dw, db, N, C, OC);
+        matmul_backward_bf16_cuda(d_di, d_dw, d_db, d_dout, dx, dw, N, C, OC);
+    }
+    char* notes = stderr_end();
+    unsetenv("SG_EMU_LT_REFUSE");
+    for (int call = 0; call < 2; call++) {
+        matmul_forward_cuda(d_o32, dx, dw, db, N, C, OC);
+        matmul_backward_cuda(d_di32, d_dw32, d_db32, d_dout, dx, dw, N, C, OC);
+    }
+    float *go = down(d_o, no), *go32 = down(d_o32, no), *gi = down(d_di, ni), *gi32 = down(d_di32, ni);
+    float *gw = down(d_dw, nw), *gw32 = down(d_dw32, nw), *gb = down(d_db, OC), *gb32 = down(d_db32, OC);
+
+    if (lt_fwd) {
+        size_t differ = differ_from_emulated_lt_forward(go, x, w, bias, N, C, OC);
+        snprintf(name, sizeof(name), "lt_accepted_forward_stays_bf16_%s", tag);
+        expect(differ == 0, name, "%zu of %zu elements differ from the emulated bf16 sum", differ, no);
+    } else {
+        snprintf(name, sizeof(name), "lt_refused_forward_equals_fp32_op_bitwise_%s", tag);
+        expect(same_bits(go, go32, no), name, "out after two calls: %s",
+               same_bits(go, go32, no) ? "the fp32 op's bits" : "BITS DIFFER");
+    }
+    if (lt_dinp) {
+        Ref ri = ref_dinp(dout, w, N, C, OC);
+        snprintf(name, sizeof(name), "lt_accepted_dinp_stays_bf16_%s", tag);
+        expect_ref(name, gi, ri, ni);
+        ref_free(ri);
+    } else {
+        snprintf(name, sizeof(name), "lt_refused_dinp_equals_fp32_op_bitwise_%s", tag);
+        expect(same_bits(gi, gi32, ni), name, "dinp: %s", same_bits(gi, gi32, ni) ? "the fp32 op's bits" : "BITS DIFFER");
+    }
+    if (lt_dweight) {
+        Ref rw = ref_dweight(dw0, dout, x, N, C, OC, 2);
+        snprintf(name, sizeof(name), "lt_accepted_dweight_stays_bf16_%s", tag);
+        expect_ref(name, gw, rw, nw);
+        ref_free(rw);
+    } else {
+        snprintf(name, sizeof(name), "lt_refused_dweight_accumulates_as_fp32_op_bitwise_%s", tag);
+        expect(same_bits(gw, gw32, nw), name, "dweight after two accumulating calls: %s",
+               same_bits(gw, gw32, nw) ? "the fp32 op's bits" : "BITS DIFFER");
+    }
+    snprintf(name, sizeof(name), "lt_refusal_leaves_dbias_the_fp32_op_bits_%s", tag);
+    expect(same_bits(gb, gb32, OC), name, "dbias after two calls: %s", same_bits(gb, gb32, OC) ? "same bits" : "BITS DIFFER");
+
+    /* one note per refused problem (three problems, each called twice), naming it */
+    const int want_f = !lt_fwd, want_i = !lt_dinp, want_w = !lt_dweight;
+    const int got_f = count_lines_with(notes, "bf16 forward GEMM", "runs in fp32");
+    const int got_i = count_lines_with(notes, "bf16 dinp GEMM", "runs in fp32");
+    const int got_w = count_lines_with(notes, "bf16 dweight GEMM", "runs in fp32");
+    const int lines = count_lines_with(notes, "", NULL);
+    snprintf(name, sizeof(name), "lt_refusal_noted_once_per_problem_%s", tag);
+    char first[161];
+    snprintf(first, sizeof(first), "%s", notes);
+    char* nl = strchr(first, '\n');
+    if (nl) *nl = 0;
+    expect(got_f == want_f && got_i == want_i && got_w == want_w && lines == want_f + want_i + want_w, name,
+           "notes on stderr over two calls: forward %d (want %d), dinp %d (want %d), dweight %d (want %d), "
+           "%d lines in all; first: \"%s\"", got_f, want_f, got_i, want_i, got_w, want_w, lines, first);
+
+    free(notes);
+    free(x); free(w); free(bias); free(dout); free(dw0); free(db0);
+    free(go); free(go32); free(gi); free(gi32); free(gw); free(gw32); free(gb); free(gb32);
+    float* dev[] = {dx, dw, d_dout, db_block, d_o, d_o32, d_di, d_di32, d_dw, d_dw32, d_db, d_db32};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) device_free_cuda(dev[i]);
+}
+#endif
+
 int main(void) {
     test_peak_counts_workspace();   /* first: the first bf16 call allocates */
     test_shape(1, 37, 29, 1, 1);    /* one row; C, OC odd */
@@ -386,6 +529,18 @@ int main(void) {
     test_forward_empty_product();
 #ifdef SG_EMU
     test_emulation_refuses();
+    /* last, on shapes of their own: a refusal is cached with its problem. N, C, OC, bias offset
+     * (floats), then which products cuBLASLt accepts: forward, dinp, dweight */
+    test_refusal("heuristic", 11, 21, 13, 0, 0, 0, 0);   /* no algorithm at all */
+    test_refusal("matmul", 12, 22, 14, 0, 0, 0, 0);      /* the heuristic offers, the matmul refuses */
+    /* a library that needs 16 bytes: odd C and OC make every fp32 output 4-byte aligned ... */
+    test_refusal("align16", 13, 23, 15, 0, 0, 0, 0);
+    /* ... OC a multiple of 4 keeps the forward (and its aligned bias) on cuBLASLt, C odd does not */
+    test_refusal("align16", 14, 25, 16, 0, 1, 0, 0);
+    /* ... and a bias 4 bytes off a 16-byte boundary: the heuristic cannot see it, cublasLtMatmul refuses */
+    test_refusal("align16", 15, 24, 16, 1, 0, 1, 1);
+#else
+    skip("lt_refusal_falls_back_to_fp32_op", "emulation only (SG_EMU_LT_REFUSE): a GPU refuses on its own terms");
 #endif
     return test_finish();
 }

@@ -683,6 +683,77 @@ static void test_adamw(size_t n, int t) {
     device_free_cuda(dp); device_free_cuda(dg); device_free_cuda(dm); device_free_cuda(dv);
 }
 
+/* The column sums behind the bias and LayerNorm parameter gradients grid-stride over chunks of
+ * 32 rows in y, so that B T above 65535 x 32 = 2.1M tokens still launches; their bits must not
+ * depend on how many blocks grid.y has. In the emulation SG_EMU_MAX_GRID_YZ lowers the device's
+ * limit on y, so the strided path runs at a small N (a launch above the limit is refused, as a
+ * GPU refuses one above 65535): each capped run must equal the uncapped one bit for bit, and the
+ * bias gradient the host's sum in the kernels' fixed order (every row once, chunks in order).
+ * Before each capped run the ops' scratch holds the partials of other data, so a chunk that no
+ * block takes shows. */
+static void test_column_sums_grid_capped(int N, int C) {
+#ifndef SG_EMU
+    (void)N; (void)C;
+    skip("column_sums_grid_y_capped_bitwise", "emulation only (SG_EMU_MAX_GRID_YZ); a GPU's limit is 65535");
+#else
+    char name[160];
+    const int nchunks = (N + 31) / 32;
+    size_t n = (size_t)N * C;
+    float *x = hrand(n, 1.0), *w = hrand(C, 1.0), *b = hrand(C, 1.0), *dout = hrand(n, 1.0);
+    float *other = hrand(n, 3.0), *dw0 = hrand(C, 1.0), *db0 = hrand(C, 1.0);
+    float *dx = up(x, n), *dw = up(w, C), *db = up(b, C), *d_dout = up(dout, n), *d_other = up(other, n);
+    float *d_o = dpoison(n), *d_m = dpoison(N), *d_r = dpoison(N), *d_di = dpoison(n);
+    float *d_bias = up(db0, C), *d_lw = up(dw0, C), *d_lb = up(db0, C);
+    layernorm_forward_cuda(d_o, d_m, d_r, dx, dw, db, N, C);
+
+    /* uncapped, and the bias gradient's fixed order on the host */
+    bias_backward_cuda(d_bias, d_dout, N, C);
+    layernorm_backward_cuda(d_di, d_lw, d_lb, d_dout, dx, dw, d_m, d_r, N, C);
+    float *ref_bias = down(d_bias, C), *ref_lw = down(d_lw, C), *ref_lb = down(d_lb, C);
+    size_t host_differ = 0;
+    for (int c = 0; c < C; c++) {
+        float total = 0.0f;
+        for (int k = 0; k < nchunks; k++) {
+            float part = 0.0f;
+            for (int r = 32 * k; r < 32 * k + 32 && r < N; r++) part += dout[(size_t)r * C + c];
+            total += part;
+        }
+        const float want = db0[c] + total;
+        host_differ += memcmp(&want, &ref_bias[c], 4) != 0;
+    }
+    snprintf(name, sizeof(name), "bias_backward_is_chunks_of_32_rows_in_order_bitwise_N%d_C%d", N, C);
+    expect(host_differ == 0, name, "%zu of %d columns differ from the host's fixed-order sum (%d chunks)",
+           host_differ, C, nchunks);
+
+    const int caps[] = {1, 2, 3, nchunks - 1, nchunks, nchunks + 1};
+    for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
+        if (caps[i] < 1) continue;
+        /* stale partials of other data in the scratch (the LayerNorm's cover the bias's) */
+        layernorm_backward_cuda(d_di, d_lw, d_lb, d_other, dx, dw, d_m, d_r, N, C);
+        device_to_backend_cuda(d_bias, db0, C * sizeof(float));
+        device_to_backend_cuda(d_lw, dw0, C * sizeof(float));
+        device_to_backend_cuda(d_lb, db0, C * sizeof(float));
+        char cap[16];
+        snprintf(cap, sizeof(cap), "%d", caps[i]);
+        setenv("SG_EMU_MAX_GRID_YZ", cap, 1);
+        bias_backward_cuda(d_bias, d_dout, N, C);
+        layernorm_backward_cuda(d_di, d_lw, d_lb, d_dout, dx, dw, d_m, d_r, N, C);
+        unsetenv("SG_EMU_MAX_GRID_YZ");
+        float *gb = down(d_bias, C), *glw = down(d_lw, C), *glb = down(d_lb, C);
+        const int same = same_bits(gb, ref_bias, C) && same_bits(glw, ref_lw, C) && same_bits(glb, ref_lb, C);
+        snprintf(name, sizeof(name), "column_sums_grid_y_capped_at_%d_bitwise_N%d_C%d", caps[i], N, C);
+        expect(same, name, "%d chunks of 32 rows on at most %d blocks in y: bias grad %s, layernorm dweight %s, "
+               "dbias %s the uncapped run's", nchunks, caps[i], same_bits(gb, ref_bias, C) ? "equals" : "DIFFERS from",
+               same_bits(glw, ref_lw, C) ? "equals" : "DIFFERS from", same_bits(glb, ref_lb, C) ? "equals" : "DIFFERS from");
+        free(gb); free(glw); free(glb);
+    }
+    free(x); free(w); free(b); free(dout); free(other); free(dw0); free(db0);
+    free(ref_bias); free(ref_lw); free(ref_lb);
+    float* dev[] = {dx, dw, db, d_dout, d_other, d_o, d_m, d_r, d_di, d_bias, d_lw, d_lb};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) device_free_cuda(dev[i]);
+#endif
+}
+
 int main(void) {
     test_memory();   /* first: its peak figures assume nothing else has been allocated */
 
@@ -708,6 +779,8 @@ int main(void) {
     test_layernorm(1, 37);
     test_layernorm(70, 67);    /* three row chunks of the parameter partials */
     test_layernorm(5, 1030);
+    test_column_sums_grid_capped(229, 200);   /* 8 chunks, two blocks of channels */
+    test_column_sums_grid_capped(160, 3);     /* 5 whole chunks */
 
     test_matmul(1, 37, 29, 1, 1);
     test_matmul(19, 67, 45, 0, 1);
