@@ -45,7 +45,7 @@ typedef struct {
     /* logging and evaluation */
     int log_every, eval_every, eval_batches;
     int sample_every, sample_tokens;
-    double peak_gflops;      /* 0: measure this machine's sgemm at start-up */
+    double peak_gflops;      /* 0: the default yardstick (train.c, default_peak_gflops) */
     /* gradient accumulation: tokens per optimizer step (0: one micro-batch, B*T) */
     long total_batch;
     int threads;
