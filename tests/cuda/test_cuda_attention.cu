@@ -19,7 +19,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -27,6 +26,7 @@
 #include "attention/attention.h"
 #include "attention/attention_cuda.h"
 #include "tests/test.h"
+#include "tests/cuda/refusal.h"
 
 #define TOL 1e-5
 #define SEED 0x5eed0f00d1234567ULL
@@ -192,33 +192,9 @@ static int refuse_child(const char* which) {
 }
 
 static void test_refuses(const char* self, const char* which, const char* property, const char* words) {
-    char name[96], msg[512] = "";
+    char name[96];
     snprintf(name, sizeof(name), "%s_%s", which, property);
-    int fds[2];
-    if (pipe(fds) != 0) { expect(0, name, "pipe failed"); return; }
-    fflush(stdout);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        close(fds[1]);
-        execl("/proc/self/exe", self, "--refuse", which, (char*)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (got < sizeof(msg) - 1 && (r = read(fds[0], msg + got, sizeof(msg) - 1 - got)) > 0) got += (size_t)r;
-    msg[got] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    char* nl = strchr(msg, '\n');
-    const int one_line = nl != NULL && nl[1] == '\0';
-    if (nl) *nl = '\0';
-    expect(code != 0 && code != 127 && one_line && strstr(msg, words) != NULL, name,
-           "exit %d, stderr \"%s\"", code, msg);
+    expect_refusal(name, self, "--refuse", which, words);
 }
 
 int main(int argc, char** argv) {

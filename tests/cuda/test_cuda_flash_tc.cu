@@ -38,7 +38,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>   /* the refusals run in a child process */
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -48,6 +47,7 @@
 #include "cuda/bf16.h"
 #include "attention/flash_tc.h"
 #include "tests/test.h"
+#include "tests/cuda/refusal.h"
 
 /* The dropout probabilities each shape runs at. Under ThreadSanitizer (the emulation's race
  * check, make test-cuda-emu-tsan) races rather than values are the point, and the kernels take
@@ -602,33 +602,9 @@ static int refuse_T_child(const char* which) {
 }
 
 static void test_refuses_T(const char* which) {
-    char name[96], msg[512] = "";
+    char name[96];
     snprintf(name, sizeof(name), "%s_refuses_T_above_the_grid_limit", which);
-    int fds[2];
-    if (pipe(fds) != 0) { expect(0, name, "pipe failed"); return; }
-    fflush(stdout);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        close(fds[1]);
-        execl("/proc/self/exe", "test_cuda_flash_tc", "--refuse-T", which, (char*)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (got < sizeof(msg) - 1 && (r = read(fds[0], msg + got, sizeof(msg) - 1 - got)) > 0) got += (size_t)r;
-    msg[got] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    char* nl = strchr(msg, '\n');
-    const int one_line = nl != NULL && nl[1] == '\0';
-    if (nl) *nl = '\0';
-    expect(code != 0 && code != 127 && one_line && strstr(msg, "T at most 4194240") != NULL, name,
-           "exit %d, stderr \"%s\"", code, msg);
+    expect_refusal(name, "test_cuda_flash_tc", "--refuse-T", which, "T at most 4194240");
 }
 
 int main(int argc, char** argv) {
