@@ -51,6 +51,25 @@ static inline void tensors_to_double(const GPT* m, const ParameterTensors* p, do
         for (size_t i = 0; i < m->param_sizes[k]; i++) out[o++] = t[k][i];
 }
 
+/* The dropout rates of the model tests: a different rate at each site the model has one for
+ * (embedding; attention probabilities; the two residual branches, which share one), so that a
+ * rate applied at the wrong site moves the result. */
+typedef struct { double embd, attn, resid; } SiteRates;
+static const SiteRates SITE_RATES = {0.10, 0.20, 0.05};
+static const SiteRates NO_DROPOUT = {0.0, 0.0, 0.0};
+
+static inline void set_site_dropout(GPT* m, uint64_t master_seed, SiteRates r) {
+    gpt_set_dropout(m, master_seed, r.embd, r.attn, r.resid);
+}
+
+static inline int site_rates_on(SiteRates r) { return r.embd > 0 || r.attn > 0 || r.resid > 0; }
+
+/* "embd 0.10 attn 0.20 resid 0.05", for test labels and messages */
+static inline const char* site_rates_str(SiteRates r, char buf[64]) {
+    snprintf(buf, 64, "embd %.2f attn %.2f resid %.2f", r.embd, r.attn, r.resid);
+    return buf;
+}
+
 static inline void random_tokens(int* x, int n, int V) {
     for (int i = 0; i < n; i++) x[i] = (int)(test_uniform() * V) % V;
 }

@@ -1,5 +1,5 @@
 /* tests/test_accum.c — gradient accumulation (train.c --total-batch) equals the one big batch,
- * with dropout on: A micro-batches of B sequences, micro-batch a at global sequence offset
+ * with dropout on (a different rate per site: SITE_RATES): A micro-batches of B sequences, micro-batch a at global sequence offset
  * g0 = a*B and each position's loss weighted 1/(A*B*T), against one batch of A*B sequences at
  * g0 = 0 weighted 1/(A*B*T). Both are built from the same explicit token arrays (a loader's window
  * of B*A sequences is not the same tokens as A windows of B sequences), and run through
@@ -10,6 +10,7 @@
 #include "tests/test.h"
 #include "model/gpt.h"
 #include "model/mem.h"
+#include "tests/model_util.h"
 
 enum { BIG = 4, T = 16, STEPS = 4 };
 
@@ -27,7 +28,7 @@ static void run(GPT* m, int A, int wrong_g0, const RecomputePolicy* pol, float l
     int B = BIG / A;
     if (gpt_build_policy(m, &cfg, B, T, pol, err) != 0) { printf("FAIL build: %s\n", err); exit(1); }
     gpt_init_weights(m, 5);
-    gpt_set_dropout(m, 5, 0.1, 0.1, 0.1);
+    set_site_dropout(m, 5, SITE_RATES);
     for (int s = 0; s < STEPS; s++) {
         double sum = 0.0;
         gpt_zero_grad(m);

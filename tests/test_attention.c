@@ -6,15 +6,20 @@
  * 1 to 128, several sequences with g0 != 0) and dropout 0, 0.1 and 0.5. Then the properties the
  * rest of seedgpt relies on: p = 0 is bitwise the no-dropout path; results are bitwise identical
  * at 1, 2 and 3 threads and at any buffer alignment; dropout really drops about p of the
- * probabilities, without bias; every output element is written; the backward's scratch grows like
- * T, not T^2. Other tile sizes: tests/test_attention_tiles.c.
+ * probabilities, without bias; every keep bit the forward, the dK/dV pass and the dQ pass apply
+ * is exactly philox_attn_draw's; every output element is written; the backward's scratch grows
+ * like T, not T^2. Other tile sizes: tests/test_attention_tiles.c.
  *
  * Tolerance for fp32 against float64, per tensor ||a - ref|| / ||ref||: 1e-5. A float32 rounding
  * is u = 6e-8; each output is a chain of dot products over HD <= 128 terms and sums over T <= 512
  * keys, whose rounding errors grow like u sqrt(n) for independent roundings, i.e. a few 1e-7, which
- * is what is measured (printed). 1e-5 leaves a margin of about 20x, and is still far below what a
- * real fault produces: one keep bit wrong, a causal boundary off by one, or a missing scale moves
- * the affected rows by a whole probability p_ij ~ 1/T, i.e. ~1e-3 of the tensor norm or more.
+ * is what is measured (printed). 1e-5 leaves a margin of about 20x, and is far below what a
+ * boundary or scale fault produces (a causal boundary off by one or a missing scale moves whole
+ * rows). It cannot see one wrong keep bit: that moves one row of one head by m p_ij scale |v_j|
+ * (or the like in a gradient), a small fraction of the tensor's norm, and for a low-probability
+ * weight less than the bound (measured: one bit flipped in the dQ pass at (g 7, h 1, i 80, j 6)
+ * of the T = 100 case moves dq by 3.6e-7). So the keep bits are checked exactly, one by one, by
+ * test_keep_bits_exact.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -360,6 +365,139 @@ static void test_dropout_happens(void) {
     problem_free(&pu);
 }
 
+/* ---- the keep bits, exactly ---------------------------------------------------------------- */
+
+/* Which probabilities the kernel dropped, read off exactly and held to philox_attn_draw for every
+ * (b, h, i, j), once for each place the kernel applies keep bits: the forward, the backward's dK/dV
+ * pass and its dQ pass. The norm bound above cannot see one wrong bit: a flipped bit moves one
+ * row of one head by m p_ij scale |v_j|, and where p_ij is small that is ~1e-5 of the tensor or
+ * less, inside the bound. Here a one-hot operand isolates each weight m_ij p_ij scale in an output
+ * element of its own (the other terms of its sum are exact zeros), so a kept key gives a non-zero
+ * element and a dropped one an exact 0 (p_ij > 0 always: the scores stay far from exp's underflow).
+ * With amp 2 the scores have a standard deviation of 4, so the probabilities span ten orders of
+ * magnitude and a kernel that mishandles the bits of negligible weights is caught too. Keys and
+ * queries are taken in windows of HD positions [lo, lo + HD), the one-hot position is d = j - lo
+ * (or i - lo):
+ *   forward   v_j = e_{j-lo} in the window, 0 outside:     o_id = m_{i,lo+d} p scale
+ *   dK/dV     do_i = e_{i-lo} for one query head h only:    dv_jd = m_{lo+d,j} p scale
+ *   dQ        k_j = a e_{j-lo} (a = amp sqrt(HD): scores of the same spread), v_j = (1, .., 1),
+ *             do_i = e_0 for head h, out = 0 passed to the backward (so D_i = do_i.o_i = 0 and
+ *             ds_ij = m_ij p_ij scale):  dq_id = sigma a m p scale
+ * Elements of future keys (j > i) must be exact zeros too. */
+typedef struct {
+    long checked, dropped, wrong, future_nonzero;
+    int first_b, first_h, first_i, first_j;   /* the first wrong bit, -1 if none */
+} KeepCount;
+
+static void keep_count_add(KeepCount* kc, float value, int b, int h, int i, int j, uint64_t seed,
+                           uint32_t g0, Dropout drop) {
+    if (j > i) { kc->future_nonzero += value != 0.0f; return; }
+    const int kept = philox_attn_draw(seed, g0 + (uint32_t)b, (uint32_t)h, (uint32_t)i,
+                                      (uint32_t)j) >= drop.thr;
+    kc->checked++;
+    kc->dropped += !kept;
+    if ((value != 0.0f) != kept || !isfinite(value)) {
+        if (kc->wrong++ == 0) { kc->first_b = b; kc->first_h = h; kc->first_i = i; kc->first_j = j; }
+    }
+}
+
+static void keep_count_report(const KeepCount* kc, const char* pass, Shape s) {
+    char name[160], first[80] = "";
+    snprintf(name, sizeof name, "%s_keep_bits_equal_philox_attn_draw[B=%d T=%d NH=%d NKV=%d HD=%d p=%.1f]",
+             pass, s.B, s.T, s.NH, s.NKV, s.HD, s.p);
+    if (kc->wrong)
+        snprintf(first, sizeof first, ", the first at (b %d, h %d, i %d, j %d)", kc->first_b,
+                 kc->first_h, kc->first_i, kc->first_j);
+    expect(kc->checked > 0 && kc->dropped > 0 && kc->wrong == 0 && kc->future_nonzero == 0, name,
+           "%ld of %ld keep bits differ%s (%ld dropped, %.3f); %ld future elements non-zero",
+           kc->wrong, kc->checked, first, kc->dropped,
+           kc->checked ? (double)kc->dropped / kc->checked : 0.0, kc->future_nonzero);
+}
+
+static void test_keep_bits_exact(Shape s) {
+    const uint64_t seed = 0x6b656570ULL ^ (uint64_t)s.T;   /* "keep" */
+    const Dropout drop = dropout_make(s.p);
+    const int HD = s.HD, G = s.NH / s.NKV;
+    const float a = (float)(s.amp * sqrt((double)HD));
+    const size_t W = qkv_width(s), C = (size_t)s.NH * HD;
+    const size_t vo = (size_t)(s.NH + s.NKV) * HD, ko = (size_t)s.NH * HD;   /* value, key heads */
+    Problem pr = problem_make(s);   /* random q, k, v */
+    float* qkv = malloc(sizeof(float) * pr.n_qkv);
+    float* out = malloc(sizeof(float) * pr.n_out);
+    float* zero_out = calloc(pr.n_out, sizeof(float));
+    float* lse = malloc(sizeof(float) * pr.n_lse);
+    float* dout = malloc(sizeof(float) * pr.n_out);
+    float* dqkv = malloc(sizeof(float) * pr.n_qkv);
+    float* scratch = malloc(sizeof(float) * attention_backward_scratch_floats(
+        s.B, s.T, s.NH, s.NKV, HD, omp_get_max_threads()));
+    KeepCount fwd = {0, 0, 0, 0, -1, -1, -1, -1}, kv = fwd, q = fwd;
+    double pmin = 1.0;   /* the smallest weight m p scale read (forward), to print */
+    for (int lo = 0; lo < s.T; lo += HD) {
+        const int hi = lo + HD < s.T ? lo + HD : s.T;
+        /* forward and dK/dV: q, k random; v one-hot in the window */
+        memcpy(qkv, pr.qkv, sizeof(float) * pr.n_qkv);
+        for (int b = 0; b < s.B; b++)
+            for (int j = 0; j < s.T; j++)
+                for (int kvh = 0; kvh < s.NKV; kvh++) {
+                    float* v = qkv + ((size_t)b * s.T + j) * W + vo + (size_t)kvh * HD;
+                    for (int d = 0; d < HD; d++) v[d] = (j >= lo && j < hi && d == j - lo) ? 1.0f : 0.0f;
+                }
+        attention_forward(out, lse, qkv, s.B, s.T, s.NH, s.NKV, HD, s.g0, seed, drop);
+        for (int b = 0; b < s.B; b++)
+            for (int i = 0; i < s.T; i++)
+                for (int h = 0; h < s.NH; h++)
+                    for (int j = lo; j < hi; j++) {
+                        const float o = out[((size_t)b * s.T + i) * C + (size_t)h * HD + (j - lo)];
+                        keep_count_add(&fwd, o, b, h, i, j, seed, s.g0, drop);
+                        if (o != 0.0f && o < pmin) pmin = o;
+                    }
+        for (int h = 0; h < s.NH; h++) {
+            memset(dout, 0, sizeof(float) * pr.n_out);
+            for (int b = 0; b < s.B; b++)
+                for (int i = lo; i < hi; i++) dout[((size_t)b * s.T + i) * C + (size_t)h * HD + (i - lo)] = 1.0f;
+            attention_backward(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.NH, s.NKV, HD, s.g0,
+                               seed, drop);
+            for (int b = 0; b < s.B; b++)
+                for (int j = 0; j < s.T; j++)
+                    for (int i = lo; i < hi; i++)
+                        keep_count_add(&kv, dqkv[((size_t)b * s.T + j) * W + vo + (size_t)(h / G) * HD + (i - lo)],
+                                       b, h, i, j, seed, s.g0, drop);
+        }
+        /* dQ: k one-hot in the window, v all ones, do_i = e_0 for one head, D = 0 */
+        memcpy(qkv, pr.qkv, sizeof(float) * pr.n_qkv);
+        for (int b = 0; b < s.B; b++)
+            for (int j = 0; j < s.T; j++)
+                for (int kvh = 0; kvh < s.NKV; kvh++) {
+                    float* k = qkv + ((size_t)b * s.T + j) * W + ko + (size_t)kvh * HD;
+                    float* v = qkv + ((size_t)b * s.T + j) * W + vo + (size_t)kvh * HD;
+                    for (int d = 0; d < HD; d++) {
+                        k[d] = (j >= lo && j < hi && d == j - lo) ? a : 0.0f;
+                        v[d] = 1.0f;
+                    }
+                }
+        attention_forward(out, lse, qkv, s.B, s.T, s.NH, s.NKV, HD, s.g0, seed, drop);
+        for (int h = 0; h < s.NH; h++) {
+            memset(dout, 0, sizeof(float) * pr.n_out);
+            for (int b = 0; b < s.B; b++)
+                for (int i = 0; i < s.T; i++) dout[((size_t)b * s.T + i) * C + (size_t)h * HD] = 1.0f;
+            attention_backward(dqkv, scratch, dout, qkv, zero_out, lse, s.B, s.T, s.NH, s.NKV, HD,
+                               s.g0, seed, drop);
+            for (int b = 0; b < s.B; b++)
+                for (int i = 0; i < s.T; i++)
+                    for (int j = lo; j < hi; j++)
+                        keep_count_add(&q, dqkv[((size_t)b * s.T + i) * W + (size_t)h * HD + (j - lo)],
+                                       b, h, i, j, seed, s.g0, drop);
+        }
+    }
+    printf("# keep bits [T=%d amp=%.0f]: the smallest kept weight m p scale read off is %.2e\n",
+           s.T, s.amp, pmin);
+    keep_count_report(&fwd, "forward", s);
+    keep_count_report(&kv, "backward_dkdv_pass", s);
+    keep_count_report(&q, "backward_dq_pass", s);
+    free(qkv); free(out); free(zero_out); free(lse); free(dout); free(dqkv); free(scratch);
+    problem_free(&pr);
+}
+
 /* ---- every output written ------------------------------------------------------------------ */
 
 static void test_every_output_written(void) {
@@ -420,6 +558,9 @@ int main(void) {
     test_bitwise_identical_across_threads(0.1);
     test_alignment_does_not_matter();
     test_dropout_happens();
+    /* B  T   NH NKV HD  g0  p    amp: windows of HD keys, tiles and Philox blocks of 32 crossed */
+    test_keep_bits_exact((Shape){2, 100, 4, 2, 48, 7, 0.3, 2.0});
+    test_keep_bits_exact((Shape){1, 150, 3, 3, 64, 1000, 0.1, 1.0});
     test_every_output_written();
     test_scratch_grows_linearly();
     return test_finish();

@@ -1,6 +1,7 @@
 /* tests/test_checkpoint.c — activation checkpointing (DESIGN §4), as a specification:
  *   1. every recompute policy gives the loss and every gradient of `none`, bit for bit, with
- *      dropout 0.1 at every site, and 20 training steps give the same losses and weights;
+ *      dropout on at every site (a different rate per site: SITE_RATES), and 20 training steps
+ *      give the same losses and weights;
  *   2. the negative control (fresh pass-1 seeds at recompute) gives clearly wrong gradients, and
  *      the value check names the first recomputed segment; at dropout 0 it changes nothing;
  *   3. the value check can be turned off and never changes the gradients;
@@ -26,7 +27,6 @@ void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 
 #define TRAIN_STEPS 20
-#define P_DROP 0.1
 
 static double now(void) {
     struct timespec ts;
@@ -105,11 +105,11 @@ static float* random_weights(const Case* k) {
     return w;
 }
 
-/* A model under policy p, starting from weights w, dropout p_drop at every site. */
-static GPT model_at(const Case* k, RecomputePolicy p, const float* w, double p_drop) {
+/* A model under policy p, starting from weights w, with dropout rates r. */
+static GPT model_at(const Case* k, RecomputePolicy p, const float* w, SiteRates r) {
     GPT m = build(k, p);
     memcpy(m.params_memory, w, block_floats(&m) * sizeof(float));
-    gpt_set_dropout(&m, 0x5eedULL, p_drop, p_drop, p_drop);
+    set_site_dropout(&m, 0x5eedULL, r);
     return m;
 }
 
@@ -180,7 +180,7 @@ typedef struct {
 
 /* TRAIN_STEPS steps: forward, backward, clip (to 0.5: it bites), AdamW; the batch alternates. */
 static TrainRun train(const Case* k, RecomputePolicy p, const float* w) {
-    GPT m = model_at(k, p, w, P_DROP);
+    GPT m = model_at(k, p, w, SITE_RATES);
     TrainRun r;
     r.mismatches = 0;
     for (int s = 0; s < TRAIN_STEPS; s++) {
@@ -208,21 +208,22 @@ static size_t count_differ(const float* a, const float* b, size_t n) {
 }
 
 static void test_policies_equal_none(const Case* k, const float* w, const int* everys, int np) {
-    char name[160], pb[32];
+    char name[160], pb[32], rs[64];
     int L = k->c.num_layers;
+    site_rates_str(SITE_RATES, rs);
 
     /* the reference: none, one step */
-    GPT ref = model_at(k, policy(0, 0, CHECK_WARN), w, P_DROP);
+    GPT ref = model_at(k, policy(0, 0, CHECK_WARN), w, SITE_RATES);
     float ref_loss = loss_and_grad(&ref, k, 0, 3, NULL);
     float* ref_grads = copy_grads(&ref);
     size_t n = block_floats(&ref);
     /* dropout must really be on, or bitwise equality below would prove little */
-    GPT nodrop = model_at(k, policy(0, 0, CHECK_OFF), w, 0.0);
+    GPT nodrop = model_at(k, policy(0, 0, CHECK_OFF), w, NO_DROPOUT);
     float loss0 = loss_and_grad(&nodrop, k, 0, 3, NULL);
     GradDiff d0 = grad_diff(&nodrop, ref_grads);
-    snprintf(name, sizeof(name), "%s_dropout_0.1_changes_loss_and_gradients", k->name);
+    snprintf(name, sizeof(name), "%s_dropout_changes_loss_and_gradients", k->name);
     expect(loss0 != ref_loss && d0.rel_err > 1e-3, name,
-           "loss %.7f at p=0.1 vs %.7f at p=0; gradient rel diff %.3e", ref_loss, loss0,
+           "loss %.7f with %s vs %.7f at p=0; gradient rel diff %.3e", ref_loss, rs, loss0,
            d0.rel_err);
     gpt_free(&nodrop);
 
@@ -231,15 +232,15 @@ static void test_policies_equal_none(const Case* k, const float* w, const int* e
         RecomputePolicy p = policy(everys[i], 0, CHECK_WARN);
         pname(&p, pb);
         /* one step: loss, every gradient tensor, the value check */
-        GPT m = model_at(k, p, w, P_DROP);
+        GPT m = model_at(k, p, w, SITE_RATES);
         int mm;
         float loss = loss_and_grad(&m, k, 0, 3, &mm);
         GradDiff d = grad_diff(&m, ref_grads);
         snprintf(name, sizeof(name), "%s_%s_loss_and_every_gradient_bitwise_equal_none", k->name,
                  pb);
         expect(memcmp(&loss, &ref_loss, sizeof(float)) == 0 && d.tensors_differ == 0, name,
-               "L=%d, every:%d, dropout %.1f: loss %.9g vs %.9g; %d of %d tensors differ "
-               "(%zu floats; rel err %.2e, worst %s %.2e)", L, everys[i], P_DROP, loss, ref_loss,
+               "L=%d, every:%d, dropout %s: loss %.9g vs %.9g; %d of %d tensors differ "
+               "(%zu floats; rel err %.2e, worst %s %.2e)", L, everys[i], rs, loss, ref_loss,
                d.tensors_differ, NT, d.floats_differ, d.rel_err, gpt_param_names[d.worst],
                d.worst_err);
         snprintf(name, sizeof(name), "%s_%s_gradients_finite_after_nan_filled_recompute", k->name,
@@ -287,14 +288,14 @@ static void test_fresh_seeds(const Case* k, const float* w, const int* everys, i
     char name[160], pb[32];
     int L = k->c.num_layers;
     for (int drop = 0; drop < 2; drop++) {
-        double p_drop = drop ? P_DROP : 0.0;
-        GPT ref = model_at(k, policy(0, 0, CHECK_WARN), w, p_drop);
+        SiteRates rates = drop ? SITE_RATES : NO_DROPOUT;
+        GPT ref = model_at(k, policy(0, 0, CHECK_WARN), w, rates);
         float ref_loss = loss_and_grad(&ref, k, 1, 5, NULL);
         float* ref_grads = copy_grads(&ref);
         for (int i = 0; i < np; i++) {
             RecomputePolicy p = policy(everys[i], 1, CHECK_WARN);
             pname(&p, pb);
-            GPT m = model_at(k, p, w, p_drop);
+            GPT m = model_at(k, p, w, rates);
             int mm;
             float loss = loss_and_grad(&m, k, 1, 5, &mm);
             GradDiff d = grad_diff(&m, ref_grads);
@@ -302,7 +303,7 @@ static void test_fresh_seeds(const Case* k, const float* w, const int* everys, i
             if (drop) {
                 int first = top_segment_first_layer(L, K), nseg = num_segments(L, K);
                 snprintf(name, sizeof(name),
-                         "%s_%s_fresh_seeds_at_dropout_0.1_give_wrong_gradients", k->name, pb);
+                         "%s_%s_fresh_seeds_with_dropout_give_wrong_gradients", k->name, pb);
                 expect(d.rel_err > 1e-3 && d.non_finite == 0, name,
                        "rel gradient error vs none %.3e (worst %s %.3e), %zu non-finite",
                        d.rel_err, gpt_param_names[d.worst], d.worst_err, d.non_finite);
@@ -337,8 +338,8 @@ static void test_check_off(const Case* k, const float* w) {
     char name[160];
     int L = k->c.num_layers;
     for (int fresh = 0; fresh < 2; fresh++) {
-        GPT on = model_at(k, policy(1, fresh, CHECK_WARN), w, P_DROP);
-        GPT off = model_at(k, policy(1, fresh, CHECK_OFF), w, P_DROP);
+        GPT on = model_at(k, policy(1, fresh, CHECK_WARN), w, SITE_RATES);
+        GPT off = model_at(k, policy(1, fresh, CHECK_OFF), w, SITE_RATES);
         int mm_on, mm_off;
         loss_and_grad(&on, k, 0, 7, &mm_on);
         float* g_on = copy_grads(&on);
@@ -440,7 +441,7 @@ static void test_no_allocation_after_step0(const Case* k) {
         MemStats before = mem_stats();
         GPT m = build(k, ps[i]);
         gpt_init_weights(&m, 7);
-        gpt_set_dropout(&m, 7, P_DROP, P_DROP, P_DROP);
+        set_site_dropout(&m, 7, SITE_RATES);
         MemStats built = mem_stats(), s0 = {0}, s1 = {0};
         for (int s = 0; s < 50; s++) {
             loss_and_grad(&m, k, s % 2, (uint32_t)s, NULL);
@@ -500,7 +501,7 @@ static void test_threads(const Case* k, const float* w) {
     int orig = omp_get_max_threads(), orig_blas = openblas_get_num_threads();
     /* gpt_build records the thread count it sizes the attention scratch for: build at 3 */
     omp_set_num_threads(3);
-    GPT m = model_at(k, policy(1, 0, CHECK_WARN), w, P_DROP);
+    GPT m = model_at(k, policy(1, 0, CHECK_WARN), w, SITE_RATES);
     size_t n = block_floats(&m);
     ThreadRun r3 = three_steps(&m, k, w, 3);
     char name[160];

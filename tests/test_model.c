@@ -72,7 +72,7 @@ static void test_reference_fd(void) {
     int B = 2, T = 5;
     uint32_t g0 = 3, step = 2;
     uint64_t master = 0x5eed0001ULL;
-    double p = 0.1;
+    const SiteRates r = SITE_RATES;
     size_t sz[REF_GPT_NUM_TENSORS];
     size_t n = ref_gpt_param_sizes(&c, sz);
     double* w = malloc(n * sizeof(double));
@@ -88,11 +88,13 @@ static void test_reference_fd(void) {
     random_tokens(in, B * T, c.vocab_size);
     random_tokens(tg, B * T, c.vocab_size);
 
-    double loss = ref_gpt_loss_and_grad(&c, w, g, in, tg, B, T, g0, master, step, p, p, p);
+    double loss = ref_gpt_loss_and_grad(&c, w, g, in, tg, B, T, g0, master, step, r.embd,
+                                        r.attn, r.resid);
     double loss_nodrop = ref_gpt_loss_and_grad(&c, w, NULL, in, tg, B, T, g0, master, step,
                                                0, 0, 0);
+    char rs[64];
     expect(loss != loss_nodrop, "reference_dropout_is_active_in_fd_check",
-           "loss %.12f with p=0.1, %.12f without", loss, loss_nodrop);
+           "loss %.12f with %s, %.12f without", loss, site_rates_str(r, rs), loss_nodrop);
 
     /* every coordinate of every tensor (the real wte rows; a sample of the padded ones) */
     const double h = 1e-5;
@@ -107,9 +109,11 @@ static void test_reference_fd(void) {
             if (k == 0 && i >= real && (i - real) % 97 != 0) continue;   /* padded sample */
             double save = w[o + i];
             w[o + i] = save + h;
-            double lp = ref_gpt_loss_and_grad(&c, w, NULL, in, tg, B, T, g0, master, step, p, p, p);
+            double lp = ref_gpt_loss_and_grad(&c, w, NULL, in, tg, B, T, g0, master, step,
+                                              r.embd, r.attn, r.resid);
             w[o + i] = save - h;
-            double lm = ref_gpt_loss_and_grad(&c, w, NULL, in, tg, B, T, g0, master, step, p, p, p);
+            double lm = ref_gpt_loss_and_grad(&c, w, NULL, in, tg, B, T, g0, master, step,
+                                              r.embd, r.attn, r.resid);
             w[o + i] = save;
             fd[m] = (lp - lm) / (2 * h);
             an[m] = g[o + i];
@@ -131,7 +135,7 @@ static void test_reference_fd(void) {
                 double save = w[i];
                 w[i] = save + 0.5;
                 double lp = ref_gpt_loss_and_grad(&c, w, NULL, in, tg, B, T, g0, master, step,
-                                                  p, p, p);
+                                                  r.embd, r.attn, r.resid);
                 w[i] = save;
                 if (fabs(lp - loss) > change) change = fabs(lp - loss);
             }
@@ -179,13 +183,14 @@ static void test_model_vs_reference(void) {
         random_tokens(in, B * T, c.vocab_size);
         random_tokens(tg, B * T, c.vocab_size);
         for (int pi = 0; pi < 2; pi++) {
-            double p = pi == 0 ? 0.0 : 0.1;
-            char label[64];
-            snprintf(label, sizeof(label), "%s p=%.1f", cases[ci].name, p);
-            gpt_set_dropout(&m, master, p, p, p);
+            const SiteRates r = pi == 0 ? NO_DROPOUT : SITE_RATES;
+            char label[96], rs[64];
+            snprintf(label, sizeof(label), "%s %s", cases[ci].name,
+                     pi == 0 ? "p=0" : site_rates_str(r, rs));
+            set_site_dropout(&m, master, r);
             float loss = model_loss_grad(&m, in, tg, B, T, g0, step, 1);
             double lref = ref_gpt_loss_and_grad(&c, w, gref, in, tg, B, T, g0, master, step,
-                                                p, p, p);
+                                                r.embd, r.attn, r.resid);
             char name[160];
             snprintf(name, sizeof(name), "model_loss_matches_float64_reference[%s]", label);
             expect(fabs(loss - lref) / lref < 1e-6, name, "fp32 %.8f, float64 %.8f, rel %.2e",
@@ -199,18 +204,35 @@ static void test_model_vs_reference(void) {
             snprintf(name, sizeof(name), "model_padded_vocab_rows_get_zero_gradient[%s]", label);
             expect(nonzero == 0, name, "%zu of %zu padded gradient entries non-zero", nonzero,
                    npad);
-            if (p > 0) {
+            if (pi > 0) {
                 /* negative control: the same comparison against the reference's masks of
                  * another step must fail by far, so the bound above can see a wrong mask */
-                ref_gpt_loss_and_grad(&c, w, gref, in, tg, B, T, g0, master, step + 1, p, p, p);
+                ref_gpt_loss_and_grad(&c, w, gref, in, tg, B, T, g0, master, step + 1, r.embd,
+                                      r.attn, r.resid);
                 double other = compare_grads(&m, gref, label, tol, 0);
-                ref_gpt_loss_and_grad(&c, w, gref, in, tg, B, T, g0 + 1, master, step, p, p, p);
+                ref_gpt_loss_and_grad(&c, w, gref, in, tg, B, T, g0 + 1, master, step, r.embd,
+                                      r.attn, r.resid);
                 double shifted = compare_grads(&m, gref, label, tol, 0);
                 snprintf(name, sizeof(name), "model_vs_reference_detects_wrong_masks[%s]", label);
                 expect(other > 1e-2 && shifted > 1e-2 && other > 100 * worst &&
                        shifted > 100 * worst, name,
                        "worst per-tensor rel err with the right masks %.2e; against step+1 "
                        "masks %.2e, against g0+1 masks %.2e", worst, other, shifted);
+                /* and against the reference with two sites' rates swapped: a model that applied
+                 * a rate at the wrong site would fail the per-tensor bound above by as much */
+                ref_gpt_loss_and_grad(&c, w, gref, in, tg, B, T, g0, master, step, r.embd,
+                                      r.resid, r.attn);
+                double attn_resid = compare_grads(&m, gref, label, tol, 0);
+                ref_gpt_loss_and_grad(&c, w, gref, in, tg, B, T, g0, master, step, r.attn,
+                                      r.embd, r.resid);
+                double embd_attn = compare_grads(&m, gref, label, tol, 0);
+                snprintf(name, sizeof(name), "model_vs_reference_detects_rates_at_the_wrong_site[%s]",
+                         label);
+                expect(attn_resid > 1e-2 && embd_attn > 1e-2 && attn_resid > 100 * worst &&
+                       embd_attn > 100 * worst, name,
+                       "worst per-tensor rel err with the right rates %.2e; against attention "
+                       "and residual rates swapped %.2e, embedding and attention swapped %.2e",
+                       worst, attn_resid, embd_attn);
             }
         }
         free(w); free(gref); free(in); free(tg);
@@ -230,7 +252,7 @@ typedef struct {
     size_t n;
 } ThreadRun;
 
-/* Three training steps (dropout 0.1, clipping that bites, AdamW) at nthreads threads. The model is
+/* Three training steps (dropout at SITE_RATES, clipping that bites, AdamW) at nthreads threads. The model is
  * built after the thread count is set: gpt_build plans the attention scratch for
  * omp_get_max_threads() threads. */
 static ThreadRun run_three_steps(const GPTConfig* c, int B, int T, const int* in, const int* tg,
@@ -239,7 +261,7 @@ static ThreadRun run_three_steps(const GPTConfig* c, int B, int T, const int* in
     openblas_set_num_threads(nthreads);
     GPT m = build(c, B, T);
     gpt_init_weights(&m, 42);
-    gpt_set_dropout(&m, 42, 0.1, 0.1, 0.1);
+    set_site_dropout(&m, 42, SITE_RATES);
     ThreadRun r;
     /* the whole block, padding included: same layout for every run */
     r.n = (size_t)(m.params.lnfb - m.params_memory) + m.param_sizes[NT - 1];
@@ -303,7 +325,7 @@ static void test_batch_split(void) {
     int B = 4, T = 32;
     GPT m = build(&c, B, T);
     randomize_weights(&m, 0.1);
-    gpt_set_dropout(&m, 7, 0.1, 0.1, 0.1);
+    set_site_dropout(&m, 7, SITE_RATES);
     int* in = malloc(sizeof(int) * B * T);
     int* tg = malloc(sizeof(int) * B * T);
     random_tokens(in, B * T, c.vocab_size);
@@ -375,7 +397,7 @@ static void test_dropout_paths(void) {
     float* g_eval = malloc(n * sizeof(float));
     float* g_a = malloc(n * sizeof(float));
 
-    gpt_set_dropout(&m, 11, 0, 0, 0);
+    set_site_dropout(&m, 11, NO_DROPOUT);
     float l_eval = model_loss_grad(&m, in, tg, B, T, 1, 4, 0);
     memcpy(g_eval, m.grads_memory, n * sizeof(float));
     float l_p0 = model_loss_grad(&m, in, tg, B, T, 1, 4, 1);
@@ -384,14 +406,16 @@ static void test_dropout_paths(void) {
            "loss train p=0 %.9g vs eval %.9g; gradients identical: %d", l_p0, l_eval,
            grads_equal(&m, g_eval));
 
-    gpt_set_dropout(&m, 11, 0.1, 0.1, 0.1);
+    set_site_dropout(&m, 11, SITE_RATES);
+    char rs[64];
+    site_rates_str(SITE_RATES, rs);
     float l_p1 = model_loss_grad(&m, in, tg, B, T, 1, 4, 1);
-    expect(l_p1 != l_eval, "dropout_0.1_changes_the_loss", "p=0.1 %.7f vs p=0 %.7f", l_p1,
+    expect(l_p1 != l_eval, "dropout_changes_the_loss", "%s: %.7f vs p=0 %.7f", rs, l_p1,
            l_eval);
     float l_eval1 = model_loss_grad(&m, in, tg, B, T, 1, 4, 0);
     expect(memcmp(&l_eval1, &l_eval, sizeof(float)) == 0 && grads_equal(&m, g_eval),
-           "evaluation_ignores_dropout", "train=0 with p=0.1 %.9g vs with p=0 %.9g; gradients "
-           "identical: %d", l_eval1, l_eval, grads_equal(&m, g_eval));
+           "evaluation_ignores_dropout", "train=0 with %s %.9g vs with p=0 %.9g; gradients "
+           "identical: %d", rs, l_eval1, l_eval, grads_equal(&m, g_eval));
 
     /* masks are a pure function of (master, step, layer, site, coordinates) */
     float l_s0 = model_loss_grad(&m, in, tg, B, T, 1, 0, 1);
@@ -404,7 +428,7 @@ static void test_dropout_paths(void) {
            "same_step_twice_is_bitwise_identical",
            "step 0 loss %.9g then %.9g (a step 1 in between); gradients identical: %d", l_s0,
            l_s0b, grads_equal(&m, g_a));
-    gpt_set_dropout(&m, 12, 0.1, 0.1, 0.1);
+    set_site_dropout(&m, 12, SITE_RATES);
     float l_m = model_loss_grad(&m, in, tg, B, T, 1, 0, 1);
     expect(l_m != l_s0, "dropout_masks_change_with_master_seed", "seed 11: %.7f, seed 12: %.7f",
            l_s0, l_m);
@@ -423,7 +447,7 @@ static void test_memory(void) {
     random_tokens(tg, B * T, c.vocab_size);
     GPT m = build(&c, B, T);
     gpt_init_weights(&m, 3);
-    gpt_set_dropout(&m, 3, 0.1, 0.1, 0.1);
+    set_site_dropout(&m, 3, SITE_RATES);
     MemStats s1 = {0}, s5 = {0};
     for (int s = 0; s < 6; s++) {
         model_loss_grad(&m, in, tg, B, T, 0, (uint32_t)s, 1);

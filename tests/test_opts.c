@@ -207,7 +207,7 @@ static float loss_grad(GPT* m, const int* in, const int* tg, int B, int T, uint3
 
 /* The float64 reference with the options against central differences of its own loss, every
  * coordinate of a tiny model (the padded wte rows skipped: test_model covers them). */
-static void test_reference_fd(const char* label, GPTConfig c, double p, double pdp) {
+static void test_reference_fd(const char* label, GPTConfig c, SiteRates r, double pdp) {
     int B = 4, T = 5;
     uint32_t g0 = 3, step = 2;
     uint64_t master = 0x5eed0002ULL;
@@ -225,7 +225,8 @@ static void test_reference_fd(const char* label, GPTConfig c, double p, double p
     int in[20], tg[20];
     random_tokens(in, B * T, c.vocab_size);
     random_tokens(tg, B * T, c.vocab_size);
-    ref_gpt_loss_and_grad_opts(&c, w, g, NULL, in, tg, B, T, g0, master, step, p, p, p, pdp);
+    ref_gpt_loss_and_grad_opts(&c, w, g, NULL, in, tg, B, T, g0, master, step, r.embd, r.attn,
+                               r.resid, pdp);
     const double h = 1e-5;
     double worst = 0;
     size_t coords = 0;
@@ -238,10 +239,10 @@ static void test_reference_fd(const char* label, GPTConfig c, double p, double p
             double save = w[o + i];
             w[o + i] = save + h;
             double lp = ref_gpt_loss_and_grad_opts(&c, w, NULL, NULL, in, tg, B, T, g0, master,
-                                                   step, p, p, p, pdp);
+                                                   step, r.embd, r.attn, r.resid, pdp);
             w[o + i] = save - h;
             double lm = ref_gpt_loss_and_grad_opts(&c, w, NULL, NULL, in, tg, B, T, g0, master,
-                                                   step, p, p, p, pdp);
+                                                   step, r.embd, r.attn, r.resid, pdp);
             w[o + i] = save;
             fd[m] = (lp - lm) / (2 * h);
             an[m] = g[o + i];
@@ -259,7 +260,7 @@ static void test_reference_fd(const char* label, GPTConfig c, double p, double p
     free(w); free(g);
 }
 
-static void test_model_vs_reference(const char* label, GPTConfig c, int B, int T, double p,
+static void test_model_vs_reference(const char* label, GPTConfig c, int B, int T, SiteRates r,
                                     double pdp) {
     const uint32_t g0 = 5, step = 3;
     const uint64_t master = 0xfeedbeef12345ULL;
@@ -273,23 +274,33 @@ static void test_model_vs_reference(const char* label, GPTConfig c, int B, int T
     int* tg = malloc(sizeof(int) * B * T);
     random_tokens(in, B * T, c.vocab_size);
     random_tokens(tg, B * T, c.vocab_size);
-    gpt_set_dropout(&m, master, p, p, p);
+    set_site_dropout(&m, master, r);
     gpt_set_drop_path(&m, pdp);
     float loss = loss_grad(&m, in, tg, B, T, g0, step, NULL);
     double lref = ref_gpt_loss_and_grad_opts(&c, w, gref, NULL, in, tg, B, T, g0, master, step,
-                                             p, p, p, pdp);
+                                             r.embd, r.attn, r.resid, pdp);
     char name[192];
     snprintf(name, sizeof(name), "model_loss_matches_float64_reference[%s]", label);
     expect(fabs(loss - lref) / lref < 1e-6, name, "fp32 %.8f, float64 %.8f", loss, lref);
     double worst = compare_grads(&m, gref, label, tol, 1);
-    if (p > 0 || pdp > 0) {
+    if (site_rates_on(r) || pdp > 0) {
         /* the reference with another step's masks must be far off: the bound sees a wrong mask */
-        ref_gpt_loss_and_grad_opts(&c, w, gref, NULL, in, tg, B, T, g0, master, step + 1, p, p, p,
-                                   pdp);
+        ref_gpt_loss_and_grad_opts(&c, w, gref, NULL, in, tg, B, T, g0, master, step + 1, r.embd,
+                                   r.attn, r.resid, pdp);
         double other = compare_grads(&m, gref, label, tol, 0);
         snprintf(name, sizeof(name), "model_vs_reference_detects_wrong_masks[%s]", label);
         expect(other > 1e-2 && other > 100 * worst, name,
                "worst rel err with the right masks %.2e, against step+1 masks %.2e", worst, other);
+    }
+    if (site_rates_on(r)) {
+        /* and with the attention and residual rates swapped: a rate at the wrong site shows */
+        ref_gpt_loss_and_grad_opts(&c, w, gref, NULL, in, tg, B, T, g0, master, step, r.embd,
+                                   r.resid, r.attn, pdp);
+        double swapped = compare_grads(&m, gref, label, tol, 0);
+        snprintf(name, sizeof(name), "model_vs_reference_detects_rates_at_the_wrong_site[%s]", label);
+        expect(swapped > 1e-2 && swapped > 100 * worst, name,
+               "worst rel err with the right rates %.2e, against attention and residual rates "
+               "swapped %.2e", worst, swapped);
     }
     if (c.pos_kind == POS_ROPE || c.block_kind == BLOCK_PARALLEL) {
         /* the reference without the option must be far off too: the option is really on */
@@ -301,7 +312,7 @@ static void test_model_vs_reference(const char* label, GPTConfig c, int B, int T
             plain.rope_layout = ROPE_GPTJ;
         }
         double lother = ref_gpt_loss_and_grad_opts(&plain, w, gref, NULL, in, tg, B, T, g0,
-                                                   master, step, p, p, p, pdp);
+                                                   master, step, r.embd, r.attn, r.resid, pdp);
         double other = compare_grads(&m, gref, label, tol, 0);
         snprintf(name, sizeof(name), "model_vs_reference_detects_the_other_variant[%s]", label);
         expect(other > 1e-2, name, "against the %s: loss %.6f vs %.6f, worst rel err %.2e",
@@ -322,8 +333,8 @@ static void test_drop_path_off_paths(void) {
     GPT a = build(&c, B, T, 0, 0), b = build(&c, B, T, 0, 0);
     randomize_weights(&a, 0.15);
     memcpy(b.params_memory, a.params_memory, (size_t)(a.grads_memory - a.params_memory) * sizeof(float));
-    gpt_set_dropout(&a, 11, 0.1, 0.1, 0.1);
-    gpt_set_dropout(&b, 11, 0.1, 0.1, 0.1);
+    set_site_dropout(&a, 11, SITE_RATES);
+    set_site_dropout(&b, 11, SITE_RATES);
     gpt_set_drop_path(&b, 0.0);
     float la = loss_grad(&a, in, tg, B, T, 0, 1, NULL), lb = loss_grad(&b, in, tg, B, T, 0, 1, NULL);
     size_t n = (size_t)(a.m_memory - a.grads_memory);
@@ -343,7 +354,7 @@ static void test_drop_path_off_paths(void) {
 
 /* ---- 4. recompute policies ---------------------------------------------------------------- */
 
-static void test_policies(const char* label, GPTConfig c, double p, double pdp) {
+static void test_policies(const char* label, GPTConfig c, SiteRates rates, double pdp) {
     int B = 4, T = 12;
     int in[48], tg[48];
     random_tokens(in, B * T, c.vocab_size);
@@ -351,7 +362,7 @@ static void test_policies(const char* label, GPTConfig c, double p, double pdp) 
     GPT none = build(&c, B, T, 0, 0);
     randomize_weights(&none, 0.15);
     size_t pf = (size_t)(none.grads_memory - none.params_memory);
-    gpt_set_dropout(&none, 77, p, p, p);
+    set_site_dropout(&none, 77, rates);
     gpt_set_drop_path(&none, pdp);
     float l0 = loss_grad(&none, in, tg, B, T, 8, 4, NULL);
     int everys[3] = {1, 2, 3};
@@ -359,7 +370,7 @@ static void test_policies(const char* label, GPTConfig c, double p, double pdp) 
     for (int e = 0; e < 3; e++) {
         GPT r = build(&c, B, T, everys[e], 0);
         memcpy(r.params_memory, none.params_memory, pf * sizeof(float));
-        gpt_set_dropout(&r, 77, p, p, p);
+        set_site_dropout(&r, 77, rates);
         gpt_set_drop_path(&r, pdp);
         int mm = 0;
         float l = loss_grad(&r, in, tg, B, T, 8, 4, &mm);
@@ -375,7 +386,7 @@ static void test_policies(const char* label, GPTConfig c, double p, double pdp) 
     /* the negative control: fresh (pass 1) seeds at recompute */
     GPT f = build(&c, B, T, 1, 1);
     memcpy(f.params_memory, none.params_memory, pf * sizeof(float));
-    gpt_set_dropout(&f, 77, p, p, p);
+    set_site_dropout(&f, 77, rates);
     gpt_set_drop_path(&f, pdp);
     int mm = 0;
     loss_grad(&f, in, tg, B, T, 8, 4, &mm);
@@ -533,30 +544,37 @@ int main(void) {
     test_drop_path_off_paths();
 
     test_reference_fd("rope neox gqa", make_config(2, 4, 2, 16, 20, 8, POS_ROPE, 10000, ROPE_NEOX, 0),
-                      0.1, 0.0);
+                      SITE_RATES, 0.0);
     test_reference_fd("rope gptj parallel drop-path",
                       make_config(2, 4, 2, 16, 20, 8, POS_ROPE, 100, ROPE_GPTJ, BLOCK_PARALLEL),
-                      0.1, 0.4);
+                      SITE_RATES, 0.4);
     test_reference_fd("learned sequential drop-path",
-                      make_config(2, 4, 4, 16, 20, 8, POS_LEARNED, 0, 0, BLOCK_SEQUENTIAL), 0.0, 0.4);
+                      make_config(2, 4, 4, 16, 20, 8, POS_LEARNED, 0, 0, BLOCK_SEQUENTIAL),
+                      NO_DROPOUT, 0.4);
 
-    struct { const char* label; GPTConfig c; double p, pdp; } cases[] = {
-        {"rope neox gqa p=0.1", make_config(2, 6, 3, 36, 130, 16, POS_ROPE, 10000, ROPE_NEOX, 0), 0.1, 0},
-        {"rope gptj p=0", make_config(2, 4, 4, 32, 70, 40, POS_ROPE, 10000, ROPE_GPTJ, 0), 0, 0},
-        {"parallel p=0.1", make_config(2, 4, 2, 32, 70, 16, POS_LEARNED, 0, 0, BLOCK_PARALLEL), 0.1, 0},
-        {"drop-path 0.3", make_config(2, 4, 2, 32, 70, 16, POS_LEARNED, 0, 0, 0), 0.0, 0.3},
-        {"all p=0.1 drop-path 0.3",
-         make_config(2, 4, 2, 32, 70, 16, POS_ROPE, 10000, ROPE_GPTJ, BLOCK_PARALLEL), 0.1, 0.3},
+    /* "dropout": the per-site rates SITE_RATES (embd 0.1, attn 0.2, resid 0.05) */
+    struct { const char* label; GPTConfig c; SiteRates r; double pdp; } cases[] = {
+        {"rope neox gqa dropout", make_config(2, 6, 3, 36, 130, 16, POS_ROPE, 10000, ROPE_NEOX, 0),
+         SITE_RATES, 0},
+        {"rope gptj p=0", make_config(2, 4, 4, 32, 70, 40, POS_ROPE, 10000, ROPE_GPTJ, 0),
+         NO_DROPOUT, 0},
+        {"parallel dropout", make_config(2, 4, 2, 32, 70, 16, POS_LEARNED, 0, 0, BLOCK_PARALLEL),
+         SITE_RATES, 0},
+        {"drop-path 0.3", make_config(2, 4, 2, 32, 70, 16, POS_LEARNED, 0, 0, 0), NO_DROPOUT, 0.3},
+        {"all dropout drop-path 0.3",
+         make_config(2, 4, 2, 32, 70, 16, POS_ROPE, 10000, ROPE_GPTJ, BLOCK_PARALLEL), SITE_RATES,
+         0.3},
     };
     int Bs[] = {3, 2, 3, 8, 6}, Ts[] = {13, 37, 11, 9, 10};
     for (int i = 0; i < 5; i++)
-        test_model_vs_reference(cases[i].label, cases[i].c, Bs[i], Ts[i], cases[i].p, cases[i].pdp);
+        test_model_vs_reference(cases[i].label, cases[i].c, Bs[i], Ts[i], cases[i].r, cases[i].pdp);
 
     test_policies("all options", make_config(3, 4, 2, 32, 70, 12, POS_ROPE, 10000, ROPE_NEOX,
-                                             BLOCK_PARALLEL), 0.1, 0.3);
-    test_policies("drop-path only", make_config(3, 4, 4, 32, 70, 12, POS_LEARNED, 0, 0, 0), 0.0, 0.3);
+                                             BLOCK_PARALLEL), SITE_RATES, 0.3);
+    test_policies("drop-path only", make_config(3, 4, 4, 32, 70, 12, POS_LEARNED, 0, 0, 0),
+                  NO_DROPOUT, 0.3);
     test_policies("rope gptj sequential", make_config(3, 4, 2, 32, 70, 12, POS_ROPE, 10000,
-                                                      ROPE_GPTJ, 0), 0.1, 0.0);
+                                                      ROPE_GPTJ, 0), SITE_RATES, 0.0);
 
     test_files();
     test_sampling("rope neox gqa", make_config(2, 4, 2, 32, 70, 24, POS_ROPE, 10000, ROPE_NEOX, 0));

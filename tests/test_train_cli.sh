@@ -6,6 +6,11 @@
 #   - --total-batch: B=2 with 2 micro-batches follows B=4 to rounding (with --shuffle 0 the two
 #     B=2 windows 2s, 2s+1 are the tokens of B=4 window s, and micro-batch a sits at g0 = 2a, so
 #     the dropout masks are the same), and a total that is not a multiple of B*T is refused;
+#   - the recompute's negative control through the CLI (dropout 0.1, --recompute layer, L=3):
+#     with captured seeds the run is silent and its losses are --recompute none's; with
+#     --recompute-seeds fresh, --recompute-check stop exits with status 3 naming the first
+#     recomputed layer (the top one, 2), and --recompute-check warn warns for every layer of every
+#     step, finishes, and drifts away from the captured run's losses;
 #   - ./train sample: the same seed gives the same text, another seed other text, and a model
 #     file that does not exist is refused with one line.
 set -u
@@ -84,6 +89,47 @@ if [ $rc -eq 0 ] && grep -q 'precision fp32' "$W/p32.out" &&
     ok precision_fp32_is_the_default "the same losses with and without --precision fp32"
 else
     fail precision_fp32_is_the_default "status $rc; $(grep -c precision "$W/p32.out") precision lines"
+fi
+
+# ---- the recompute's value check and its negative control
+R=("${BASE[@]}" --layers 3 --batch 2 --steps 4 --shuffle 0)
+"$TRAIN" "${R[@]}" --recompute none --log-json "$W/rnone.jsonl" > /dev/null 2>&1
+"$TRAIN" "${R[@]}" --recompute layer --recompute-check stop --log-json "$W/rcap.jsonl" > "$W/rcap.out" 2> "$W/rcap.err"
+rc=$?
+nl=$(grep -c 'recompute check' "$W/rcap.err")
+if [ $rc -eq 0 ] && [ "$nl" -eq 0 ] && [ "$(train_losses "$W/rcap.jsonl" | wc -l)" -eq 4 ] &&
+   diff <(train_losses "$W/rnone.jsonl") <(train_losses "$W/rcap.jsonl") > /dev/null; then
+    ok recompute_with_captured_seeds_passes_the_check_silently \
+       "check stop: status 0, no recompute-check line, 4 train losses equal to --recompute none's (last $(train_losses "$W/rcap.jsonl" | tail -1))"
+else
+    fail recompute_with_captured_seeds_passes_the_check_silently \
+       "status $rc, $nl recompute-check lines ($(grep 'recompute check' "$W/rcap.err" | head -1)); losses vs none: $(diff <(train_losses "$W/rnone.jsonl") <(train_losses "$W/rcap.jsonl") | grep '^[<>]' | head -2 | tr '\n' ' ')"
+fi
+"$TRAIN" "${R[@]}" --recompute layer --recompute-seeds fresh --recompute-check stop \
+    --log-json "$W/rstop.jsonl" > "$W/rstop.out" 2> "$W/rstop.err"
+rc=$?
+stop_line=$(grep 'stopping at step' "$W/rstop.err")
+if [ $rc -eq 3 ] && echo "$stop_line" | grep -q 'stopping at step 0: .*first at layer 2 (--recompute-check stop)' &&
+   [ "$(grep -c '"type":"train"' "$W/rstop.jsonl")" -eq 0 ]; then
+    ok fresh_seeds_with_check_stop_exit_3_naming_the_layer "status 3: $stop_line"
+else
+    fail fresh_seeds_with_check_stop_exit_3_naming_the_layer \
+       "status $rc (3 expected); stop line \"$stop_line\" (layer 2 at step 0 expected); $(grep -c '"type":"train"' "$W/rstop.jsonl" 2>/dev/null) train rows logged"
+fi
+"$TRAIN" "${R[@]}" --recompute layer --recompute-seeds fresh --recompute-check warn \
+    --log-json "$W/rwarn.jsonl" > "$W/rwarn.out" 2> "$W/rwarn.err"
+rc=$?
+nw=$(grep -c 'recompute check: step' "$W/rwarn.err")
+layers_named=$(for l in 0 1 2; do grep -c "recompute check: step 3, layers $l\.\.$l:" "$W/rwarn.err"; done | tr '\n' ' ')
+same_step0=$(diff <(train_losses "$W/rcap.jsonl" | head -1) <(train_losses "$W/rwarn.jsonl" | head -1) > /dev/null && echo 1 || echo 0)
+last_cap=$(train_losses "$W/rcap.jsonl" | tail -1); last_warn=$(train_losses "$W/rwarn.jsonl" | tail -1)
+if [ $rc -eq 0 ] && [ "$nw" -eq 12 ] && [ "$layers_named" = "1 1 1 " ] && [ "$same_step0" = 1 ] &&
+   [ "$(train_losses "$W/rwarn.jsonl" | wc -l)" -eq 4 ] && [ "$last_cap" != "$last_warn" ]; then
+    ok fresh_seeds_with_check_warn_warn_for_every_layer_and_continue \
+       "status 0, $nw warnings (3 layers x 4 steps), e.g. \"$(head -1 "$W/rwarn.err" | cut -c1-140)\"; step 0 loss as captured's, last $last_warn vs captured $last_cap"
+else
+    fail fresh_seeds_with_check_warn_warn_for_every_layer_and_continue \
+       "status $rc, $nw warnings (12 expected), step-3 warnings for layers 0 1 2: $layers_named; step 0 loss as captured's: $same_step0; last loss $last_warn vs captured $last_cap"
 fi
 
 # ---- ./train sample
