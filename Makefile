@@ -230,7 +230,7 @@ test-asan:
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \
 		LAYOUT_CI="echo SKIP layout: make test checks the includes, a sanitizer adds nothing" \
-		BARE_CI="echo SKIP bare_build: make test builds the bare machine's CUDA code, ASan adds nothing"
+		BARE_CI="echo SKIP bare_build: make test builds the CUDA code bare, ASan adds nothing"
 
 setup:
 	@scripts/setup.sh

@@ -29,6 +29,14 @@ else
     echo "FAIL cuda_trainer_builds: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
     exit 1
 fi
+# The tests and dev/cuda compile the same sources with the same flags here as on a bare machine,
+# which tests/check_bare_build.sh builds in full wherever it can hide the libraries (root, a
+# private mount namespace): then they are built there, once, not twice.
+if [ -z "${CUDA_BUILD_ALL:-}" ] && [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
+    echo "SKIP cuda_tests_build: tests/check_bare_build.sh compiles them (CUDA_BUILD_ALL=1 here too)"
+    echo "SKIP dev_cuda_builds: tests/check_bare_build.sh compiles them (CUDA_BUILD_ALL=1 here too)"
+    exit 0
+fi
 if make -j"$JOBS" --no-print-directory NVCC="$NVCC" cuda-test-bins >> "$log" 2>&1; then
     echo "ok   cuda_tests_build: the tests of make test-cuda compiled with nvcc"
 else
