@@ -245,7 +245,9 @@ torch_row() {  # LABEL TOKENS ROWSPEC ARGS...
 }
 ratio_row() {  # LABEL SEEDGPT_MS TORCH_MS
     if [ -n "$2" ] && [ -n "$3" ]; then
-        row "$1" "$(awk -v a="$2" -v b="$3" 'BEGIN{printf "%.2fx the tokens/s (target 1.1x)", b/a}')"
+        local note=""
+        [ $DRY = 1 ] && note=" (dry run: the emulation against torch on the CPU, not a figure)"
+        row "$1" "$(awk -v a="$2" -v b="$3" 'BEGIN{printf "%.3gx the tokens/s (target 1.1x)", b/a}')$note"
     else
         row "$1" "no ratio: a side did not run"
     fi
