@@ -34,6 +34,8 @@ void attention_group_sum_cuda(float* dqkv, const float* dKp, const float* dVp, i
  * tiles of 64 queries (or keys) along y, which the device limits to 65535 blocks, so T at most
  * 64 x 65535 = 4,194,240. A longer T is refused with one line before anything runs. */
 int attention_cuda_max_T(void);
+/* one line naming fn and exit when T is above attention_cuda_max_T() */
+void attention_cuda_check_T(const char* fn, int T);
 
 #ifdef __cplusplus
 }

@@ -516,8 +516,8 @@ extern "C" int attention_cuda_max_T(void) {
 }
 
 /* One line and exit for a T whose tiles do not fit the grid's y (a failed launch would only say
- * "invalid configuration argument") */
-static void flash_check_T(const char* fn, int T) {
+ * "invalid configuration argument"); the tensor-core kernels (flash_tc.cu) call it too */
+extern "C" void attention_cuda_check_T(const char* fn, int T) {
     const int tmax = attention_cuda_max_T();
     if (T > tmax) {
         fprintf(stderr, "seedgpt: %s: T %d needs %d tiles of %d positions along the grid's y, above the "
@@ -561,7 +561,7 @@ extern "C" void attention_forward_cuda(float* out, float* lse, const float* qkv,
                                        uint32_t g0, uint64_t attn_seed, Dropout drop) {
     flash_check_shapes("attention_forward_cuda", NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
-    flash_check_T("attention_forward_cuda", T);
+    attention_cuda_check_T("attention_forward_cuda", T);
     const float sigma = 1.0f / sqrtf((float)HD);
     if (HD <= 64)
         flash_forward_launch<1>(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop, sigma);
@@ -614,7 +614,7 @@ extern "C" void attention_backward_cuda(float* dqkv, float* scratch, const float
                                         uint32_t g0, uint64_t attn_seed, Dropout drop) {
     flash_check_shapes("attention_backward_cuda", NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
-    flash_check_T("attention_backward_cuda", T);
+    attention_cuda_check_T("attention_backward_cuda", T);
     const float sigma = 1.0f / sqrtf((float)HD);
     float* D = scratch;   /* (B, NH, T) */
     attention_backward_dot_cuda(D, dout, out, B, T, NH, HD);

@@ -597,18 +597,8 @@ static void tc_check_shapes(const char* fn, const uint16_t* qkv_bf16, int NH, in
 
 extern "C" int attention_tc_supports_hd(int HD) { return HD == 16 || HD == 32 || HD == 64 || HD == 128; }
 
-/* One line and exit for a T whose tiles of 64 do not fit the grid's y: attention_cuda_max_T()
- * (flash_cuda.cu) counts tiles of 64 for both kernel families */
-static_assert(TC_BQ == 64 && TC_BK == 64, "attention_cuda_max_T counts tiles of 64 positions");
-static void tc_check_T(const char* fn, int T) {
-    const int tmax = attention_cuda_max_T();
-    if (T > tmax) {
-        fprintf(stderr, "seedgpt: %s: T %d needs %d tiles of %d positions along the grid's y, above the "
-                "device's limit of %d blocks (T at most %d)\n", fn, T, (int)sg_ceil_div((size_t)T, TC_BQ), TC_BQ,
-                tmax / TC_BQ, tmax);
-        exit(1);
-    }
-}
+/* attention_cuda_check_T (flash_cuda.cu) refuses a T whose tiles of 64 do not fit the grid's y */
+static_assert(TC_BQ == 64 && TC_BK == 64, "attention_cuda_check_T counts tiles of 64 positions");
 
 template <int HD>
 static void flash_tc_launch(float* out, float* lse, const uint16_t* qkv, int B, int T, int NH, int NKV,
@@ -629,7 +619,7 @@ extern "C" void attention_forward_tc_cuda(float* out, float* lse, const uint16_t
                                           uint32_t g0, uint64_t attn_seed, Dropout drop) {
     tc_check_shapes("attention_forward_tc_cuda", qkv_bf16, NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
-    tc_check_T("attention_forward_tc_cuda", T);
+    attention_cuda_check_T("attention_forward_tc_cuda", T);
     switch (HD) {
     case 16: flash_tc_launch<16>(out, lse, qkv_bf16, B, T, NH, NKV, g0, attn_seed, drop); break;
     case 32: flash_tc_launch<32>(out, lse, qkv_bf16, B, T, NH, NKV, g0, attn_seed, drop); break;
@@ -689,7 +679,7 @@ extern "C" void attention_backward_tc_cuda(float* dqkv, float* scratch, const fl
                                            uint32_t g0, uint64_t attn_seed, Dropout drop) {
     tc_check_shapes("attention_backward_tc_cuda", qkv_bf16, NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
-    tc_check_T("attention_backward_tc_cuda", T);
+    attention_cuda_check_T("attention_backward_tc_cuda", T);
     attention_backward_dot_cuda(scratch, dout, out, B, T, NH, HD);
     switch (HD) {
     case 16: flash_tc_backward_launch<16>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
@@ -735,7 +725,7 @@ static void* tc_forward_scratch(size_t bytes) {
 extern "C" void attention_forward_bf16_cuda(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV,
                                             int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
     if (B <= 0 || T <= 0) return;
-    tc_check_T("attention_forward_bf16_cuda", T);   /* before the scratch and the rounding */
+    attention_cuda_check_T("attention_forward_bf16_cuda", T);   /* before the scratch and the rounding */
     const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD;
     if (attention_tc_supports_hd(HD)) {
         uint16_t* bits = (uint16_t*)tc_forward_scratch(n_qkv * sizeof(uint16_t));
@@ -762,7 +752,7 @@ extern "C" void attention_backward_bf16_cuda(float* dqkv, float* scratch, const 
                                              const float* out, const float* lse, int B, int T, int NH, int NKV,
                                              int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
     if (B <= 0 || T <= 0) return;
-    tc_check_T("attention_backward_bf16_cuda", T);   /* before the rounding */
+    attention_cuda_check_T("attention_backward_bf16_cuda", T);   /* before the rounding */
     const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD;
     if (attention_tc_supports_hd(HD)) {
         const uintptr_t at = (uintptr_t)(scratch + attention_backward_tc_scratch_floats(B, T, NH, NKV, HD));

@@ -192,6 +192,23 @@ static void test_peak_counts_workspace(void) {
 
 /* ---- one shape ---------------------------------------------------------------------------- */
 
+#ifdef SG_EMU
+/* element (n, o) of out = bf16(x) . bf16(w)^T + bias in the emulation's order: the bf16 path ran */
+static size_t differ_from_emulated_lt_forward(const float* got, const float* x, const float* w, const float* bias,
+                                              int N, int C, int OC) {
+    size_t differ = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            float acc = 0.0f;
+            for (int c = 0; c < C; c++)
+                acc = acc + sg_bf16_round(x[(size_t)n * C + c]) * sg_bf16_round(w[(size_t)o * C + c]);
+            if (bias) acc = acc + bias[o];
+            differ += memcmp(&acc, &got[(size_t)n * OC + o], 4) != 0;
+        }
+    return differ;
+}
+#endif
+
 static void test_shape(int N, int C, int OC, int with_bias, int with_dinp) {
     char name[200], tag[64];
     snprintf(tag, sizeof(tag), "N%d_C%d_OC%d%s%s", N, C, OC, with_bias ? "" : "_nobias",
@@ -219,15 +236,7 @@ static void test_shape(int N, int C, int OC, int with_bias, int with_dinp) {
 
 #ifdef SG_EMU
     {   /* the emulation's defined arithmetic: fp32, products exact, ascending k, then + bias */
-        size_t differ = 0;
-        for (int n = 0; n < N; n++)
-            for (int o = 0; o < OC; o++) {
-                float acc = 0.0f;
-                for (int c = 0; c < C; c++)
-                    acc = acc + sg_bf16_round(x[(size_t)n * C + c]) * sg_bf16_round(w[(size_t)o * C + c]);
-                if (hb) acc = acc + hb[o];
-                differ += memcmp(&acc, &go[(size_t)n * OC + o], 4) != 0;
-            }
+        size_t differ = differ_from_emulated_lt_forward(go, x, w, hb, N, C, OC);
         snprintf(name, sizeof(name), "emulated_forward_is_fp32_sum_in_ascending_k_bitwise_%s", tag);
         expect(differ == 0, name, "%zu of %zu elements differ from the host's ascending fp32 sum", differ, no);
     }
@@ -416,20 +425,6 @@ static int count_lines_with(const char* text, const char* a, const char* b) {
     return n;
 }
 
-/* element (n, o) of out = bf16(x) . bf16(w)^T + bias in the emulation's order: the bf16 path ran */
-static size_t differ_from_emulated_lt_forward(const float* got, const float* x, const float* w, const float* bias,
-                                              int N, int C, int OC) {
-    size_t differ = 0;
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) {
-            float acc = 0.0f;
-            for (int c = 0; c < C; c++)
-                acc = acc + sg_bf16_round(x[(size_t)n * C + c]) * sg_bf16_round(w[(size_t)o * C + c]);
-            if (bias) acc = acc + bias[o];
-            differ += memcmp(&acc, &got[(size_t)n * OC + o], 4) != 0;
-        }
-    return differ;
-}
 
 /* Under SG_EMU_LT_REFUSE=mode, the forward (with a bias at bias_offset floats from a 16-byte
  * boundary) and the backward, each called twice: which products cuBLASLt refused must equal the
