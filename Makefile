@@ -81,6 +81,8 @@ TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
 HEADERS := $(wildcard *.h model/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h)
 
+# plain `make` builds the CPU trainer (config, below, would otherwise be the first rule)
+.DEFAULT_GOAL := all
 .PHONY: all test test-run test-asan fuzz kjv demo plot setup verify bench clean config
 # `make config`: what this machine's build has and leaves out (scripts/gpu_check.sh prints it first)
 yes_no = $(if $(filter 1,$(1)),yes,NO: $(2))
@@ -190,7 +192,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TES
 	@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh tests/check_mpi_cuda.sh \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
-		tests/test_resume.sh tests/test_train_cli.sh "$(MPI_TEST)" "$(CUDA_BUILD_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
+		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(CUDA_BUILD_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
 		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
@@ -198,7 +200,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TES
 # and the whole suite once more under ASan + UBSan (test-asan, ~1.5 min on 2 cores).
 FUZZ_SECONDS ?= 60
 FUZZ_CI ?= FUZZ_SEED=1 tests/fuzz/run.sh 10
-ASAN_CI ?= $(MAKE) -s --no-print-directory test-asan
+ASAN_CI ?= pass:ASan+UBSan:$(MAKE) -s --no-print-directory test-asan
 LEARN_TEST ?= tests/test_learn.sh
 # the folders' one-way dependencies (DESIGN §1): a grep over the includes, no build
 LAYOUT_CI ?= tests/check_layout.sh

@@ -171,7 +171,9 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      --save --save-every --keep --max-bad-steps --recompute --recompute-check\n"
 "                      --threads --out (default: DIR)\n"
 "exit status: 0 done, 2 bad flag or file (one line on stderr, nothing overwritten), 3 recompute\n"
-"check failed (stop), 4 --max-bad-steps reached, 130/143 stopped by SIGINT/SIGTERM after saving\n");
+"check failed (stop), 4 --max-bad-steps reached or non-finite weights refused (no file written),\n"
+"5 stopped at once by a second SIGINT/SIGTERM (nothing saved after the last state), 130/143\n"
+"stopped by SIGINT/SIGTERM after saving\n");
 }
 
 /* ---- parsing ------------------------------------------------------------------------------ */
@@ -220,13 +222,14 @@ static const char* parse_path(const char* flag, const char* v) {
     return v;
 }
 
-/* A 64-bit seed: decimal, 0x hex or 0 octal (strtoull's base 0), no sign. */
+/* A 64-bit seed, in decimal like every other integer flag (a leading 0 is not octal, and 0x is
+ * refused), digits only. */
 static uint64_t parse_seed(const char* flag, const char* v) {
     char* end;
     errno = 0;
-    unsigned long long s = strtoull(v, &end, 0);
-    if (*v == '\0' || *v == '-' || *v == '+' || *v == ' ' || *end != '\0' || errno != 0)
-        die_flag(flag, v, "an unsigned 64-bit integer");
+    if (v == NULL || *v < '0' || *v > '9') die_flag(flag, v, "a decimal unsigned 64-bit integer");
+    unsigned long long s = strtoull(v, &end, 10);
+    if (*end != '\0' || errno != 0) die_flag(flag, v, "a decimal unsigned 64-bit integer");
     return s;
 }
 
@@ -294,7 +297,10 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_FINAL_LR_FRAC: o->final_lr_frac = parse_double(f, v, 0, 1, 0); break;
     case F_BETA1: o->beta1 = parse_double(f, v, 0, 1, 1); break;
     case F_BETA2: o->beta2 = parse_double(f, v, 0, 1, 1); break;
-    case F_EPS: o->eps = parse_double(f, v, 0, 1, 0); break;
+    case F_EPS:   /* AdamW divides by sqrt(v) + eps: 0 turns a zero gradient into 0/0 */
+        o->eps = parse_double(f, v, -1, 1, 0);
+        if (o->eps <= 0) die_flag(f, v, "a number in (0, 1]");
+        break;
     case F_WEIGHT_DECAY: o->weight_decay = parse_double(f, v, 0, 10, 0); break;
     case F_CLIP: o->clip = parse_double(f, v, 0, 1e30, 0); break;
     case F_SHUFFLE: o->shuffle = parse_long(f, v, 0, 1); break;
@@ -590,14 +596,15 @@ static void sample_usage(FILE* f) {
 "  --top-k K           draw from the K most likely tokens; 0: all (default 0)\n"
 "  --seed S            the draws are Philox(counter = (position, 0, 0, 0), key =\n"
 "                      philox_stream_seed(S, STREAM_SAMPLE)) (default 1337)\n"
-"  --tokenizer NAME    byte (default) or gpt2;  --bpe-dir DIR  gpt2's files\n"
+"  --tokenizer NAME    byte or gpt2 (default: gpt2 for a model of vocab 50257 or more, else\n"
+"                      byte);  --bpe-dir DIR  gpt2's files\n"
 "  --threads N         OpenMP and OpenBLAS threads (default: all cores)\n"
 "The prompt is printed, then the generated text, then a newline. The key/value cache makes the\n"
 "cost of each new token linear in the context length.\n");
 }
 
 void parse_sample_options(SampleOptions* so, int argc, char** argv) {
-    so->init = NULL; so->prompt = ""; so->tokenizer = "byte"; so->bpe_dir = NULL;
+    so->init = NULL; so->prompt = ""; so->tokenizer = NULL; so->bpe_dir = NULL;
     so->tokens = 256; so->top_k = 0; so->temperature = 1.0; so->seed = 1337; so->threads = 0;
     for (int i = 0; i < argc; i++) {
         const char* f = argv[i];

@@ -16,7 +16,7 @@
 #include "model/state.h"
 
 /* Exit statuses (also in --help). */
-enum { EXIT_BAD_INPUT = 2, EXIT_RECOMPUTE_CHECK = 3, EXIT_NON_FINITE = 4 };
+enum { EXIT_BAD_INPUT = 2, EXIT_RECOMPUTE_CHECK = 3, EXIT_NON_FINITE = 4, EXIT_ABORTED = 5 };
 
 /* A training run's options, as its flags set them (the defaults: cli.c's set_defaults). */
 typedef struct {
@@ -58,6 +58,7 @@ typedef struct {
     const char* resume_dir;
     int save_every, keep, max_bad_steps;
     int log_json_is_default;   /* log_json is DIR/log.jsonl because --out was given without it */
+    const char* resumed_train_path;   /* --resume: the state's --train when this run's differs */
 } Options;
 
 /* The flags of ./train, as indices into cli.c's table (each flag's spelling and what it is to a

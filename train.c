@@ -20,12 +20,14 @@
  * So K steps + resume + N-K steps equals N steps, bit for bit.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +46,7 @@
 #include "data/tokenizer.h"
 #include "data/prepare.h"
 #include "model/peak.h"
+#include "util/fileio.h"
 #include "cli.h"
 #ifdef SEEDGPT_CUDA
 #include "cuda/device_peak.h"
@@ -253,19 +256,46 @@ static int truncate_log(const char* path, int start_step, char err[256]) {
 /* ---- stop signals ------------------------------------------------------------------------- */
 
 static volatile sig_atomic_t stop_signal = 0;
+/* The .tmp file a save is writing (pending_tmp_set), for a second signal to remove. */
+static char pending_tmp[4200];
+static volatile sig_atomic_t pending_tmp_set = 0;
+/* What the first signal does, said by the handler (set before the handler is installed). */
+static char first_signal_note[512];
+static size_t first_signal_note_len;
 
-/* The first SIGINT/SIGTERM asks the loop to finish the step and save; a second one ends the
- * process at once (a state write it interrupts leaves the previous state intact). */
+static void begin_tmp(const char* path) {
+    if (tmp_path_of(pending_tmp, sizeof(pending_tmp), path) == 0) pending_tmp_set = 1;
+}
+static void end_tmp(void) { pending_tmp_set = 0; }
+
+/* The first SIGINT/SIGTERM asks the loop to finish the step and save, and says so; a second one
+ * stops the process at once with EXIT_ABORTED, removing the .tmp a save was writing (the previous
+ * state and model file stay intact). Only async-signal-safe calls: write, unlink, _exit. */
 static void on_stop_signal(int sig) {
     if (stop_signal != 0) {
-        signal(sig, SIG_DFL);
-        raise(sig);
-        return;
+        if (pending_tmp_set) unlink(pending_tmp);
+        static const char msg[] = "seedgpt: second stop signal: stopped at once, nothing more "
+                                  "saved (the last saved state and model file stay)\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+        (void)w;
+        _exit(EXIT_ABORTED);
     }
     stop_signal = sig;
+    ssize_t w = write(STDERR_FILENO, first_signal_note, first_signal_note_len);
+    (void)w;
 }
 
-static void install_stop_signals(void) {
+static void install_stop_signals(const Options* o) {
+    if (o->out_dir != NULL || o->save_path != NULL)
+        snprintf(first_signal_note, sizeof(first_signal_note), "seedgpt: stop signal: finishing "
+                 "this step, then saving %s%s%s; send it again to stop at once without saving\n",
+                 o->out_dir ? "the state in " : "", o->out_dir ? o->out_dir : "",
+                 o->out_dir ? (o->save_path ? " and --save" : "") : "--save");
+    else
+        snprintf(first_signal_note, sizeof(first_signal_note), "seedgpt: stop signal: finishing "
+                 "this step, then stopping (nothing to save: no --out or --save); send it again to "
+                 "stop at once\n");
+    first_signal_note_len = strlen(first_signal_note);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_stop_signal;
@@ -284,6 +314,7 @@ static void install_stop_signals(void) {
 static int generate(Sampler* s, const Tokenizer* tok, const int* prompt, int np, int n,
                     double temperature, int top_k, uint64_t sample_seed, uint32_t stream, FILE* f) {
     const GPTConfig* c = &s->model->config;
+    int escape = isatty(fileno(f));   /* a terminal gets no raw control bytes */
     unsigned char buf[256];
     const float* logits = NULL;
     sampler_reset(s);
@@ -299,7 +330,7 @@ static int generate(Sampler* s, const Tokenizer* tok, const int* prompt, int np,
                                (uint32_t)s->pos, stream, s->order);
         if (next == tok->eot) break;
         int len = tokenizer_decode(tok, next, buf, sizeof(buf));
-        if (len > 0) fwrite(buf, 1, (size_t)len, f);
+        if (len > 0) sample_write_text(f, buf, (size_t)len, escape);
         if (s->pos >= c->max_seq_len) { made++; break; }
         logits = sampler_feed(s, next);
     }
@@ -340,6 +371,7 @@ typedef struct {
     double step_flops;           /* model FLOPs of one step over every rank */
     double total_ms;             /* the steps' time so far, this process */
     float last_loss, last_val;   /* last_val NaN: no evaluation yet */
+    int last_val_step;           /* the step after which last_val was measured */
     /* the non-finite guard, and the states */
     uint32_t bad_consecutive;    /* non-finite steps in a row */
     uint64_t bad_total;
@@ -362,9 +394,12 @@ static void save_run_model(Run* r) {
     char mpath[4200], err[256];
     snprintf(mpath, sizeof(mpath), "%s/model.bin", r->o->out_dir);
     gpt_to_host(&r->model);
-    if (modelfile_save(&r->model, mpath, err) != 0) {
+    begin_tmp(mpath);
+    int rc = modelfile_save(&r->model, mpath, err);
+    end_tmp();
+    if (rc != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
-        exit(EXIT_BAD_INPUT);
+        exit(rc == MODELFILE_NON_FINITE ? EXIT_NON_FINITE : EXIT_BAD_INPUT);
     }
 }
 
@@ -390,11 +425,16 @@ static void save_state(Run* r, int done) {
     info.ranks = (uint32_t)world;
     format_state_options(o, world, info.options, sizeof(info.options));
     gpt_to_host(&r->model);
-    if (state_path(path, sizeof(path), o->out_dir, info.step) != 0 ||
-        state_save(path, &r->model, &info, err) != 0) {
+    int rc = -1;
+    if (state_path(path, sizeof(path), o->out_dir, info.step) == 0) {
+        begin_tmp(path);
+        rc = state_save(path, &r->model, &info, err);
+        end_tmp();
+    }
+    if (rc != 0) {
         fprintf(stderr, "seedgpt: cannot save the training state: %s\n",
                 path[0] ? err : "--out path too long");
-        exit(EXIT_BAD_INPUT);
+        exit(rc == STATE_NON_FINITE ? EXIT_NON_FINITE : EXIT_BAD_INPUT);
     }
     fault_kill_point("model_before", -1);
     save_run_model(r);
@@ -440,10 +480,10 @@ static int resume_options(Options* o, const Options* cmd, const char* raw[NUM_FL
         printf("note: the %s schedule now spans %d steps (the state's run planned %d): the "
                "learning rate from step %llu on follows the new span\n", o->lr_schedule,
                o->steps, st.steps, (unsigned long long)resumed->step);
+    /* another --train: said once the loader has taken the state's position (load_weights), or
+     * refused there when the new split's window count differs */
     if (st.train_path != NULL && o->train_path != NULL && strcmp(st.train_path, o->train_path) != 0)
-        printf("note: --train %s differs from the state's %s; continuing at epoch %llu, "
-               "window %llu of the new split\n", o->train_path, st.train_path,
-               (unsigned long long)resumed->loader.epoch, (unsigned long long)resumed->loader.pos);
+        o->resumed_train_path = st.train_path;
     return 0;
 }
 
@@ -550,14 +590,75 @@ static int batch_shape(Run* r) {
     return 0;
 }
 
-/* The run folder (--out): created if missing; a fresh run never writes into another run's
- * states (resume_dir: the folder this run resumes from, or NULL). 0, or the exit status. */
+/* DIR/.lock, flock'ed for the rest of the process (the descriptor is never closed; the kernel
+ * releases the lock when the process ends, however it ends): two runs never write into one
+ * folder. The holder's pid is in the file, for the refusal. 0, or the exit status. */
+static int lock_run_folder(const char* out_dir) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/.lock", out_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "seedgpt: --out %s: cannot create the lock file %s: %s\n", out_dir, path,
+                strerror(errno));
+        return EXIT_BAD_INPUT;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char buf[32] = "";
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        long pid = n > 0 ? atol(buf) : 0;
+        if (pid > 0)
+            fprintf(stderr, "seedgpt: --out %s is in use by another run (pid %ld): wait for it to "
+                    "end, or choose another folder\n", out_dir, pid);
+        else
+            fprintf(stderr, "seedgpt: --out %s is in use by another run (%s is locked): wait for it "
+                    "to end, or choose another folder\n", out_dir, path);
+        close(fd);
+        return EXIT_BAD_INPUT;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        fprintf(stderr, "seedgpt: --out %s: cannot write the lock file %s: %s\n", out_dir, path,
+                strerror(errno));
+        close(fd);
+        return EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
+/* --save PATH is checked before the first step, as --out is: its .tmp can be created (then
+ * removed) and PATH is not a folder, so a run never learns only at its end that it cannot save.
+ * 0, or the exit status. */
+static int check_save_path(const char* save_path) {
+    char tmp[4200];
+    struct stat st;
+    if (stat(save_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "seedgpt: --save %s is a folder; expected a file path\n", save_path);
+        return EXIT_BAD_INPUT;
+    }
+    int fd = tmp_path_of(tmp, sizeof(tmp), save_path) == 0
+             ? open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
+    if (fd < 0) {
+        fprintf(stderr, "seedgpt: --save %s: cannot write there (%s); checked before training\n",
+                save_path, strerror(errno));
+        return EXIT_BAD_INPUT;
+    }
+    close(fd);
+    unlink(tmp);
+    return 0;
+}
+
+/* The run folder (--out): created if missing and locked for this run; a fresh run never writes
+ * into another run's states (resume_dir: the folder this run resumes from, or NULL). 0, or the
+ * exit status. */
 static int prepare_run_folder(const char* out_dir, const char* resume_dir) {
     if (make_dirs(out_dir) != 0) {
         fprintf(stderr, "seedgpt: --out %s: cannot create the folder: %s\n", out_dir,
                 strerror(errno));
         return EXIT_BAD_INPUT;
     }
+    int locked = lock_run_folder(out_dir);
+    if (locked != 0) return locked;
     int same_dir = resume_dir != NULL && strcmp(out_dir, resume_dir) == 0;
     uint64_t* steps;
     int n;
@@ -632,9 +733,21 @@ static int load_weights(Run* r, StateInfo* resumed, const char* state_file) {
             return EXIT_BAD_INPUT;
         }
         if (loader_set_state(&r->loader, &ls, err) != 0) {
-            fprintf(stderr, "seedgpt: --resume %s: %s\n", state_file, err);
+            if (o->resumed_train_path != NULL)
+                fprintf(stderr, "seedgpt: --resume %s: --train %s has %zu windows of B=%d, T=%d; "
+                        "the state's split %s had %llu: resume with the state's --train, or start "
+                        "a new run from its weights (--init %s/model.bin)\n", state_file,
+                        o->train_path, loader_num_windows(&r->loader), r->B, r->T,
+                        o->resumed_train_path, (unsigned long long)ls.num_windows, o->resume_dir);
+            else
+                fprintf(stderr, "seedgpt: --resume %s: %s\n", state_file, err);
             return EXIT_BAD_INPUT;
         }
+        if (o->resumed_train_path != NULL)
+            printf("note: --train %s differs from the state's %s (both %zu windows); continuing at "
+                   "epoch %llu, window %llu of the new split\n", o->train_path,
+                   o->resumed_train_path, loader_num_windows(&r->loader),
+                   (unsigned long long)ls.epoch, (unsigned long long)ls.pos);
         r->start_step = (int)resumed->step;
         printf("resumed from %s: step %d, epoch %llu, window %llu\n", state_file, r->start_step,
                (unsigned long long)resumed->loader.epoch, (unsigned long long)resumed->loader.pos);
@@ -786,8 +899,12 @@ static int train_step(Run* r, int step, StepStats* s) {
     int finite = isfinite(loss) && isfinite(norm);
     fault_kill_point("step_mid", step);
     if (finite) {
+        /* AdamW's bias correction counts the updates applied, as torch's optimizer does: a
+         * skipped step is not one (the state's bad_total makes the count exact on resume) */
+        int applied = step + 1 - (int)r->bad_total;
         gpt_adamw(model, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                  (float)o->weight_decay, step + 1);
+                  (float)o->weight_decay, applied);
+        if (fault_fires("nan_weights", step)) model->be->fill(model->params_memory, 1, NAN); /* test hook */
         r->bad_consecutive = 0;
     } else {
         r->bad_consecutive++;
@@ -809,9 +926,15 @@ static int train_step(Run* r, int step, StepStats* s) {
 static void log_step(Run* r, int step, const StepStats* s) {
     const Options* o = r->o;
     if (!s->finite) {
-        printf("step %d: non-finite loss %g or grad norm %g; update skipped (%u in a row, "
-               "%llu in all)\n", step, s->loss, s->norm, r->bad_consecutive,
-               (unsigned long long)r->bad_total);
+        char what[96];
+        if (!isfinite(s->loss) && !isfinite(s->norm))
+            snprintf(what, sizeof(what), "non-finite loss %g and grad norm %g", s->loss, s->norm);
+        else if (!isfinite(s->loss))
+            snprintf(what, sizeof(what), "non-finite loss %g (grad norm %g)", s->loss, s->norm);
+        else
+            snprintf(what, sizeof(what), "non-finite grad norm %g (loss %g)", s->norm, s->loss);
+        printf("step %d: %s; update skipped (%u in a row, %llu in all)\n", step, what,
+               r->bad_consecutive, (unsigned long long)r->bad_total);
     }
     if (o->log_every > 0 && (step % o->log_every == 0 || step == o->steps - 1)) {
         char eta[32];
@@ -862,6 +985,7 @@ static void after_step(Run* r, int step) {
         float vl = evaluate(&r->model, &r->val, o->eval_batches, r->inputs, r->targets);
         printf("step %5d | val loss %.4f\n", step, vl);
         r->last_val = vl;
+        r->last_val_step = step;
         if (r->jsonf != NULL) {
             fprintf(r->jsonf, "{\"type\":\"eval\",\"step\":%d", step);
             json_float(r->jsonf, "val_loss", vl);
@@ -893,7 +1017,10 @@ static void print_summary(const Run* r, int done, int resuming, double run_start
         fmt_duration(wall, sizeof(wall), (now_ms() - run_start) / 1e3);
         printf("done: %d steps%s, final loss %.4f", done, done < o->steps ? " (stopped early)" : "",
                r->last_loss);
-        if (!isnan(r->last_val)) printf(", val loss %.4f", r->last_val);
+        /* the last evaluation's step when it is not the last step's (a stop between evals) */
+        if (!isnan(r->last_val) && r->last_val_step == done - 1) printf(", val loss %.4f", r->last_val);
+        else if (!isnan(r->last_val))
+            printf(", val loss %.4f at step %d", r->last_val, r->last_val_step);
         printf(", mean %.1f ms/step, %.0f tok/s", mean_ms, r->step_tokens / (mean_ms / 1e3));
         if (r->peak_gflops > 0)
             printf(", MFU %.1f%% of %.1f GFLOP/s",
@@ -916,9 +1043,12 @@ static int save_at_end(Run* r, int done) {
     else if (o->out_dir != NULL && done == r->start_step) save_run_model(r);
     if (o->save_path != NULL) {
         gpt_to_host(&r->model);
-        if (modelfile_save(&r->model, o->save_path, err) != 0) {
+        begin_tmp(o->save_path);
+        int rc = modelfile_save(&r->model, o->save_path, err);
+        end_tmp();
+        if (rc != 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
-            return EXIT_BAD_INPUT;
+            return rc == MODELFILE_NON_FINITE ? EXIT_NON_FINITE : EXIT_BAD_INPUT;
         }
         printf("saved %s\n", o->save_path);
     }
@@ -934,14 +1064,27 @@ static int sample_main(const char* self, int argc, char** argv) {
     if (so.threads > 0) omp_set_num_threads(so.threads);
     openblas_set_num_threads(omp_get_max_threads());
     char err[256];
-    Tokenizer tok;
-    if (tokenizer_open(&tok, so.tokenizer, so.bpe_dir, err) != 0) {
+    GPTConfig cfg;
+    if (modelfile_read_config(so.init, &cfg, err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
         return EXIT_BAD_INPUT;
     }
-    GPTConfig cfg;
+    /* no --tokenizer: the one the model's vocabulary was made for (a byte-level reading of a
+     * 50257-id model decodes nearly every token to nothing) */
+    const char* tok_name = so.tokenizer;
+    if (tok_name == NULL) {
+        tok_name = cfg.vocab_size >= TOKENIZER_GPT2_VOCAB ? "gpt2" : "byte";
+        if (cfg.vocab_size >= TOKENIZER_GPT2_VOCAB)
+            fprintf(stderr, "note: %s has vocab %d: sampling with the gpt2 tokenizer "
+                    "(--tokenizer byte|gpt2 to choose)\n", so.init, cfg.vocab_size);
+    }
+    Tokenizer tok;
+    if (tokenizer_open(&tok, tok_name, so.bpe_dir, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
     GPT model;
-    if (modelfile_read_config(so.init, &cfg, err) != 0 || gpt_build(&model, &cfg, 1, 1, err) != 0) {
+    if (gpt_build(&model, &cfg, 1, 1, err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
         tokenizer_free(&tok);
         return EXIT_BAD_INPUT;
@@ -972,7 +1115,7 @@ static int sample_main(const char* self, int argc, char** argv) {
         for (size_t i = 0; i < np; i++) ids[i] = ids16[i];
         Sampler s;
         sampler_init(&s, &model);
-        fwrite(so.prompt, 1, plen, stdout);
+        sample_write_text(stdout, (const unsigned char*)so.prompt, plen, isatty(STDOUT_FILENO));
         double t0 = now_ms();
         int made = generate(&s, &tok, ids, (int)np, (int)so.tokens, so.temperature, (int)so.top_k,
                             philox_stream_seed(so.seed, STREAM_SAMPLE), 0, stdout);
@@ -1089,12 +1232,13 @@ int main(int argc, char** argv) {
     if (rc == 0) rc = batch_shape(&r);
     if (rc == 0 && o.out_dir != NULL && writer)
         rc = prepare_run_folder(o.out_dir, resuming ? cmd.resume_dir : NULL);
+    if (rc == 0 && o.save_path != NULL && writer) rc = check_save_path(o.save_path);
     if (rc == 0) rc = open_data_and_model(&r);
     if (rc == 0) rc = load_weights(&r, resuming ? &resumed : NULL, state_file);
     if (rc == 0) rc = open_log(&r, resuming);
     if (rc != 0) goto cleanup;
     print_run(&r, threads);
-    install_stop_signals();
+    install_stop_signals(&o);
     prepare_loop(&r);
 
     /* the loop; every rank stops after the same step, whichever of them got the signal */
@@ -1107,7 +1251,8 @@ int main(int argc, char** argv) {
         fault_kill_point("step_logged", step);
         if ((rc = check_bad_steps(&r, step)) != 0) goto cleanup;
         after_step(&r, step);
-        if (fault_fires("sigterm", step)) raise(SIGTERM);        /* test hook */
+        if (fault_fires("sigterm", step)) raise(SIGTERM);        /* test hooks */
+        if (fault_fires("sigint", step)) raise(SIGINT);
     }
 
     /* the end: the summary, the last state and the model file */

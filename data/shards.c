@@ -420,8 +420,9 @@ int loader_open(DataLoader* dl, const char* split, int B, int T, int vocab_size,
     }
     dl->num_windows = dl->first_window[S];
     if (dl->num_windows == 0) {
-        set_err(err, "split %s: 0 windows: a window needs B*T+1 = %zu tokens (B=%d, T=%d) but the "
-                "largest of its %zu shard(s) has %zu", split, bt + 1, B, T, S, largest);
+        set_err(err, "split %s: too little data: a window needs B*T+1 = %zu tokens (B=%d, T=%d) "
+                "in one shard, the largest of its %zu shard(s) has %zu: give it more text or "
+                "lower --batch/--seq", split, bt + 1, B, T, S, largest);
         loader_close(dl);
         return 1;
     }

@@ -29,6 +29,8 @@
 /* Where `gpt2` looks for encoder.json and vocab.bpe when no folder is given and SEEDGPT_BPE_DIR
  * is unset: relative to the working directory, i.e. the repository root for ./train. */
 #define TOKENIZER_GPT2_DEFAULT_DIR "data/gpt2"
+/* GPT-2's vocabulary: 50257 ids, EOT 50256 */
+#define TOKENIZER_GPT2_VOCAB 50257
 
 typedef enum {
     TOKENIZER_BYTE = 0,   /* ids 0..255 = bytes, 256 = EOT */

@@ -232,7 +232,8 @@ int gpt_backward(GPT* m, float dloss);
 float gpt_grad_norm(GPT* m);
 /* Scales the gradients so their norm is at most max_norm (0 disables); returns the norm before. */
 float gpt_clip_grads(GPT* m, float max_norm);
-/* AdamW with bias correction (t = step + 1) and decoupled weight decay on decaying tensors. */
+/* AdamW with bias correction (t: the updates applied so far, this one included; a step skipped
+ * as non-finite is not counted) and decoupled weight decay on decaying tensors. */
 void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay, int t);
 
 /* Bytes of each planned region (for the start-up memory report). */

@@ -17,6 +17,7 @@
  * damages the previous file.
  */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,13 +100,18 @@ static int parse_header(FILE* f, const char* path, GPTConfig* cfg, char err[256]
                      h[H_VERSION] == 5 ? "; bf16 is not supported" : "");
             return -1;
         }
-    } else if (h[H_MAGIC] == MODELFILE_SEED_MAGIC) {
+    } else if (h[H_MAGIC] == MODELFILE_SEED_MAGIC && memcmp(h, "SEEDSTAT", 8) != 0) {
         seed_format = 1;
         if (h[H_VERSION] < 1 || h[H_VERSION] > MODELFILE_SEED_VERSION) {
             snprintf(err, 256, "%s: seedgpt model file version %d, this build reads 1 to %d", path,
                      h[H_VERSION], MODELFILE_SEED_VERSION);
             return -1;
         }
+    } else if (memcmp(h, "SEEDSTAT", 8) == 0) {   /* model/state.h's STATE_MAGIC */
+        snprintf(err, 256, "%s is a training state, not a model file: continue its run with "
+                 "--resume on its folder, or take the newest weights from the folder's model.bin",
+                 path);
+        return -1;
     } else {
         snprintf(err, 256, "%s: bad magic %d (0x%08x), expected %d (llm.c) or 0x%08x (seedgpt): "
                  "not a model file", path, h[H_MAGIC], (uint32_t)h[H_MAGIC], LLMC_MAGIC,
@@ -197,6 +203,41 @@ static int config_mismatch(const GPTConfig* file, const GPTConfig* model, const 
     return -1;
 }
 
+/* The first non-finite float among n: its index, or n when all are finite. */
+static size_t first_non_finite(const float* x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
+/* Reads every weight of the open file f (just past the header) once, in chunks, before any is
+ * copied into a model: a file holding a NaN or an infinity is refused naming the tensor and the
+ * element, and leaves the model untouched. 0, or -1 with err. */
+static int check_weights_finite(FILE* f, const GPTConfig* c, const char* path, char err[256]) {
+    enum { CHUNK = 16384 };
+    static float buf[CHUNK];
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    gpt_param_sizes(c, sizes);
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        for (size_t at = 0; at < sizes[k];) {
+            size_t n = sizes[k] - at < CHUNK ? sizes[k] - at : CHUNK;
+            if (fread(buf, sizeof(float), n, f) != n) {
+                snprintf(err, 256, "%s: read error in tensor %s: %s", path, gpt_param_names[k],
+                         ferror(f) ? strerror(errno) : "unexpected end of file");
+                return -1;
+            }
+            size_t bad = first_non_finite(buf, n);
+            if (bad < n) {
+                snprintf(err, 256, "%s: tensor %s element %zu is %g: a model file never holds a "
+                         "non-finite weight", path, gpt_param_names[k], at + bad, (double)buf[bad]);
+                return -1;
+            }
+            at += n;
+        }
+    }
+    return 0;
+}
+
 int modelfile_load(GPT* m, const char* path, char err[256]) {
     FILE* f = fopen(path, "rb");
     if (f == NULL) {
@@ -204,7 +245,13 @@ int modelfile_load(GPT* m, const char* path, char err[256]) {
         return -1;
     }
     GPTConfig fc;
-    if (parse_header(f, path, &fc, err) != 0 || config_mismatch(&fc, &m->config, path, err) != 0) {
+    if (parse_header(f, path, &fc, err) != 0 || config_mismatch(&fc, &m->config, path, err) != 0 ||
+        check_weights_finite(f, &fc, path, err) != 0) {
+        fclose(f);
+        return -1;
+    }
+    if (fseek(f, HEADER_BYTES, SEEK_SET) != 0) {
+        snprintf(err, 256, "%s: cannot seek: %s", path, strerror(errno));
         fclose(f);
         return -1;
     }
@@ -230,6 +277,18 @@ int modelfile_load(GPT* m, const char* path, char err[256]) {
 
 int modelfile_save(const GPT* m, const char* path, char err[256]) {
     const GPTConfig* c = &m->config;
+    /* a NaN or an infinity in the weights never reaches a file, and the previous one stays */
+    const float* tensors[NUM_PARAMETER_TENSORS];
+    memcpy(tensors, &m->host_params, sizeof(tensors));
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t bad = first_non_finite(tensors[k], m->param_sizes[k]);
+        if (bad < m->param_sizes[k]) {
+            snprintf(err, 256, "%s: refusing to save: tensor %s element %zu is %g (the previous "
+                     "file, if any, is untouched)", path, gpt_param_names[k], bad,
+                     (double)tensors[k][bad]);
+            return MODELFILE_NON_FINITE;
+        }
+    }
     char tmp[4096];
     if (tmp_path_of(tmp, sizeof(tmp), path) != 0) {
         snprintf(err, 256, "%s: path too long", path);

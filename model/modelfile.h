@@ -4,7 +4,8 @@
  * checkpoint: 256 x int32 header (magic 20240326, version 3, maxT, V, L, NH, C, Vp), then the
  * parameters in llm.c order (the order of ParameterTensors). Any other configuration uses
  * seedgpt's own versioned header (see docs/formats.md). Loading refuses a wrong magic, version,
- * size or a configuration that does not match the model, with one line in err.
+ * size, a configuration that does not match the model, a training state given in a model
+ * file's place, or a non-finite weight (naming the tensor and the element), with one line in err.
  */
 #ifndef SEEDGPT_MODELFILE_H
 #define SEEDGPT_MODELFILE_H
@@ -14,11 +15,14 @@
 /* Reads only the header. Returns 0, or -1 with one line in err naming the file and the problem. */
 int modelfile_read_config(const char* path, GPTConfig* cfg, char err[256]);
 
-/* Loads the weights into m, whose configuration must equal the file's. 0 or -1 (err). */
+/* Loads the weights into m, whose configuration must equal the file's. 0 or -1 (err); a refused
+ * file leaves m untouched (the weights are checked for NaN and infinity before any is copied). */
 int modelfile_load(GPT* m, const char* path, char err[256]);  /* then moves them to the backend */
 
 /* Writes m's weights (llm.c v3 when the configuration is plain GPT-2, else seedgpt's own header)
- * to path.tmp, fsyncs, renames into place. 0 or -1 (err); on failure the old file is intact. */
+ * to path.tmp, fsyncs, renames into place. 0, -1 (err), or MODELFILE_NON_FINITE (err names the
+ * tensor and element) when a weight is NaN or infinite; on failure the old file is intact. */
+#define MODELFILE_NON_FINITE (-2)
 int modelfile_save(const GPT* m, const char* path, char err[256]);  /* the host copy: gpt_to_host first */
 
 #endif

@@ -192,3 +192,12 @@ int sample_pick(const float* logits, int V, double temperature, int top_k, uint6
     }
     return order[k - 1];
 }
+
+void sample_write_text(FILE* f, const unsigned char* text, size_t n, int escape) {
+    if (!escape) { fwrite(text, 1, n, f); return; }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = text[i];
+        if ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7f) fprintf(f, "\\x%02x", b);
+        else fputc(b, f);
+    }
+}

@@ -23,6 +23,7 @@
 #define SEEDGPT_SAMPLE_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "model/gpt.h"
 
 typedef struct {
@@ -60,5 +61,11 @@ const float* sampler_feed(Sampler* s, int token);
  * order: V ints of scratch. */
 int sample_pick(const float* logits, int V, double temperature, int top_k, uint64_t sample_seed,
                 uint32_t position, uint32_t stream, int* order);
+
+/* Writes n bytes of decoded text to f. escape 0: as they are. escape 1 (stdout is a terminal):
+ * control bytes other than newline and tab (0x00-0x1f, 0x7f) are written as \xHH, so a sample
+ * cannot move the cursor, clear the screen or retitle the window; bytes from 0x80 up (UTF-8) pass
+ * through. */
+void sample_write_text(FILE* f, const unsigned char* text, size_t n, int escape);
 
 #endif

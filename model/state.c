@@ -3,7 +3,8 @@
  *
  * Owns: the state header and its checks, the CRC-32 (zlib's polynomial, computed here) over the whole file, the
  * tmp + fsync + rename discipline for writing one, and the finiteness check on both sides.
- * May not: print, exit (except the deliberate SIGKILL of a fault point), or know data/.
+ * May not: print, exit (except the deliberate SIGKILL of a fault point, or the SIGINT of the
+ * state_sigint test hook), or know data/.
  */
 #include "model/state.h"
 #include "util/fileio.h"
@@ -163,7 +164,7 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
         set_err(err, "%s: option text longer than %d bytes", path, STATE_MAX_OPTIONS);
         return -1;
     }
-    if (check_finite(m, path, "refusing to save", err) != 0) return -1;
+    if (check_finite(m, path, "refusing to save", err) != 0) return STATE_NON_FINITE;
 
     const GPTConfig* c = &m->config;
     unsigned char h[STATE_HEADER_BYTES];
@@ -202,6 +203,7 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
     uint32_t crc = 0u;
     if (write_crc(f, h, sizeof(h), &crc) != 0 || fflush(f) != 0) failed = "write";
     fault_kill_point("state_header", -1);
+    if (fault_fires("state_sigint", -1)) raise(SIGINT);   /* test hook: a signal mid-write */
     if (failed == NULL && write_crc(f, info->options, opt_len, &crc) != 0) failed = "write";
     for (int which = 0; which < 3 && failed == NULL; which++) {
         for (int k = 0; k < NUM_PARAMETER_TENSORS && failed == NULL; k++) {

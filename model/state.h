@@ -55,7 +55,9 @@ typedef struct {
 /* Writes m's weights and AdamW moments with info (its config and num_parameters are taken from
  * m) to path via path.tmp + fsync + rename + folder fsync. Refuses, writing nothing, when a
  * weight or moment is not finite (naming the tensor and index) or the option text is too long.
- * 0, or -1 with err; on failure the file at path (if any) is untouched. */
+ * 0, -1 with err, or STATE_NON_FINITE with err (a NaN or infinity); on failure the file at
+ * path (if any) is untouched. */
+#define STATE_NON_FINITE (-2)
 int state_save(const char* path, const GPT* m, const StateInfo* info, char err[256]);  /* host copies: gpt_to_host first */
 
 /* Reads and checks a state file without a model: magic, version, every header field, the exact

@@ -104,7 +104,7 @@ build_rc=1; build_s=0; emu_rc=1; emu_s=0; train_rc=1
 [ -f "$W/result" ] && eval "$(cat "$W/result")"
 
 if [ "$build_rc" -eq 0 ]; then
-    echo "ok   bare_machine_builds_cuda_and_tests_and_dev_cuda: make cuda cuda-test-bins dev-cuda in $build_s s with $(wc -l < "$W/hidden.txt") paths hidden"
+    echo "built bare_machine_builds_cuda_and_tests_and_dev_cuda: make cuda cuda-test-bins dev-cuda in $build_s s with $(wc -l < "$W/hidden.txt") paths hidden"
 else
     echo "FAIL bare_machine_builds_cuda_and_tests_and_dev_cuda: $(grep -m3 -E 'error|Error' "$W/build.log" | tr '\n' ' ' | head -c 600)"
 fi

@@ -22,7 +22,7 @@ mkdir -p build
 start=$(date +%s)
 if make -j"$JOBS" --no-print-directory NVCC="$NVCC" cuda > "$log" 2>&1; then
     kernels=$(grep -c "Compiling entry function" "$log")
-    echo "ok   cuda_trainer_builds: make cuda built ./train_cuda with $("$NVCC" --version | grep -o 'release [0-9.]*'), ptxas reported $kernels kernels, $(( $(date +%s) - start )) s"
+    echo "built cuda_trainer_builds: make cuda built ./train_cuda with $("$NVCC" --version | grep -o 'release [0-9.]*'), ptxas reported $kernels kernels, $(( $(date +%s) - start )) s"
     grep -A2 "Compiling entry function" "$log" | grep -E "spill|registers" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | \
         grep -i "spill" | head -3 | sed 's/^/# ptxas: /'
 else
@@ -38,14 +38,14 @@ if [ -z "${CUDA_BUILD_ALL:-}" ] && [ "$(id -u)" -eq 0 ] && unshare -m true 2>/de
     exit 0
 fi
 if make -j"$JOBS" --no-print-directory NVCC="$NVCC" cuda-test-bins >> "$log" 2>&1; then
-    echo "ok   cuda_tests_build: the tests of make test-cuda compiled with nvcc"
+    echo "built cuda_tests_build: the tests of make test-cuda compiled with nvcc"
 else
     echo "FAIL cuda_tests_build: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
     exit 1
 fi
 start=$(date +%s)
 if make -j"$JOBS" --no-print-directory NVCC="$NVCC" dev-cuda >> "$log" 2>&1; then
-    echo "ok   dev_cuda_builds: make dev-cuda built the $(ls dev/cuda/*.cu | wc -l) programs of dev/cuda with nvcc, $(( $(date +%s) - start )) s"
+    echo "built dev_cuda_builds: make dev-cuda built the $(ls dev/cuda/*.cu | wc -l) programs of dev/cuda with nvcc, $(( $(date +%s) - start )) s"
 else
     echo "FAIL dev_cuda_builds: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
     exit 1

@@ -15,7 +15,7 @@ mkdir -p build
 start=$(date +%s)
 # (a plain build in build/, also when called from make test-asan: MAKEFLAGS cleared)
 if MAKEFLAGS= make -s --no-print-directory mpi-cuda-check NVCC="$NVCC" > build/mpi_cuda_check.log 2>&1; then
-    echo "ok   $name: nvcc + mpicc built and linked build/mpi_cuda/dist_link_check against NCCL $(grep -m1 -o 'NCCL_MAJOR [0-9]*' "$CUDA_HOME/include/nccl.h" | cut -d' ' -f2).$(grep -m1 -o 'NCCL_MINOR [0-9]*' "$CUDA_HOME/include/nccl.h" | cut -d' ' -f2) in $(( $(date +%s) - start )) s (not run: needs several GPUs)"
+    echo "built $name: nvcc + mpicc built and linked build/mpi_cuda/dist_link_check against NCCL $(grep -m1 -o 'NCCL_MAJOR [0-9]*' "$CUDA_HOME/include/nccl.h" | cut -d' ' -f2).$(grep -m1 -o 'NCCL_MINOR [0-9]*' "$CUDA_HOME/include/nccl.h" | cut -d' ' -f2) in $(( $(date +%s) - start )) s (not run: needs several GPUs)"
 else
     echo "FAIL $name: $(grep -m3 -i 'error' build/mpi_cuda_check.log | head -c 600)"
     exit 1

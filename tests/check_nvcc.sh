@@ -14,7 +14,7 @@ fi
 mkdir -p build/tests
 if "$NVCC" -std=c++17 -O2 -I. -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
         -o build/tests/test_cuda_philox tests/cuda/test_cuda_philox.cu 2> build/tests/test_cuda_philox.log; then
-    echo "ok   philox_compiles_as_device_code: nvcc built tests/cuda/test_cuda_philox.cu for sm_90 + PTX"
+    echo "built philox_compiles_as_device_code: nvcc built tests/cuda/test_cuda_philox.cu for sm_90 + PTX"
 else
     echo "FAIL philox_compiles_as_device_code: $(head -c 400 build/tests/test_cuda_philox.log)"
     exit 1

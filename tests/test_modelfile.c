@@ -321,6 +321,31 @@ static void test_refusals(void) {
                    "is 4 in the file but 2 in the model");
     gpt_free(&m3);
 
+    /* a non-finite weight: refused naming the tensor and the element, the model untouched (the
+     * weights are checked before any is copied). The last float of the file is the last element
+     * of lnfb; an infinity in the first tensor's element 5 is wte's. */
+    {
+        size_t n;
+        unsigned char* bytes = read_all(good, &n);
+        float nan = NAN, inf = INFINITY;
+        memcpy(bytes + n - 4, &nan, 4);
+        write_all(bad, bytes, n);
+        char where[64];
+        snprintf(where, sizeof(where), "lnfb element %d", c.channels - 1);
+        expect_refusal("refuses_nan_weight_naming_tensor_and_element", &m, bad, where, "nan");
+        memcpy(bytes + n - 4, &bytes[n - 8], 4);
+        memcpy(bytes + 1024 + 5 * 4, &inf, 4);
+        write_all(bad, bytes, n);
+        expect_refusal("refuses_infinite_weight_naming_tensor_and_element", &m, bad,
+                       "wte element 5", "inf");
+        /* a training state in a model file's place: said so, pointing to --resume */
+        memcpy(bytes, "SEEDSTAT", 8);
+        write_all(bad, bytes, n);
+        expect_refusal("refuses_training_state_as_model_file_saying_so", &m, bad,
+                       "is a training state", "--resume");
+        free(bytes);
+    }
+
     GPTConfig r;
     int rc = modelfile_read_config(missing, &r, err);
     expect(rc == -1 && strstr(err, missing) != NULL, "read_config_names_missing_file",
@@ -360,6 +385,22 @@ static void test_failing_saves(void) {
            "rc %d, file unchanged %d: \"%s\"", rc, same, err);
     free(after);
     rmdir(tmp);
+
+    /* a NaN weight: nothing is written (MODELFILE_NON_FINITE), the previous file stays */
+    {
+        float keep = b.params.ln1w[3];
+        b.params.ln1w[3] = NAN;
+        err[0] = '\0';
+        rc = modelfile_save(&b, good, err);
+        b.params.ln1w[3] = keep;
+        after = read_all(good, &n1);
+        same = n1 == n0 && memcmp(before, after, n0) == 0;
+        expect(rc == MODELFILE_NON_FINITE && same && !file_exists(tmp) &&
+               strstr(err, "ln1w element 3") != NULL && strstr(err, good) != NULL,
+               "save_refuses_non_finite_weight_and_keeps_previous_file",
+               "rc %d, file unchanged %d, tmp left %d: \"%s\"", rc, same, file_exists(tmp), err);
+        free(after);
+    }
 
     /* a folder that does not exist */
     char nodir[512];

@@ -137,6 +137,25 @@ int main(void) {
                "%d ids drawn outside, or never drawn inside, the top k (k = 1, 2, 7, 50, 199 of %d, "
                "tied logits)", bad, NV);
     }
+    /* a terminal gets no raw control bytes: ESC, BEL, CR, DEL become \xHH; newline, tab and
+     * UTF-8 pass; without escaping the bytes pass unchanged */
+    {
+        const unsigned char text[] = {'a', 0x1b, '[', '2', 'J', '\n', '\t', 0x07, '\r', 0x7f, 0xc3,
+                                      0xa9, 0x00, 'z'};
+        char esc[128] = "", raw[64] = "";
+        FILE* f = fmemopen(esc, sizeof(esc), "w");
+        sample_write_text(f, text, sizeof(text), 1);
+        fclose(f);
+        const char* want = "a\\x1b[2J\n\t\\x07\\x0d\\x7f\xc3\xa9\\x00z";
+        expect(strcmp(esc, want) == 0, "sample_text_to_a_terminal_escapes_control_bytes",
+               "%zu bytes written, %zu expected, %s", strlen(esc), strlen(want),
+               strcmp(esc, want) == 0 ? "the same" : "they differ");
+        f = fmemopen(raw, sizeof(raw), "w");
+        sample_write_text(f, text, sizeof(text), 0);
+        fclose(f);
+        expect(memcmp(raw, text, sizeof(text)) == 0, "sample_text_to_a_file_is_written_unchanged",
+               "%s", memcmp(raw, text, sizeof(text)) == 0 ? "14 bytes as given" : "bytes differ");
+    }
     gpt_free(&m);
     return test_finish();
 }
