@@ -70,7 +70,7 @@ endif
 
 BUILD   := build
 
-CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/mem.c model/modelfile.c \
+CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/gemm_bf16_cpu.c model/mem.c model/modelfile.c \
             model/state.c model/sample.c model/dist_none.c model/peak.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c \
@@ -120,7 +120,7 @@ MPI_TEST ?= tests/test_mpi.sh
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint test_opts \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_peak
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_peak
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
@@ -154,9 +154,9 @@ $(BUILD)/bench_attention: tests/bench_attention.c $(BUILD)/attention/flash_cpu.o
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/attention/flash_cpu.o $(LDLIBS)
 
 # seedgpt's GEMM against cblas_sgemm on GPT-2 shapes (not a test)
-$(BUILD)/bench_gemm: tests/bench_gemm.c $(BUILD)/model/gemm_cpu.o $(HEADERS)
+$(BUILD)/bench_gemm: tests/bench_gemm.c $(BUILD)/model/gemm_cpu.o $(BUILD)/model/gemm_bf16_cpu.o $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/model/gemm_cpu.o $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/model/gemm_cpu.o $(BUILD)/model/gemm_bf16_cpu.o $(LDLIBS)
 
 # the CPU's measured fp32 / bf16 peak per path (model/peak.c; not a test)
 $(BUILD)/bench_peak: tests/bench_peak.c $(BUILD)/model/peak.o $(HEADERS)

@@ -9,6 +9,7 @@
 #define SEEDGPT_GEMM_CPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* C (M,N) = A (M,K) . B (K,N), written (accumulate 0) or added to (accumulate 1: each element's
  * chain starts at its old value, so accumulating rows [0,K1) then [K1,K) equals one call over
@@ -24,5 +25,25 @@ typedef enum { GEMM_PORTABLE = 0, GEMM_AVX2 = 1, GEMM_AVX512 = 2 } GemmPath;
 int gemm_path_supported(GemmPath p);   /* 1 if this CPU (and this build) can run p */
 GemmPath gemm_path_selected(void);     /* the path the next call takes */
 const char* gemm_path_name(GemmPath p);
+
+/* ---- bf16 operands, fp32 accumulation (model/gemm_bf16_cpu.c) ------------------------------
+ * C (M,N) = A (M,K) . B (K,N) with A and B in bf16 (uint16_t bits) and C in fp32; strides and
+ * accumulate as gemm_f32. Each output element is one chain over the k pairs (2p, 2p+1), the odd
+ * element first, each step an exact product added with one rounding (fmaf), bf16 denormal
+ * operands read as zero and results below FLT_MIN flushed to a zero of their sign: the arithmetic
+ * of AVX512_BF16's VDPBF16PS, which the portable path reproduces bit for bit. An accumulated
+ * element that is a denormal starts its chain at zero. */
+void gemm_bf16(int M, int N, int K, const uint16_t* A, size_t rsa, size_t csa,
+               const uint16_t* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc);
+
+/* One step of that chain, as the portable path computes it: acc, then A[2p+1]*B[2p+1], then
+ * A[2p]*B[2p], with a_pair = A[2p] | A[2p+1] << 16 and b_pair likewise (for the tests). */
+float gemm_bf16_pair_step(float acc, uint32_t a_pair, uint32_t b_pair);
+
+/* SEEDGPT_GEMM_BF16=portable|avx512bf16 forces a path (read at each call); unset, the CPU's best. */
+typedef enum { GEMM_BF16_PORTABLE = 0, GEMM_BF16_AVX512BF16 = 1 } GemmBf16Path;
+int gemm_bf16_path_supported(GemmBf16Path p);
+GemmBf16Path gemm_bf16_path_selected(void);
+const char* gemm_bf16_path_name(GemmBf16Path p);
 
 #endif

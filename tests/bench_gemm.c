@@ -1,6 +1,8 @@
 /* tests/bench_gemm.c — seedgpt's GEMM (model/gemm_cpu.c) against OpenBLAS's cblas_sgemm on the
  * products of GPT-2 small's matmuls (C = 768), forward and both backward products, at two batch
- * sizes. Prints a table and one JSON line per shape. Not a test: the numbers are the machine's.
+ * sizes; beside them seedgpt's bf16 product (model/gemm_bf16_cpu.c: bf16 operands, fp32 sums) on
+ * the same shapes. Prints a table and one JSON line per shape. Not a test: the numbers are the
+ * machine's.
  *
  *   build/bench_gemm [--threads N (2)] [--reps N (5)]
  */
@@ -11,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include "model/gemm_cpu.h"
+#include "cuda/bf16.h"
 
 static double now(void) {
     struct timespec ts;
@@ -24,6 +27,12 @@ static float* rand_buf(size_t n, unsigned* s) {
         *s = *s * 1664525u + 1013904223u;
         p[i] = (float)((*s >> 8) & 0xffff) / 65536.0f - 0.5f;
     }
+    return p;
+}
+
+static uint16_t* to_bf16(const float* x, size_t n) {
+    uint16_t* p = aligned_alloc(64, ((n * sizeof(uint16_t)) + 63) & ~(size_t)63);
+    for (size_t i = 0; i < n; i++) p[i] = sg_bf16_from_float(x[i]);
     return p;
 }
 
@@ -48,6 +57,14 @@ static void run(int which, Kind kind, int N, int C, int OC, const float* x, cons
     }
 }
 
+/* The same product by seedgpt's bf16 GEMM, on bf16 copies of the operands. */
+static void run_bf16(Kind kind, int N, int C, int OC, const uint16_t* x, const uint16_t* w,
+                     const uint16_t* dy, float* out) {
+    if (kind == FWD) gemm_bf16(N, OC, C, x, C, 1, w, 1, C, 0, out, OC);
+    else if (kind == DINP) gemm_bf16(N, C, OC, dy, OC, 1, w, C, 1, 0, out, C);
+    else gemm_bf16(OC, C, N, dy, 1, OC, x, C, 1, 1, out, C);
+}
+
 int main(int argc, char** argv) {
     int threads = 2, reps = 5;
     for (int i = 1; i < argc; i++) {
@@ -59,9 +76,11 @@ int main(int argc, char** argv) {
     omp_set_num_threads(threads);
     const int rows[] = {256, 2048};                 /* 4 x 64 and 8 x 256 tokens */
     const int shapes[][2] = {{768, 2304}, {768, 3072}, {768, 768}, {3072, 768}};  /* C, OC */
-    printf("seedgpt gemm (%s) vs cblas_sgemm, %d threads, best of %d; GFLOP/s\n",
-           gemm_path_name(gemm_path_selected()), threads, reps);
-    printf("%-18s %5s %5s %5s %9s %9s %6s\n", "product", "N", "C", "OC", "seedgpt", "openblas", "ratio");
+    printf("seedgpt gemm (%s) vs cblas_sgemm, and seedgpt's bf16 gemm (%s), %d threads, best of "
+           "%d; GFLOP/s\n", gemm_path_name(gemm_path_selected()),
+           gemm_bf16_path_name(gemm_bf16_path_selected()), threads, reps);
+    printf("%-18s %5s %5s %5s %9s %9s %6s %9s %9s\n", "product", "N", "C", "OC", "seedgpt", "openblas",
+           "ratio", "bf16", "bf16/f32");
     unsigned seed = 1;
     for (int r = 0; r < 2; r++)
         for (int s = 0; s < 4; s++) {
@@ -72,24 +91,30 @@ int main(int argc, char** argv) {
             size_t outn = (size_t)N * OC > (size_t)OC * C ? (size_t)N * OC : (size_t)OC * C;
             if ((size_t)N * C > outn) outn = (size_t)N * C;
             float* out = rand_buf(outn, &seed);
+            uint16_t* xb = to_bf16(x, (size_t)N * C);
+            uint16_t* wb = to_bf16(w, (size_t)OC * C);
+            uint16_t* dyb = to_bf16(dy, (size_t)N * OC);
             for (Kind k = FWD; k <= DW; k++) {
-                double flops = 2.0 * N * C * OC, best[2] = {1e30, 1e30};
+                double flops = 2.0 * N * C * OC, best[3] = {1e30, 1e30, 1e30};
                 for (int rep = 0; rep < reps; rep++)
-                    for (int which = 0; which < 2; which++) {
+                    for (int which = 0; which < 3; which++) {   /* the three alternate */
                         double t0 = now();
-                        run(which, k, N, C, OC, x, w, dy, out);
+                        if (which < 2) run(which, k, N, C, OC, x, w, dy, out);
+                        else run_bf16(k, N, C, OC, xb, wb, dyb, out);
                         double t = now() - t0;
                         if (t < best[which]) best[which] = t;
                     }
                 double g0 = flops / best[0] * 1e-9, g1 = flops / best[1] * 1e-9;
-                printf("%-18s %5d %5d %5d %9.1f %9.1f %6.2f\n", kind_name[k], N, C, OC, g0, g1,
-                       g0 / g1);
+                double g2 = flops / best[2] * 1e-9;
+                printf("%-18s %5d %5d %5d %9.1f %9.1f %6.2f %9.1f %9.2f\n", kind_name[k], N, C, OC,
+                       g0, g1, g0 / g1, g2, g2 / g0);
                 printf("{\"bench\":\"gemm\",\"product\":\"%s\",\"N\":%d,\"C\":%d,\"OC\":%d,"
-                       "\"threads\":%d,\"seedgpt_gflops\":%.2f,\"openblas_gflops\":%.2f}\n",
+                       "\"threads\":%d,\"seedgpt_gflops\":%.2f,\"openblas_gflops\":%.2f,"
+                       "\"seedgpt_bf16_gflops\":%.2f}\n",
                        k == FWD ? "fwd" : k == DINP ? "dinp" : "dweight", N, C, OC, threads, g0,
-                       g1);
+                       g1, g2);
             }
-            free(x); free(w); free(dy); free(out);
+            free(x); free(w); free(dy); free(out); free(xb); free(wb); free(dyb);
         }
     return 0;
 }

@@ -1,0 +1,289 @@
+/* model/gemm_bf16_cpu.c — seedgpt's bf16 matrix product on the CPU: bf16 operands, fp32
+ * accumulation, with AVX512_BF16's VDPBF16PS where the CPU has it and a portable C twin that
+ * gives the same bits.
+ *
+ * The order, fixed (the instruction's own): k is taken in pairs (2p, 2p+1), and output element
+ * (i, j) is one chain over p = 0, 1, ..., ceil(K/2)-1,
+ *     acc = ftz(fma(A[i,2p+1], B[2p+1,j], acc));  acc = ftz(fma(A[i,2p], B[2p,j], acc))
+ * the odd element of a pair first. fma is the exact product added with one rounding to nearest
+ * even (the product of two bf16 is never rounded, and never overflows on its own), operands that
+ * are bf16 denormals count as zero, and a result below FLT_MIN in magnitude becomes a zero of its
+ * sign. The chain starts at 0 (written) or at the element's old value, a denormal of which counts
+ * as zero (accumulated); an odd K's missing element K is zero in both operands. This is what
+ * VDPBF16PS does: measured against the instruction on random operands over the whole exponent
+ * range, denormals, zeros and infinities included, the model above gives its bits every time
+ * (tests/test_gemm.c keeps that check). So the two paths give the same bits, and like the fp32
+ * product (model/gemm_cpu.c) an element's bits depend only on its row of A and column of B: not
+ * on M, N, the blocking or the thread count.
+ *
+ * Layout: A is packed into panels of MR rows, one 32-bit word per (pair, row) holding A[i,2p] in
+ * its low half and A[i,2p+1] in its high half; B into panels of NR columns, one word per (pair,
+ * column) the same way. A micro-kernel keeps an MR x NR block of fp32 accumulators; on AVX-512 a
+ * row's word is broadcast and VDPBF16PS takes 16 columns' words at once.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model/gemm_cpu.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define BF16_X86 1
+#else
+#define BF16_X86 0
+#endif
+
+#define KPC 128        /* k pairs per block: a B micro-panel (KPC x 32 words) is 16 KiB, in L1 */
+#define MC_PANELS 8    /* A panels per output tile */
+#define NC_PANELS 4    /* B panels per output tile */
+#define PACK_WORDS ((size_t)8 << 20)   /* packed words of one pair chunk: 32 MiB at most */
+#define MR_MAX 12
+#define NR_MAX 32
+
+/* c (MR, NR; rows ldc apart) = [c +] ap (kp pairs, MR) . bp (kp pairs, NR), both packed */
+typedef void (*Bf16Kernel)(int kp, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc,
+                           int load_c);
+
+/* ---- the arithmetic, spelled out ----------------------------------------------------------- */
+
+static inline float flush(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
+
+static inline float bf16_operand(uint32_t bits16) {
+    uint32_t u = bits16 << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return flush(f);   /* a denormal operand counts as zero */
+}
+
+/* one pair of the chain: the odd element, then the even one (acc as the instruction reads it: a
+ * denormal counts as zero; inside a chain acc is never one) */
+static inline float pair_step(float acc, uint32_t a, uint32_t b) {
+    acc = flush(fmaf(bf16_operand(a >> 16), bf16_operand(b >> 16), flush(acc)));
+    return flush(fmaf(bf16_operand(a & 0xffffu), bf16_operand(b & 0xffffu), acc));
+}
+
+float gemm_bf16_pair_step(float acc, uint32_t a_pair, uint32_t b_pair) {
+    return pair_step(acc, a_pair, b_pair);
+}
+
+/* ---- micro-kernels ------------------------------------------------------------------------- */
+
+static void kernel_portable(int kp, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc,
+                            int load_c) {
+    enum { MR = 4, NR = 16 };
+    float acc[MR][NR];
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NR; j++) acc[r][j] = load_c ? flush(c[r * ldc + j]) : 0.0f;
+    for (int p = 0; p < kp; p++) {
+        const uint32_t* a = ap + (size_t)p * MR;
+        const uint32_t* b = bp + (size_t)p * NR;
+        for (int r = 0; r < MR; r++)
+            for (int j = 0; j < NR; j++) acc[r][j] = pair_step(acc[r][j], a[r], b[j]);
+    }
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NR; j++) c[r * ldc + j] = acc[r][j];
+}
+
+#if BF16_X86
+/* A starting value as the instruction would read it: a denormal counts as zero. */
+__attribute__((target("avx512f")))
+static inline __m512 load_acc(const float* c) {
+    __m512 v = _mm512_loadu_ps(c);
+    __mmask16 tiny = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ);
+    /* where the value is below FLT_MIN keep only its sign bit */
+    __m512i bits = _mm512_castps_si512(v);
+    __m512i sign = _mm512_and_epi32(bits, _mm512_set1_epi32((int)0x80000000u));
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(bits, tiny, sign));
+}
+
+__attribute__((target("avx512f,avx512bf16")))
+static void kernel_avx512bf16(int kp, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc,
+                              int load_c) {
+    enum { MR = 12 };
+    __m512 acc[MR][2];
+    #pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        acc[r][0] = load_c ? load_acc(c + r * ldc) : _mm512_setzero_ps();
+        acc[r][1] = load_c ? load_acc(c + r * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int p = 0; p < kp; p++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void*)(bp + (size_t)p * 32));
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void*)(bp + (size_t)p * 32 + 16));
+        const uint32_t* a = ap + (size_t)p * MR;
+        #pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
+        }
+    }
+    #pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
+    }
+}
+#endif
+
+/* ---- paths --------------------------------------------------------------------------------- */
+
+typedef struct { int mr, nr; Bf16Kernel kernel; } Bf16PathDesc;
+
+static Bf16PathDesc path_desc(GemmBf16Path p) {
+#if BF16_X86
+    if (p == GEMM_BF16_AVX512BF16) return (Bf16PathDesc){12, 32, kernel_avx512bf16};
+#endif
+    (void)p;
+    return (Bf16PathDesc){4, 16, kernel_portable};
+}
+
+const char* gemm_bf16_path_name(GemmBf16Path p) {
+    return p == GEMM_BF16_AVX512BF16 ? "avx512bf16" : "portable";
+}
+
+int gemm_bf16_path_supported(GemmBf16Path p) {
+    if (p == GEMM_BF16_PORTABLE) return 1;
+#if BF16_X86
+    __builtin_cpu_init();
+    if (p == GEMM_BF16_AVX512BF16)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#endif
+    return 0;
+}
+
+GemmBf16Path gemm_bf16_path_selected(void) {
+    const char* s = getenv("SEEDGPT_GEMM_BF16");
+    if (s == NULL || s[0] == '\0')
+        return gemm_bf16_path_supported(GEMM_BF16_AVX512BF16) ? GEMM_BF16_AVX512BF16
+                                                               : GEMM_BF16_PORTABLE;
+    for (GemmBf16Path p = GEMM_BF16_PORTABLE; p <= GEMM_BF16_AVX512BF16; p++) {
+        if (strcmp(s, gemm_bf16_path_name(p)) != 0) continue;
+        if (!gemm_bf16_path_supported(p)) {
+            fprintf(stderr, "SEEDGPT_GEMM_BF16=%s: this CPU does not support that path\n", s);
+            exit(1);
+        }
+        return p;
+    }
+    fprintf(stderr, "SEEDGPT_GEMM_BF16=%s: expected portable or avx512bf16\n", s);
+    exit(1);
+}
+
+/* ---- packing ------------------------------------------------------------------------------- */
+
+/* the word of elements k and k+1 of a strided bf16 vector (k+1 == K: zero) */
+static inline uint32_t pair_word(const uint16_t* x, size_t stride, int k, int K) {
+    uint32_t lo = x[(size_t)k * stride];
+    uint32_t hi = k + 1 < K ? x[(size_t)(k + 1) * stride] : 0u;
+    return lo | hi << 16;
+}
+
+/* dst (kp pairs, MR) = rows [i0, i0+mr) of A, pairs [p0, p0+kp); rows mr..MR-1 zero */
+static void pack_a(uint32_t* dst, const uint16_t* A, size_t rsa, size_t csa, int i0, int mr,
+                   int p0, int kp, int K, int MR) {
+    for (int p = 0; p < kp; p++) {
+        uint32_t* d = dst + (size_t)p * MR;
+        int k = 2 * (p0 + p);
+        for (int r = 0; r < mr; r++) d[r] = pair_word(A + (size_t)(i0 + r) * rsa, csa, k, K);
+        for (int r = mr; r < MR; r++) d[r] = 0u;
+    }
+}
+
+/* dst (kp pairs, NR) = columns [j0, j0+nr) of B, pairs [p0, p0+kp); columns nr..NR-1 zero */
+static void pack_b(uint32_t* dst, const uint16_t* B, size_t rsb, size_t csb, int j0, int nr,
+                   int p0, int kp, int K, int NR) {
+    for (int p = 0; p < kp; p++) {
+        uint32_t* d = dst + (size_t)p * NR;
+        int k = 2 * (p0 + p);
+        for (int j = 0; j < nr; j++) d[j] = pair_word(B + (size_t)(j0 + j) * csb, rsb, k, K);
+        for (int j = nr; j < NR; j++) d[j] = 0u;
+    }
+}
+
+/* Packed panels of one pair chunk, grown to the largest call seen and kept (64-byte aligned). */
+static uint32_t* pack_buf = NULL;
+static size_t pack_cap = 0;
+
+static uint32_t* pack_buffer(size_t words) {
+    if (words > pack_cap) {
+        free(pack_buf);
+        size_t bytes = (words * sizeof(uint32_t) + 63) & ~(size_t)63;
+        pack_buf = aligned_alloc(64, bytes);
+        if (pack_buf == NULL) {
+            fprintf(stderr, "gemm_bf16: out of memory for %zu bytes of packed panels\n", bytes);
+            exit(1);
+        }
+        pack_cap = words;
+    }
+    return pack_buf;
+}
+
+void gemm_bf16(int M, int N, int K, const uint16_t* A, size_t rsa, size_t csa,
+               const uint16_t* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++)
+                C[(size_t)i * ldc + j] = accumulate ? flush(C[(size_t)i * ldc + j]) : 0.0f;
+        return;
+    }
+    Bf16PathDesc pd = path_desc(gemm_bf16_path_selected());
+    const int MR = pd.mr, NR = pd.nr;
+    const int mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR, KP = (K + 1) / 2;
+    const size_t per_pair = (size_t)mp * MR + (size_t)np * NR;
+    int pchunk = (int)(PACK_WORDS / per_pair) / KPC * KPC;
+    if (pchunk < KPC) pchunk = KPC;
+    if (pchunk > KP) pchunk = KP;
+    const size_t a_words = ((size_t)mp * MR * pchunk + 15) & ~(size_t)15;
+    uint32_t* Ap = pack_buffer(a_words + (size_t)np * NR * pchunk);
+    uint32_t* Bp = Ap + a_words;
+    const int mb = (mp + MC_PANELS - 1) / MC_PANELS, nb = (np + NC_PANELS - 1) / NC_PANELS;
+
+    #pragma omp parallel
+    for (int p0 = 0; p0 < KP; p0 += pchunk) {
+        const int pn = KP - p0 < pchunk ? KP - p0 : pchunk;
+        #pragma omp for schedule(dynamic) nowait
+        for (int i = 0; i < mp; i++) {
+            int mr = M - i * MR < MR ? M - i * MR : MR;
+            pack_a(Ap + (size_t)i * MR * pn, A, rsa, csa, i * MR, mr, p0, pn, K, MR);
+        }
+        #pragma omp for schedule(dynamic)
+        for (int q = 0; q < np; q++) {
+            int nr = N - q * NR < NR ? N - q * NR : NR;
+            pack_b(Bp + (size_t)q * NR * pn, B, rsb, csb, q * NR, nr, p0, pn, K, NR);
+        }
+        /* tiles in any order on any thread: each output element's chain is walked by one call */
+        #pragma omp for schedule(dynamic)
+        for (int t = 0; t < mb * nb; t++) {
+            const int i0 = (t / nb) * MC_PANELS, q0 = (t % nb) * NC_PANELS;
+            const int i1 = i0 + MC_PANELS < mp ? i0 + MC_PANELS : mp;
+            const int q1 = q0 + NC_PANELS < np ? q0 + NC_PANELS : np;
+            for (int pp = 0; pp < pn; pp += KPC) {
+                const int kp = pn - pp < KPC ? pn - pp : KPC;
+                const int load_c = accumulate || p0 + pp > 0;
+                for (int q = q0; q < q1; q++) {
+                    const uint32_t* bp = Bp + (size_t)q * NR * pn + (size_t)pp * NR;
+                    const int nr = N - q * NR < NR ? N - q * NR : NR;
+                    for (int i = i0; i < i1; i++) {
+                        const uint32_t* ap = Ap + (size_t)i * MR * pn + (size_t)pp * MR;
+                        const int mr = M - i * MR < MR ? M - i * MR : MR;
+                        float* c = C + (size_t)i * MR * ldc + (size_t)q * NR;
+                        if (mr == MR && nr == NR) {
+                            pd.kernel(kp, ap, bp, c, ldc, load_c);
+                            continue;
+                        }
+                        /* edge tile: through a full-size copy, so nothing outside C is touched */
+                        float tmp[MR_MAX * NR_MAX] = {0};
+                        for (int r = 0; r < mr; r++)
+                            for (int j = 0; j < nr; j++) tmp[r * NR + j] = c[r * ldc + j];
+                        pd.kernel(kp, ap, bp, tmp, (size_t)NR, load_c);
+                        for (int r = 0; r < mr; r++)
+                            for (int j = 0; j < nr; j++) c[r * ldc + j] = tmp[r * NR + j];
+                    }
+                }
+            }
+        }
+    }
+}
