@@ -70,7 +70,7 @@ endif
 
 BUILD   := build
 
-CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/gemm_bf16_cpu.c model/mem.c model/modelfile.c \
+CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/gemm_bf16_cpu.c model/plan.c model/mem.c model/modelfile.c \
             model/state.c model/sample.c model/dist_none.c model/peak.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c \

@@ -57,6 +57,7 @@ static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
     [F_PEAK_GFLOPS] = {"--peak-gflops", R_LOCAL}, [F_TOTAL_BATCH] = {"--total-batch", R_FIXED},
     [F_DEVICE] = {"--device", R_LOCAL},   /* a state saved on one backend resumes on the other */
     [F_PRECISION] = {"--precision", R_LOCAL},   /* states hold fp32 weights whatever it is */
+    [F_MEMORY_BUDGET] = {"--memory-budget", R_LOCAL},
 };
 
 /* ./train --help: the synopsis of training and of each subcommand (the words after "./train"
@@ -127,6 +128,10 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "  --recompute P       none | layer | every:K (default none): keep only each segment's input of\n"
 "                      K layers and recompute the segment before its backward, with the seeds\n"
 "                      its layers drew in the forward (layer = every:1)\n"
+"  --memory-budget S   e.g. 512MiB or 20GiB (B, KiB, MiB, GiB, TiB; KB, MB, GB, TB are powers\n"
+"                      of 1000): take the policy whose planned memory fits with the fewest\n"
+"                      recomputed FLOPs (./train plan shows them); with --recompute, refuse\n"
+"                      when that policy does not fit\n"
 "  --recompute-check M off | warn | stop (default warn): a recomputed segment's output must\n"
 "                      equal the stored input of the next, bit for bit\n"
 "  --recompute-seeds S captured | fresh (default captured). fresh is the negative control: the\n"
@@ -231,6 +236,28 @@ static uint64_t parse_seed(const char* flag, const char* v) {
     unsigned long long s = strtoull(v, &end, 10);
     if (*end != '\0' || errno != 0) die_flag(flag, v, "a decimal unsigned 64-bit integer");
     return s;
+}
+
+/* A size in bytes: a positive number and a unit, B, KiB, MiB, GiB, TiB (powers of 1024) or KB,
+ * MB, GB, TB (powers of 1000); a bare number is bytes. */
+static double parse_size(const char* flag, const char* v) {
+    static const struct { const char* unit; double scale; } units[] = {
+        {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+        {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+    const char* expected = "a positive size such as 512MiB or 20GiB (units B, KiB, MiB, GiB, TiB, "
+                           "KB, MB, GB, TB)";
+    char* end;
+    errno = 0;
+    double x = v != NULL && *v != '\0' && !isspace((unsigned char)*v) ? strtod(v, &end) : -1;
+    if (v == NULL || x < 0 || errno != 0 || !isfinite(x)) die_flag(flag, v, expected);
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(end, units[i].unit) != 0) continue;
+        double bytes = x * units[i].scale;
+        if (!(bytes >= 1.0) || !isfinite(bytes)) die_flag(flag, v, expected);
+        return bytes;
+    }
+    die_flag(flag, v, expected);
+    return 0;
 }
 
 static void set_defaults(Options* o) {
@@ -341,6 +368,7 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_SAMPLE_EVERY: o->sample_every = parse_long(f, v, 0, 2000000000L); break;
     case F_SAMPLE_TOKENS: o->sample_tokens = parse_long(f, v, 1, 1 << 24); break;
     case F_PEAK_GFLOPS: o->peak_gflops = parse_double(f, v, 0, 1e12, 0); break;
+    case F_MEMORY_BUDGET: o->memory_budget = parse_size(f, v); break;
     case F_TOTAL_BATCH: o->total_batch = parse_long(f, v, 0, 1L << 40); break;
     }
 }
@@ -421,6 +449,7 @@ static int format_flag(const Options* o, int id, int world, char* buf, size_t ca
     case F_SAMPLE_EVERY: snprintf(buf, cap, "%d", o->sample_every); return 0;
     case F_SAMPLE_TOKENS: snprintf(buf, cap, "%d", o->sample_tokens); return 0;
     case F_PEAK_GFLOPS: fmt_double(buf, cap, o->peak_gflops); return 0;
+    case F_MEMORY_BUDGET: fmt_double(buf, cap, o->memory_budget); return 0;
     case F_TOTAL_BATCH:   /* canonical: the tokens per step, also when left to the default */
         snprintf(buf, cap, "%ld", o->total_batch ? o->total_batch
                                   : (long)world * o->batch * (o->seq ? o->seq : o->seq_len));

@@ -53,6 +53,8 @@ typedef struct {
     const char* precision;   /* "fp32" or "bf16" (CUDA only) */
     /* activation checkpointing */
     RecomputePolicy policy;
+    double memory_budget;    /* bytes; 0: none. The policy that fits with the fewest recomputed
+                                FLOPs, unless --recompute is given (model/plan.h) */
     /* run folder, resume, the non-finite guard */
     const char* out_dir;
     const char* resume_dir;
@@ -77,6 +79,7 @@ enum {
     F_OUT, F_RESUME, F_SAVE_EVERY, F_KEEP, F_MAX_BAD_STEPS,
     F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH, F_DEVICE,
     F_PRECISION,
+    F_MEMORY_BUDGET,
     NUM_FLAGS
 };
 

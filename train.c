@@ -46,6 +46,7 @@
 #include "data/tokenizer.h"
 #include "data/prepare.h"
 #include "model/peak.h"
+#include "model/plan.h"
 #include "util/fileio.h"
 #include "cli.h"
 #ifdef SEEDGPT_CUDA
@@ -587,6 +588,63 @@ static int batch_shape(Run* r) {
     r->B = B;
     r->T = T;
     r->A = o->total_batch ? (int)(o->total_batch / tokens_per_micro) : 1;
+    return 0;
+}
+
+/* ---- memory planning ---------------------------------------------------------------------- */
+
+static double mib(size_t bytes) { return bytes / 1048576.0; }
+
+/* --memory-budget: the policy whose planned peak fits with the fewest recomputed FLOPs, said in
+ * one line with the runner-up; with an explicit --recompute (explicit_policy), that policy must
+ * fit. o->policy is set to the choice. 0, or the exit status. */
+static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, int explicit_policy,
+                               int writer) {
+    if (o->memory_budget <= 0) return 0;
+    const Backend* be = backend_lookup(o->device, o->precision);
+    PlanRow rows[PLAN_MAX_ROWS];
+    char err[256], name[32], name2[32];
+    int n = plan_rows(cfg, B, T, be, omp_get_max_threads(), &o->policy, rows, err);
+    if (n < 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    int second, best = plan_choose(rows, n, o->memory_budget, &second);
+    if (explicit_policy) {
+        for (int i = 0; i < n; i++) {
+            if (rows[i].policy.every != o->policy.every) continue;
+            if ((double)rows[i].peak <= o->memory_budget) return 0;
+            fprintf(stderr, "seedgpt: --recompute %s plans a peak of %.1f MiB (%zu B), over "
+                    "--memory-budget %.1f MiB (%.0f B)%s%s%s\n", recompute_name(&o->policy, name),
+                    mib(rows[i].peak), rows[i].peak, o->memory_budget / 1048576.0,
+                    o->memory_budget, best >= 0 ? " (--recompute " : "",
+                    best >= 0 ? recompute_name(&rows[best].policy, name2) : "",
+                    best >= 0 ? " fits; drop --recompute to let the budget choose)" : "");
+            return EXIT_BAD_INPUT;
+        }
+        return 0;
+    }
+    if (best < 0) {
+        int small = 0;
+        for (int i = 1; i < n; i++) if (rows[i].peak < rows[small].peak) small = i;
+        fprintf(stderr, "seedgpt: --memory-budget %.1f MiB: no recompute policy fits; the smallest "
+                "planned peak is %.1f MiB (--recompute %s): lower --batch (%d) or --seq (%d), or "
+                "raise the budget\n", o->memory_budget / 1048576.0, mib(rows[small].peak),
+                recompute_name(&rows[small].policy, name), B, T);
+        return EXIT_BAD_INPUT;
+    }
+    o->policy = rows[best].policy;
+    if (writer) {
+        printf("memory budget %.1f MiB: --recompute %s, planned peak %.1f MiB, recomputing %.1f%% "
+               "of a step's FLOPs", o->memory_budget / 1048576.0,
+               recompute_name(&rows[best].policy, name), mib(rows[best].peak),
+               100.0 * rows[best].plan.recompute_flops / rows[best].plan.step_flops);
+        if (second >= 0)
+            printf("; runner-up %s, %.1f MiB, %.1f%%", recompute_name(&rows[second].policy, name2),
+                   mib(rows[second].peak),
+                   100.0 * rows[second].plan.recompute_flops / rows[second].plan.step_flops);
+        printf("\n");
+    }
     return 0;
 }
 
@@ -1153,6 +1211,139 @@ static int plot_main(const char* self, int argc, char** argv) {
     return EXIT_BAD_INPUT;
 }
 
+/* ./train plan: the memory of every recompute policy before anything runs (model/plan.h). The
+ * training flags describe the run (model shape, or --init's header; batch; --device and
+ * --precision narrow the backends); nothing is read but a model file's header, and nothing is
+ * allocated but the plan. --format json prints one {"type":"plan",...} line per row instead of
+ * the table. */
+static int plan_main(const char* self, int argc, char** argv) {
+    int json = 0;
+    char** args = calloc((size_t)argc + 2, sizeof(char*));   /* a program name, the flags, NULL */
+    int n = 0;
+    args[n++] = (char*)self;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--format") && i + 1 < argc) {
+            if (strcmp(argv[i + 1], "table") && strcmp(argv[i + 1], "json")) {
+                fprintf(stderr, "seedgpt: plan: --format %s: expected table or json\n", argv[i + 1]);
+                free(args);
+                return EXIT_BAD_INPUT;
+            }
+            json = !strcmp(argv[++i], "json");
+            continue;
+        }
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: ./train plan [--format table|json] TRAINING FLAGS\n"
+                   "The planned memory of every recompute policy for the run the flags describe\n"
+                   "(model shape or --init, --batch, --seq, --device, --precision, --threads,\n"
+                   "--memory-budget): params, grads, AdamW, kept activations, logits, recompute\n"
+                   "scratch, gradient and attention scratch, the rest, and the share of a step's\n"
+                   "FLOPs a recompute adds. Needs no data; allocates nothing but the plan.\n");
+            free(args);
+            return 0;
+        }
+        args[n++] = argv[i];
+    }
+    Options o;
+    const char* raw[NUM_FLAGS];
+    parse_options(&o, raw, n, args, NULL, 0);
+    free(args);
+    if (o.threads > 0) omp_set_num_threads(o.threads);
+    int threads = omp_get_max_threads();
+    char err[256];
+    GPTConfig cfg;
+    if (o.init_path != NULL) {
+        if (modelfile_read_config(o.init_path, &cfg, err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+    } else {
+        if (strcmp(o.tokenizer, "byte") && strcmp(o.tokenizer, "gpt2")) {
+            fprintf(stderr, "seedgpt: --tokenizer %s: expected byte or gpt2\n", o.tokenizer);
+            return EXIT_BAD_INPUT;
+        }
+        int tok_vocab = !strcmp(o.tokenizer, "gpt2") ? TOKENIZER_GPT2_VOCAB : 257;
+        const char* problem = config_from_flags(&o, tok_vocab, &cfg);
+        if (problem != NULL) {
+            fprintf(stderr, "seedgpt: model flags: %s\n", problem);
+            return EXIT_BAD_INPUT;
+        }
+    }
+    int B = o.batch, T = o.seq ? o.seq : cfg.max_seq_len;
+    if (T > cfg.max_seq_len) {
+        fprintf(stderr, "seedgpt: --seq %d exceeds the model's maximum context %d\n", T,
+                cfg.max_seq_len);
+        return EXIT_BAD_INPUT;
+    }
+    const char* devices[2] = {"cpu", "cuda"};
+    const char* precisions[2] = {"fp32", "bf16"};
+    int shown = 0;
+    for (int d = 0; d < 2; d++) {
+        if (raw[F_DEVICE] != NULL && strcmp(o.device, devices[d])) continue;
+        for (int q = 0; q < 2; q++) {
+            if (raw[F_PRECISION] != NULL && strcmp(o.precision, precisions[q])) continue;
+            const Backend* be = backend_lookup(devices[d], precisions[q]);
+            if (be == NULL) continue;
+            PlanRow rows[PLAN_MAX_ROWS];
+            int nr = plan_rows(&cfg, B, T, be, threads, raw[F_RECOMPUTE] ? &o.policy : NULL, rows, err);
+            if (nr < 0) {
+                fprintf(stderr, "seedgpt: %s\n", err);
+                return EXIT_BAD_INPUT;
+            }
+            int second = -1, best = o.memory_budget > 0 ? plan_choose(rows, nr, o.memory_budget, &second) : -1;
+            char name[32];
+            if (!json) {
+                size_t P = 0, sizes[NUM_PARAMETER_TENSORS];
+                gpt_param_sizes(&cfg, sizes);
+                for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) P += sizes[k];
+                printf("%splan: L%d H%d KV%d C%d V%d maxT %d (%zu parameters), batch %d x %d, device "
+                       "%s, precision %s, %d threads; MiB (peak: %s)\n", shown ? "\n" : "",
+                       cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.channels,
+                       cfg.vocab_size, cfg.max_seq_len, P, B, T, devices[d], precisions[q], threads,
+                       be->host_memory ? "arena + host tables + transient" : "the device arena");
+                printf("%-10s %9s %9s %9s %9s %9s %9s %9s %9s %7s %9s %7s %9s\n", "policy", "params",
+                       "grads", "adamw", "kept", "logits", "recompute", "grad-scr", "attn-scr",
+                       "other", "host", "peak", "recompute");
+            }
+            for (int i = 0; i < nr; i++) {
+                const GPTPlan* p = &rows[i].plan;
+                double frac = p->recompute_flops / p->step_flops;
+                recompute_name(&rows[i].policy, name);
+                if (json) {
+                    printf("{\"type\":\"plan\",\"device\":\"%s\",\"precision\":\"%s\","
+                           "\"policy\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,"
+                           "\"params_bytes\":%zu,\"grads_bytes\":%zu,\"adamw_bytes\":%zu,"
+                           "\"kept_activation_bytes\":%zu,\"logits_bytes\":%zu,"
+                           "\"recompute_bytes\":%zu,\"grad_scratch_bytes\":%zu,"
+                           "\"attn_scratch_bytes\":%zu,\"other_bytes\":%zu,\"arena_bytes\":%zu,"
+                           "\"host_bytes\":%zu,\"host_transient_bytes\":%zu,\"peak_bytes\":%zu,"
+                           "\"step_flops\":%.6g,\"recompute_flops\":%.6g%s}\n",
+                           devices[d], precisions[q], name, B, T, threads, p->params, p->grads,
+                           p->adamw, p->activations, p->logits, p->recompute, p->grad_scratch,
+                           p->attn_scratch, p->other, p->arena, p->host, p->host_transient,
+                           rows[i].peak, p->step_flops, p->recompute_flops,
+                           i == best ? ",\"budget_choice\":true" : "");
+                } else {
+                    printf("%-10s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %7.1f %9.1f %7.0f "
+                           "%8.1f%%%s\n", name, mib(p->params), mib(p->grads), mib(p->adamw),
+                           mib(p->activations), mib(p->logits), mib(p->recompute),
+                           mib(p->grad_scratch), mib(p->attn_scratch), mib(p->other),
+                           mib(p->host + p->host_transient), mib(rows[i].peak), 100.0 * frac,
+                           i == best ? "   <- --memory-budget" : i == second ? "   (runner-up)" : "");
+                }
+            }
+            if (!json && o.memory_budget > 0 && best < 0)
+                printf("--memory-budget %.1f MiB: no policy fits\n", o.memory_budget / 1048576.0);
+            shown++;
+        }
+    }
+    if (shown == 0) {
+        fprintf(stderr, "seedgpt: plan: this binary has no backend for --device %s --precision %s\n",
+                o.device, o.precision);
+        return EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
 /* ./train prepare: text -> token shards (data/prepare.h). */
 static int prepare_cmd(const char* self, int argc, char** argv) {
     return prepare_main(argc, argv);
@@ -1176,6 +1367,7 @@ static const Subcommand subcommands[] = {
     {"sample", "--help", sample_main, "generate text from a model file"},
     {"plot", "RUNDIR", plot_main, "RUNDIR/log.jsonl -> RUNDIR/loss.png (gnuplot)"},
     {"prepare", "--help", prepare_cmd, "turn text files into token shards"},
+    {"plan", "TRAINING FLAGS", plan_main, "the memory of each recompute policy, before a run"},
 };
 enum { NUM_SUBCOMMANDS = (int)(sizeof(subcommands) / sizeof(subcommands[0])) };
 
@@ -1230,6 +1422,7 @@ int main(int argc, char** argv) {
     /* from here on errors leave through `cleanup`, which releases whatever was opened */
     int rc = model_config(&r, resuming ? &resumed : NULL);
     if (rc == 0) rc = batch_shape(&r);
+    if (rc == 0) rc = apply_memory_budget(&r.cfg, r.B, r.T, &o, raw[F_RECOMPUTE] != NULL, writer);
     if (rc == 0 && o.out_dir != NULL && writer)
         rc = prepare_run_folder(o.out_dir, resuming ? cmd.resume_dir : NULL);
     if (rc == 0 && o.save_path != NULL && writer) rc = check_save_path(o.save_path);

@@ -134,5 +134,6 @@ size_t device_count_differ_cuda(const float* a, const float* b, size_t n) {
 }
 
 size_t device_peak_bytes_cuda(void) { return peak_bytes; }
+size_t device_live_bytes_cuda(void) { return live_bytes; }
 
 void device_synchronize_cuda(void) { SG_CHECK(cudaDeviceSynchronize()); }

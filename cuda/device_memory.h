@@ -18,6 +18,7 @@ void device_to_host_cuda(void* host_dst, const void* src, size_t bytes);
 void device_fill_cuda(float* x, size_t n, float value);
 size_t device_count_differ_cuda(const float* a, const float* b, size_t n);
 size_t device_peak_bytes_cuda(void);
+size_t device_live_bytes_cuda(void);   /* allocated and not freed */
 void device_synchronize_cuda(void);
 
 #ifdef __cplusplus

@@ -161,11 +161,11 @@ static size_t plan_activations(GPT* m, float* base) {
     size_t slot_floats = carve(NULL, NULL, sizes, NUM_LAYER_ACTS);
     size_t slots_start = off;
     off += (size_t)K * slot_floats;
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < L && base != NULL; l++) {
         float** ptrs[NUM_LAYER_ACTS];
         layer_act_ptrs(&m->layer[l], ptrs);
         size_t slot = (size_t)ckpt_layer_slot(p, L, l);
-        if (base != NULL) carve(base + slots_start + slot * slot_floats, ptrs, sizes, NUM_LAYER_ACTS);
+        carve(base + slots_start + slot * slot_floats, ptrs, sizes, NUM_LAYER_ACTS);
     }
     if (ckpt_recomputes(p)) {
         /* residual streams inside a segment: slot l % K (never 0: that one is the kept input) */
@@ -199,6 +199,77 @@ static size_t plan_scratch(GPT* m, float* base) {
     float** ptrs[8] = {&g->dresid, &g->dbranch, &g->dln, &g->datty, &g->dqkv, &g->dfch,
                        &g->attn_scratch, &g->dbranch2};
     return carve(base, ptrs, sizes, 8);
+}
+
+/* The RoPE angle tables' floats (cos, then sin: each this many); 0 with learned positions. */
+static size_t rope_table_floats(const GPTConfig* c) {
+    return c->pos_kind == POS_ROPE
+               ? mem_align_floats((size_t)c->max_seq_len * (gpt_head_dim(c) / 2)) : 0;
+}
+
+/* The one backend arena, in floats: parameters, gradients, AdamW m and v, activations, gradient
+ * scratch, then the tokens and targets (ints, the size of floats) and the RoPE tables. */
+static size_t arena_floats(size_t pfloats, size_t acts, size_t scratch, size_t ntok, size_t nrope) {
+    return 4 * pfloats + acts + scratch + 2 * ntok + 2 * nrope;
+}
+
+/* The host-side tables gpt_build_on allocates through mem_alloc, in bytes. */
+static size_t host_table_bytes(const GPTConfig* c, const RecomputePolicy* policy) {
+    int L = c->num_layers;
+    return (size_t)(L + 1) * sizeof(float*) + (size_t)L * sizeof(LayerActs) +
+           (size_t)L * sizeof(LayerRecord) +
+           (size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord);
+}
+
+int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, const Backend* be,
+             int threads, GPTPlan* out, char err[256]) {
+    memset(out, 0, sizeof(*out));
+    const char* problem = gpt_config_problem(c);
+    if (problem != NULL) { snprintf(err, 256, "bad model configuration: %s", problem); return -1; }
+    if (B <= 0 || T <= 0 || T > c->max_seq_len) {
+        snprintf(err, 256, "batch %d x %d does not fit the model (max sequence length %d)",
+                 B, T, c->max_seq_len);
+        return -1;
+    }
+    /* a model with no buffers: the layout functions only count when given no base */
+    GPT m;
+    memset(&m, 0, sizeof(m));
+    m.config = *c;
+    m.policy = *policy;
+    m.be = be;
+    m.B = B;
+    m.T = T;
+    m.plan_threads = threads;
+    size_t BT = (size_t)B * T, sizes[NUM_PARAMETER_TENSORS], nparams = 0;
+    gpt_param_sizes(c, sizes);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) nparams += sizes[i];
+    size_t pfloats = carve(NULL, NULL, sizes, NUM_PARAMETER_TENSORS);
+    size_t acts = plan_activations(&m, NULL), scratch = plan_scratch(&m, NULL);
+    size_t ntok = mem_align_floats(BT), nrope = rope_table_floats(c);
+    size_t logits = mem_align_floats(BT * c->padded_vocab_size) + mem_align_floats(BT);
+    size_t attn = mem_align_floats(be->attention_backward_scratch_floats(
+        B, T, c->num_heads, c->num_kv_heads, gpt_head_dim(c), threads));
+    out->params = out->grads = pfloats * sizeof(float);
+    out->adamw = 2 * pfloats * sizeof(float);
+    out->logits = logits * sizeof(float);
+    out->activations = (m.num_kept_acts - logits) * sizeof(float);
+    out->recompute = m.num_recompute_acts * sizeof(float);
+    out->attn_scratch = attn * sizeof(float);
+    out->grad_scratch = (scratch - attn) * sizeof(float);
+    out->other = (2 * ntok + 2 * nrope) * sizeof(float);
+    out->arena = arena_floats(pfloats, acts, scratch, ntok, nrope) * sizeof(float);
+    out->host = host_table_bytes(c, policy) +
+                (be->host_memory ? 0 : (3 * pfloats + mem_align_floats(BT)) * sizeof(float));
+    out->host_transient = 2 * nrope * sizeof(float);
+    /* FLOPs: 6 per parameter per token plus the attention's 12 L C T; a layer's forward is a
+     * third of its share, and a recompute runs every layer's forward once more */
+    size_t layer_params = 0;
+    for (int k = 2; k < 14; k++) layer_params += sizes[k];
+    double L = c->num_layers, C = c->channels;
+    out->step_flops = (6.0 * (double)nparams + 12.0 * L * C * T) * (double)BT;
+    out->recompute_flops = ckpt_recomputes(policy)
+                               ? (2.0 * (double)layer_params + 4.0 * L * C * T) * (double)BT : 0.0;
+    return 0;
 }
 
 int gpt_build(GPT* m, const GPTConfig* c, int B, int T, char err[256]) {
@@ -246,9 +317,8 @@ int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
     m->num_acts = plan_activations(m, NULL);
     size_t nscratch = plan_scratch(m, NULL);
     size_t ntok = mem_align_floats(BT);
-    size_t nrope = c->pos_kind == POS_ROPE
-                       ? mem_align_floats((size_t)c->max_seq_len * (gpt_head_dim(c) / 2)) : 0;
-    size_t total = 4 * pfloats + m->num_acts + nscratch + 2 * ntok + 2 * nrope;
+    size_t nrope = rope_table_floats(c);
+    size_t total = arena_floats(pfloats, m->num_acts, nscratch, ntok, nrope);
     float* base = be->alloc(total * sizeof(float));
     m->arena = base;
     m->params_memory = base;

@@ -245,6 +245,30 @@ typedef struct {
 } GPTMemory;
 GPTMemory gpt_memory(const GPT* m);
 
+/* What gpt_build_on(c, B, T, policy, be) would allocate, from the same layout functions it
+ * allocates with, without allocating: every byte of the one backend arena, split by use, and of
+ * the host-side tables. `threads` is the OpenMP thread count the build would see (the CPU
+ * attention scratch is per thread). The regions sum exactly to `arena`. */
+typedef struct {
+    size_t params, grads, adamw;   /* bytes; adamw: the moments m and v */
+    size_t activations;   /* kept from the forward to the backward, the logits excluded */
+    size_t logits;        /* the (B, T, Vp) logits and the (B, T) losses */
+    size_t recompute;     /* what a recompute fills (K layers' slots, their residual streams and
+                             the check buffer); 0 under none */
+    size_t grad_scratch;  /* the backward's gradient buffers (one layer), attention's excluded */
+    size_t attn_scratch;  /* the attention backward's scratch */
+    size_t other;         /* the token ids and targets, the RoPE tables */
+    size_t arena;         /* the sum: the one be->alloc of the build */
+    size_t host;          /* host-side tables (and a device backend's host copies of the
+                             weights and moments), allocated through model/mem.h */
+    size_t host_transient;   /* freed before the build returns (the RoPE table, built on the
+                                host): counts in the peak, not in what stays */
+    double step_flops;       /* model FLOPs of one step, nanoGPT's 6N + 12 L C T per token */
+    double recompute_flops;  /* forward FLOPs the policy computes again per step */
+} GPTPlan;
+int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, const Backend* be,
+             int threads, GPTPlan* out, char err[256]);
+
 #ifdef __cplusplus
 }
 #endif

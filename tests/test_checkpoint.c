@@ -404,8 +404,26 @@ static void test_memory_layout(const Case* k, const int* everys, int np) {
         int every = i < 0 ? 0 : everys[i];
         RecomputePolicy p = policy(every, 0, CHECK_WARN);
         pname(&p, pb);
+        GPTPlan plan;
+        char err[256];
+        int prc = gpt_plan(&k->c, k->B, k->T, &p, &backend_cpu, omp_get_max_threads(), &plan, err);
+        MemStats before = mem_stats();
         GPT m = build(k, p);
+        MemStats after = mem_stats();
         GPTMemory mem = gpt_memory(&m);
+        /* the plan, made without allocating, is every byte the build counted */
+        size_t built = after.live_bytes - before.live_bytes;
+        size_t parts = plan.params + plan.grads + plan.adamw + plan.activations + plan.logits +
+                       plan.recompute + plan.grad_scratch + plan.attn_scratch + plan.other;
+        snprintf(name, sizeof(name), "%s_%s_planned_bytes_equal_the_counted_build", k->name, pb);
+        expect(prc == 0 && built == plan.arena + plan.host && parts == plan.arena &&
+               plan.activations + plan.logits == mem.activations &&
+               plan.recompute == mem.recompute &&
+               plan.grad_scratch + plan.attn_scratch == mem.scratch, name,
+               "build counted %zu B, plan %zu B (arena %zu = the regions' sum %zu, host tables %zu); "
+               "kept %zu + logits %zu vs %zu, recompute %zu vs %zu", built,
+               plan.arena + plan.host, plan.arena, parts, plan.host, plan.activations,
+               plan.logits, mem.activations, plan.recompute, mem.recompute);
         size_t ek = expected_kept(&k->c, k->B, k->T, every);
         size_t er = expected_recompute(&k->c, k->B, k->T, every);
         snprintf(name, sizeof(name), "%s_%s_kept_activations_match_layout_formula", k->name, pb);
@@ -549,6 +567,15 @@ int main(void) {
     const int ev_odd[4] = {1, 2, 3, 5};
     test_memory_layout(&odd, ev_odd, 4);
     free_case(&odd);
+    /* RoPE (its angle tables in the arena) and the parallel block (its second branch buffer) */
+    Case rope = make_case("L3_rope_parallel", 3, 4, 2, 32, 61, 2, 24);
+    rope.c.pos_kind = POS_ROPE;
+    rope.c.rope_base = 10000;
+    rope.c.rope_layout = ROPE_NEOX;
+    rope.c.block_kind = BLOCK_PARALLEL;
+    const int ev_rope[2] = {1, 2};
+    test_memory_layout(&rope, ev_rope, 2);
+    free_case(&rope);
     double t2 = now();
     test_policies_equal_none(&plain, w_plain, ev_plain, 6);
     test_policies_equal_none(&gqa, w_gqa, ev_gqa, 5);

@@ -11,6 +11,11 @@
 #     --recompute-seeds fresh, --recompute-check stop exits with status 3 naming the first
 #     recomputed layer (the top one, 2), and --recompute-check warn warns for every layer of every
 #     step, finishes, and drifts away from the captured run's losses;
+#   - ./train plan lists each recompute policy; --memory-budget picks as documented (the fewest
+#     recomputed FLOPs among the policies whose planned peak fits, ties to the smaller peak) at
+#     each policy's peak and one byte below it, refuses when nothing fits, and yields to an
+#     explicit --recompute that fits (refusing one that does not); bad sizes and a bad shape are
+#     one line;
 #   - ./train sample: the same seed gives the same text, another seed other text, and a model
 #     file that does not exist is refused with one line.
 set -u
@@ -130,6 +135,73 @@ if [ $rc -eq 0 ] && [ "$nw" -eq 12 ] && [ "$layers_named" = "1 1 1 " ] && [ "$sa
 else
     fail fresh_seeds_with_check_warn_warn_for_every_layer_and_continue \
        "status $rc, $nw warnings (12 expected), step-3 warnings for layers 0 1 2: $layers_named; step 0 loss as captured's: $same_step0; last loss $last_warn vs captured $last_cap"
+fi
+
+# ---- memory planning: ./train plan and --memory-budget
+P=("${BASE[@]}" --layers 6 --batch 2 --steps 1)
+"$TRAIN" plan "${P[@]}" --format json > "$W/plan.jsonl" 2> "$W/plan.err"
+rc=$?
+rows=$(grep -c '"type":"plan"' "$W/plan.jsonl")
+policies=$(grep -o '"policy":"[^"]*"' "$W/plan.jsonl" | cut -d'"' -f4 | tr '\n' ' ')
+if [ $rc -eq 0 ] && [ "$policies" = "none every:4 every:2 layer " ]; then
+    ok plan_lists_each_policy "status 0: $rows rows: $policies"
+else
+    fail plan_lists_each_policy "status $rc, policies '$policies': $(head -c 300 "$W/plan.err")"
+fi
+# the documented choice, written here from the JSON rows: among the policies whose peak fits,
+# the fewest recomputed FLOPs, ties to the smaller peak
+expected_choice() {
+    awk -v b="$1" -F'[,:]' '{for (i = 1; i < NF; i++) {if ($i == "\"policy\"") p = $(i+1);
+        if ($i == "\"peak_bytes\"") k = $(i+1); if ($i == "\"recompute_flops\"") f = $(i+1) + 0}
+        gsub(/"/, "", p); if (k + 0 <= b + 0 && (best == "" || f < bf || (f == bf && k + 0 < bk + 0))) {best = p; bf = f; bk = k}}
+        END {print best}' "$W/plan.jsonl"
+}
+wrong=0; tried=0; detail=
+for peak in $(grep -o '"peak_bytes":[0-9]*' "$W/plan.jsonl" | cut -d: -f2); do
+    for budget in "$peak" "$((peak - 1))"; do
+        want=$(expected_choice "$budget")
+        "$TRAIN" "${P[@]}" --memory-budget "${budget}B" > "$W/mb.out" 2> "$W/mb.err"
+        rc=$?
+        tried=$((tried + 1))
+        if [ -n "$want" ]; then
+            got=$(grep -o '^recompute: [^,]*' "$W/mb.out" | cut -d' ' -f2)
+            grep -q "^memory budget .*: --recompute $want," "$W/mb.out" && [ "$got" = "$want" ] && [ $rc -eq 0 ] ||
+                { wrong=$((wrong + 1)); detail="$detail budget $budget: want $want, got '$got' (status $rc);"; }
+        else
+            [ $rc -eq 2 ] && grep -q 'no recompute policy fits; the smallest planned peak is' "$W/mb.err" ||
+                { wrong=$((wrong + 1)); detail="$detail budget $budget: want a refusal, status $rc;"; }
+        fi
+    done
+done
+if [ $wrong -eq 0 ] && [ $tried -eq 8 ]; then
+    ok memory_budget_picks_as_documented_on_both_sides_of_each_peak "$tried budgets (each peak and a byte below it), each the documented choice or the refusal; last: $(grep -h 'memory budget\|no recompute' "$W/mb.out" "$W/mb.err" | tail -1 | cut -c1-160)"
+else
+    fail memory_budget_picks_as_documented_on_both_sides_of_each_peak "$wrong of $tried wrong:$detail"
+fi
+none_peak=$(grep '"policy":"none"' "$W/plan.jsonl" | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
+"$TRAIN" "${P[@]}" --recompute none --memory-budget "$((none_peak - 1))B" > /dev/null 2> "$W/mbx.err"
+rc1=$?
+"$TRAIN" "${P[@]}" --recompute none --memory-budget "${none_peak}B" > "$W/mbx.out" 2>&1
+rc2=$?
+if [ $rc1 -eq 2 ] && [ "$(wc -l < "$W/mbx.err")" -eq 1 ] && grep -q 'recompute none plans a peak of .* over --memory-budget' "$W/mbx.err" &&
+   [ $rc2 -eq 0 ] && grep -q '^recompute: none' "$W/mbx.out"; then
+    ok explicit_recompute_wins_over_the_budget_or_is_refused "one byte short: status 2, $(cat "$W/mbx.err"); exactly its peak: runs with none"
+else
+    fail explicit_recompute_wins_over_the_budget_or_is_refused "statuses $rc1 $rc2: $(head -c 300 "$W/mbx.err")"
+fi
+bad=0; lines=
+for v in 0 -5GiB 12XB abc 1e400GiB; do
+    "$TRAIN" "${P[@]}" --memory-budget "$v" > /dev/null 2> "$W/mbb.err"
+    rc=$?
+    { [ $rc -eq 2 ] && [ "$(wc -l < "$W/mbb.err")" -eq 1 ] && grep -q "memory-budget $v: expected a positive size" "$W/mbb.err"; } || bad=$((bad + 1))
+done
+"$TRAIN" plan "${BASE[@]}" --layers 2 --heads 3 --embd 32 > /dev/null 2> "$W/pbad.err"
+rc=$?
+"$TRAIN" "${BASE[@]}" --layers 2 --heads 3 --embd 32 --steps 1 > /dev/null 2> "$W/tbad.err"
+if [ $bad -eq 0 ] && [ $rc -eq 2 ] && cmp -s "$W/pbad.err" "$W/tbad.err"; then
+    ok plan_and_budget_refuse_bad_input_in_one_line "5 bad sizes refused; plan's shape refusal is training's: $(cat "$W/pbad.err")"
+else
+    fail plan_and_budget_refuse_bad_input_in_one_line "$bad bad sizes not refused; plan status $rc: '$(cat "$W/pbad.err")' vs '$(cat "$W/tbad.err")'"
 fi
 
 # ---- ./train sample

@@ -25,7 +25,10 @@
 #include <math.h>
 #include "model/gpt.h"
 #include "model/backend.h"
+#include "model/mem.h"
+#include "cuda/device_memory.h"
 #include "tests/test.h"
+#include <omp.h>
 
 #define NT NUM_PARAMETER_TENSORS
 #define P_DROP 0.1
@@ -275,6 +278,41 @@ static void test_bf16_step_matches_cpu(const Case* k, const char* name) {
     gpt_free(&cpu); gpt_free(&dev); gpt_free(&other);
 }
 
+/* The plan (gpt_plan, nothing allocated) against the build on a CUDA backend: the device arena
+ * is every byte the counted device allocator gives the build, and the host tables and host
+ * copies every byte model/mem.h counts. */
+static void test_plan_equals_counted(const Backend* be, const Case* k, const char* name) {
+    const int everys[3] = {0, 1, 2};
+    int bad = 0;
+    size_t dev = 0, host = 0, planned_dev = 0, planned_host = 0;
+    for (int i = 0; i < 3; i++) {
+        RecomputePolicy p = {everys[i], 0, CHECK_WARN};
+        GPTPlan plan;
+        char err[256];
+        if (gpt_plan(&k->c, k->B, k->T, &p, be, omp_get_max_threads(), &plan, err) != 0) {
+            fprintf(stderr, "test_cuda_model: plan: %s\n", err);
+            exit(1);
+        }
+        size_t d0 = device_live_bytes_cuda(), h0 = mem_stats().live_bytes;
+        GPT m;
+        if (gpt_build_on(&m, &k->c, k->B, k->T, &p, be, err) != 0) {
+            fprintf(stderr, "test_cuda_model: build: %s\n", err);
+            exit(1);
+        }
+        dev = device_live_bytes_cuda() - d0;
+        host = mem_stats().live_bytes - h0;
+        planned_dev = plan.arena;
+        planned_host = plan.host;
+        bad += dev != planned_dev || host != planned_host;
+        gpt_free(&m);
+    }
+    char full[96];
+    snprintf(full, sizeof(full), "%s_planned_bytes_equal_the_counted_build_on_%s_%s", name,
+             be->name, be->precision);
+    expect(bad == 0, full, "none, layer, every:2: %d differ; last: device %zu B counted, %zu "
+           "planned; host %zu counted, %zu planned", bad, dev, planned_dev, host, planned_host);
+}
+
 int main(void) {
     if (backend_by_name("cuda") == NULL) {
         skip("cuda_model", "this build has no CUDA backend");
@@ -283,6 +321,8 @@ int main(void) {
     /* small enough for the emulation: every GPU thread is a CPU thread there */
     Case mha = make_case(3, 2, 2, 32, 67, 2, 19);
     Case gqa = make_case(2, 4, 2, 32, 50, 2, 16);
+    test_plan_equals_counted(backend_lookup("cuda", "fp32"), &mha, "mha");
+    test_plan_equals_counted(backend_lookup("cuda", "bf16"), &gqa, "gqa");
     test_step_matches_cpu(&mha, "mha");
     test_step_matches_cpu(&gqa, "gqa");
     test_policies_on_cuda(&mha, "mha");
@@ -295,6 +335,7 @@ int main(void) {
     opts.c.rope_layout = ROPE_GPTJ;
     opts.c.block_kind = BLOCK_PARALLEL;
     opts.drop_path = 0.3;
+    test_plan_equals_counted(backend_lookup("cuda", "fp32"), &opts, "opts");
     test_step_matches_cpu(&opts, "opts");
     test_policies_on_cuda(&opts, "opts");
 

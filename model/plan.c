@@ -1,0 +1,61 @@
+/* model/plan.c — the rows of ./train plan and the choice of --memory-budget (model/plan.h).
+ * May not: allocate a model, print, or exit. */
+#include <string.h>
+#include "model/plan.h"
+
+size_t plan_peak(const GPTPlan* p, const Backend* be) {
+    return be->host_memory ? p->arena + p->host + p->host_transient : p->arena;
+}
+
+static int same_policy(const RecomputePolicy* a, const RecomputePolicy* b) {
+    return a->every == b->every;
+}
+
+int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
+              const RecomputePolicy* extra, PlanRow rows[PLAN_MAX_ROWS], char err[256]) {
+    RecomputePolicy base = {0, 0, CHECK_WARN};
+    if (extra != NULL) base = *extra;
+    RecomputePolicy cand[PLAN_MAX_ROWS];
+    int n = 0;
+    const int everys[] = {0, 8, 4, 2, 1};
+    for (size_t i = 0; i < sizeof(everys) / sizeof(everys[0]); i++) {
+        int k = everys[i];
+        if (k > 1 && k >= c->num_layers) continue;   /* K >= L: one segment, not worth a row */
+        cand[n] = base;
+        cand[n].every = k;
+        n++;
+    }
+    if (extra != NULL) {
+        int seen = 0;
+        for (int i = 0; i < n; i++) seen |= same_policy(&cand[i], extra);
+        if (!seen) cand[n++] = *extra;
+    }
+    for (int i = 0; i < n; i++) {
+        rows[i].policy = cand[i];
+        if (gpt_plan(c, B, T, &cand[i], be, threads, &rows[i].plan, err) != 0) return -1;
+        rows[i].peak = plan_peak(&rows[i].plan, be);
+    }
+    return n;
+}
+
+/* Is row a before row b in the budget's order? */
+static int before(const PlanRow* a, const PlanRow* b) {
+    if (a->plan.recompute_flops != b->plan.recompute_flops)
+        return a->plan.recompute_flops < b->plan.recompute_flops;
+    return a->peak < b->peak;
+}
+
+int plan_choose(const PlanRow rows[], int n, double budget, int* runner_up) {
+    int best = -1, second = -1;
+    for (int i = 0; i < n; i++) {
+        if ((double)rows[i].peak > budget) continue;
+        if (best < 0 || before(&rows[i], &rows[best])) {
+            second = best;
+            best = i;
+        } else if (second < 0 || before(&rows[i], &rows[second])) {
+            second = i;
+        }
+    }
+    *runner_up = second;
+    return best;
+}
