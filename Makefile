@@ -71,7 +71,7 @@ endif
 BUILD   := build
 
 CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/mem.c model/modelfile.c \
-            model/state.c model/sample.c model/dist_none.c model/peak.c \
+            model/state.c model/sample.c model/dist_none.c model/peak.c model/profile.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
