@@ -118,7 +118,8 @@ MPI_TEST ?= tests/test_mpi.sh
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint test_opts \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_peak
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_peak \
+           test_profile
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
