@@ -44,8 +44,9 @@ in torch's lib folder), through ctypes.
 
 Prints one line "TORCH_ROW median_ms min_ms max_ms fwd_ms bwd_ms opt_ms peak_rss_bytes
 base_rss_bytes loss params" (bench_model reads it), one line "TORCH_BLAS core=NAME via=HOW
-lib=PATH unset=VARS" (the BLAS kernel family; VARS: the variables removed, or "none") and, with
---json, a JSON line. peak_rss is the
+lib=PATH pins=VARS dropped=VARS" (the BLAS kernel family; pins: the pinning variables still in
+this process's environment, "none" when it runs without them; dropped: those it removed itself)
+and, with --json, a JSON line. peak_rss is the
 process's ru_maxrss at the end; base_rss its RSS after importing torch, before the model existed.
 Exits 0 with "TORCH_SKIP reason" when torch cannot be imported.
 """
@@ -298,10 +299,9 @@ def main():
             median(opt_ms), peak_rss, base_rss, loss, params]
     print("TORCH_ROW " + " ".join(repr(float(v)) for v in vals))
     core, via, lib = blas_core(torch)
-    unset = os.environ.get(UNSET_MARK, "none")
-    kept = ",".join(v for v in BLAS_PIN_VARS if v in os.environ)
-    print(f"TORCH_BLAS core={core} via={via} lib={lib} unset={unset}"
-          + (f" kept={kept}" if kept else ""))
+    dropped = os.environ.get(UNSET_MARK, "none")
+    pins = ",".join(f"{v}={os.environ[v]}" for v in BLAS_PIN_VARS if v in os.environ) or "none"
+    print(f"TORCH_BLAS core={core} via={via} lib={lib} pins={pins} dropped={dropped}")
     if a.json:
         import json
         print(json.dumps({"bench": "torch_model", "row": a.row, "torch": torch.__version__,
@@ -309,7 +309,8 @@ def main():
                           "device": a.device, "precision": a.precision, "compile": a.compile, "median_ms": vals[0],
                           "fwd_ms": vals[3], "bwd_ms": vals[4], "opt_ms": vals[5],
                           "peak_rss": peak_rss, "base_rss": base_rss, "loss": loss,
-                          "blas_core": core, "blas_core_via": via, "blas_env_unset": unset}))
+                          "blas_core": core, "blas_core_via": via, "blas_pins": pins,
+                          "blas_pins_dropped": dropped}))
     return 0
 
 
