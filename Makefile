@@ -34,8 +34,8 @@ CFLAGS  += -std=c11 -fopenmp -fno-math-errno -Wall -Wextra -Wno-unused-parameter
 # A probe is a tiny program (scripts/probe/) that must compile and link: a header that is
 # missing, empty or without the declarations fails it, and so does a missing library.
 sg_probe = $(shell $(CC) -o /dev/null $(1) $(2) >/dev/null 2>&1 && echo 1)
-# CBLAS (OpenBLAS): only the start-up sgemm reference that MFU is measured against when no peak is
-# given, and the benchmarks. OpenBLAS's OpenMP build shares the OpenMP threads; the default
+# CBLAS (OpenBLAS): only the sgemm rate quoted beside the measured peak (at start-up and by
+# ./train peak; MFU reads against the peak, model/peak.h), and the benchmarks. OpenBLAS's OpenMP build shares the OpenMP threads; the default
 # pthread build keeps a second pool that spins against them (measured: the small model's step
 # 1.7x slower on 2 cores).
 OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp
@@ -86,7 +86,7 @@ HEADERS := $(wildcard *.h model/*.h attention/*.h data/*.h checkpoint/*.h random
 yes_no = $(if $(filter 1,$(1)),yes,NO: $(2))
 config:
 	@echo "seedgpt build config:"
-	@echo "  OpenBLAS (start-up sgemm reference, benchmarks): $(call yes_no,$(HAVE_CBLAS),left out; MFU uses --peak-gflops or the device's peak)"
+	@echo "  OpenBLAS (sgemm reference rate, benchmarks):     $(call yes_no,$(HAVE_CBLAS),left out; MFU still reads against the measured peak)"
 	@echo "  GPT-2 tokenizer (cJSON + PCRE2):                 $(call yes_no,$(HAVE_BPE_LIBS),left out; --tokenizer gpt2 is refused)"
 	@echo "  MPI (./train_mpi, make mpi):                      $(call yes_no,$(HAVE_MPI),left out; ./train_mpi is not built)"
 	@echo "  nvcc (make cuda):                                 $(if $(shell command -v $(NVCC) 2>/dev/null),$(shell command -v $(NVCC)),NO: not found)"
