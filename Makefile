@@ -148,9 +148,9 @@ $(BUILD)/tests/test_attention_tiles_odd: tests/test_attention_tiles.c attention/
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -DFLASH_BQ=7 -DFLASH_BK=5 -DFLASH_PORTABLE -o $@ $< tests/ref_attention.c $(LDLIBS)
 
-$(BUILD)/bench_attention: tests/bench_attention.c $(BUILD)/attention/flash_cpu.o $(HEADERS)
+$(BUILD)/bench_attention: tests/bench_attention.c $(BUILD)/attention/flash_cpu.o $(BUILD)/model/peak.o $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/attention/flash_cpu.o $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/attention/flash_cpu.o $(BUILD)/model/peak.o $(LDLIBS)
 
 # seedgpt's GEMM against cblas_sgemm on GPT-2 shapes (not a test)
 $(BUILD)/bench_gemm: tests/bench_gemm.c $(BUILD)/model/gemm_cpu.o $(HEADERS)

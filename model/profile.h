@@ -25,7 +25,9 @@
  *   recompute            every op of the recompute phase, and count_differ (the value check)
  *   other ops            the embedding (encoder_forward / _backward) and the backward's fills
  * What is left of the step is host time between ops (the data loader, the loss's sum on the
- * host, host-device copies, a data-parallel all-reduce, the profiler's own bookkeeping).
+ * host, host-device copies, a data-parallel all-reduce, the profiler's own bookkeeping); on CUDA,
+ * the step's wall time that no op's event interval covers (the device idle while the host works
+ * or launches).
  *
  * FLOPs are counted where they are defined, from each call's shapes: a matmul forward 2 N C OC,
  * its backward 2 N C OC per product it computes (dinp, dweight); attention forward 4 B NH T^2 HD / 2
