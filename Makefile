@@ -34,8 +34,8 @@ CFLAGS  += -std=c11 -fopenmp -fno-math-errno -Wall -Wextra -Wno-unused-parameter
 # A probe is a tiny program (scripts/probe/) that must compile and link: a header that is
 # missing, empty or without the declarations fails it, and so does a missing library.
 sg_probe = $(shell $(CC) -o /dev/null $(1) $(2) >/dev/null 2>&1 && echo 1)
-# CBLAS (OpenBLAS): only the start-up sgemm reference that MFU is measured against when no peak is
-# given, and the benchmarks. OpenBLAS's OpenMP build shares the OpenMP threads; the default
+# CBLAS (OpenBLAS): only the sgemm rate quoted beside the measured peak (at start-up and by
+# ./train peak; MFU reads against the peak, model/peak.h), and the benchmarks. OpenBLAS's OpenMP build shares the OpenMP threads; the default
 # pthread build keeps a second pool that spins against them (measured: the small model's step
 # 1.7x slower on 2 cores).
 OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp
@@ -71,7 +71,7 @@ endif
 BUILD   := build
 
 CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/gemm_bf16_cpu.c model/plan.c model/mem.c model/modelfile.c \
-            model/state.c model/sample.c model/dist_none.c model/peak.c \
+            model/state.c model/sample.c model/dist_none.c model/peak.c model/profile.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
@@ -88,7 +88,7 @@ HEADERS := $(wildcard *.h model/*.h attention/*.h data/*.h checkpoint/*.h random
 yes_no = $(if $(filter 1,$(1)),yes,NO: $(2))
 config:
 	@echo "seedgpt build config:"
-	@echo "  OpenBLAS (start-up sgemm reference, benchmarks): $(call yes_no,$(HAVE_CBLAS),left out; MFU uses --peak-gflops or the device's peak)"
+	@echo "  OpenBLAS (sgemm reference rate, benchmarks):     $(call yes_no,$(HAVE_CBLAS),left out; MFU still reads against the measured peak)"
 	@echo "  GPT-2 tokenizer (cJSON + PCRE2):                 $(call yes_no,$(HAVE_BPE_LIBS),left out; --tokenizer gpt2 is refused)"
 	@echo "  MPI (./train_mpi, make mpi):                      $(call yes_no,$(HAVE_MPI),left out; ./train_mpi is not built)"
 	@echo "  nvcc (make cuda):                                 $(if $(shell command -v $(NVCC) 2>/dev/null),$(shell command -v $(NVCC)),NO: not found)"
@@ -120,7 +120,8 @@ MPI_TEST ?= tests/test_mpi.sh
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint test_opts \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_peak
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_peak \
+           test_profile
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
@@ -149,9 +150,9 @@ $(BUILD)/tests/test_attention_tiles_odd: tests/test_attention_tiles.c attention/
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -DFLASH_BQ=7 -DFLASH_BK=5 -DFLASH_PORTABLE -o $@ $< tests/ref_attention.c $(LDLIBS)
 
-$(BUILD)/bench_attention: tests/bench_attention.c $(BUILD)/attention/flash_cpu.o $(HEADERS)
+$(BUILD)/bench_attention: tests/bench_attention.c $(BUILD)/attention/flash_cpu.o $(BUILD)/model/peak.o $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/attention/flash_cpu.o $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/attention/flash_cpu.o $(BUILD)/model/peak.o $(LDLIBS)
 
 # seedgpt's GEMM against cblas_sgemm on GPT-2 shapes (not a test)
 $(BUILD)/bench_gemm: tests/bench_gemm.c $(BUILD)/model/gemm_cpu.o $(BUILD)/model/gemm_bf16_cpu.o $(HEADERS)

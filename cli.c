@@ -22,7 +22,7 @@
  *   R_FIXED   stored in the state's option text: must agree
  *   R_CHANGE  stored in the option text, may change on resume (omitted: the state's value) */
 enum { R_LOCAL, R_SHAPE, R_FIXED, R_CHANGE };
-static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
+static const struct { const char* name; int resume; int bare; /* 1: takes no value */ } flags[NUM_FLAGS] = {
     [F_TRAIN] = {"--train", R_CHANGE},          [F_VAL] = {"--val", R_CHANGE},
     [F_INIT] = {"--init", R_LOCAL},             [F_SAVE] = {"--save", R_CHANGE},
     [F_LOG_JSON] = {"--log-json", R_CHANGE},    [F_TOKENIZER] = {"--tokenizer", R_FIXED},
@@ -57,6 +57,7 @@ static const struct { const char* name; int resume; } flags[NUM_FLAGS] = {
     [F_PEAK_GFLOPS] = {"--peak-gflops", R_LOCAL}, [F_TOTAL_BATCH] = {"--total-batch", R_FIXED},
     [F_DEVICE] = {"--device", R_LOCAL},   /* a state saved on one backend resumes on the other */
     [F_PRECISION] = {"--precision", R_LOCAL},   /* states hold fp32 weights whatever it is */
+    [F_PROFILE] = {"--profile", R_LOCAL, 1},
     [F_MEMORY_BUDGET] = {"--memory-budget", R_LOCAL},
 };
 
@@ -146,9 +147,14 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "  --sample-every N    print a sample every N steps (default 0: never): --sample-tokens tokens\n"
 "                      (default 64) after an EOT, temperature 1, drawn from the master seed's\n"
 "                      SAMPLE stream with counter (position, step, 0, 0); moves no loader\n"
-"  --peak-gflops X     the FLOP rate MFU is measured against (default: this machine's sgemm,\n"
-"                      measured for ~0.2 s at start-up; without OpenBLAS its fp32 FMA peak;\n"
-"                      on a GPU its documented dense peak at the run's precision)\n"
+"  --peak-gflops X     the FLOP rate MFU is measured against, X > 0 (default: this machine's\n"
+"                      fp32 FMA peak at the run's threads, measured for ~0.2 s at start-up, as\n"
+"                      `./train peak` prints it; on a GPU its documented dense peak at the\n"
+"                      run's precision)\n"
+"  --profile           at the end, time per op class over the steps (matmul and attention\n"
+"                      forward and backward, LayerNorm, GELU, residual+dropout, cross-entropy,\n"
+"                      zero_grad/clip/AdamW, recompute): ms/step, %% of the step, GFLOP/s; one\n"
+"                      {\"type\":\"profile\",...} row in the JSON log. Results are unchanged\n"
 "  --save PATH         write the model file at the end\n"
 "  --threads N         OpenMP and OpenBLAS threads (default: all cores, shared out among the\n"
 "                      ranks of one machine under mpirun unless OMP_NUM_THREADS is set)\n"
@@ -282,7 +288,7 @@ static void set_defaults(Options* o) {
 /* Sets flag `id` of o from the text v, or exits with one line naming the flag. */
 static void apply_flag(Options* o, int id, const char* v) {
     const char* f = flags[id].name;
-    char err[256];
+    char err[256], *end;
     switch (id) {
     case F_TRAIN: o->train_path = parse_path(f, v); break;
     case F_VAL: o->val_path = parse_path(f, v); break;
@@ -367,9 +373,15 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_MAX_BAD_STEPS: o->max_bad_steps = parse_long(f, v, 0, 2000000000L); break;
     case F_SAMPLE_EVERY: o->sample_every = parse_long(f, v, 0, 2000000000L); break;
     case F_SAMPLE_TOKENS: o->sample_tokens = parse_long(f, v, 1, 1 << 24); break;
-    case F_PEAK_GFLOPS: o->peak_gflops = parse_double(f, v, 0, 1e12, 0); break;
+    case F_PEAK_GFLOPS:
+        if (v == NULL || *v == '\0' || isspace((unsigned char)*v) ||
+            (o->peak_gflops = strtod(v, &end), *end != '\0') || !(o->peak_gflops > 0) ||
+            o->peak_gflops > 1e12)
+            die_flag(f, v, "a rate in GFLOP/s, above 0 and at most 1e12");
+        break;
     case F_MEMORY_BUDGET: o->memory_budget = parse_size(f, v); break;
     case F_TOTAL_BATCH: o->total_batch = parse_long(f, v, 0, 1L << 40); break;
+    case F_PROFILE: o->profile = 1; break;
     }
 }
 
@@ -449,6 +461,7 @@ static int format_flag(const Options* o, int id, int world, char* buf, size_t ca
     case F_SAMPLE_EVERY: snprintf(buf, cap, "%d", o->sample_every); return 0;
     case F_SAMPLE_TOKENS: snprintf(buf, cap, "%d", o->sample_tokens); return 0;
     case F_PEAK_GFLOPS: fmt_double(buf, cap, o->peak_gflops); return 0;
+    case F_PROFILE: snprintf(buf, cap, "%d", o->profile); return 0;
     case F_MEMORY_BUDGET: fmt_double(buf, cap, o->memory_budget); return 0;
     case F_TOTAL_BATCH:   /* canonical: the tokens per step, also when left to the default */
         snprintf(buf, cap, "%ld", o->total_batch ? o->total_batch
@@ -476,6 +489,7 @@ void parse_options(Options* o, const char* raw[NUM_FLAGS], int argc, char** argv
             fprintf(stderr, "seedgpt: unknown flag %s (see ./train --help)\n", f);
             exit(EXIT_BAD_INPUT);
         }
+        if (flags[id].bare) { apply_flag(o, id, "1"); raw[id] = "1"; continue; }
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) die_flag(f, NULL, "a value");
         i++;
@@ -665,12 +679,48 @@ void parse_sample_options(SampleOptions* so, int argc, char** argv) {
     }
 }
 
+/* ---- ./train peak ------------------------------------------------------------------------- */
+
+static void peak_usage(FILE* f) {
+    fprintf(f,
+"usage: ./train peak [flags]\n"
+"  --threads N         OpenMP threads (default: OMP_NUM_THREADS, else all cores), as a training\n"
+"                      run with the same setting would have\n"
+"  --seconds S         how long each rate is measured, 0.01 to 60 (default 0.2); the best of\n"
+"                      ~10 ms repeats is reported\n"
+"  --json              also one JSON line {\"type\":\"peak\",...}\n"
+"Prints this machine's measured arithmetic peak (model/peak.h): the fp32 FMA rate on the widest\n"
+"vector path the CPU runs (the yardstick of MFU on the CPU), and the bf16 dot-product rate\n"
+"(VDPBF16PS) where the CPU has AVX512_BF16; also OpenBLAS's sgemm rate, for reference.\n");
+}
+
+void parse_peak_options(PeakOptions* po, int argc, char** argv) {
+    po->threads = 0; po->seconds = 0.2; po->json = 0;
+    for (int i = 0; i < argc; i++) {
+        const char* f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { peak_usage(stdout); exit(0); }
+        if (!strcmp(f, "--json")) { po->json = 1; continue; }
+        if (strncmp(f, "--", 2) != 0) {
+            fprintf(stderr, "seedgpt: peak: unexpected argument '%s' (see ./train peak --help)\n", f);
+            exit(EXIT_BAD_INPUT);
+        }
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "--threads")) po->threads = (int)parse_long(f, v, 1, 1024);
+        else if (!strcmp(f, "--seconds")) po->seconds = parse_double(f, v, 0.01, 60, 0);
+        else {
+            fprintf(stderr, "seedgpt: peak: unknown flag %s (see ./train peak --help)\n", f);
+            exit(EXIT_BAD_INPUT);
+        }
+        i++;
+    }
+}
+
 /* What this build left out (the Makefile's probes, SEEDGPT_NO_*): "" when nothing. Said at
  * start-up and by --version. */
 const char* build_left_out(void) {
     return ""
 #ifdef SEEDGPT_NO_CBLAS
-           "OpenBLAS (no sgemm reference: MFU against the measured fp32 peak or --peak-gflops); "
+           "OpenBLAS (no sgemm reference rate beside the measured fp32 peak); "
 #endif
 #ifdef SEEDGPT_NO_BPE
            "the GPT-2 tokenizer (no cJSON/PCRE2: --tokenizer gpt2 is refused); "

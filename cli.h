@@ -46,6 +46,7 @@ typedef struct {
     int log_every, eval_every, eval_batches;
     int sample_every, sample_tokens;
     double peak_gflops;      /* 0: the default yardstick (train.c, default_peak_gflops) */
+    int profile;             /* --profile: time per op class over the steps (model/profile.h) */
     /* gradient accumulation: tokens per optimizer step (0: one micro-batch, B*T) */
     long total_batch;
     int threads;
@@ -78,7 +79,7 @@ enum {
     F_RECOMPUTE, F_RECOMPUTE_CHECK, F_RECOMPUTE_SEEDS,
     F_OUT, F_RESUME, F_SAVE_EVERY, F_KEEP, F_MAX_BAD_STEPS,
     F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH, F_DEVICE,
-    F_PRECISION,
+    F_PRECISION, F_PROFILE,
     F_MEMORY_BUDGET,
     NUM_FLAGS
 };
@@ -129,6 +130,16 @@ typedef struct {
 
 /* Parses the words after `sample` into so; --help prints the sample usage text and exits 0. */
 void parse_sample_options(SampleOptions* so, int argc, char** argv);
+
+/* ./train peak's options. */
+typedef struct {
+    int threads;               /* 0: OpenMP's default (OMP_NUM_THREADS, else every core) */
+    double seconds;            /* how long each rate is measured */
+    int json;                  /* also one JSON line */
+} PeakOptions;
+
+/* Parses the words after `peak` into po; --help prints the peak usage text and exits 0. */
+void parse_peak_options(PeakOptions* po, int argc, char** argv);
 
 /* What this build left out, for the start-up line and --version; "" when nothing. */
 const char* build_left_out(void);

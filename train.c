@@ -8,6 +8,7 @@
  *   ./train prepare ...        text -> token shards (data/prepare.h)
  *   ./train sample ...         text from a model file (model/sample.h: KV cache, its own stream)
  *   ./train plot RUNDIR        loss and lr curves to RUNDIR/loss.png (runs scripts/plot.sh)
+ *   ./train peak               the measured fp32 / bf16 FLOP peak, MFU's yardstick (model/peak.h)
  *   mpirun -np R ./train_mpi   data parallel over R processes (`make mpi`; model/dist.h)
  *
  * The step: batch from data/ -> gpt_forward (each layer draws its dropout seeds into its record)
@@ -48,9 +49,11 @@
 #include "model/peak.h"
 #include "model/plan.h"
 #include "util/fileio.h"
+#include "model/profile.h"
 #include "cli.h"
 #ifdef SEEDGPT_CUDA
 #include "cuda/device_peak.h"
+#include "model/profile_cuda.h"
 #endif
 
 #ifndef SEEDGPT_NO_CBLAS
@@ -93,13 +96,15 @@ static float evaluate(GPT* m, DataLoader* val, int n, int* inputs, int* targets)
 }
 
 #ifndef SEEDGPT_NO_CBLAS
-/* This machine's sgemm rate in GFLOP/s: 512^3 products for about 0.2 s, the best of them. The
- * peak MFU is measured against on the CPU when --peak-gflops is not given. */
+/* This machine's sgemm rate in GFLOP/s: 512^3 products for about 0.2 s, the best of them. A
+ * reference beside the measured peak (MFU reads against the peak, not this). Its buffers are not
+ * the model's: plain malloc, so the run's memory high-water mark (mem_stats) never counts them. */
 static double measure_sgemm_gflops(void) {
     enum { M = 512 };
-    float* a = mem_alloc_floats((size_t)M * M);
-    float* b = mem_alloc_floats((size_t)M * M);
-    float* c = mem_alloc_floats((size_t)M * M);
+    float* a = malloc(sizeof(float) * M * M);
+    float* b = malloc(sizeof(float) * M * M);
+    float* c = malloc(sizeof(float) * M * M);
+    if (a == NULL || b == NULL || c == NULL) { free(a); free(b); free(c); return 0.0; }
     for (size_t i = 0; i < (size_t)M * M; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
     double best = 0.0, start = now_ms();
     do {
@@ -109,27 +114,25 @@ static double measure_sgemm_gflops(void) {
         double g = 2.0 * M * M * M / (ms * 1e6);
         if (g > best) best = g;
     } while (now_ms() - start < 200.0);
-    mem_free(a); mem_free(b); mem_free(c);
+    free(a); free(b); free(c);
     return best;
 }
 #endif
 
 /* The rate MFU is read against when --peak-gflops is not given, with the line that says what it
- * is; 0 (no MFU) where nothing is known. The CPU: OpenBLAS's sgemm, or in a build without it the
- * measured fp32 FMA peak (model/peak.h). A GPU: its documented dense peak at the run's precision
- * (cuda/device_peak.h). */
+ * is; 0 (no MFU) where nothing is known. The CPU: the fp32 FMA peak measured at the run's threads
+ * (model/peak.h), with OpenBLAS's sgemm rate beside it for reference. A GPU: its documented dense
+ * peak at the run's precision (cuda/device_peak.h). */
 static double default_peak_gflops(const GPT* m, int threads, char* line, size_t cap) {
     if (m->be->host_memory) {
-#ifndef SEEDGPT_NO_CBLAS
-        double g = measure_sgemm_gflops();
-        snprintf(line, cap, "peak: sgemm %.1f GFLOP/s measured on this machine (MFU is against it; "
-                 "--peak-gflops X to set)", g);
-#else
         double g = peak_fp32_gflops(threads, 0.2);
-        snprintf(line, cap, "peak: fp32 FMA %.1f GFLOP/s measured on this machine (%s, %d threads; "
-                 "no OpenBLAS in this build; MFU is against it; --peak-gflops X to set)", g,
-                 peak_path_name(peak_fp32_path()), threads);
+        char ref[96] = "";
+#ifndef SEEDGPT_NO_CBLAS
+        snprintf(ref, sizeof(ref), "; OpenBLAS sgemm %.1f GFLOP/s for reference", measure_sgemm_gflops());
 #endif
+        snprintf(line, cap, "peak: fp32 FMA %.1f GFLOP/s measured on this machine (%s, %d threads%s; "
+                 "MFU is against it; --peak-gflops X to set)", g,
+                 peak_path_name(peak_fp32_path()), threads, ref);
         return g;
     }
 #ifdef SEEDGPT_CUDA
@@ -889,10 +892,17 @@ static void prepare_loop(Run* r) {
     r->targets = mem_alloc((size_t)r->B * r->T * sizeof(int));
     /* progress: model FLOPs per step against this machine's (or the given) peak */
     r->peak_gflops = o->peak_gflops;
-    if (r->peak_gflops <= 0 && o->log_every > 0 && r->writer) {
+    if (r->peak_gflops <= 0 && (o->log_every > 0 || o->profile) && r->writer) {
         char line[512];
         r->peak_gflops = default_peak_gflops(&r->model, omp_get_max_threads(), line, sizeof(line));
         printf("%s\n", line);
+    }
+    if (o->profile) {   /* the model's ops, timed from here on (model/profile.h) */
+        const ProfileTimer* timer = &profile_timer_wall;
+#ifdef SEEDGPT_CUDA
+        if (!r->model.be->host_memory) timer = &profile_timer_cuda;
+#endif
+        r->model.be = profile_wrap(r->model.be, timer);
     }
     r->step_tokens = (double)r->A * world * r->B * r->T;   /* over every rank */
     r->step_flops = flops_per_token(&r->model, r->T) * r->step_tokens;
@@ -926,6 +936,7 @@ static int train_step(Run* r, int step, StepStats* s) {
      * moves the loader R*A windows on. Each position's loss weighs 1/(R*A*B*T), so the sum of
      * the ranks' gradients is the gradient of the global batch's mean loss. */
     double t0 = now_ms(), loss_sum = 0.0;
+    profile_step_begin();   /* --profile; nothing before profile_wrap */
     int first = dist_rank() * A;   /* this rank's first micro-batch in the step */
     gpt_zero_grad(model);
     for (int a = 0; a < A; a++) {
@@ -969,6 +980,7 @@ static int train_step(Run* r, int step, StepStats* s) {
         r->bad_total++;
     }
     fault_kill_point("step_updated", step);
+    profile_step_end();
     s->ms = now_ms() - t0;
     r->total_ms += s->ms;
     r->last_loss = loss;
@@ -1087,6 +1099,23 @@ static void print_summary(const Run* r, int done, int resuming, double run_start
                run_peak_bytes(&r->model) / 1048576.0, wall);
     } else if (resuming) {
         printf("nothing to train: the state is at step %d of %d\n", r->start_step, o->steps);
+    }
+}
+
+/* --profile, rank 0, at the end: the table of op classes over this process's steps, and one
+ * {"type":"profile"} row in the JSON log, tied to the last step it measured ("step"), so that a
+ * resume that runs that step again drops it with the step's own rows. */
+static void print_profile(const Run* r, int done) {
+    if (!r->o->profile || !r->writer || done <= r->start_step) return;
+    ProfileTotals t = profile_totals();
+    profile_print(stdout, &t, r->peak_gflops);
+    fflush(stdout);
+    if (r->jsonf != NULL) {
+        fprintf(r->jsonf, "{\"type\":\"profile\",\"first_step\":%d,\"step\":%d", r->start_step,
+                done - 1);
+        profile_json_fields(r->jsonf, &t);
+        fprintf(r->jsonf, "}\n");
+        fflush(r->jsonf);
     }
 }
 
@@ -1349,6 +1378,51 @@ static int prepare_cmd(const char* self, int argc, char** argv) {
     return prepare_main(argc, argv);
 }
 
+/* ./train peak: the measured arithmetic peak (model/peak.h) at the run's thread count, what MFU
+ * is read against on the CPU; with a GPU (./train_cuda), its documented peak too. */
+static int peak_main(const char* self, int argc, char** argv) {
+    PeakOptions po;
+    parse_peak_options(&po, argc, argv);
+    if (po.threads > 0) omp_set_num_threads(po.threads);
+    int threads = omp_get_max_threads();
+    openblas_set_num_threads(threads);
+    PeakPath path = peak_fp32_path();
+    double fp32 = peak_fp32_gflops(threads, po.seconds);
+    int has_bf16 = peak_path_supported(PEAK_AVX512_BF16);
+    double bf16 = has_bf16 ? peak_bf16_gflops(threads, po.seconds) : 0.0;
+    printf("peak: %d threads, the best of ~10 ms repeats over %.2f s per rate\n", threads, po.seconds);
+    printf("  fp32 FMA         %10.1f GFLOP/s  (%s; the CPU's MFU yardstick)\n", fp32,
+           peak_path_name(path));
+    if (has_bf16)
+        printf("  bf16 dot product %10.1f GFLOP/s  (avx512bf16, VDPBF16PS: bf16 products, fp32 sums)\n",
+               bf16);
+    else
+        printf("  bf16 dot product %10s            (this CPU has no AVX512_BF16)\n", "-");
+    double sgemm = 0.0;
+#ifndef SEEDGPT_NO_CBLAS
+    sgemm = measure_sgemm_gflops();
+    printf("  OpenBLAS sgemm   %10.1f GFLOP/s  (512^3, for reference: %.0f%% of the fp32 peak)\n",
+           sgemm, fp32 > 0 ? 100.0 * sgemm / fp32 : 0.0);
+#endif
+#ifdef SEEDGPT_CUDA
+    DevicePeak d;
+    if (device_peak_cuda(&d) == 0 && d.rates_known)
+        printf("  GPU %s: fp32 %.1f TFLOP/s, bf16 tensor-core %.1f TFLOP/s dense (documented; %d SMs "
+               "at %d MHz)\n", d.name, d.fp32_gflops / 1e3, d.bf16_gflops / 1e3, d.sm_count,
+               d.clock_khz / 1000);
+    else
+        printf("  GPU: %s (no documented rate)\n", d.name[0] ? d.name : "none");
+#endif
+    if (po.json) {
+        printf("{\"type\":\"peak\",\"threads\":%d,\"seconds\":%g,\"fp32_path\":\"%s\","
+               "\"fp32_gflops\":%.3f,\"bf16_gflops\":%.3f", threads, po.seconds,
+               peak_path_name(path), fp32, bf16);
+        if (sgemm > 0) printf(",\"sgemm_gflops\":%.3f", sgemm);
+        printf("}\n");
+    }
+    return 0;
+}
+
 /* ./train --version: what this binary holds and what its build left out. */
 static int print_version(void) {
 #ifdef SEEDGPT_CUDA
@@ -1368,6 +1442,7 @@ static const Subcommand subcommands[] = {
     {"plot", "RUNDIR", plot_main, "RUNDIR/log.jsonl -> RUNDIR/loss.png (gnuplot)"},
     {"prepare", "--help", prepare_cmd, "turn text files into token shards"},
     {"plan", "TRAINING FLAGS", plan_main, "the memory of each recompute policy, before a run"},
+    {"peak", "[--threads N]", peak_main, "this machine's measured fp32 (and bf16) FLOP peak"},
 };
 enum { NUM_SUBCOMMANDS = (int)(sizeof(subcommands) / sizeof(subcommands[0])) };
 
@@ -1451,6 +1526,7 @@ int main(int argc, char** argv) {
     /* the end: the summary, the last state and the model file */
     int done = step;
     print_summary(&r, done, resuming, run_start);
+    print_profile(&r, done);
     if ((rc = save_at_end(&r, done)) != 0) goto cleanup;
     if (stopped_by != 0 && done < o.steps) {
         printf("stopped by %s after step %d%s\n", stopped_by == SIGINT ? "SIGINT" : "SIGTERM",

@@ -807,6 +807,47 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
 
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }   /* launches are synchronous */
 
+/* ---- events: a host timestamp per record (launches have finished by then) ---------------- */
+struct sg_emu_event {
+    int recorded;
+    double ms;        /* CLOCK_MONOTONIC at the last cudaEventRecord */
+};
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+    if (event == NULL) return sg_emu::set_error(cudaErrorInvalidValue);
+    *event = (cudaEvent_t)calloc(1, sizeof(sg_emu_event));
+    return *event != NULL ? cudaSuccess : sg_emu::set_error(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    if (event == NULL) return sg_emu::set_error(cudaErrorInvalidResourceHandle);
+    free(event);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, struct sg_emu_stream* stream) {
+    if (event == NULL) return sg_emu::set_error(cudaErrorInvalidResourceHandle);
+    if (stream != NULL) return sg_emu::set_error(cudaErrorInvalidValue);   /* the default stream only */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    event->ms = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    event->recorded = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    if (event == NULL) return sg_emu::set_error(cudaErrorInvalidResourceHandle);
+    return cudaSuccess;   /* the work before the record has finished */
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (ms == NULL) return sg_emu::set_error(cudaErrorInvalidValue);
+    if (start == NULL || end == NULL || !start->recorded || !end->recorded)
+        return sg_emu::set_error(cudaErrorInvalidResourceHandle);
+    *ms = (float)(end->ms - start->ms);
+    return cudaSuccess;
+}
+
 cudaError_t cudaGetLastError(void) {
     cudaError_t e = sg_emu::last_error;
     sg_emu::last_error = cudaSuccess;
@@ -824,6 +865,7 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     }
     return "unrecognized error code";

@@ -61,6 +61,7 @@ enum cudaError_t {
     cudaErrorInvalidDevicePointer = 17,
     cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
     cudaErrorLaunchFailure = 719,
 };
 typedef cudaError_t cudaError;
@@ -127,6 +128,16 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
+/* Events, on the default stream only. Launches are synchronous here, so recording an event
+ * stamps the host's monotonic clock at the call; cudaEventElapsedTime reports milliseconds between
+ * two recorded events (cudaErrorInvalidResourceHandle for an event never recorded, as CUDA does). */
+struct sg_emu_event;
+typedef sg_emu_event* cudaEvent_t;
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, struct sg_emu_stream* stream = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 namespace sg_emu {
 cudaError_t func_set_attribute(const void* kernel, cudaFuncAttribute attr, int value);
 }

@@ -30,7 +30,9 @@
  *     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), cudaMemGetInfo, cudaGetDeviceProperties
  *     (no clockRate: CUDA 13 removed it), cudaDeviceGetAttribute (the block and grid limits,
  *     cudaDevAttrClockRate, cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor /
- *     Minor), cudaGetDeviceCount, cudaGetDevice, cudaSetDevice;
+ *     Minor), cudaGetDeviceCount, cudaGetDevice, cudaSetDevice; events on the default stream
+ *     (cudaEventCreate, cudaEventDestroy, cudaEventRecord, cudaEventSynchronize,
+ *     cudaEventElapsedTime: the profiler's timer, model/profile_cuda.cu);
  *     cuBLAS: cublasCreate, cublasDestroy, cublasSgemm, cublasSgemmStridedBatched, cublasSetMathMode
  *     (the emulation runs them on the CPU, column-major as cuBLAS defines them); cuBLASLt for
  *     the bf16 matmuls (model/ops_bf16_cuda.cu): cublasLtCreate/Destroy, cublasLtMatmulDesc*,

@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+/* The part of a training step the orchestrator is in (Backend.phase). */
+enum { BE_PHASE_FORWARD, BE_PHASE_BACKWARD, BE_PHASE_RECOMPUTE, BE_PHASE_OPTIMIZER };
+
 typedef struct Backend {
     const char* name;          /* "cpu" or "cuda" */
     const char* precision;     /* "fp32", or "bf16": the operands of the dense products and of
@@ -37,6 +40,9 @@ typedef struct Backend {
     /* the backend's memory high-water mark in bytes (what the step JSON reports) */
     size_t (*peak_bytes)(void);
     void (*synchronize)(void);
+    /* optional (NULL in the backends): told the step's phase as it changes, BE_PHASE_*. Only the
+     * profiler (model/profile.h) listens; no op may depend on it */
+    void (*phase)(int phase);
 
     /* ---- ops: the signatures and contracts of model/ops.h and attention/attention.h ---- */
     void (*encoder_forward)(float* out, const int* inp, const float* wte, const float* wpe,

@@ -501,6 +501,11 @@ static LayerParams layer_params(const ParameterTensors* p, const GPTConfig* c, i
 
 static Dropout no_dropout(void) { return dropout_make(0.0); }
 
+/* Tells the backend which part of the step runs now (only a profiler listens: model/profile.h). */
+static inline void set_phase(const GPT* m, int phase) {
+    if (m->be->phase != NULL) m->be->phase(phase);
+}
+
 /* One block: x -> out, with the seeds of rec; the activations go to layer l's slot. In the
  * forward x = resid[l] and out = resid[l+1]; a recompute writes a segment's last output to the
  * check buffer instead, so the stored value stays to be compared with. */
@@ -560,6 +565,7 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
     m->cur_T = T;
     m->cur_g0 = g0;
     m->cur_train = train;
+    set_phase(m, BE_PHASE_FORWARD);
 
     /* layer 0's record holds the embedding's seed (site 0), so it is drawn before the embedding */
     layer_record_draw(&m->records[0], m->master_seed, step, 0, PASS_FORWARD);
@@ -589,6 +595,7 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
 /* ---- backward ----------------------------------------------------------------------------- */
 
 void gpt_zero_grad(GPT* m) {
+    set_phase(m, BE_PHASE_OPTIMIZER);
     m->be->fill(m->grads_memory, param_block_floats(m), 0.0f);
 }
 
@@ -667,6 +674,7 @@ static void poison_recompute_scratch(GPT* m) {
  * output against the stored resid[end]. Returns the records the segment's backward must use. */
 static const LayerRecord* recompute_segment(GPT* m, int first, int end) {
     int B = m->cur_B, T = m->cur_T, C = m->config.channels, L = m->config.num_layers;
+    set_phase(m, BE_PHASE_RECOMPUTE);
 #ifdef SEEDGPT_TEST_BUILD
     poison_recompute_scratch(m);
 #endif
@@ -694,6 +702,7 @@ static const LayerRecord* recompute_segment(GPT* m, int first, int end) {
                     differ, n);
         }
     }
+    set_phase(m, BE_PHASE_BACKWARD);
     return recs - first;   /* indexed by layer */
 }
 
@@ -708,6 +717,7 @@ int gpt_backward(GPT* m, float dloss) {
     GradScratch* g = &m->gs;
     m->check_mismatches = 0;
     m->check_first_layer = -1;
+    set_phase(m, BE_PHASE_BACKWARD);
 
     /* loss -> logits (in place) -> LM head (tied to wte) -> final LayerNorm */
     m->be->crossentropy_backward(m->logits, m->targets, dloss, N, c->vocab_size, c->padded_vocab_size);
@@ -735,6 +745,7 @@ int gpt_backward(GPT* m, float dloss) {
 /* ---- clipping and the optimizer ----------------------------------------------------------- */
 
 float gpt_grad_norm(GPT* m) {
+    set_phase(m, BE_PHASE_OPTIMIZER);
     float* g[NUM_PARAMETER_TENSORS];
     memcpy(g, &m->grads, sizeof(g));
     double ss = 0.0;
@@ -757,6 +768,7 @@ float gpt_clip_grads(GPT* m, float max_norm) {
 }
 
 void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    set_phase(m, BE_PHASE_OPTIMIZER);
     float *p[NUM_PARAMETER_TENSORS], *g[NUM_PARAMETER_TENSORS];
     memcpy(p, &m->params, sizeof(p));
     memcpy(g, &m->grads, sizeof(g));

@@ -11,7 +11,7 @@
 #   2. the attention benchmark (tests/bench_attention.c) over T;
 #   3. scripts/bench_chart.sh: out/bench.json -> docs/img/bench.png.
 # Tables go to the terminal; every JSON line goes to out/bench.json (one object per line; "bench"
-# names the benchmark: sgemm, model, attention).
+# names the benchmark: peak, sgemm, model, profile, attention).
 #
 #   scripts/bench.sh [bench_model configs...]     e.g. scripts/bench.sh small
 #   BENCH_QUICK=1     1 process per side per row, 3 steps, attention at T 256 and 1024 only
@@ -19,6 +19,15 @@
 #   BENCH_THREADS=N   threads for everything (default 2)
 #   BENCH_TORCH=0     leave PyTorch out; BENCH_PYTHON=path picks the Python that has torch
 #   BENCH_CHART=0     leave the chart alone
+#
+# A fair peer: the PyTorch side runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its
+# own environment (env -u; tools/torch_bench.py would also drop them itself). Where they are set they
+# pin OpenBLAS, and the PyTorch that calls it, to one kernel family (here: Haswell's AVX2 on an
+# AVX-512 CPU, ~25% slower). seedgpt's side, its tests and CI keep the environment as it is. Each
+# torch row reports the kernel family its OpenBLAS ran (TORCH_BLAS; "torch_blas_core" in the JSON).
+# The header quotes this machine's measured fp32 FMA and bf16 peaks (model/peak.h, `./train peak`):
+# the %peak column divides by the fp32 one; OpenBLAS's sgemm stays as a second reference (%sgemm).
+# Every row also prints where its step's time goes, per op class (model/profile.h, as --profile).
 #
 # Threads: both seedgpt and PyTorch run with OMP_WAIT_POLICY=passive (idle OpenMP threads sleep
 # instead of spinning; on shared cores a spinning thread steals the core its partner needs), unless
@@ -37,7 +46,9 @@ fi
 torch_args=()
 if [ "${BENCH_TORCH:-1}" != 0 ]; then
     for py in ${BENCH_PYTHON:-} /usr/bin/python3 python3; do
-        if "$py" -c 'import torch' >/dev/null 2>&1; then torch_args=(--torch "$py tools/torch_bench.py"); break; fi
+        if "$py" -c 'import torch' >/dev/null 2>&1; then
+            torch_args=(--torch "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $py tools/torch_bench.py"); break
+        fi
     done
     [ ${#torch_args[@]} -gt 0 ] || echo "bench: no python3 here imports torch; the PyTorch columns are left out"
 fi

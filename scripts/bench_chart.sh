@@ -43,14 +43,15 @@ for impl in ("flash", "naive"):
 # the README's table: one markdown row per model row
 md = sys.argv[1][:-5] + ".md" if sys.argv[1].endswith(".json") else sys.argv[1] + ".md"
 with open(md, "w") as f:
-    f.write("| config | shape | p | recompute | seedgpt ms/step | tok/s | GFLOP/s | % sgemm | peak RSS MiB "
-            "| PyTorch ms/step | PyTorch peak RSS MiB | speed-up |\n")
-    f.write("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    f.write("| config | shape | p | recompute | seedgpt ms/step | tok/s | GFLOP/s | % peak | % sgemm "
+            "| peak RSS MiB | PyTorch ms/step | PyTorch peak RSS MiB | speed-up |\n")
+    f.write("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     for r in model:
         shape = f'L{r["L"]} H{r["NH"]} C{r["C"]} V{r["V"]} B{r["B"]} T{r["T"]}'
         t = r.get("torch_median_ms")
         f.write(f'| {r["config"]} | {shape} | {r["dropout"]:g} | {r["recompute"]} | {r["median_ms"]:.0f} '
-                f'| {r["tokens_per_s"]:.0f} | {r["gflops"]:.1f} | {r["pct_of_sgemm"]:.0f}% '
+                f'| {r["tokens_per_s"]:.0f} | {r["gflops"]:.1f} '
+                f'| {"%.1f%%" % r["pct_of_peak"] if "pct_of_peak" in r else "-"} | {r["pct_of_sgemm"]:.0f}% '
                 f'| {r["peak_rss"] / MiB:.0f} | {"%.0f" % t if t else "-"} '
                 f'| {"%.0f" % (r["torch_peak_rss"] / MiB) if t else "-"} '
                 f'| {"%.2fx" % r["speedup_vs_torch"] if t else "-"} |\n')
@@ -59,7 +60,9 @@ with open(f"{out}/title.txt", "w") as f:
     load = sg[0]["loadavg1"] if sg else float("nan")
     th = sg[0]["threads"] if sg else 0
     rate = sg[0]["gflops"] if sg else float("nan")
-    f.write(f"seedgpt vs PyTorch, {th} threads (sgemm {rate:.0f} GFLOP/s, load average {load:.1f} at start)")
+    pk = [r for r in rows if r.get("bench") == "peak"]
+    peak = f"fp32 peak {pk[0]['fp32_gflops']:.0f} GFLOP/s, " if pk else ""
+    f.write(f"seedgpt vs PyTorch, {th} threads ({peak}sgemm {rate:.0f} GFLOP/s, load average {load:.1f} at start)")
 PY
 
 gnuplot <<GP

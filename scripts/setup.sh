@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs what seedgpt's build and tests need on Debian 12, when missing:
-#   libopenblas-dev   CBLAS: the sgemm rate MFU and the benchmarks measure against (headers)
+#   libopenblas-dev   CBLAS: the sgemm reference rate beside the measured peak, and the benchmarks (headers)
 #   libopenblas0-openmp  OpenBLAS built on OpenMP, which the Makefile links: one thread pool
 #   python3-torch     the PyTorch oracle tests (with /usr/bin/python3)
 #   bible-kjv         real text for the learning test and the README's first run

@@ -1,8 +1,9 @@
 /* tests/bench_attention.c — speed and memory of the CPU flash attention (not a test).
  *
  * For each sequence length T: forward and backward time of attention/flash_cpu.c with and without
- * dropout, the achieved GFLOP/s as a fraction of this machine's OpenBLAS sgemm rate measured in the
- * same run, the bytes the caller allocates (qkv, out, lse, dout, dqkv, backward scratch), and the
+ * dropout, the achieved GFLOP/s as a fraction of this machine's measured fp32 FMA peak
+ * (model/peak.h, /pk) and, as a second reference, of its OpenBLAS sgemm rate (/sg), both measured in
+ * the same run, the bytes the caller allocates (qkv, out, lse, dout, dqkv, backward scratch), and the
  * same for a naive fp32 attention that materialises the T x T probabilities and runs its products
  * through sgemm (where it fits). Prints a table and one JSON line per row.
  *
@@ -13,8 +14,8 @@
  * numbers compare time for the same job.
  *
  * usage: bench_attention [T ...]     (default 256 1024 4096 8192; threads from OMP_NUM_THREADS)
- * Times are wall clock, best of a few runs; on a shared machine compare the /sg columns, which
- * divide by an sgemm rate measured under the same conditions just before.
+ * Times are wall clock, best of a few runs; on a shared machine compare the /pk and /sg columns,
+ * which divide by rates measured under the same conditions just before.
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include <omp.h>
 #include <cblas.h>
 #include "attention/attention.h"
+#include "model/peak.h"
 
 /* bench configuration: a GPT-2 small layer */
 #define BENCH_B 1
@@ -260,21 +262,22 @@ static BenchResult bench_naive(int T, double p, int nthreads) {
 }
 
 static void bench_print(const char* impl, int T, double p, BenchResult r, double sgemm,
-                        double dropout_cost_pct) {
+                        double peak, double dropout_cost_pct) {
     const int B = BENCH_B, NH = BENCH_NH, HD = BENCH_HD;
     const double fwd_flop = 4.0 * B * NH * (double)T * T * HD / 2.0, bwd_flop = 2.5 * fwd_flop;
     const double fwd_gf = fwd_flop / r.fwd_s * 1e-9, bwd_gf = bwd_flop / r.bwd_s * 1e-9;
     char cost[32] = "";
     if (dropout_cost_pct == dropout_cost_pct) snprintf(cost, sizeof cost, "%+.1f%%", dropout_cost_pct);
-    printf("%-6s %5d %4.2f %10.2f %10.2f %8.1f %8.1f %6.3f %6.3f %10.1f %9s %8.1f\n", impl, T, p,
-           r.fwd_s * 1e3, r.bwd_s * 1e3, fwd_gf, bwd_gf, fwd_gf / sgemm, bwd_gf / sgemm,
-           (double)r.bytes / (1 << 20), cost, sgemm);
+    printf("%-6s %5d %4.2f %10.2f %10.2f %8.1f %8.1f %6.3f %6.3f %6.3f %6.3f %10.1f %9s %8.1f %8.1f\n",
+           impl, T, p, r.fwd_s * 1e3, r.bwd_s * 1e3, fwd_gf, bwd_gf, fwd_gf / peak, bwd_gf / peak,
+           fwd_gf / sgemm, bwd_gf / sgemm, (double)r.bytes / (1 << 20), cost, peak, sgemm);
     printf("{\"bench\":\"attention\",\"impl\":\"%s\",\"B\":%d,\"T\":%d,\"NH\":%d,\"NKV\":%d,\"HD\":%d,"
            "\"p\":%.2f,\"threads\":%d,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"fwd_gflops\":%.2f,"
            "\"bwd_gflops\":%.2f,\"fwd_frac_sgemm\":%.4f,\"bwd_frac_sgemm\":%.4f,\"sgemm_gflops\":%.2f,"
-           "\"mem_bytes\":%zu",
+           "\"mem_bytes\":%zu,\"peak_gflops\":%.2f,\"fwd_frac_peak\":%.4f,\"bwd_frac_peak\":%.4f",
            impl, B, T, NH, BENCH_NKV, HD, p, omp_get_max_threads(), r.fwd_s * 1e3, r.bwd_s * 1e3,
-           fwd_gf, bwd_gf, fwd_gf / sgemm, bwd_gf / sgemm, sgemm, r.bytes);
+           fwd_gf, bwd_gf, fwd_gf / sgemm, bwd_gf / sgemm, sgemm, r.bytes, peak, fwd_gf / peak,
+           bwd_gf / peak);
     if (dropout_cost_pct == dropout_cost_pct) printf(",\"dropout_cost_pct\":%.2f", dropout_cost_pct);
     printf("}\n");
     fflush(stdout);
@@ -292,25 +295,28 @@ int main(int argc, char** argv) {
     if (f) { if (fscanf(f, "%lf", &load) != 1) load = -1; fclose(f); }
     printf("# attention fwd+bwd, B=%d NH=%d NKV=%d HD=%d, %d threads, load average %.2f at start\n",
            BENCH_B, BENCH_NH, BENCH_NKV, BENCH_HD, nthreads, load);
-    printf("# GFLOP/s on the nominal causal counts (fwd 2 B NH T^2 HD, bwd 2.5x); /sg = fraction of\n"
-           "# OpenBLAS sgemm 1024^3 measured just before each T (sgemm column); mem = bytes the caller\n"
+    printf("# GFLOP/s on the nominal causal counts (fwd 2 B NH T^2 HD, bwd 2.5x); /pk = fraction of\n"
+           "# the fp32 FMA peak (model/peak.h; peak column), /sg of OpenBLAS sgemm 1024^3 (a second\n"
+           "# reference; sgemm column), both measured just before each T; mem = bytes the caller\n"
            "# allocates (flash: qkv out lse dout dqkv scratch; naive adds the (B, NH, T, T)\n"
            "# probabilities and two T x T buffers per thread); dropout = fwd+bwd time of p=0.1 vs 0\n");
-    printf("%-6s %5s %4s %10s %10s %8s %8s %6s %6s %10s %9s %8s\n", "impl", "T", "p", "fwd ms",
-           "bwd ms", "fwd GF/s", "bwd GF/s", "fwd/sg", "bwd/sg", "mem MiB", "dropout", "sgemm");
+    printf("%-6s %5s %4s %10s %10s %8s %8s %6s %6s %6s %6s %10s %9s %8s %8s\n", "impl", "T", "p",
+           "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s", "fwd/pk", "bwd/pk", "fwd/sg", "bwd/sg",
+           "mem MiB", "dropout", "peak", "sgemm");
     for (int t = 0; t < nT; t++) {
         const int T = Ts[t];
         const double sgemm = sgemm_gflops(1024);
+        const double peak = peak_fp32_gflops(nthreads, 0.2);
         BenchResult f0 = bench_flash(T, 0.0, nthreads);
-        bench_print("flash", T, 0.0, f0, sgemm, NAN);
+        bench_print("flash", T, 0.0, f0, sgemm, peak, NAN);
         BenchResult f1 = bench_flash(T, 0.1, nthreads);
-        bench_print("flash", T, 0.1, f1, sgemm,
+        bench_print("flash", T, 0.1, f1, sgemm, peak,
                     100.0 * ((f1.fwd_s + f1.bwd_s) / (f0.fwd_s + f0.bwd_s) - 1.0));
         if (T <= BENCH_NAIVE_MAX_T) {
             BenchResult n0 = bench_naive(T, 0.0, nthreads);
-            bench_print("naive", T, 0.0, n0, sgemm, NAN);
+            bench_print("naive", T, 0.0, n0, sgemm, peak, NAN);
             BenchResult n1 = bench_naive(T, 0.1, nthreads);
-            bench_print("naive", T, 0.1, n1, sgemm,
+            bench_print("naive", T, 0.1, n1, sgemm, peak,
                         100.0 * ((n1.fwd_s + n1.bwd_s) / (n0.fwd_s + n0.bwd_s) - 1.0));
         }
     }

@@ -4,10 +4,12 @@
  * Each row builds a model in memory (gpt_init_weights, random tokens: no data files), runs
  * warm-up steps, then times full training steps exactly as train.c runs them: forward, zero_grad,
  * backward, clip, AdamW. It reports the median ms/step (and its forward / backward / clip+AdamW
- * parts), tokens/s, the whole-step FLOP rate as a share of this machine's OpenBLAS sgemm rate
- * measured in the same run with the same thread count, and memory: the allocator's high-water mark
- * (mem_stats().peak_bytes after the steps) and the planned activation bytes (kept + recompute
- * scratch, gpt_memory()).
+ * parts), tokens/s, the whole-step FLOP rate as a share of this machine's measured fp32 FMA peak
+ * (model/peak.h, the yardstick MFU uses; %peak) and, as a second reference, of OpenBLAS's sgemm
+ * rate (%sgemm), both measured in the same run with the same thread count, and memory: the
+ * allocator's high-water mark (mem_stats().peak_bytes after the steps) and the planned activation
+ * bytes (kept + recompute scratch, gpt_memory()). The timed steps run under the per-op profiler
+ * (model/profile.h, as ./train --profile), and a second table shows where each row's step goes.
  *
  * Every row runs in a fresh process (this program re-executes itself with --row), so each row's
  * peak is its own and not the largest of the rows before it.
@@ -49,6 +51,8 @@
 #include <cblas.h>
 #include "model/gpt.h"
 #include "model/mem.h"
+#include "model/peak.h"
+#include "model/profile.h"
 
 /* OpenBLAS's own; not in every cblas.h */
 void openblas_set_num_threads(int num_threads);
@@ -85,6 +89,11 @@ typedef struct {
     double peak_rss;                      /* the process's peak resident set (ru_maxrss), bytes */
     double sgemm;                         /* GFLOP/s of the sgemm reference, in this process
                                              right after its steps (the row's % of sgemm) */
+    double peak;                          /* GFLOP/s of the fp32 FMA peak (model/peak.h), in this
+                                             process right after its steps (the row's % of peak) */
+    double prof_step_ms;                  /* the profiler's ms per timed step */
+    double prof_ms[NUM_PROF_CLASSES];     /* ms per timed step of each op class */
+    double prof_flops[NUM_PROF_CLASSES];  /* FLOPs per step of each class (0: not defined) */
 } RowResult;
 #define ROW_FIELDS (sizeof(RowResult) / sizeof(double))
 
@@ -249,6 +258,7 @@ static int run_row(const char* spec, int warmup, int steps) {
     gpt_init_weights(&m, seed);
     gpt_set_dropout(&m, seed, r.p, r.p, r.p);
     GPTMemory gm = gpt_memory(&m);
+    m.be = profile_wrap(m.be, NULL);   /* only the timed steps are counted (profile_step_*) */
 
     int n = r.B * r.T;
     int* inputs = malloc((size_t)n * sizeof(int));    /* not mem_alloc: the peak is the model's */
@@ -270,6 +280,7 @@ static int run_row(const char* spec, int warmup, int steps) {
         random_tokens(inputs, n, r.cfg.vocab_size, &tok_state);
         random_tokens(targets, n, r.cfg.vocab_size, &tok_state);
         if (s == warmup) { user0 = cpu_seconds(0); sys0 = cpu_seconds(1); }
+        if (s >= warmup) profile_step_begin();
         double t0 = omp_get_wtime();
         loss = gpt_forward(&m, inputs, targets, r.B, r.T, 0, (uint32_t)s, 1);
         double t1 = omp_get_wtime();
@@ -279,6 +290,7 @@ static int run_row(const char* spec, int warmup, int steps) {
         gpt_clip_grads(&m, 1.0f);
         gpt_adamw(&m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, s + 1);
         double t3 = omp_get_wtime();
+        profile_step_end();
         if (s == 0) allocs_after_step0 = mem_stats().allocations;
         if (s >= warmup) {
             int k = s - warmup;
@@ -310,6 +322,13 @@ static int run_row(const char* spec, int warmup, int steps) {
     getrusage(RUSAGE_SELF, &ru);
     res.peak_rss = (double)ru.ru_maxrss * 1024.0;
     res.sgemm = sgemm_gflops();   /* after getrusage: its buffers are not the row's peak */
+    res.peak = peak_fp32_gflops(omp_get_max_threads(), 0.2);
+    ProfileTotals pt = profile_totals();
+    res.prof_step_ms = pt.step_ms / (pt.steps > 0 ? pt.steps : 1);
+    for (int c = 0; c < NUM_PROF_CLASSES; c++) {
+        res.prof_ms[c] = pt.ms[c] / (pt.steps > 0 ? pt.steps : 1);
+        res.prof_flops[c] = pt.flops[c] / (pt.steps > 0 ? pt.steps : 1);
+    }
 
     const double* f = (const double*)&res;
     printf("ROW");
@@ -382,6 +401,23 @@ typedef struct {
 } TorchResult;
 #define TORCH_FIELDS (sizeof(TorchResult) / sizeof(double))
 
+/* What the last torch process said of its BLAS (its TORCH_BLAS line): the OpenBLAS kernel family
+ * it ran and the pinning variables in its environment ("none": it ran without them). */
+static char torch_blas_core[64] = "", torch_blas_pins[128] = "";
+
+/* The value of "key=" among the words of line, into out[cap] ("" if absent). */
+static void word_value(const char* line, const char* key, char* out, size_t cap) {
+    out[0] = '\0';
+    size_t k = strlen(key);
+    for (const char* p = line; (p = strstr(p, key)) != NULL; p += k) {
+        if ((p == line || p[-1] == ' ') && p[k] == '=') {
+            size_t n = strcspn(p + k + 1, " \n");
+            snprintf(out, cap, "%.*s", (int)n, p + k + 1);
+            return;
+        }
+    }
+}
+
 /* Runs one row through `torch_cmd` (e.g. "/usr/bin/python3 tools/torch_bench.py") in a fresh
  * process with OMP_WAIT_POLICY=passive. Returns 0 and fills res, 1 when the script says torch is
  * missing (TORCH_SKIP), -1 on failure. */
@@ -398,6 +434,14 @@ static int spawn_torch(const char* torch_cmd, const RowSpec* r, int threads, int
     int got = 0, skip = 0;
     while (fgets(line, sizeof(line), pf) != NULL) {
         if (!strncmp(line, "TORCH_SKIP", 10)) { skip = 1; printf("# torch: %s", line + 11); continue; }
+        if (!strncmp(line, "TORCH_BLAS ", 11)) {
+            char core[64];
+            word_value(line, "core", core, sizeof(core));
+            if (strcmp(core, torch_blas_core) != 0) printf("# torch BLAS: %s", line + 11);
+            snprintf(torch_blas_core, sizeof(torch_blas_core), "%s", core);
+            word_value(line, "pins", torch_blas_pins, sizeof(torch_blas_pins));
+            continue;
+        }
         if (strncmp(line, "TORCH_ROW ", 10) != 0) { fputs(line, stdout); continue; }
         double* f = (double*)res;
         char* p = line + 10;
@@ -509,7 +553,7 @@ static const char* thread_env(void) {
 }
 
 static void print_json(const Row* row, const Row* none, int threads, int blas_threads, int warmup,
-                       int steps, int reps, double sgemm, double load1) {
+                       int steps, int reps, double sgemm, double peak_start, double load1) {
     const RowSpec* r = &row->spec;
     const RowResult* x = &row->res;
     Flops f = flops_of(r);
@@ -538,6 +582,9 @@ static void print_json(const Row* row, const Row* none, int threads, int blas_th
            x->recompute_bytes, x->allocs_after_step0, x->check_mismatches, x->loss, load1);
     printf(",\"reps\":%d,\"peak_rss\":%.0f,\"loadavg1_end\":%.2f,\"sgemm_gflops_start\":%.3f", reps,
            x->peak_rss, loadavg1(), sgemm_start);
+    printf(",\"peak_gflops\":%.3f,\"pct_of_peak\":%.3f,\"peak_gflops_start\":%.3f,\"peak_path\":\"%s\"",
+           x->peak, x->peak > 0 ? 100.0 * gflops / x->peak : 0.0, peak_start,
+           peak_path_name(peak_fp32_path()));
     if (row->tok) {
         const TorchResult* t = &row->tres;
         double tg = f.per_token * tokens / (t->median_ms * 1e-3) * 1e-9;
@@ -545,10 +592,12 @@ static void print_json(const Row* row, const Row* none, int threads, int blas_th
                "\"torch_fwd_ms\":%.3f,\"torch_bwd_ms\":%.3f,\"torch_opt_ms\":%.3f,"
                "\"torch_tokens_per_s\":%.1f,\"torch_gflops\":%.3f,\"torch_peak_rss\":%.0f,"
                "\"torch_base_rss\":%.0f,\"torch_params\":%.0f,\"torch_loss\":%.6f,"
-               "\"speedup_vs_torch\":%.4f,\"torch_env\":\"OMP_WAIT_POLICY=passive\"",
+               "\"speedup_vs_torch\":%.4f,\"torch_env\":\"OMP_WAIT_POLICY=passive\","
+               "\"torch_blas_core\":\"%s\",\"torch_blas_pins\":\"%s\"",
                t->median_ms, t->min_ms, t->max_ms, t->fwd_ms, t->bwd_ms, t->opt_ms,
                tokens / (t->median_ms * 1e-3), tg, t->peak_rss, t->base_rss, t->params, t->loss,
-               t->median_ms / x->median_ms);
+               t->median_ms / x->median_ms, torch_blas_core[0] ? torch_blas_core : "unknown",
+               torch_blas_pins[0] ? torch_blas_pins : "unknown");
         if (none != NULL && none->tok)
             printf(",\"torch_time_ratio_to_none\":%.4f,\"torch_peak_rss_ratio_to_none\":%.4f",
                    t->median_ms / none->tres.median_ms, t->peak_rss / none->tres.peak_rss);
@@ -661,11 +710,24 @@ int main(int argc, char** argv) {
     double load[3] = {0, 0, 0};
     getloadavg(load, 3);
     double sgemm = sgemm_gflops();
+    PeakPath ppath = peak_fp32_path();
+    double peak = peak_fp32_gflops(threads, 0.2);
+    int has_bf16 = peak_path_supported(PEAK_AVX512_BF16);
+    double peak_bf16 = has_bf16 ? peak_bf16_gflops(threads, 0.2) : 0.0;
     printf("# bench_model: %d threads (OpenBLAS %d), %d warm-up + %d timed steps per row (median), "
            "each row in its own process; load average %.2f at start%s%s\n", threads, blas_threads,
            warmup, steps, load[0], thread_env()[0] ? "; " : "", thread_env());
-    printf("# OpenBLAS sgemm (%d x %d x %d, NT, median of 7): %.1f GFLOP/s now; each row's %%sgemm divides by\n"
-           "#   the same sgemm measured in the row's own processes right after their steps\n"
+    char bf16_text[64];
+    if (has_bf16) snprintf(bf16_text, sizeof(bf16_text), "%.1f GFLOP/s (VDPBF16PS)", peak_bf16);
+    else snprintf(bf16_text, sizeof(bf16_text), "- (no AVX512_BF16)");
+    printf("# measured peak (model/peak.h, ./train peak), %d threads: fp32 FMA %.1f GFLOP/s (%s), bf16\n"
+           "#   dot product %s; each row's %%peak divides by the fp32 peak measured in the row's own\n"
+           "#   processes right after their steps\n", threads, peak, peak_path_name(ppath), bf16_text);
+    printf("{\"bench\":\"peak\",\"threads\":%d,\"fp32_path\":\"%s\",\"fp32_gflops\":%.3f,"
+           "\"bf16_gflops\":%.3f,\"loadavg1\":%.2f}\n", threads, peak_path_name(ppath), peak, peak_bf16,
+           load[0]);
+    printf("# OpenBLAS sgemm (%d x %d x %d, NT, median of 7), a second reference: %.1f GFLOP/s now; each\n"
+           "#   row's %%sgemm divides by the same sgemm measured in the row's own processes after its steps\n"
            "# OpenBLAS threading: %s (%s)\n",
            SG_M, SG_N, SG_K, sgemm, blas_parallel_name(), openblas_get_config());
     printf("# FLOPs/token = 6 N + 6 L T C, N = L (QKV C + 9 C^2) + Vp C (matmul weights incl. the LM\n"
@@ -681,8 +743,8 @@ int main(int argc, char** argv) {
                "#   alternating with seedgpt's, %d of each per row; every time is the median over the\n"
                "#   processes of each one's median step; x torch = torch ms / seedgpt ms; RSS = ru_maxrss\n",
                torch_cmd, threads, reps);
-    printf("%-9s %-24s %4s %-8s %8s %7s %7s %6s %8s %7s %6s %5s %8s %8s", "config", "shape", "p",
-           "recomp", "ms/step", "fwd", "bwd", "opt", "tok/s", "GFLOP/s", "%sgemm", "sys%",
+    printf("%-9s %-24s %4s %-8s %8s %7s %7s %6s %8s %7s %6s %6s %5s %8s %8s", "config", "shape", "p",
+           "recomp", "ms/step", "fwd", "bwd", "opt", "tok/s", "GFLOP/s", "%peak", "%sgemm", "sys%",
            "peak MiB", "RSS MiB");
     if (torch_cmd != NULL) printf(" %9s %8s %7s", "torch ms", "torchRSS", "x torch");
     printf("\n");
@@ -723,9 +785,10 @@ int main(int argc, char** argv) {
         if (r->cfg.num_kv_heads != r->cfg.num_heads) snprintf(kv, sizeof(kv), "/%d", r->cfg.num_kv_heads);
         snprintf(shape, sizeof(shape), "L%d H%d%s C%d V%d B%d T%d", r->cfg.num_layers,
                  r->cfg.num_heads, kv, r->cfg.channels, r->cfg.vocab_size, r->B, r->T);
-        printf("%-9s %-24s %4.2f %-8s %8.1f %7.1f %7.1f %6.1f %8.0f %7.1f %5.1f%% %4.1f%% %8.1f %8.1f",
+        printf("%-9s %-24s %4.2f %-8s %8.1f %7.1f %7.1f %6.1f %8.0f %7.1f %5.1f%% %5.1f%% %4.1f%% %8.1f %8.1f",
                r->group, shape, r->p, r->policy, x->median_ms, x->fwd_ms, x->bwd_ms,
-               x->opt_ms, r->B * r->T / (x->median_ms * 1e-3), gflops, 100.0 * gflops / x->sgemm,
+               x->opt_ms, r->B * r->T / (x->median_ms * 1e-3), gflops,
+               x->peak > 0 ? 100.0 * gflops / x->peak : 0.0, 100.0 * gflops / x->sgemm,
                100.0 * x->sys_s / (x->user_s + x->sys_s), x->peak_bytes / 1048576.0,
                x->peak_rss / 1048576.0);
         if (row->tok)
@@ -744,9 +807,47 @@ int main(int argc, char** argv) {
                 rows[j].spec.p == r->p && rows[j].ok)
                 none = &rows[j];
         print_json(row, strcmp(r->group, "recompute") == 0 ? (none ? none : row) : NULL, threads,
-                   blas_threads, warmup, steps, reps, sgemm, load[0]);
+                   blas_threads, warmup, steps, reps, sgemm, peak, load[0]);
         fflush(stdout);
     }
+
+    /* the profile section: each row's step by op class (model/profile.h) */
+    printf("\n# per-op profile of the timed steps (model/profile.h; medians over the processes): ms/step\n"
+           "#   per class; a recompute's re-run forward counts as recompute; host = the step's time\n"
+           "#   between ops; GFLOP/s of the classes with FLOPs in the JSON ({\"bench\":\"profile\"})\n");
+    static const char* const short_names[NUM_PROF_CLASSES] = {
+        "mm fwd", "mm bwd", "at fwd", "at bwd", "LN", "GELU", "res+drp", "xent", "optim",
+        "recomp", "other"};
+    printf("%-9s %-8s %4s", "config", "recomp", "p");
+    for (int c = 0; c < NUM_PROF_CLASSES; c++) printf(" %7s", short_names[c]);
+    printf(" %7s %8s\n", "host", "step");
+    for (int i = 0; i < nrows; i++) {
+        const Row* row = &rows[i];
+        if (!row->ok) continue;
+        const RowResult* x = &row->res;
+        ProfileTotals t;
+        memset(&t, 0, sizeof(t));
+        t.steps = steps;
+        t.step_ms = x->prof_step_ms * steps;
+        t.timer = "wall clock";
+        double sum = 0;
+        printf("%-9s %-8s %4.2f", row->spec.group, row->spec.policy, row->spec.p);
+        for (int c = 0; c < NUM_PROF_CLASSES; c++) {
+            t.ms[c] = x->prof_ms[c] * steps;
+            t.flops[c] = x->prof_flops[c] * steps;
+            sum += x->prof_ms[c];
+            printf(" %7.1f", x->prof_ms[c]);
+        }
+        printf(" %7.1f %8.1f\n", x->prof_step_ms > sum ? x->prof_step_ms - sum : 0.0, x->prof_step_ms);
+        const RowSpec* r = &row->spec;
+        printf("{\"bench\":\"profile\",\"config\":\"%s\",\"L\":%d,\"NH\":%d,\"C\":%d,\"V\":%d,\"B\":%d,"
+               "\"T\":%d,\"dropout\":%g,\"recompute\":\"%s\",\"threads\":%d", r->group,
+               r->cfg.num_layers, r->cfg.num_heads, r->cfg.channels, r->cfg.vocab_size, r->B, r->T, r->p,
+               r->policy, threads);
+        profile_json_fields(stdout, &t);
+        printf("}\n");
+    }
+    fflush(stdout);
 
     /* the recompute section: ratios to none and the arithmetic floor */
     const Row* none = NULL;

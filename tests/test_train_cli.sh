@@ -17,7 +17,13 @@
 #     explicit --recompute that fits (refusing one that does not); bad sizes and a bad shape are
 #     one line;
 #   - ./train sample: the same seed gives the same text, another seed other text, and a model
-#     file that does not exist is refused with one line.
+#     file that does not exist is refused with one line;
+#   - --profile (--recompute layer, dropout 0.1): exactly one {"type":"profile"} row with every op
+#     class, no negative time, the classes' ms adding up to no more than the step's (+ 1% and
+#     0.05 ms of rounding slack), and every other row of the log as without --profile (step_ms
+#     aside, a time); the table is printed;
+#   - --peak-gflops 0 and -1 are refused in one line naming the flag; ./train peak --help works
+#     and ./train peak prints an fp32 FMA rate (no magnitude asserted: the machine is shared).
 set -u
 cd "$(dirname "$0")/.."
 TRAIN=${SEEDGPT_TRAIN:-./train}
@@ -202,6 +208,69 @@ if [ $bad -eq 0 ] && [ $rc -eq 2 ] && cmp -s "$W/pbad.err" "$W/tbad.err"; then
     ok plan_and_budget_refuse_bad_input_in_one_line "5 bad sizes refused; plan's shape refusal is training's: $(cat "$W/pbad.err")"
 else
     fail plan_and_budget_refuse_bad_input_in_one_line "$bad bad sizes not refused; plan status $rc: '$(cat "$W/pbad.err")' vs '$(cat "$W/tbad.err")'"
+fi
+
+# ---- --profile: one row, every class, nothing else changed
+P=("${BASE[@]}" --batch 2 --steps 4 --recompute layer --shuffle 0)
+"$TRAIN" "${P[@]}" --log-json "$W/noprof.jsonl" > /dev/null 2>&1
+"$TRAIN" "${P[@]}" --profile --log-json "$W/prof.jsonl" > "$W/prof.out" 2>&1
+rc=$?
+nrow=$(grep -c '"type":"profile"' "$W/prof.jsonl")
+row=$(grep '"type":"profile"' "$W/prof.jsonl")
+classes="matmul_fwd matmul_bwd attn_fwd attn_bwd layernorm gelu residual_dropout crossentropy optimizer recompute other_ops"
+missing=""; negative=""; sum=0
+for c in $classes host; do
+    v=$(echo "$row" | sed -n "s/.*\"${c}_ms\":\([-0-9.eE+]*\).*/\1/p")
+    if [ -z "$v" ]; then missing="$missing $c"; continue; fi
+    awk -v v="$v" 'BEGIN{exit !(v < 0)}' && negative="$negative $c=$v"
+    [ "$c" = host ] || sum=$(awk -v a="$sum" -v b="$v" 'BEGIN{printf "%.4f", a + b}')
+done
+step=$(echo "$row" | sed -n 's/.*"step_ms":\([0-9.eE+]*\).*/\1/p')
+fits=$(awk -v s="$sum" -v t="${step:-0}" 'BEGIN{print (s <= t * 1.01 + 0.05) ? 1 : 0}')
+if [ $rc -eq 0 ] && [ "$nrow" -eq 1 ] && [ -z "$missing" ] && [ -z "$negative" ] && [ "$fits" = 1 ] &&
+   grep -q '^profile: 4 steps' "$W/prof.out" && grep -q '^  recompute ' "$W/prof.out"; then
+    ok profile_adds_one_row_with_every_class \
+       "status 0, 1 profile row, 11 classes summing to $sum of $step ms/step; the table printed"
+else
+    fail profile_adds_one_row_with_every_class \
+       "status $rc, $nrow profile rows, missing:${missing:- none}, negative:${negative:- none}, classes $sum ms vs step ${step:-?} ms"
+fi
+strip_times() { grep -v '"type":"profile"' "$1" | sed 's/"step_ms":[0-9.]*,//'; }
+if [ -s "$W/noprof.jsonl" ] && diff <(strip_times "$W/noprof.jsonl") <(strip_times "$W/prof.jsonl") > /dev/null; then
+    ok profile_leaves_every_other_row_bitwise \
+       "$(grep -c . "$W/noprof.jsonl") rows identical with and without --profile, step_ms aside (last $(train_losses "$W/prof.jsonl" | tail -1))"
+else
+    fail profile_leaves_every_other_row_bitwise \
+       "first difference: $(diff <(strip_times "$W/noprof.jsonl") <(strip_times "$W/prof.jsonl") | grep '^[<>]' | head -2 | tr '\n' ' ')"
+fi
+
+# ---- the peak: --peak-gflops must be a rate above 0; ./train peak
+for x in 0 -1; do
+    "$TRAIN" "${BASE[@]}" --batch 2 --steps 1 --peak-gflops "$x" > "$W/pk.out" 2> "$W/pk.err"
+    rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l < "$W/pk.err")" -eq 1 ] && grep -q -- "--peak-gflops $x: expected" "$W/pk.err"; then
+        ok "peak_gflops_${x/-/minus}_is_refused" "status 2: $(cat "$W/pk.err")"
+    else
+        fail "peak_gflops_${x/-/minus}_is_refused" "status $rc: $(head -2 "$W/pk.err")"
+    fi
+done
+"$TRAIN" peak --help > "$W/peakhelp.out" 2>&1
+rc1=$?
+"$TRAIN" peak --threads 2 --seconds 0.05 --json > "$W/peak.out" 2> "$W/peak.err"
+rc2=$?
+fp32=$(sed -n 's/^  fp32 FMA *\([0-9.]*\) GFLOP\/s.*/\1/p' "$W/peak.out")
+if [ $rc1 -eq 0 ] && grep -q '^usage: ./train peak' "$W/peakhelp.out" && [ $rc2 -eq 0 ] && [ -n "$fp32" ] &&
+   grep -q '^  bf16 dot product' "$W/peak.out" && grep -q '^{"type":"peak","threads":2,' "$W/peak.out"; then
+    ok train_peak_prints_rates "peak --help: status 0; peak: $(grep -E '^  (fp32|bf16)' "$W/peak.out" | tr -s ' ' | tr '\n' ';')"
+else
+    fail train_peak_prints_rates "statuses $rc1 $rc2; $(head -3 "$W/peak.out" | tr '\n' ' ') $(head -1 "$W/peak.err")"
+fi
+"$TRAIN" peak --threads 0 > /dev/null 2> "$W/peakbad.err"
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l < "$W/peakbad.err")" -eq 1 ]; then
+    ok train_peak_refuses_a_bad_flag_in_one_line "status 2: $(cat "$W/peakbad.err")"
+else
+    fail train_peak_refuses_a_bad_flag_in_one_line "status $rc: $(head -2 "$W/peakbad.err")"
 fi
 
 # ---- ./train sample

@@ -33,16 +33,76 @@ and peak_rss reports torch.cuda.max_memory_allocated() (the device's peak) inste
 Threads: torch.set_num_threads(N); the caller sets OMP_WAIT_POLICY=passive (idle OpenMP threads
 sleep instead of spinning, the setting that serves PyTorch best on shared cores).
 
+A fair peer: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE pin OpenBLAS (and the PyTorch that calls it)
+to one kernel family, e.g. Haswell's AVX2 kernels on a CPU that has AVX-512. When either is set,
+this script runs itself again with both removed from its own environment, before torch is
+imported (OpenBLAS reads them as it loads), so PyTorch gets the kernels OpenBLAS picks for this
+CPU; --keep-blas-env keeps them. It then reports the kernel family PyTorch's OpenBLAS actually
+runs: threadpoolctl's "architecture" where threadpoolctl is installed, else
+openblas_get_corename() of the libopenblas this process loaded (found in /proc/self/maps, else
+in torch's lib folder), through ctypes.
+
 Prints one line "TORCH_ROW median_ms min_ms max_ms fwd_ms bwd_ms opt_ms peak_rss_bytes
-base_rss_bytes loss params" (bench_model reads it) and, with --json, a JSON line. peak_rss is the
+base_rss_bytes loss params" (bench_model reads it), one line "TORCH_BLAS core=NAME via=HOW
+lib=PATH pins=VARS dropped=VARS" (the BLAS kernel family; pins: the pinning variables still in
+this process's environment, "none" when it runs without them; dropped: those it removed itself)
+and, with --json, a JSON line. peak_rss is the
 process's ru_maxrss at the end; base_rss its RSS after importing torch, before the model existed.
 Exits 0 with "TORCH_SKIP reason" when torch cannot be imported.
 """
 import argparse
+import ctypes
+import glob
 import math
+import os
 import resource
 import sys
 import time
+
+BLAS_PIN_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+UNSET_MARK = "SEEDGPT_TORCH_BENCH_UNSET"   # what the re-run removed, for the report
+
+
+def run_without_blas_pins():
+    """Runs this script again without the OpenBLAS pinning variables, if any is set."""
+    if "--keep-blas-env" in sys.argv:
+        return
+    pinned = [v for v in BLAS_PIN_VARS if v in os.environ]
+    if not pinned:
+        return
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_PIN_VARS}
+    env[UNSET_MARK] = ",".join(pinned)
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def blas_core(torch):
+    """(kernel family, how it was found, library) of the OpenBLAS this process runs."""
+    try:
+        import threadpoolctl
+        for info in threadpoolctl.threadpool_info():
+            if info.get("internal_api") == "openblas":
+                return info.get("architecture") or "unknown", "threadpoolctl", info.get("filepath", "?")
+    except Exception:  # noqa: BLE001 - not installed, or too old: fall back to ctypes
+        pass
+    libs = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and "openblas" in os.path.basename(parts[-1]) and parts[-1] not in libs:
+                    libs.append(parts[-1])
+    except OSError:
+        pass
+    libs += sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "*openblas*")))
+    for path in libs:
+        try:
+            fn = ctypes.CDLL(path).openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_char_p
+        return fn().decode(errors="replace"), "openblas_get_corename", path
+    return "none", "no OpenBLAS loaded", "-"
 
 
 def rss_bytes():
@@ -74,7 +134,10 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--keep-blas-env", action="store_true",
+                    help="keep OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (default: run without them)")
     a = ap.parse_args()
+    run_without_blas_pins()
     r = parse_row(a.row)
     try:
         import torch
@@ -235,13 +298,19 @@ def main():
     vals = [median(step_ms), min(step_ms), max(step_ms), median(fwd_ms), median(bwd_ms),
             median(opt_ms), peak_rss, base_rss, loss, params]
     print("TORCH_ROW " + " ".join(repr(float(v)) for v in vals))
+    core, via, lib = blas_core(torch)
+    dropped = os.environ.get(UNSET_MARK, "none")
+    pins = ",".join(f"{v}={os.environ[v]}" for v in BLAS_PIN_VARS if v in os.environ) or "none"
+    print(f"TORCH_BLAS core={core} via={via} lib={lib} pins={pins} dropped={dropped}")
     if a.json:
         import json
         print(json.dumps({"bench": "torch_model", "row": a.row, "torch": torch.__version__,
                           "threads": a.threads, "sdpa": sdpa is not None,
                           "device": a.device, "precision": a.precision, "compile": a.compile, "median_ms": vals[0],
                           "fwd_ms": vals[3], "bwd_ms": vals[4], "opt_ms": vals[5],
-                          "peak_rss": peak_rss, "base_rss": base_rss, "loss": loss}))
+                          "peak_rss": peak_rss, "base_rss": base_rss, "loss": loss,
+                          "blas_core": core, "blas_core_via": via, "blas_pins": pins,
+                          "blas_pins_dropped": dropped}))
     return 0
 
 

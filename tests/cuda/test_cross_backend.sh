@@ -5,7 +5,9 @@
 #     fp32 agreement (the kernels sum in other orders, the masks are the same bits);
 #   - a state saved on one backend resumes on the other (both directions), and the resumed run
 #     ends where the straight run on the resuming backend ends, within the same tolerance;
-#   - recompute layer vs none on --device cuda: identical losses and model files, byte for byte;
+#   - recompute layer vs none on --device cuda: identical losses and model files, byte for byte,
+#     the layer run under --profile (so the cudaEvent timers change nothing either), which adds
+#     one {"type":"profile"} row timed by cudaEvents, with recompute time;
 #   - --precision bf16: within 1e-2 of the CPU's fp32 run, recompute bitwise, its state resumed
 #     in fp32 on the CPU.
 # Tiny model, few steps: the emulated build runs every GPU thread as a CPU thread.
@@ -48,11 +50,19 @@ else
 fi
 
 # recompute on CUDA: bitwise the same run
-run cuda_layer --device cuda --recompute layer --save "$W/cuda_layer.bin"
+run cuda_layer --device cuda --recompute layer --profile --save "$W/cuda_layer.bin"
 if diff <(losses "$W/cuda.jsonl") <(losses "$W/cuda_layer.jsonl") > /dev/null && cmp -s "$W/cuda.bin" "$W/cuda_layer.bin"; then
     ok cuda_recompute_layer_run_bitwise_equals_none "$(losses "$W/cuda.jsonl" | wc -l) losses and the model file identical"
 else
     fail cuda_recompute_layer_run_bitwise_equals_none "$(diff <(losses "$W/cuda.jsonl") <(losses "$W/cuda_layer.jsonl") | head -2 | tr '\n' ' ') $(cmp "$W/cuda.bin" "$W/cuda_layer.bin" 2>&1)"
+fi
+prow=$(grep '"type":"profile"' "$W/cuda_layer.jsonl")
+rms=$(echo "$prow" | sed -n 's/.*"recompute_ms":\([0-9.eE+-]*\).*/\1/p')
+if [ "$(grep -c '"type":"profile"' "$W/cuda_layer.jsonl")" -eq 1 ] && echo "$prow" | grep -q '"timer":"cudaEvent"' &&
+   [ -n "$rms" ] && awk -v v="$rms" 'BEGIN{exit !(v > 0)}' && grep -q '^  recompute ' "$W/cuda_layer.out"; then
+    ok cuda_profile_row_timed_by_events "one profile row, timer cudaEvent, recompute $rms ms/step"
+else
+    fail cuda_profile_row_timed_by_events "$(grep -c '"type":"profile"' "$W/cuda_layer.jsonl") profile rows: $(echo "$prow" | cut -c1-200)"
 fi
 
 # a state saved on one backend resumes on the other

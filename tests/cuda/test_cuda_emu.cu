@@ -444,6 +444,32 @@ static void check_index_coverage(void) {
     free(out); free(hits);
 }
 
+/* Events on the default stream, as the profiler uses them (model/profile_cuda.cu): the time from
+ * a record before a launch to one after it is finite and not negative, and an event never
+ * recorded is refused with cudaErrorInvalidResourceHandle, as CUDA does. */
+static void check_events(void) {
+    cudaEvent_t a, b, never;
+    SG_CHECK(cudaEventCreate(&a));
+    SG_CHECK(cudaEventCreate(&b));
+    SG_CHECK(cudaEventCreate(&never));
+    SG_CHECK(cudaEventRecord(a, 0));
+    SG_LAUNCH(no_params, 4, 64, 0);
+    SG_CHECK_LAUNCH();
+    SG_CHECK(cudaEventRecord(b, 0));
+    SG_CHECK(cudaEventSynchronize(b));
+    float ms = -1.0f, ms2 = 0.0f;
+    SG_CHECK(cudaEventElapsedTime(&ms, a, b));
+    cudaError_t e = cudaEventElapsedTime(&ms2, a, never);
+    cudaError_t cleared = cudaGetLastError();
+    (void)cleared;
+    expect(isfinite(ms) && ms >= 0 && e == cudaErrorInvalidResourceHandle && cudaGetLastError() == cudaSuccess,
+           "events_time_a_launch_and_refuse_an_unrecorded_one",
+           "%.4f ms around a launch; elapsed to a never-recorded event: \"%s\"", ms, cudaGetErrorString(e));
+    SG_CHECK(cudaEventDestroy(a));
+    SG_CHECK(cudaEventDestroy(b));
+    SG_CHECK(cudaEventDestroy(never));
+}
+
 static void check_smem_poison(void) {
 #ifndef SG_EMU
     skip("shared_memory_poisoned_at_every_block_start", "emulation only");
@@ -887,6 +913,7 @@ int main(int argc, char** argv) {
         skip("host_api_cublas_and_fault_checks", "run by the plain build (make test-cuda-emu)");
     } else {
         check_launch_validation();
+        check_events();
         check_memory();
         check_strided_batched();
         check_faults();
