@@ -84,8 +84,12 @@ if ! make -j"$jobs" $all_targets > "$logdir/baseline.log" 2>&1; then
     exit 2
 fi
 for t in $all_tests; do
-    if ! timeout "$timeout_s" bash -c "$t" >> "$logdir/baseline.log" 2>&1; then
-        echo "tests/mutants/run.sh: $t fails on the unmutated tree, so it cannot judge a mutant; see build/mutants/baseline.log" >&2
+    timeout "$timeout_s" bash -c "$t" >> "$logdir/baseline.log" 2>&1
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+        how="fails (status $rc)"
+        [ "$rc" -eq 124 ] && how="runs past MUTANTS_TIMEOUT=$timeout_s s"
+        echo "tests/mutants/run.sh: $t $how on the unmutated tree, so it cannot judge a mutant; see build/mutants/baseline.log" >&2
         exit 2
     fi
 done
