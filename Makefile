@@ -18,6 +18,8 @@
 #   make test-cuda  the same tests on a real GPU (needs one)
 #   make dev-cuda   dev/cuda: per op, kernel variants validated and timed (nvcc; run on a GPU,
 #                   scripts/dev_cuda_bench.sh); make dev-cuda-emu: their validation, emulated
+#   make mutants    mutation testing (not part of make test): each planted bug of tests/mutants/
+#                   must make one of its tests fail (MUTANT=NAME runs the mutants matching NAME)
 
 CC      ?= gcc
 NVCC    ?= nvcc
@@ -234,6 +236,15 @@ test-asan:
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \
 		LAYOUT_CI="echo SKIP layout: make test checks the includes, a sanitizer adds nothing" \
 		BARE_CI="echo SKIP bare_build: make test builds the CUDA code bare, ASan adds nothing"
+
+# `make mutants`: mutation testing, the proof that the suite catches planted bugs. Each
+# tests/mutants/*.patch is one small bug; tests/mutants/run.sh applies it to a copy of the tree,
+# rebuilds and runs the tests its header names, and reverts it. Ends with "N killed, N survived"
+# and fails if any survived. Not part of make test (6-9 min on 2 cores); MUTANT=NAME runs only the
+# mutants whose name contains NAME.
+.PHONY: mutants
+mutants:
+	@tests/mutants/run.sh $(if $(MUTANT),"$(MUTANT)")
 
 setup:
 	@scripts/setup.sh

@@ -401,10 +401,10 @@ static void keep_count_add(KeepCount* kc, float value, int b, int h, int i, int 
     }
 }
 
-static void keep_count_report(const KeepCount* kc, const char* pass, Shape s) {
-    char name[160], first[80] = "";
-    snprintf(name, sizeof name, "%s_keep_bits_equal_philox_attn_draw[B=%d T=%d NH=%d NKV=%d HD=%d p=%.1f]",
-             pass, s.B, s.T, s.NH, s.NKV, s.HD, s.p);
+static void keep_count_report(const KeepCount* kc, const char* pass, Shape s, const char* tag) {
+    char name[200], first[80] = "";
+    snprintf(name, sizeof name, "%s_keep_bits_equal_philox_attn_draw[B=%d T=%d NH=%d NKV=%d HD=%d p=%.1f]%s",
+             pass, s.B, s.T, s.NH, s.NKV, s.HD, s.p, tag);
     if (kc->wrong)
         snprintf(first, sizeof first, ", the first at (b %d, h %d, i %d, j %d)", kc->first_b,
                  kc->first_h, kc->first_i, kc->first_j);
@@ -414,9 +414,11 @@ static void keep_count_report(const KeepCount* kc, const char* pass, Shape s) {
            kc->checked ? (double)kc->dropped / kc->checked : 0.0, kc->future_nonzero);
 }
 
-static void test_keep_bits_exact(Shape s) {
-    const uint64_t seed = 0x6b656570ULL ^ (uint64_t)s.T;   /* "keep" */
-    const Dropout drop = dropout_make(s.p);
+static uint64_t keep_seed(Shape s) { return 0x6b656570ULL ^ (uint64_t)s.T; }   /* "keep" */
+
+/* tag: appended to the test names (empty for drop = dropout_make(s.p)) */
+static void keep_bits_exact(Shape s, Dropout drop, const char* tag) {
+    const uint64_t seed = keep_seed(s);
     const int HD = s.HD, G = s.NH / s.NKV;
     const float a = (float)(s.amp * sqrt((double)HD));
     const size_t W = qkv_width(s), C = (size_t)s.NH * HD;
@@ -491,11 +493,31 @@ static void test_keep_bits_exact(Shape s) {
     }
     printf("# keep bits [T=%d amp=%.0f]: the smallest kept weight m p scale read off is %.2e\n",
            s.T, s.amp, pmin);
-    keep_count_report(&fwd, "forward", s);
-    keep_count_report(&kv, "backward_dkdv_pass", s);
-    keep_count_report(&q, "backward_dq_pass", s);
+    keep_count_report(&fwd, "forward", s, tag);
+    keep_count_report(&kv, "backward_dkdv_pass", s, tag);
+    keep_count_report(&q, "backward_dq_pass", s, tag);
     free(qkv); free(out); free(zero_out); free(lse); free(dout); free(dqkv); free(scratch);
     problem_free(&pr);
+}
+
+static void test_keep_bits_exact(Shape s) { keep_bits_exact(s, dropout_make(s.p), ""); }
+
+/* keep iff draw >= thr at equality too. At dropout_make's thresholds a draw equal to thr is a
+ * 2^-32 event the reads above never meet, so here thr is set to the draw of one element (b 0,
+ * head 1, query 37, key j) and every bit is read off again: that element must read kept in the
+ * forward and in both backward passes. Key 5 lies in a block of 32 keys the query sees whole,
+ * key 33 in the block it sees in part: the kernel fills the two kinds of block apart. */
+static void test_keep_bit_at_threshold(void) {
+    const int keys[2] = {5, 33};
+    for (int k = 0; k < 2; k++) {
+        Shape s = {1, 40, 2, 2, 32, 3, 0.0, 1.0};
+        const uint32_t draw = philox_attn_draw(keep_seed(s), s.g0, 1, 37, (uint32_t)keys[k]);
+        s.p = draw / 4294967296.0;   /* printed in the names; thr below is the draw exactly */
+        const Dropout at = {draw, (float)(1.0 / (1.0 - s.p))};
+        char tag[64];
+        snprintf(tag, sizeof tag, "_at_thr_equal_to_the_draw_of_i37_j%d", keys[k]);
+        keep_bits_exact(s, at, tag);
+    }
 }
 
 /* ---- every output written ------------------------------------------------------------------ */
@@ -561,6 +583,7 @@ int main(void) {
     /* B  T   NH NKV HD  g0  p    amp: windows of HD keys, tiles and Philox blocks of 32 crossed */
     test_keep_bits_exact((Shape){2, 100, 4, 2, 48, 7, 0.3, 2.0});
     test_keep_bits_exact((Shape){1, 150, 3, 3, 64, 1000, 0.1, 1.0});
+    test_keep_bit_at_threshold();
     test_every_output_written();
     test_scratch_grows_linearly();
     return test_finish();

@@ -4,7 +4,8 @@
  *      give the same losses and weights;
  *   2. the negative control (fresh pass-1 seeds at recompute) gives clearly wrong gradients, and
  *      the value check names the first recomputed segment; at dropout 0 it changes nothing;
- *   3. the value check can be turned off and never changes the gradients;
+ *   3. the value check can be turned off and never changes the gradients, and it compares every
+ *      value of a segment's output: one flipped bit in the first or the last value is caught;
  *   4. the kept activations and the recompute scratch match a layout this test computes from the
  *      shapes; nothing is allocated after step 0 and the peak does not grow;
  *   5. the layer policy gives the same bits at 1, 2 and 3 threads.
@@ -362,6 +363,40 @@ static void test_check_off(const Case* k, const float* w) {
     }
 }
 
+/* The value check compares all B*T*C values of a segment's output, bit for bit: the lowest bit of
+ * one value of the final LayerNorm's stored input, flipped between the forward and the backward,
+ * is caught in the top segment and in no other, whether it is the first value or the last. (The
+ * final LayerNorm's input is no segment's input, so the flip changes no recompute.) */
+static void test_check_sees_one_bit(const Case* k, const float* w) {
+    char name[160], pb[32];
+    const int everys[3] = {1, 2, 4};
+    int L = k->c.num_layers;
+    size_t n = (size_t)k->B * k->T * k->c.channels;
+    const size_t where[2] = {0, n - 1};
+    for (int i = 0; i < 3; i++) {
+        for (int e = 0; e < 2; e++) {
+            RecomputePolicy p = policy(everys[i], 0, CHECK_WARN);
+            pname(&p, pb);
+            GPT m = model_at(k, p, w, SITE_RATES);
+            gpt_zero_grad(&m);
+            gpt_forward(&m, k->in[0], k->tg[0], k->B, k->T, 0, 3, 1);
+            uint32_t bits;
+            memcpy(&bits, &m.resid[L][where[e]], sizeof(bits));
+            bits ^= 1u;
+            memcpy(&m.resid[L][where[e]], &bits, sizeof(bits));
+            int mm = gpt_backward(&m, 1.0f / (float)(k->B * k->T));
+            int first = top_segment_first_layer(L, everys[i] < L ? everys[i] : L);
+            snprintf(name, sizeof(name), "%s_%s_value_check_sees_one_flipped_bit_in_the_%s_value",
+                     k->name, pb, e ? "last" : "first");
+            expect(mm == 1 && m.check_mismatches == 1 && m.check_first_layer == first, name,
+                   "lowest bit of value %zu of %zu of the final LayerNorm's input flipped: %d "
+                   "mismatching segments (expected 1), first at layer %d (expected %d)",
+                   where[e], n, mm, m.check_first_layer, first);
+            gpt_free(&m);
+        }
+    }
+}
+
 /* ---- 4. memory ------------------------------------------------------------------------------- */
 
 /* floats rounded up to 16 (64-byte alignment of every tensor), written here on purpose */
@@ -585,6 +620,7 @@ int main(void) {
     test_fresh_seeds(&plain, w_plain, fresh_plain, 4);
     test_fresh_seeds(&gqa, w_gqa, fresh_gqa, 2);
     test_check_off(&plain, w_plain);
+    test_check_sees_one_bit(&plain, w_plain);
     double t4 = now();
     test_threads(&plain, w_plain);
     double t5 = now();

@@ -8,8 +8,9 @@
  *     in-place aliasing ops.h allows gives the same bits as separate buffers;
  *  4. every op bitwise identical at 1, 2 and 3 threads (OpenMP and OpenBLAS), at GPT-2 small
  *     shapes and, for matmul, at a row count that is not a multiple of 32;
- *  5. dropout keep bits: exactly philox_elem_draw >= thr, p = 0 is the plain path, the kept
- *     fraction, masks that change with step/layer/site/pass/sequence, batch-split invariance;
+ *  5. dropout keep bits: exactly philox_elem_draw >= thr (equality included), p = 0 is the plain
+ *     path, the kept fraction, masks that change with step/layer/site/pass/sequence, batch-split
+ *     invariance;
  *  6. cross-entropy: padded columns, uniform logits.
  *
  * Owns no code under test; tolerances are per-tensor relative norms ||a - ref|| / ||ref||.
@@ -809,6 +810,25 @@ static void test_keep_bits(void) {
         snprintf(name, sizeof name, "kept_fraction_within_3_sigma_p%.1f", ps[k]);
         expect(fabs(z) <= 3.0, name, "kept %.6f of %zu, expected %.6f, z = %+.2f", (double)kept / n, n,
                1 - ps[k], z);
+    }
+    /* keep iff draw >= thr at equality too: with thr set to the draw of one element, that element
+     * is kept (a kernel comparing draw > thr differs there alone; at dropout_make's thresholds
+     * equality is a 2^-32 event that the checks above never meet) */
+    {
+        const int eb = 1, et = 300, ec = 777;   /* ec % 4 = 1: word 1 of its Philox call */
+        uint32_t draw = philox_elem_draw(seed, g0 + eb, et, ec);
+        Dropout at = {draw, (float)(4294967296.0 / (4294967296.0 - draw))};
+        keep_mask(out, B, T, C, g0, seed, at);
+        size_t wrong = 0;
+        for (int b = 0; b < B; b++) for (int t = 0; t < T; t++) for (int c = 0; c < C; c++) {
+            int want = philox_elem_draw(seed, g0 + b, t, c) >= at.thr;
+            wrong += want != (out[((size_t)b * T + t) * C + c] != 0.0f);
+        }
+        int kept_at = out[((size_t)eb * T + et) * C + ec] != 0.0f;
+        expect(kept_at && wrong == 0 && draw != 0, "residual_dropout_keeps_the_element_whose_draw_equals_thr",
+               "thr = %u, the draw of (b %d, t %d, c %d): that element %s; %zu of %zu elements "
+               "disagree with philox_elem_draw >= thr", at.thr, eb, et, ec,
+               kept_at ? "kept" : "DROPPED", wrong, n);
     }
     free(out);
 
