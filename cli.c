@@ -128,7 +128,9 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "activation checkpointing\n"
 "  --recompute P       none | layer | every:K (default none): keep only each segment's input of\n"
 "                      K layers and recompute the segment before its backward, with the seeds\n"
-"                      its layers drew in the forward (layer = every:1)\n"
+"                      its layers drew in the forward (layer = every:1). selective: keep what\n"
+"                      the products and the attention need, recompute ln1, ln2 and the GELU\n"
+"                      output in the backward; selective+layer, selective+every:K: both\n"
 "  --memory-budget S   e.g. 512MiB or 20GiB (B, KiB, MiB, GiB, TiB; KB, MB, GB, TB are powers\n"
 "                      of 1000): take the policy whose planned memory fits with the fewest\n"
 "                      recomputed FLOPs (./train plan shows them); with --recompute, refuse\n"
@@ -530,7 +532,8 @@ void check_options(const Options* o, const char* raw[NUM_FLAGS]) {
     }
     if (o->policy.fresh_seeds && o->policy.every == 0) {
         fprintf(stderr, "seedgpt: --recompute-seeds fresh needs a recompute policy (--recompute "
-                        "layer or every:K): under none nothing is recomputed\n");
+                        "layer or every:K, selective+ either): under %s no layer is recomputed\n",
+                o->policy.selective ? "selective alone" : "none");
         exit(EXIT_BAD_INPUT);
     }
     if (backend_lookup(o->device, o->precision) == NULL) {

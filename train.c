@@ -1329,7 +1329,7 @@ static int plan_main(const char* self, int argc, char** argv) {
                        cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.channels,
                        cfg.vocab_size, cfg.max_seq_len, P, B, T, devices[d], precisions[q], threads,
                        be->host_memory ? "arena + host tables + transient" : "the device arena");
-                printf("%-10s %9s %9s %9s %9s %9s %9s %9s %9s %7s %9s %7s %9s\n", "policy", "params",
+                printf("%-17s %8s %8s %8s %8s %8s %9s %8s %8s %6s %6s %7s %9s\n", "policy", "params",
                        "grads", "adamw", "kept", "logits", "recompute", "grad-scr", "attn-scr",
                        "other", "host", "peak", "recompute");
             }
@@ -1352,7 +1352,7 @@ static int plan_main(const char* self, int argc, char** argv) {
                            rows[i].peak, p->step_flops, p->recompute_flops,
                            i == best ? ",\"budget_choice\":true" : "");
                 } else {
-                    printf("%-10s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %7.1f %9.1f %7.0f "
+                    printf("%-17s %8.1f %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f %8.1f %6.1f %6.1f %7.0f "
                            "%8.1f%%%s\n", name, mib(p->params), mib(p->grads), mib(p->adamw),
                            mib(p->activations), mib(p->logits), mib(p->recompute),
                            mib(p->grad_scratch), mib(p->attn_scratch), mib(p->other),

@@ -49,13 +49,17 @@ typedef struct {
     int every;              /* K; 0 = none */
     int fresh_seeds;        /* the negative control: recompute (and its backward) with pass-1 seeds */
     RecomputeCheck check;   /* compare each recomputed segment output with the stored input above */
+    int selective;          /* keep only what the products and the attention need: ln1, ln2 and
+                               the GELU output are not kept per layer but recomputed in the
+                               backward (from the kept residual input, mean and rstd, and fch) */
 } RecomputePolicy;
 
-/* "none", "layer" or "every:K" (K >= 1). Returns 0, or -1 with one line in err. */
+/* "none", "layer", "every:K" (K >= 1), "selective", or "selective+layer" / "selective+every:K"
+ * (the segments' layers keep selective storage). Returns 0, or -1 with one line in err. */
 int recompute_parse(const char* s, RecomputePolicy* p, char err[256]);
 /* "off", "warn" or "stop". */
 int recompute_check_parse(const char* s, RecomputeCheck* c, char err[256]);
-/* A short name: "none", "layer", "every:3". */
+/* A short name: "none", "layer", "every:3", "selective", "selective+every:3". */
 const char* recompute_name(const RecomputePolicy* p, char buf[32]);
 
 /* Layers per segment: K, or L for none (one segment that is never recomputed). */

@@ -158,6 +158,10 @@ static size_t plan_activations(GPT* m, float* base) {
 
     size_t sizes[NUM_LAYER_ACTS];
     gpt_layer_act_sizes(c, m->B, m->T, sizes);
+    /* selective: ln1, ln2 and fch_gelu have no place in a slot; every layer's point into one
+     * shared set at the end, which the forward fills and the backward refills */
+    size_t shared[3] = {sizes[0], sizes[7], sizes[11]};
+    if (p->selective) sizes[0] = sizes[7] = sizes[11] = 0;
     size_t slot_floats = carve(NULL, NULL, sizes, NUM_LAYER_ACTS);
     size_t slots_start = off;
     off += (size_t)K * slot_floats;
@@ -182,6 +186,18 @@ static size_t plan_activations(GPT* m, float* base) {
         m->check = NULL;
         m->num_kept_acts = off;
         m->num_recompute_acts = 0;
+    }
+    if (p->selective) {
+        size_t sel_start = off;
+        float* sp[3];
+        float** spp[3] = {&sp[0], &sp[1], &sp[2]};
+        off += carve(AT(off), spp, shared, 3);
+        for (int l = 0; l < L && base != NULL; l++) {
+            m->layer[l].ln1 = sp[0];
+            m->layer[l].ln2 = sp[1];
+            m->layer[l].fch_gelu = sp[2];
+        }
+        m->num_recompute_acts += off - sel_start;
     }
 #undef AT
     return off;
@@ -269,11 +285,14 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
     out->step_flops = (6.0 * (double)nparams + 12.0 * L * C * T) * (double)BT;
     out->recompute_flops = ckpt_recomputes(policy)
                                ? (2.0 * (double)layer_params + 4.0 * L * C * T) * (double)BT : 0.0;
+    /* selective: two LayerNorms (~8 operations an element: mean, variance, normalise, scale and
+     * shift) and a GELU (~16 with its tanh) per layer, per position, again */
+    if (policy->selective) out->recompute_flops += (2.0 * 8.0 * C + 16.0 * 4.0 * C) * L * (double)BT;
     return 0;
 }
 
 int gpt_build(GPT* m, const GPTConfig* c, int B, int T, char err[256]) {
-    RecomputePolicy none = {0, 0, CHECK_OFF};
+    RecomputePolicy none = {0, 0, CHECK_OFF, 0};
     return gpt_build_policy(m, c, B, T, &none, err);
 }
 
@@ -618,6 +637,15 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
     Dropout dres = m->cur_train ? m->drop_resid : no_dropout();
     int depth = m->cur_train && dropout_active(m->drop_path);
     int parallel = c->block_kind == BLOCK_PARALLEL;
+    if (m->policy.selective) {
+        /* selective storage: ln1, ln2 and the GELU output were not kept; the same ops on the
+         * same kept inputs give the forward's bits again (mean and rstd are rewritten with the
+         * values they hold) */
+        m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], p.ln1w, p.ln1b, N, C);
+        m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, parallel ? m->resid[l] : a->resid2,
+                                 p.ln2w, p.ln2b, N, C);
+        m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    }
     /* the attention branch's output gradient: computed below from d resid2 (sequential), or here
      * from d out, before the MLP's LayerNorm adds to dresid (parallel: resid2 = x + attn branch
      * and out = resid2 + mlp branch, so d resid2 = d out) */

@@ -8,23 +8,25 @@ size_t plan_peak(const GPTPlan* p, const Backend* be) {
 }
 
 static int same_policy(const RecomputePolicy* a, const RecomputePolicy* b) {
-    return a->every == b->every;
+    return a->every == b->every && a->selective == b->selective;
 }
 
 int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
               const RecomputePolicy* extra, PlanRow rows[PLAN_MAX_ROWS], char err[256]) {
-    RecomputePolicy base = {0, 0, CHECK_WARN};
+    RecomputePolicy base = {0, 0, CHECK_WARN, 0};
     if (extra != NULL) base = *extra;
     RecomputePolicy cand[PLAN_MAX_ROWS];
     int n = 0;
     const int everys[] = {0, 8, 4, 2, 1};
-    for (size_t i = 0; i < sizeof(everys) / sizeof(everys[0]); i++) {
-        int k = everys[i];
-        if (k > 1 && k >= c->num_layers) continue;   /* K >= L: one segment, not worth a row */
-        cand[n] = base;
-        cand[n].every = k;
-        n++;
-    }
+    for (int sel = 0; sel < 2; sel++)
+        for (size_t i = 0; i < sizeof(everys) / sizeof(everys[0]); i++) {
+            int k = everys[i];
+            if (k > 1 && k >= c->num_layers) continue;   /* K >= L: one segment, not worth a row */
+            cand[n] = base;
+            cand[n].every = k;
+            cand[n].selective = sel;
+            n++;
+        }
     if (extra != NULL) {
         int seen = 0;
         for (int i = 0; i < n; i++) seen |= same_policy(&cand[i], extra);

@@ -12,7 +12,7 @@
 
 #include "model/gpt.h"
 
-#define PLAN_MAX_ROWS 8
+#define PLAN_MAX_ROWS 12
 
 typedef struct {
     RecomputePolicy policy;
@@ -23,8 +23,9 @@ typedef struct {
 /* The planned peak a budget is held to (see the header comment). */
 size_t plan_peak(const GPTPlan* p, const Backend* be);
 
-/* One row per policy, in this order: none, every:K for K = 8, 4, 2 where K < L, layer, then
- * `extra` when it is none of those (NULL: no extra). The rows' check mode and seeds are extra's
+/* One row per policy, in this order: none, every:K for K = 8, 4, 2 where K < L, layer, then the
+ * same with selective storage (selective, selective+every:K, selective+layer), then `extra` when
+ * it is none of those (NULL: no extra). The rows' check mode and seeds are extra's
  * (or none's defaults). Returns the number of rows, or -1 with err (a configuration or batch the
  * model refuses: gpt_plan's message). */
 int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,

@@ -67,15 +67,19 @@ static void free_case(Case* k) {
     for (int i = 0; i < 2; i++) { free(k->in[i]); free(k->tg[i]); }
 }
 
-static RecomputePolicy policy(int every, int fresh, RecomputeCheck check) {
-    RecomputePolicy p = {every, fresh, check};
+static RecomputePolicy policy_sel(int every, int fresh, RecomputeCheck check, int selective) {
+    RecomputePolicy p = {every, fresh, check, selective};
     return p;
+}
+static RecomputePolicy policy(int every, int fresh, RecomputeCheck check) {
+    return policy_sel(every, fresh, check, 0);
 }
 
 static const char* pname(const RecomputePolicy* p, char buf[32]) {
-    if (p->every == 0) snprintf(buf, 32, "none");
-    else if (p->every == 1) snprintf(buf, 32, "layer");
-    else snprintf(buf, 32, "every%d", p->every);
+    const char* sel = p->selective ? "selective_" : "";
+    if (p->every == 0) snprintf(buf, 32, "%s", p->selective ? "selective" : "none");
+    else if (p->every == 1) snprintf(buf, 32, "%slayer", sel);
+    else snprintf(buf, 32, "%severy%d", sel, p->every);
     return buf;
 }
 
@@ -208,7 +212,8 @@ static size_t count_differ(const float* a, const float* b, size_t n) {
     return d;
 }
 
-static void test_policies_equal_none(const Case* k, const float* w, const int* everys, int np) {
+static void test_policies_equal_none(const Case* k, const float* w, const int* everys, int np,
+                                     int sel) {
     char name[160], pb[32], rs[64];
     int L = k->c.num_layers;
     site_rates_str(SITE_RATES, rs);
@@ -230,7 +235,7 @@ static void test_policies_equal_none(const Case* k, const float* w, const int* e
 
     TrainRun tref = train(k, policy(0, 0, CHECK_WARN), w);
     for (int i = 0; i < np; i++) {
-        RecomputePolicy p = policy(everys[i], 0, CHECK_WARN);
+        RecomputePolicy p = policy_sel(everys[i], 0, CHECK_WARN, sel);
         pname(&p, pb);
         /* one step: loss, every gradient tensor, the value check */
         GPT m = model_at(k, p, w, SITE_RATES);
@@ -285,7 +290,7 @@ static int top_segment_first_layer(int L, int K) {
 
 static int num_segments(int L, int K) { return (L + K - 1) / K; }
 
-static void test_fresh_seeds(const Case* k, const float* w, const int* everys, int np) {
+static void test_fresh_seeds(const Case* k, const float* w, const int* everys, int np, int sel) {
     char name[160], pb[32];
     int L = k->c.num_layers;
     for (int drop = 0; drop < 2; drop++) {
@@ -294,7 +299,7 @@ static void test_fresh_seeds(const Case* k, const float* w, const int* everys, i
         float ref_loss = loss_and_grad(&ref, k, 1, 5, NULL);
         float* ref_grads = copy_grads(&ref);
         for (int i = 0; i < np; i++) {
-            RecomputePolicy p = policy(everys[i], 1, CHECK_WARN);
+            RecomputePolicy p = policy_sel(everys[i], 1, CHECK_WARN, sel);
             pname(&p, pb);
             GPT m = model_at(k, p, w, rates);
             int mm;
@@ -432,12 +437,12 @@ static size_t expected_recompute(const GPTConfig* c, int B, int T, int every) {
     return (size_t)K * (layer_floats(c, BT) + a16(BT * c->channels));
 }
 
-static void test_memory_layout(const Case* k, const int* everys, int np) {
+static void test_memory_layout(const Case* k, const int* everys, int np, int sel) {
     char name[160], pb[32];
     size_t kept_none = 0, kept_layer = 0;
     for (int i = -1; i < np; i++) {
         int every = i < 0 ? 0 : everys[i];
-        RecomputePolicy p = policy(every, 0, CHECK_WARN);
+        RecomputePolicy p = policy_sel(every, 0, CHECK_WARN, sel);
         pname(&p, pb);
         GPTPlan plan;
         char err[256];
@@ -459,6 +464,22 @@ static void test_memory_layout(const Case* k, const int* everys, int np) {
                "kept %zu + logits %zu vs %zu, recompute %zu vs %zu", built,
                plan.arena + plan.host, plan.arena, parts, plan.host, plan.activations,
                plan.logits, mem.activations, plan.recompute, mem.recompute);
+        if (sel) {   /* selective storage: the plan above, and the formula below */
+            size_t BT = (size_t)k->B * k->T, C = k->c.channels;
+            size_t per_layer = a16(BT * C) + a16(BT * 4 * C) + a16(BT * C);   /* ln1, fch_gelu, ln2 */
+            size_t plain_kept = expected_kept(&k->c, k->B, k->T, every);
+            size_t plain_rec = expected_recompute(&k->c, k->B, k->T, every);
+            int K = every == 0 ? k->c.num_layers : every < k->c.num_layers ? every : k->c.num_layers;
+            size_t want_kept = every == 0 ? plain_kept - (size_t)K * per_layer : plain_kept;
+            size_t want_rec = (every == 0 ? 0 : plain_rec - (size_t)K * per_layer) + per_layer;
+            snprintf(name, sizeof(name), "%s_%s_keeps_no_ln_or_gelu_output_per_layer", k->name, pb);
+            expect(m.num_kept_acts == want_kept && m.num_recompute_acts == want_rec, name,
+                   "kept %zu floats (%zu expected: the plain policy's less ln1, ln2, fch_gelu of "
+                   "%d slot(s)), recompute %zu (%zu expected: one shared set)", m.num_kept_acts,
+                   want_kept, K, m.num_recompute_acts, want_rec);
+            gpt_free(&m);
+            continue;
+        }
         size_t ek = expected_kept(&k->c, k->B, k->T, every);
         size_t er = expected_recompute(&k->c, k->B, k->T, every);
         snprintf(name, sizeof(name), "%s_%s_kept_activations_match_layout_formula", k->name, pb);
@@ -474,7 +495,7 @@ static void test_memory_layout(const Case* k, const int* everys, int np) {
         if (every == 1) kept_layer = m.num_kept_acts;
         gpt_free(&m);
     }
-    if (k->c.num_layers >= 4) {
+    if (k->c.num_layers >= 4 && !sel) {
         snprintf(name, sizeof(name), "%s_layer_policy_keeps_less_than_none", k->name);
         expect(kept_layer < kept_none, name, "kept activations: layer %zu floats, none %zu (%.1fx)",
                kept_layer, kept_none, (double)kept_none / (double)kept_layer);
@@ -595,12 +616,14 @@ int main(void) {
     double t1 = now();
     float* w_plain = random_weights(&plain);
     float* w_gqa = random_weights(&gqa);
-    test_memory_layout(&plain, ev_plain, 6);
-    test_memory_layout(&gqa, ev_gqa, 5);
+    test_memory_layout(&plain, ev_plain, 6, 0);
+    test_memory_layout(&gqa, ev_gqa, 5, 0);
+    const int ev_sel[3] = {1, 2, 4};   /* and, at i = -1, selective alone */
+    test_memory_layout(&plain, ev_sel, 3, 1);
     /* B*T = 39 and B*T*NH = 117 are not multiples of 16: the 64-byte rounding shows */
     Case odd = make_case("L4_odd_shapes", 4, 3, 1, 24, 50, 3, 13);
     const int ev_odd[4] = {1, 2, 3, 5};
-    test_memory_layout(&odd, ev_odd, 4);
+    test_memory_layout(&odd, ev_odd, 4, 0);
     free_case(&odd);
     /* RoPE (its angle tables in the arena) and the parallel block (its second branch buffer) */
     Case rope = make_case("L3_rope_parallel", 3, 4, 2, 32, 61, 2, 24);
@@ -609,16 +632,23 @@ int main(void) {
     rope.c.rope_layout = ROPE_NEOX;
     rope.c.block_kind = BLOCK_PARALLEL;
     const int ev_rope[2] = {1, 2};
-    test_memory_layout(&rope, ev_rope, 2);
+    test_memory_layout(&rope, ev_rope, 2, 0);
+    test_memory_layout(&rope, ev_rope, 2, 1);
     free_case(&rope);
     double t2 = now();
-    test_policies_equal_none(&plain, w_plain, ev_plain, 6);
-    test_policies_equal_none(&gqa, w_gqa, ev_gqa, 5);
+    test_policies_equal_none(&plain, w_plain, ev_plain, 6, 0);
+    test_policies_equal_none(&gqa, w_gqa, ev_gqa, 5, 0);
+    /* selective storage alone (every 0) and with segments */
+    const int ev_sel_plain[3] = {0, 1, 4}, ev_sel_gqa[2] = {0, 3};
+    test_policies_equal_none(&plain, w_plain, ev_sel_plain, 3, 1);
+    test_policies_equal_none(&gqa, w_gqa, ev_sel_gqa, 2, 1);
     double t3 = now();
     const int fresh_plain[4] = {1, 2, 4, 6};
     const int fresh_gqa[2] = {1, 3};
-    test_fresh_seeds(&plain, w_plain, fresh_plain, 4);
-    test_fresh_seeds(&gqa, w_gqa, fresh_gqa, 2);
+    test_fresh_seeds(&plain, w_plain, fresh_plain, 4, 0);
+    test_fresh_seeds(&gqa, w_gqa, fresh_gqa, 2, 0);
+    const int fresh_sel[2] = {1, 4};
+    test_fresh_seeds(&plain, w_plain, fresh_sel, 2, 1);
     test_check_off(&plain, w_plain);
     test_check_sees_one_bit(&plain, w_plain);
     double t4 = now();

@@ -186,7 +186,7 @@ static void test_drop_path_bits(void) {
 static GPT build(const GPTConfig* c, int B, int T, int every, int fresh) {
     GPT m;
     char err[256];
-    RecomputePolicy p = {every, fresh, every > 0 ? CHECK_WARN : CHECK_OFF};
+    RecomputePolicy p = {every, fresh, every > 0 ? CHECK_WARN : CHECK_OFF, 0};
     if (gpt_build_policy(&m, c, B, T, &p, err) != 0) {
         fprintf(stderr, "test_opts: gpt_build: %s\n", err);
         exit(2);

@@ -149,7 +149,7 @@ P=("${BASE[@]}" --layers 6 --batch 2 --steps 1)
 rc=$?
 rows=$(grep -c '"type":"plan"' "$W/plan.jsonl")
 policies=$(grep -o '"policy":"[^"]*"' "$W/plan.jsonl" | cut -d'"' -f4 | tr '\n' ' ')
-if [ $rc -eq 0 ] && [ "$policies" = "none every:4 every:2 layer " ]; then
+if [ $rc -eq 0 ] && [ "$policies" = "none every:4 every:2 layer selective selective+every:4 selective+every:2 selective+layer " ]; then
     ok plan_lists_each_policy "status 0: $rows rows: $policies"
 else
     fail plan_lists_each_policy "status $rc, policies '$policies': $(head -c 300 "$W/plan.err")"
@@ -179,7 +179,7 @@ for peak in $(grep -o '"peak_bytes":[0-9]*' "$W/plan.jsonl" | cut -d: -f2); do
         fi
     done
 done
-if [ $wrong -eq 0 ] && [ $tried -eq 8 ]; then
+if [ $wrong -eq 0 ] && [ $tried -eq $((2 * rows)) ]; then
     ok memory_budget_picks_as_documented_on_both_sides_of_each_peak "$tried budgets (each peak and a byte below it), each the documented choice or the refusal; last: $(grep -h 'memory budget\|no recompute' "$W/mb.out" "$W/mb.err" | tail -1 | cut -c1-160)"
 else
     fail memory_budget_picks_as_documented_on_both_sides_of_each_peak "$wrong of $tried wrong:$detail"

@@ -78,7 +78,7 @@ static void tensor_table(const ParameterTensors* p, float* t[NT]) {
 static GPT run_step(int every, int fresh, double p, const int* in, const int* tg, float* loss,
                     int* mismatches) {
     GPTConfig c = config();
-    RecomputePolicy pol = {every, fresh, CHECK_WARN};
+    RecomputePolicy pol = {every, fresh, CHECK_WARN, 0};
     GPT m;
     char err[256];
     if (gpt_build_policy(&m, &c, B, T, &pol, err) != 0) {

@@ -58,10 +58,13 @@ static Case make_case(int L, int NH, int NKV, int C, int V, int B, int T) {
     return k;
 }
 
+/* every < 0: selective storage with segments of -every - 1 layers (-1: selective alone) */
 static GPT build_seeded(const Case* k, const Backend* be, int every, int fresh, uint64_t drop_seed) {
     GPT m;
     char err[256];
-    RecomputePolicy p = {every, fresh, every > 0 ? CHECK_WARN : CHECK_OFF};
+    int selective = every < 0;
+    if (selective) every = -every - 1;
+    RecomputePolicy p = {every, fresh, every > 0 ? CHECK_WARN : CHECK_OFF, selective};
     if (gpt_build_on(&m, &k->c, k->B, k->T, &p, be, err) != 0) {
         fprintf(stderr, "test_cuda_model: build: %s\n", err);
         exit(1);
@@ -166,8 +169,8 @@ static void test_policies_on(const Backend* cuda, const Case* k, const char* nam
     float l0 = step(&none, k, NULL);
     float* g0 = grads_host(&none);
     size_t n = block_floats(&none);
-    int everys[2] = {1, 2};
-    for (int e = 0; e < 2; e++) {
+    int everys[4] = {1, 2, -1, -3};   /* layer, every:2, selective, selective+every:2 */
+    for (int e = 0; e < 4; e++) {
         GPT r = build(k, cuda, everys[e], 0);
         int mm = 0;
         float l = step(&r, k, &mm);
@@ -175,7 +178,12 @@ static void test_policies_on(const Backend* cuda, const Case* k, const char* nam
         size_t differ = 0;
         for (size_t i = 0; i < n; i++) differ += memcmp(&g[i], &g0[i], sizeof(float)) != 0;
         char tname[128];
-        snprintf(tname, sizeof(tname), "%s_cuda_recompute_every%d_bitwise_equals_none", name, everys[e]);
+        if (everys[e] > 0)
+            snprintf(tname, sizeof(tname), "%s_cuda_recompute_every%d_bitwise_equals_none", name,
+                     everys[e]);
+        else
+            snprintf(tname, sizeof(tname), "%s_cuda_selective%s_bitwise_equals_none", name,
+                     everys[e] == -1 ? "" : "_every2");
         expect(differ == 0 && memcmp(&l, &l0, sizeof(float)) == 0 && mm == 0, tname,
                "loss %.8f vs %.8f, %zu of %zu gradient floats differ, %d check mismatches",
                l, l0, differ, n, mm);
@@ -286,7 +294,7 @@ static void test_plan_equals_counted(const Backend* be, const Case* k, const cha
     int bad = 0;
     size_t dev = 0, host = 0, planned_dev = 0, planned_host = 0;
     for (int i = 0; i < 3; i++) {
-        RecomputePolicy p = {everys[i], 0, CHECK_WARN};
+        RecomputePolicy p = {everys[i], 0, CHECK_WARN, 0};
         GPTPlan plan;
         char err[256];
         if (gpt_plan(&k->c, k->B, k->T, &p, be, omp_get_max_threads(), &plan, err) != 0) {
