@@ -640,11 +640,13 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
     if (m->policy.selective) {
         /* selective storage: ln1, ln2 and the GELU output were not kept; the same ops on the
          * same kept inputs give the forward's bits again (mean and rstd are rewritten with the
-         * values they hold) */
+         * values they hold). A profile counts them as recompute. */
+        set_phase(m, BE_PHASE_RECOMPUTE);
         m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], p.ln1w, p.ln1b, N, C);
         m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, parallel ? m->resid[l] : a->resid2,
                                  p.ln2w, p.ln2b, N, C);
         m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+        set_phase(m, BE_PHASE_BACKWARD);
     }
     /* the attention branch's output gradient: computed below from d resid2 (sequential), or here
      * from d out, before the MLP's LayerNorm adds to dresid (parallel: resid2 = x + attn branch
