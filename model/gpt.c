@@ -237,9 +237,8 @@ static size_t host_table_bytes(const GPTConfig* c, const RecomputePolicy* policy
            (size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord);
 }
 
-int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, const Backend* be,
-             int threads, GPTPlan* out, char err[256]) {
-    memset(out, 0, sizeof(*out));
+/* A configuration and batch a model can be built for: 0, or -1 with one line in err. */
+static int check_build_args(const GPTConfig* c, int B, int T, char err[256]) {
     const char* problem = gpt_config_problem(c);
     if (problem != NULL) { snprintf(err, 256, "bad model configuration: %s", problem); return -1; }
     if (B <= 0 || T <= 0 || T > c->max_seq_len) {
@@ -247,6 +246,13 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
                  B, T, c->max_seq_len);
         return -1;
     }
+    return 0;
+}
+
+int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, const Backend* be,
+             int threads, GPTPlan* out, char err[256]) {
+    memset(out, 0, sizeof(*out));
+    if (check_build_args(c, B, T, err) != 0) return -1;
     /* a model with no buffers: the layout functions only count when given no base */
     GPT m;
     memset(&m, 0, sizeof(m));
@@ -304,13 +310,7 @@ int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePo
 int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                  const Backend* be, char err[256]) {
     memset(m, 0, sizeof(*m));
-    const char* problem = gpt_config_problem(c);
-    if (problem != NULL) { snprintf(err, 256, "bad model configuration: %s", problem); return -1; }
-    if (B <= 0 || T <= 0 || T > c->max_seq_len) {
-        snprintf(err, 256, "batch %d x %d does not fit the model (max sequence length %d)",
-                 B, T, c->max_seq_len);
-        return -1;
-    }
+    if (check_build_args(c, B, T, err) != 0) return -1;
     m->config = *c;
     m->policy = *policy;
     m->be = be;
