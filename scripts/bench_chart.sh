@@ -5,6 +5,8 @@
 #   top right:    step time per recompute policy (L8 model), seedgpt and PyTorch
 #   bottom left:  peak memory per recompute policy: seedgpt's RSS and planned activations, PyTorch's RSS
 #   bottom right: attention forward+backward time and the caller's memory against T (flash, naive)
+# and, beside it, docs/img/frontier.png: the recompute policies of the L8 model (selective ones
+# included) as points of counted peak memory and peak RSS against ms/step.
 # The JSON lines are turned into gnuplot tables by python3's json module (no other dependency); the
 # model rows also go to a markdown table next to the JSON (out/bench.md), the form the README shows.
 set -euo pipefail
@@ -55,6 +57,12 @@ with open(md, "w") as f:
                 f'| {r["peak_rss"] / MiB:.0f} | {"%.0f" % t if t else "-"} '
                 f'| {"%.0f" % (r["torch_peak_rss"] / MiB) if t else "-"} '
                 f'| {"%.2fx" % r["speedup_vs_torch"] if t else "-"} |\n')
+# the frontier: counted peak against step time, one point per policy of the L8 model
+with open(f"{out}/frontier.dat", "w") as f:
+    for r in model:
+        if r["config"] == "recompute":
+            f.write('%.3f %.3f %.3f "%s"\n' % (r["median_ms"], r["peak_bytes"] / MiB,
+                                              r["peak_rss"] / MiB, r["recompute"]))
 with open(f"{out}/title.txt", "w") as f:
     sg = [r for r in rows if r.get("bench") == "sgemm"]
     load = sg[0]["loadavg1"] if sg else float("nan")
@@ -108,3 +116,23 @@ unset multiplot
 GP
 mv "$png.tmp" "$png"
 echo "wrote $png"
+
+# the memory/time frontier of the recompute policies (docs/img/frontier.png beside the chart)
+frontier="$(dirname "$png")/frontier.png"
+if [ -s "$tmp/frontier.dat" ]; then
+gnuplot <<GP
+set terminal pngcairo size 900,600 font "DejaVu Sans,10"
+set output "$frontier.tmp"
+set title "recompute policies, L8 H4 C256 V257 B8 T256, dropout 0.1: peak memory against step time"
+set xlabel "ms / step (median)"
+set ylabel "MiB"
+set grid
+set key left bottom
+set offsets graph 0.08, graph 0.2, graph 0.1, graph 0.1
+plot "$tmp/frontier.dat" using 1:2 with points pt 7 ps 1.6 lc rgb "#1f77b4" title "counted peak (model/mem.h)", \
+     "" using 1:3 with points pt 6 ps 1.6 lc rgb "#ff7f0e" title "peak RSS", \
+     "" using 1:2:4 with labels offset char 1,0.6 left font ",9" notitle
+GP
+mv "$frontier.tmp" "$frontier"
+echo "wrote $frontier"
+fi

@@ -680,7 +680,7 @@ int main(int argc, char** argv) {
     int nrows = 0;
     for (int i = 0; i < nconfigs; i++) {
         const char* c = configs[i];
-        if (nrows + 4 > BENCH_MAX_ROWS) break;
+        if (nrows + 8 > BENCH_MAX_ROWS) break;
         if (!strcmp(c, "124m")) {
             rows[nrows++].spec = row_make("124m", 12, 12, 768, 50257, 1024, 4, 64, 0.0, "none");
         } else if (!strcmp(c, "small")) {
@@ -688,8 +688,11 @@ int main(int argc, char** argv) {
             rows[nrows++].spec = row_make("small", 4, 4, 256, 257, 256, 8, 256, 0.1, "none");
             rows[nrows++].spec = row_make("small", 4, 4, 256, 257, 256, 8, 256, 0.1, "layer");
         } else if (!strcmp(c, "recompute")) {
-            static const char* pols[] = {"none", "layer", "every:2", "every:4"};
-            for (int k = 0; k < 4; k++)
+            /* the memory/time frontier: every policy of ./train plan at this shape */
+            static const char* pols[] = {"none", "layer", "every:2", "every:4", "selective",
+                                         "selective+layer", "selective+every:2",
+                                         "selective+every:4"};
+            for (int k = 0; k < 8; k++)
                 rows[nrows++].spec = row_make("recompute", 8, 4, 256, 257, 256, 8, 256, 0.1, pols[k]);
         } else {
             char err[256];
@@ -743,7 +746,7 @@ int main(int argc, char** argv) {
                "#   alternating with seedgpt's, %d of each per row; every time is the median over the\n"
                "#   processes of each one's median step; x torch = torch ms / seedgpt ms; RSS = ru_maxrss\n",
                torch_cmd, threads, reps);
-    printf("%-9s %-24s %4s %-8s %8s %7s %7s %6s %8s %7s %6s %6s %5s %8s %8s", "config", "shape", "p",
+    printf("%-9s %-24s %4s %-17s %8s %7s %7s %6s %8s %7s %6s %6s %5s %8s %8s", "config", "shape", "p",
            "recomp", "ms/step", "fwd", "bwd", "opt", "tok/s", "GFLOP/s", "%peak", "%sgemm", "sys%",
            "peak MiB", "RSS MiB");
     if (torch_cmd != NULL) printf(" %9s %8s %7s", "torch ms", "torchRSS", "x torch");
@@ -764,7 +767,8 @@ int main(int argc, char** argv) {
                     if (spawn_row(exe, &row->spec, threads, blas_threads, warmup, steps,
                                   (RowResult*)&rres[nr * ROW_FIELDS]) == 0) nr++;
                     else row->ok = 0;
-                } else if (torch_cmd != NULL && !torch_missing) {
+                } else if (torch_cmd != NULL && !torch_missing &&
+                           strncmp(row->spec.policy, "selective", 9) != 0) {   /* no torch twin */
                     int rc = spawn_torch(torch_cmd, &row->spec, threads, warmup, steps,
                                          (TorchResult*)&tres[nt * TORCH_FIELDS]);
                     if (rc == 0) nt++;
@@ -785,7 +789,7 @@ int main(int argc, char** argv) {
         if (r->cfg.num_kv_heads != r->cfg.num_heads) snprintf(kv, sizeof(kv), "/%d", r->cfg.num_kv_heads);
         snprintf(shape, sizeof(shape), "L%d H%d%s C%d V%d B%d T%d", r->cfg.num_layers,
                  r->cfg.num_heads, kv, r->cfg.channels, r->cfg.vocab_size, r->B, r->T);
-        printf("%-9s %-24s %4.2f %-8s %8.1f %7.1f %7.1f %6.1f %8.0f %7.1f %5.1f%% %5.1f%% %4.1f%% %8.1f %8.1f",
+        printf("%-9s %-24s %4.2f %-17s %8.1f %7.1f %7.1f %6.1f %8.0f %7.1f %5.1f%% %5.1f%% %4.1f%% %8.1f %8.1f",
                r->group, shape, r->p, r->policy, x->median_ms, x->fwd_ms, x->bwd_ms,
                x->opt_ms, r->B * r->T / (x->median_ms * 1e-3), gflops,
                x->peak > 0 ? 100.0 * gflops / x->peak : 0.0, 100.0 * gflops / x->sgemm,
