@@ -36,14 +36,17 @@ typedef struct {
     const char* label;     /* "layer + fresh seeds" */
     int every;             /* 0 none, K */
     int fresh;
+    int selective;         /* ln1, ln2 and the GELU output recomputed in the backward */
 } Row;
 
 static const Row ROWS[] = {
-    {"none (rerun)", 0, 0},
-    {"layer", 1, 0},
-    {"every:2", 2, 0},
-    {"every:3", 3, 0},
-    {"layer + fresh seeds", 1, 1},
+    {"none (rerun)", 0, 0, 0},
+    {"layer", 1, 0, 0},
+    {"every:2", 2, 0, 0},
+    {"every:3", 3, 0, 0},
+    {"selective", 0, 0, 1},
+    {"selective+every:2", 2, 0, 1},
+    {"layer + fresh seeds", 1, 1, 0},
 };
 #define NUM_ROWS ((int)(sizeof(ROWS) / sizeof(ROWS[0])))
 
@@ -75,10 +78,10 @@ static void tensor_table(const ParameterTensors* p, float* t[NT]) {
 }
 
 /* One step (forward with dropout, backward) under a policy, from the seed's initial weights. */
-static GPT run_step(int every, int fresh, double p, const int* in, const int* tg, float* loss,
-                    int* mismatches) {
+static GPT run_step(int every, int fresh, int selective, double p, const int* in, const int* tg,
+                    float* loss, int* mismatches) {
     GPTConfig c = config();
-    RecomputePolicy pol = {every, fresh, CHECK_WARN, 0};
+    RecomputePolicy pol = {every, fresh, CHECK_WARN, selective};
     GPT m;
     char err[256];
     if (gpt_build_policy(&m, &c, B, T, &pol, err) != 0) {
@@ -218,7 +221,7 @@ int main(void) {
     for (int d = 0; d < 2; d++) {
         float ref_loss;
         int ref_mm;
-        GPT ref = run_step(0, 0, drops[d], in, tg, &ref_loss, &ref_mm);
+        GPT ref = run_step(0, 0, 0, drops[d], in, tg, &ref_loss, &ref_mm);
         for (int i = 0; i < NUM_ROWS; i++) {
             Result* r = &res[n++];
             memset(r, 0, sizeof(*r));
@@ -230,7 +233,7 @@ int main(void) {
                        ROWS[i].label, drops[d]);
                 fflush(stdout);
             }
-            GPT m = run_step(ROWS[i].every, ROWS[i].fresh, drops[d], in, tg, &r->loss,
+            GPT m = run_step(ROWS[i].every, ROWS[i].fresh, ROWS[i].selective, drops[d], in, tg, &r->loss,
                              &r->mismatches);
             fflush(stderr);
             r->first_layer = m.check_first_layer;
