@@ -944,9 +944,11 @@ static int train_step(Run* r, int step, StepStats* s) {
             fprintf(stderr, "seedgpt: %s\n", r->loader.err);
             return EXIT_BAD_INPUT;
         }
+        float dloss = 1.0f / ((float)B * T * A * world);
+        gpt_set_loss_scale(model, dloss);   /* the classifier's gradient comes with the forward */
         loss_sum += gpt_forward(model, r->inputs, r->targets, B, T, (uint32_t)((first + a) * B),
                                 (uint32_t)step, 1);
-        int mismatches = gpt_backward(model, 1.0f / ((float)B * T * A * world));
+        int mismatches = gpt_backward(model, dloss);
         if (mismatches > 0 && o->policy.check == CHECK_STOP) {
             fprintf(stderr, "seedgpt: stopping at step %d: the recompute check failed in %d "
                     "segment(s), first at layer %d (--recompute-check stop)\n", step, mismatches,

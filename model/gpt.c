@@ -151,9 +151,11 @@ static size_t plan_activations(GPT* m, float* base) {
         if (base != NULL) m->resid[l] = base + off;
         off += mem_align_floats(BT * C);
     }
-    size_t tail[5] = {BT * C, BT, BT, BT * c->padded_vocab_size, BT};
-    float** tp[5] = {&m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->losses};
-    off += carve(AT(off), tp, tail, 5);
+    /* the classifier: one chunk of logits, the losses, and the gradient of the final LayerNorm's
+     * output, which a training forward computes chunk by chunk for the backward */
+    size_t tail[6] = {BT * C, BT, BT, (size_t)m->classifier_rows * c->padded_vocab_size, BT, BT * C};
+    float** tp[6] = {&m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->losses, &m->dlnf};
+    off += carve(AT(off), tp, tail, 6);
     size_t kept_tail = off;
 
     size_t sizes[NUM_LAYER_ACTS];
@@ -262,13 +264,15 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
     m.B = B;
     m.T = T;
     m.plan_threads = threads;
+    m.classifier_rows = gpt_classifier_rows(c, B, T);
     size_t BT = (size_t)B * T, sizes[NUM_PARAMETER_TENSORS], nparams = 0;
     gpt_param_sizes(c, sizes);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) nparams += sizes[i];
     size_t pfloats = carve(NULL, NULL, sizes, NUM_PARAMETER_TENSORS);
     size_t acts = plan_activations(&m, NULL), scratch = plan_scratch(&m, NULL);
     size_t ntok = mem_align_floats(BT), nrope = rope_table_floats(c);
-    size_t logits = mem_align_floats(BT * c->padded_vocab_size) + mem_align_floats(BT);
+    size_t logits = mem_align_floats((size_t)m.classifier_rows * c->padded_vocab_size) +
+                    mem_align_floats(BT) + mem_align_floats(BT * c->channels);
     size_t attn = mem_align_floats(be->attention_backward_scratch_floats(
         B, T, c->num_heads, c->num_kv_heads, gpt_head_dim(c), threads));
     out->params = out->grads = pfloats * sizeof(float);
@@ -307,10 +311,27 @@ int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePo
     return gpt_build_on(m, c, B, T, policy, &backend_cpu, err);
 }
 
+int gpt_classifier_rows(const GPTConfig* c, int B, int T) {
+    long N = (long)B * T, rows = 4L * N * c->channels / c->padded_vocab_size;
+    if (rows < 64) rows = 64;
+    return (int)(rows < N ? rows : N);
+}
+
 int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                  const Backend* be, char err[256]) {
+    return gpt_build_rows(m, c, B, T, policy, be, 0, err);
+}
+
+int gpt_build_rows(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                   const Backend* be, int classifier_rows, char err[256]) {
     memset(m, 0, sizeof(*m));
     if (check_build_args(c, B, T, err) != 0) return -1;
+    if (classifier_rows < 0 || classifier_rows > B * T) {
+        snprintf(err, 256, "classifier chunk of %d rows: expected 1 to %d (0: the default)",
+                 classifier_rows, B * T);
+        return -1;
+    }
+    m->classifier_rows = classifier_rows > 0 ? classifier_rows : gpt_classifier_rows(c, B, T);
     m->config = *c;
     m->policy = *policy;
     m->be = be;
@@ -502,6 +523,21 @@ void gpt_rope_table(const GPTConfig* c, float* cos_out, float* sin_out) {
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
+/* The classifier's gradient for rows [r0, r0 + rows), whose logits are in m->logits: in the
+ * forward, loss = crossentropy(logits), logits = lnf . wte^T (the LM head, tied to wte), so now
+ * dlogits (in place), wte's gradient += dlogits^T . lnf, and dlnf = dlogits . wte for those rows.
+ * The chunks come in row order, so wte's gradient sums its rows in the order one call would. */
+static void classifier_chunk_backward(GPT* m, int r0, int rows, float dloss) {
+    const GPTConfig* c = &m->config;
+    int C = c->channels;
+    m->be->crossentropy_backward(m->logits, m->targets + r0, dloss, rows, c->vocab_size,
+                                 c->padded_vocab_size);
+    m->be->matmul_backward(m->dlnf + (size_t)r0 * C, m->grads.wte, NULL, m->logits,
+                           m->lnf + (size_t)r0 * C, m->params.wte, rows, C, c->padded_vocab_size);
+}
+
+void gpt_set_loss_scale(GPT* m, float dloss) { m->loss_scale = dloss; }
+
 /* Layer l's parameters. */
 typedef struct {
     const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
@@ -597,12 +633,25 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
     }
     m->be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], m->params.lnfw,
                       m->params.lnfb, N, C);
-    m->be->matmul_forward(m->logits, m->lnf, m->params.wte, NULL, N, C, c->padded_vocab_size);
+    /* the classifier, a chunk of rows at a time: the chunk's logits, its losses and, when the
+     * backward's dloss is known (gpt_set_loss_scale), its gradient at once; no path holds the
+     * whole (B, T, Vp) logits */
+    int fuse = targets != NULL && train && m->loss_scale != 0.0f;
+    int R = m->classifier_rows;
+    for (int r0 = 0; r0 < N; r0 += R) {
+        int rows = N - r0 < R ? N - r0 : R;
+        m->be->matmul_forward(m->logits, m->lnf + (size_t)r0 * C, m->params.wte, NULL, rows, C,
+                              c->padded_vocab_size);
+        if (targets != NULL)
+            m->be->crossentropy_forward(m->losses + r0, m->logits, m->targets + r0, rows,
+                                        c->vocab_size, c->padded_vocab_size);
+        if (fuse) classifier_chunk_backward(m, r0, rows, m->loss_scale);
+    }
+    m->head_grads_done = fuse;
+    m->head_logits_kept = targets != NULL && !fuse && R >= N;   /* the one chunk is all of them */
 
     m->mean_loss = -1.0f;
     if (targets != NULL) {
-        m->be->crossentropy_forward(m->losses, m->logits, m->targets, N, c->vocab_size,
-                             c->padded_vocab_size);
         m->be->to_host(m->host_losses, m->losses, (size_t)N * sizeof(float));
         double sum = 0.0;
         for (int i = 0; i < N; i++) sum += m->host_losses[i];
@@ -749,12 +798,30 @@ int gpt_backward(GPT* m, float dloss) {
     m->check_first_layer = -1;
     set_phase(m, BE_PHASE_BACKWARD);
 
-    /* loss -> logits (in place) -> LM head (tied to wte) -> final LayerNorm */
-    m->be->crossentropy_backward(m->logits, m->targets, dloss, N, c->vocab_size, c->padded_vocab_size);
-    m->be->matmul_backward(g->dln, m->grads.wte, NULL, m->logits, m->lnf, m->params.wte, N, C,
-                    c->padded_vocab_size);
+    /* loss -> logits -> LM head (tied to wte) -> final LayerNorm. A training forward told the
+     * dloss (gpt_set_loss_scale) did the classifier's part already; otherwise it is done here,
+     * chunk by chunk, each chunk's logits computed again (the same bits) unless the forward's
+     * one chunk still holds them */
+    if (m->head_grads_done) {
+        if (m->loss_scale != dloss) {
+            fprintf(stderr, "seedgpt: internal error: backward with dloss %g after a forward told "
+                    "%g\n", dloss, m->loss_scale);
+            exit(1);
+        }
+    } else {
+        int R = m->classifier_rows;
+        for (int r0 = 0; r0 < N; r0 += R) {
+            int rows = N - r0 < R ? N - r0 : R;
+            if (!m->head_logits_kept)
+                m->be->matmul_forward(m->logits, m->lnf + (size_t)r0 * C, m->params.wte, NULL,
+                                      rows, C, c->padded_vocab_size);
+            classifier_chunk_backward(m, r0, rows, dloss);
+        }
+    }
+    m->head_grads_done = m->head_logits_kept = 0;
+    m->loss_scale = 0.0f;
     m->be->fill(g->dresid, (size_t)N * C, 0.0f);
-    m->be->layernorm_backward(g->dresid, m->grads.lnfw, m->grads.lnfb, g->dln, m->resid[L],
+    m->be->layernorm_backward(g->dresid, m->grads.lnfw, m->grads.lnfb, m->dlnf, m->resid[L],
                        m->params.lnfw, m->lnf_mean, m->lnf_rstd, N, C);
     /* the blocks, one segment at a time from the top; under none one segment, never recomputed */
     int K = ckpt_segment_len(&m->policy, L);

@@ -159,8 +159,17 @@ typedef struct {
     float* lnf;                  /* (B, T, C) */
     float* lnf_mean;             /* (B, T) */
     float* lnf_rstd;             /* (B, T) */
-    float* logits;               /* (B, T, Vp); the backward turns them into dlogits in place */
+    int classifier_rows;         /* rows of one classifier chunk (gpt_classifier_rows) */
+    float* logits;               /* (classifier_rows, Vp): one chunk's logits, then its dlogits in
+                                    place; after a forward, the last chunk's (all of them when
+                                    B*T <= classifier_rows) */
     float* losses;               /* (B, T) */
+    float* dlnf;                 /* (B, T, C) gradient of the final LayerNorm's output */
+    float loss_scale;            /* the next backward's dloss, told before a training forward (0:
+                                    not told); the forward then computes the classifier's
+                                    gradient chunk by chunk */
+    int head_grads_done;         /* the last forward did the classifier's gradient */
+    int head_logits_kept;        /* the last forward's one chunk holds all the logits */
     int* inputs;                 /* (B, T) copy of the last forward's tokens */
     int* targets;                /* (B, T) */
     GradScratch gs;
@@ -191,6 +200,13 @@ typedef struct {
  * Nothing is allocated after this. Returns 0 or -1 (message in err). */
 int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                  const Backend* be, char err[256]);
+/* The same with a classifier chunk of classifier_rows rows (0: gpt_classifier_rows's). */
+int gpt_build_rows(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                   const Backend* be, int classifier_rows, char err[256]);
+/* The classifier's chunk for batches of B x T: its logits hold no more floats than the MLP's
+ * hidden activation of the batch (4C per position), at least 64 rows, at most B*T. No path holds
+ * the whole (B, T, Vp) logits: at GPT-2's vocabulary they were the largest buffer. */
+int gpt_classifier_rows(const GPTConfig* c, int B, int T);
 /* The same on the CPU backend. */
 int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                      char err[256]);
@@ -219,6 +235,12 @@ void gpt_set_drop_path(GPT* m, double p);
  * returns the mean loss over the B*T positions, else -1. */
 float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, uint32_t g0,
                   uint32_t step, int train);
+
+/* Tells the next training forward the dloss its backward will take: the forward then computes
+ * the classifier's gradient chunk by chunk (the chunk's logits are still there) instead of the
+ * backward computing every chunk's logits again. The same bits either way. The backward must be
+ * given the same dloss; it forgets the scale. */
+void gpt_set_loss_scale(GPT* m, float dloss);
 
 void gpt_zero_grad(GPT* m);
 /* Backward of the last forward, accumulating into the parameter gradients. dloss is the
@@ -252,7 +274,8 @@ GPTMemory gpt_memory(const GPT* m);
 typedef struct {
     size_t params, grads, adamw;   /* bytes; adamw: the moments m and v */
     size_t activations;   /* kept from the forward to the backward, the logits excluded */
-    size_t logits;        /* the (B, T, Vp) logits and the (B, T) losses */
+    size_t logits;        /* the classifier: one chunk of logits (classifier_rows x Vp), the
+                             (B, T) losses and the (B, T, C) gradient of lnf's output */
     size_t recompute;     /* what a recompute fills (K layers' slots, their residual streams and
                              the check buffer); 0 under none */
     size_t grad_scratch;  /* the backward's gradient buffers (one layer), attention's excluded */

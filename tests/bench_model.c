@@ -78,7 +78,8 @@ typedef struct {
 /* What a row's process measures. */
 typedef struct {
     double median_ms, min_ms, max_ms;     /* whole step */
-    double fwd_ms, bwd_ms, opt_ms;        /* medians of forward, zero_grad+backward, clip+AdamW */
+    double fwd_ms, bwd_ms, opt_ms;        /* medians of zero_grad+forward (with the classifier's
+                                             gradient), backward, clip+AdamW */
     double user_s, sys_s;                 /* CPU time per timed step (getrusage) */
     double loss;                          /* of the last step */
     double peak_bytes, live_bytes;        /* mem_stats() after the steps */
@@ -282,9 +283,10 @@ static int run_row(const char* spec, int warmup, int steps) {
         if (s == warmup) { user0 = cpu_seconds(0); sys0 = cpu_seconds(1); }
         if (s >= warmup) profile_step_begin();
         double t0 = omp_get_wtime();
+        gpt_zero_grad(&m);   /* before the forward: it writes the classifier's gradient */
+        gpt_set_loss_scale(&m, 1.0f / n);   /* as ./train: the classifier's gradient in the forward */
         loss = gpt_forward(&m, inputs, targets, r.B, r.T, 0, (uint32_t)s, 1);
         double t1 = omp_get_wtime();
-        gpt_zero_grad(&m);
         mismatches += gpt_backward(&m, 1.0f / n);
         double t2 = omp_get_wtime();
         gpt_clip_grads(&m, 1.0f);

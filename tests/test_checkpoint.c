@@ -422,7 +422,12 @@ static size_t layer_floats(const GPTConfig* c, size_t BT) {
 static size_t expected_kept(const GPTConfig* c, int B, int T, int every) {
     size_t BT = (size_t)B * T, C = c->channels, Vp = c->padded_vocab_size;
     int L = c->num_layers;
-    size_t tail = a16(BT * C) + a16(BT) + a16(BT) + a16(BT * Vp) + a16(BT);
+    /* lnf, its mean and rstd, one classifier chunk of logits, the losses, dlnf; the chunk's rows
+     * by the documented rule: 4C floats per position of the batch, at least 64 rows, at most BT */
+    size_t rows = 4 * BT * C / Vp;
+    if (rows < 64) rows = 64;
+    if (rows > BT) rows = BT;
+    size_t tail = a16(BT * C) + a16(BT) + a16(BT) + a16(rows * Vp) + a16(BT) + a16(BT * C);
     if (every == 0) return (size_t)(L + 1) * a16(BT * C) + tail + (size_t)L * layer_floats(c, BT);
     int K = every < L ? every : L;
     return (size_t)(num_segments(L, K) + 1) * a16(BT * C) + tail;
@@ -597,6 +602,82 @@ static void test_threads(const Case* k, const float* w) {
     openblas_set_num_threads(orig_blas);
 }
 
+/* ---- the classifier in chunks ------------------------------------------------------------- */
+
+/* One step with the classifier in chunks of `rows` rows (k->B * k->T: one chunk, the whole
+ * logits), its gradient in the forward (fused: gpt_set_loss_scale) or in the backward with the
+ * chunk's logits computed again. Returns the loss; *grads gets a copy of every gradient. */
+static float chunked_step(const Case* k, const float* w, int rows, int fused, int threads,
+                          float** grads) {
+    GPT m;
+    char err[256];
+    RecomputePolicy p = policy(0, 0, CHECK_WARN);
+    int orig = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    if (gpt_build_rows(&m, &k->c, k->B, k->T, &p, &backend_cpu, rows, err) != 0) {
+        fprintf(stderr, "test_checkpoint: gpt_build_rows: %s\n", err);
+        exit(2);
+    }
+    memcpy(m.params_memory, w, block_floats(&m) * sizeof(float));
+    set_site_dropout(&m, 0x5eedULL, SITE_RATES);
+    float dloss = 1.0f / (float)(k->B * k->T);
+    gpt_zero_grad(&m);
+    if (fused) gpt_set_loss_scale(&m, dloss);
+    float loss = gpt_forward(&m, k->in[0], k->tg[0], k->B, k->T, 0, 3, 1);
+    gpt_backward(&m, dloss);
+    *grads = copy_grads(&m);
+    gpt_free(&m);
+    omp_set_num_threads(orig);
+    return loss;
+}
+
+/* The whole-logits path (one chunk, gradient in the backward) against chunks of 1, 7, 64 and
+ * N-1 rows, each both ways: the loss and every gradient the same bits (the CPU GEMM continues
+ * wte's gradient chain across calls, and a row's dlnf and loss are its own); and a chunked fused
+ * step the same bits at 1, 2 and 3 threads. */
+static void test_classifier_chunks(const Case* k, const float* w) {
+    int N = k->B * k->T;
+    float* ref;
+    float ref_loss = chunked_step(k, w, N, 0, 1, &ref);
+    GPT probe = build(k, policy(0, 0, CHECK_OFF));
+    size_t n = block_floats(&probe);
+    gpt_free(&probe);
+    const int rows[4] = {1, 7, 64, N - 1};
+    int bad = 0, runs = 0;
+    size_t worst_differ = 0;
+    for (int i = 0; i < 4; i++)
+        for (int fused = 0; fused < 2; fused++) {
+            float* g;
+            float loss = chunked_step(k, w, rows[i], fused, 1, &g);
+            size_t d = count_differ(g, ref, n);
+            if (d > worst_differ) worst_differ = d;
+            bad += d != 0 || memcmp(&loss, &ref_loss, sizeof(float)) != 0;
+            runs++;
+            free(g);
+        }
+    char name[160];
+    snprintf(name, sizeof(name), "%s_classifier_in_chunks_bitwise_equals_the_whole_logits", k->name);
+    expect(bad == 0, name, "chunks of 1, 7, 64 and %d of %d rows, gradient in the forward and in "
+           "the backward: %d of %d runs differ (at most %zu of %zu gradient floats)", N - 1, N,
+           bad, runs, worst_differ, n);
+    float* g1;
+    float l1 = chunked_step(k, w, 7, 1, 1, &g1);
+    size_t dt = 0;
+    int same = 1;
+    for (int t = 2; t <= 3; t++) {
+        float* gt;
+        float lt = chunked_step(k, w, 7, 1, t, &gt);
+        dt += count_differ(gt, g1, n);
+        same &= memcmp(&lt, &l1, sizeof(float)) == 0;
+        free(gt);
+    }
+    snprintf(name, sizeof(name), "%s_classifier_in_chunks_bitwise_identical_at_1_2_3_threads", k->name);
+    expect(same && dt == 0, name, "chunks of 7 rows, fused: loss %s, %zu gradient floats differ",
+           same ? "identical" : "DIFFERS", dt);
+    free(g1);
+    free(ref);
+}
+
 int main(void) {
     double t0 = now();
     /* Everything but test_threads runs on one thread: the results do not depend on it (that is
@@ -653,6 +734,7 @@ int main(void) {
     test_check_sees_one_bit(&plain, w_plain);
     double t4 = now();
     test_threads(&plain, w_plain);
+    test_classifier_chunks(&plain, w_plain);
     double t5 = now();
     printf("# times: allocation %.1f s, layout %.1f s, policies vs none %.1f s, fresh seeds and "
            "check %.1f s, threads (1, 2, 3) %.1f s; the rest on %d thread\n", t1 - t0, t2 - t1,

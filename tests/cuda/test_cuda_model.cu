@@ -286,6 +286,52 @@ static void test_bf16_step_matches_cpu(const Case* k, const char* name) {
     gpt_free(&cpu); gpt_free(&dev); gpt_free(&other);
 }
 
+/* The classifier in chunks on a CUDA backend: chunks of 1 and 7 rows, the gradient in the forward
+ * (gpt_set_loss_scale) or in the backward, against one chunk (the whole logits): the loss and
+ * every gradient tensor within 1e-6 relative. */
+static void test_classifier_chunks_on(const Backend* be, const Case* k, const char* name) {
+    int N = k->B * k->T;
+    const int rows[3] = {N, 1, 7};
+    float loss[3][2], *g[3][2];
+    size_t n = 0;
+    GPT probe;
+    for (int i = 0; i < 3; i++)
+        for (int fused = 0; fused < 2; fused++) {
+            char err[256];
+            RecomputePolicy p = {0, 0, CHECK_OFF, 0};
+            if (gpt_build_rows(&probe, &k->c, k->B, k->T, &p, be, rows[i], err) != 0) {
+                fprintf(stderr, "test_cuda_model: build: %s\n", err);
+                exit(1);
+            }
+            gpt_init_weights(&probe, 1234);
+            gpt_set_dropout(&probe, 99, P_DROP, P_DROP, P_DROP);
+            gpt_zero_grad(&probe);
+            if (fused) gpt_set_loss_scale(&probe, 1.0f / N);
+            loss[i][fused] = gpt_forward(&probe, k->in, k->tg, k->B, k->T, 0, 3, 1);
+            gpt_backward(&probe, 1.0f / N);
+            g[i][fused] = grads_host(&probe);
+            n = block_floats(&probe);
+            if (i < 2 || fused < 1) gpt_free(&probe);
+        }
+    double worst = 0, lerr = 0;
+    const char* which = "-";
+    for (int i = 0; i < 3; i++)
+        for (int fused = 0; fused < 2; fused++) {
+            const char* w = "-";
+            double e = worst_tensor_err(&probe, g[i][fused], g[0][0], &w);
+            if (e > worst) { worst = e; which = w; }
+            double le = fabs((double)loss[i][fused] - loss[0][0]) / fabs((double)loss[0][0]);
+            if (le > lerr) lerr = le;
+        }
+    gpt_free(&probe);
+    for (int i = 0; i < 3; i++) { free(g[i][0]); free(g[i][1]); }
+    char full[128];
+    snprintf(full, sizeof(full), "%s_classifier_in_chunks_matches_the_whole_logits_on_%s_%s", name,
+             be->name, be->precision);
+    expect(worst <= 1e-6 && lerr <= 1e-6, full, "chunks of 1 and 7 of %d rows, both ways: worst "
+           "gradient tensor %s rel err %.2e, loss rel err %.2e (%zu floats)", N, which, worst, lerr, n);
+}
+
 /* The plan (gpt_plan, nothing allocated) against the build on a CUDA backend: the device arena
  * is every byte the counted device allocator gives the build, and the host tables and host
  * copies every byte model/mem.h counts. */
@@ -331,6 +377,7 @@ int main(void) {
     Case gqa = make_case(2, 4, 2, 32, 50, 2, 16);
     test_plan_equals_counted(backend_lookup("cuda", "fp32"), &mha, "mha");
     test_plan_equals_counted(backend_lookup("cuda", "bf16"), &gqa, "gqa");
+    test_classifier_chunks_on(backend_lookup("cuda", "fp32"), &mha, "mha");
     test_step_matches_cpu(&mha, "mha");
     test_step_matches_cpu(&gqa, "gqa");
     test_policies_on_cuda(&mha, "mha");
