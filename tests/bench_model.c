@@ -35,6 +35,7 @@
  * usage: bench_model [--threads N] [--blas-threads N] [--steps N] [--warmup N] [config...]
  *   config: 124m | small | recompute | a row spec such as
  *           L=8,H=4,KV=4,C=256,V=257,maxT=256,B=8,T=256,p=0.1,recompute=every:2
+ *           (chunk=N: the classifier in chunks of N rows; B*T: the whole logits at once)
  *   default: 124m small recompute. Prints a table and one JSON line per row ({"bench":"model",..}),
  *   plus one {"bench":"sgemm",...} line.
  */
@@ -72,7 +73,9 @@ typedef struct {
     GPTConfig cfg;
     int B, T;
     double p;
-    char policy[32];       /* none | layer | every:K */
+    char policy[32];       /* none | layer | every:K | selective[+...] */
+    int chunk;             /* classifier rows per chunk; 0: gpt_classifier_rows's (B*T: the
+                              whole logits at once) */
 } RowSpec;
 
 /* What a row's process measures. */
@@ -143,9 +146,10 @@ static RowSpec row_make(const char* group, int L, int H, int C, int V, int maxT,
 
 /* The row spec as a string, the form --row and the config argument read. */
 static void row_format(const RowSpec* r, char* buf, size_t n) {
-    snprintf(buf, n, "L=%d,H=%d,KV=%d,C=%d,V=%d,maxT=%d,B=%d,T=%d,p=%.17g,recompute=%s",
-             r->cfg.num_layers, r->cfg.num_heads, r->cfg.num_kv_heads, r->cfg.channels,
-             r->cfg.vocab_size, r->cfg.max_seq_len, r->B, r->T, r->p, r->policy);
+    int w = snprintf(buf, n, "L=%d,H=%d,KV=%d,C=%d,V=%d,maxT=%d,B=%d,T=%d,p=%.17g,recompute=%s",
+                     r->cfg.num_layers, r->cfg.num_heads, r->cfg.num_kv_heads, r->cfg.channels,
+                     r->cfg.vocab_size, r->cfg.max_seq_len, r->B, r->T, r->p, r->policy);
+    if (r->chunk > 0 && w > 0 && (size_t)w < n) snprintf(buf + w, n - (size_t)w, ",chunk=%d", r->chunk);
 }
 
 /* Parses "L=8,H=4,...". Returns 0, or -1 with one line in err. */
@@ -190,7 +194,8 @@ static int row_parse(const char* s, RowSpec* r, char err[256]) {
         else if (!strcmp(key, "maxT")) r->cfg.max_seq_len = iv;
         else if (!strcmp(key, "B")) r->B = iv;
         else if (!strcmp(key, "T")) r->T = iv;
-        else { snprintf(err, 256, "unknown key '%s' (L H KV C V maxT B T p recompute)", key); return -1; }
+        else if (!strcmp(key, "chunk")) r->chunk = iv;
+        else { snprintf(err, 256, "unknown key '%s' (L H KV C V maxT B T p recompute chunk)", key); return -1; }
     }
     r->cfg.num_kv_heads = kv ? kv : r->cfg.num_heads;
     r->cfg.padded_vocab_size = gpt_pad_vocab(r->cfg.vocab_size);
@@ -251,7 +256,7 @@ static int run_row(const char* spec, int warmup, int steps) {
     pol.check = CHECK_WARN;   /* train.c's default: the check is a memcmp per segment */
 
     GPT m;
-    if (gpt_build_policy(&m, &r.cfg, r.B, r.T, &pol, err) != 0) {
+    if (gpt_build_rows(&m, &r.cfg, r.B, r.T, &pol, &backend_cpu, r.chunk, err) != 0) {
         fprintf(stderr, "bench_model: %s\n", err);
         return 2;
     }
@@ -582,6 +587,7 @@ static void print_json(const Row* row, const Row* none, int threads, int blas_th
            x->fwd_ms, x->bwd_ms, x->opt_ms, x->user_s, x->sys_s, tokens / (x->median_ms * 1e-3),
            f.per_token, gflops, sgemm, 100.0 * gflops / sgemm, x->peak_bytes, x->act_bytes,
            x->recompute_bytes, x->allocs_after_step0, x->check_mismatches, x->loss, load1);
+    printf(",\"classifier_rows\":%d", r->chunk > 0 ? r->chunk : gpt_classifier_rows(&r->cfg, r->B, r->T));
     printf(",\"reps\":%d,\"peak_rss\":%.0f,\"loadavg1_end\":%.2f,\"sgemm_gflops_start\":%.3f", reps,
            x->peak_rss, loadavg1(), sgemm_start);
     printf(",\"peak_gflops\":%.3f,\"pct_of_peak\":%.3f,\"peak_gflops_start\":%.3f,\"peak_path\":\"%s\"",
@@ -769,7 +775,7 @@ int main(int argc, char** argv) {
                     if (spawn_row(exe, &row->spec, threads, blas_threads, warmup, steps,
                                   (RowResult*)&rres[nr * ROW_FIELDS]) == 0) nr++;
                     else row->ok = 0;
-                } else if (torch_cmd != NULL && !torch_missing &&
+                } else if (torch_cmd != NULL && !torch_missing && row->spec.chunk == 0 &&
                            strncmp(row->spec.policy, "selective", 9) != 0) {   /* no torch twin */
                     int rc = spawn_torch(torch_cmd, &row->spec, threads, warmup, steps,
                                          (TorchResult*)&tres[nt * TORCH_FIELDS]);
