@@ -743,8 +743,9 @@ int main(int argc, char** argv) {
            SG_M, SG_N, SG_K, sgemm, blas_parallel_name(), openblas_get_config());
     printf("# FLOPs/token = 6 N + 6 L T C, N = L (QKV C + 9 C^2) + Vp C (matmul weights incl. the LM\n"
            "#   head); 6LTC = causal half of 12LTC attention; biases, norms, GELU, dropout, softmax,\n"
-           "#   loss and AdamW not counted. step = forward + zero_grad + backward + clip + AdamW;\n"
-           "#   fwd, bwd (zero_grad + backward), opt (clip + AdamW): medians of the parts;\n"
+           "#   loss and AdamW not counted. step = zero_grad + forward + backward + clip + AdamW;\n"
+           "#   fwd (zero_grad + forward, the classifier's gradient chunk by chunk included), bwd\n"
+           "#   (the rest of the backward), opt (clip + AdamW): medians of the parts;\n"
            "#   sys%% = system share of the step's CPU time (threads that yield instead of working)\n");
     printf("{\"bench\":\"sgemm\",\"M\":%d,\"N\":%d,\"K\":%d,\"threads\":%d,\"blas_threads\":%d,"
            "\"blas_parallel\":\"%s\",\"thread_env\":\"%s\",\"gflops\":%.3f,\"loadavg1\":%.2f}\n",
