@@ -313,7 +313,7 @@ int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePo
 
 int gpt_classifier_rows(const GPTConfig* c, int B, int T) {
     long N = (long)B * T, rows = 4L * N * c->channels / c->padded_vocab_size;
-    if (rows < 64) rows = 64;
+    if (rows < 1024) rows = 1024;   /* smaller chunks pay more for packing wte than they save */
     return (int)(rows < N ? rows : N);
 }
 

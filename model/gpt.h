@@ -204,8 +204,9 @@ int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
 int gpt_build_rows(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                    const Backend* be, int classifier_rows, char err[256]);
 /* The classifier's chunk for batches of B x T: its logits hold no more floats than the MLP's
- * hidden activation of the batch (4C per position), at least 64 rows, at most B*T. No path holds
- * the whole (B, T, Vp) logits: at GPT-2's vocabulary they were the largest buffer. */
+ * hidden activation of the batch (4C per position), at least 1024 rows (smaller chunks repack
+ * wte more often than they save), at most B*T. No path holds the whole (B, T, Vp) logits: at
+ * GPT-2's vocabulary they were the largest buffer. */
 int gpt_classifier_rows(const GPTConfig* c, int B, int T);
 /* The same on the CPU backend. */
 int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,

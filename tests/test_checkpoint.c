@@ -423,9 +423,9 @@ static size_t expected_kept(const GPTConfig* c, int B, int T, int every) {
     size_t BT = (size_t)B * T, C = c->channels, Vp = c->padded_vocab_size;
     int L = c->num_layers;
     /* lnf, its mean and rstd, one classifier chunk of logits, the losses, dlnf; the chunk's rows
-     * by the documented rule: 4C floats per position of the batch, at least 64 rows, at most BT */
+     * by the documented rule: 4C floats per position of the batch, at least 1024 rows, at most BT */
     size_t rows = 4 * BT * C / Vp;
-    if (rows < 64) rows = 64;
+    if (rows < 1024) rows = 1024;
     if (rows > BT) rows = BT;
     size_t tail = a16(BT * C) + a16(BT) + a16(BT) + a16(rows * Vp) + a16(BT) + a16(BT * C);
     if (every == 0) return (size_t)(L + 1) * a16(BT * C) + tail + (size_t)L * layer_floats(c, BT);
