@@ -265,8 +265,12 @@ fi
 S=(sample --init "$W/good.bin" --tokens 16 --threads 2 --prompt "$(printf 'a\033[2Jb\007c')")
 "$TRAIN" "${S[@]}" > "$W/pipe.out" 2>/dev/null
 if command -v script > /dev/null 2>&1; then
-    printf -v cmd '%q ' "$TRAIN" "${S[@]}"
-    script -qec "$cmd" /dev/null < /dev/null > "$W/tty.out" 2>/dev/null
+    # script(1) runs its command with $SHELL, which may be a shell without
+    # $'...' quoting (dash): hand it a bash file that holds the command.
+    { echo '#!/usr/bin/env bash'; printf 'exec '; printf '%q ' "$TRAIN" "${S[@]}"; echo; } > "$W/tty_sample.sh"
+    chmod +x "$W/tty_sample.sh"
+    printf -v cmd '%q' "$W/tty_sample.sh"
+    SHELL=/bin/sh script -qec "$cmd" /dev/null < /dev/null > "$W/tty.out" 2>/dev/null
     raw_pipe=$(tr -d '\n\t' < "$W/pipe.out" | tr -dc '\000-\037\177' | wc -c)
     raw_tty=$(tr -d '\r\n\t' < "$W/tty.out" | tr -dc '\000-\037\177' | wc -c)
     if [ "$raw_pipe" -ge 2 ] && [ "$raw_tty" -eq 0 ] && grep -q 'a\\x1b\[2Jb\\x07c' "$W/tty.out"; then
