@@ -40,6 +40,37 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         int B, int T, int NH, int NKV, int HD,
                         uint32_t g0, uint64_t attn_seed, Dropout drop);
 
+/* ---- context parallelism (DESIGN §9) --------------------------------------------------------
+ * A sequence's positions are spread over ranks, so a rank's attention runs blocks: Tq of its
+ * queries, at global positions iq0 .. iq0+Tq-1, against Tk keys at global positions jk0 ..
+ * jk0+Tk-1 (received from another rank or its own). The causal mask and the keep bits use the
+ * global (g, h, i, j), so they are the single-process run's bits.
+ *   q: (B, Tq) rows of q_stride floats, query head h at h*HD (the rows of qkv);
+ *   k, v: (B, Tk) rows of kv_stride floats, kv head at kvh*HD from each pointer.
+ * Forward: out (B, Tq, NH*HD) and lse (B, NH, Tq) written: the block's own normalised output and
+ * log-sum-exp (-inf and a zero row for a query that sees none of the block's keys).
+ * attention_merge folds a block into the running result by the two log-sum-exps, in fp32.
+ * Backward: lse and out are the merged (whole-row) ones; dq (rows of dq_stride) and dk, dv (rows
+ * of dkv_stride) are accumulated (+=). scratch as attention_backward_scratch_floats(B, Tq, ...). */
+void attention_block_forward(float* out, float* lse, const float* q, size_t q_stride, int Tq,
+                             int iq0, const float* k, const float* v, size_t kv_stride, int Tk,
+                             int jk0, int B, int NH, int NKV, int HD, uint32_t g0,
+                             uint64_t attn_seed, Dropout drop);
+void attention_merge(float* acc, float* lse_acc, const float* blk, const float* lse_blk,
+                     int B, int T, int NH, int HD);
+void attention_block_backward(float* dq, size_t dq_stride, float* dk, float* dv,
+                              size_t dkv_stride, float* scratch, const float* dout,
+                              const float* out, const float* lse, const float* q, size_t q_stride,
+                              int Tq, int iq0, const float* k, const float* v, size_t kv_stride,
+                              int Tk, int jk0, int B, int NH, int NKV, int HD, uint32_t g0,
+                              uint64_t attn_seed, Dropout drop);
+
+#ifdef SEEDGPT_TEST_BUILD
+/* Test builds: when set, every forward (whole or block) reports each keep bit it used, at the
+ * global (g, h, i, j), from its worker threads (one call per (i, j): no two calls share a cell). */
+extern void (*attention_keep_hook)(uint32_t g, int h, int i, int j, int kept);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

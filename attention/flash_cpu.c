@@ -250,6 +250,21 @@ static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
     }
 }
 
+#ifdef SEEDGPT_TEST_BUILD
+void (*attention_keep_hook)(uint32_t g, int h, int i, int j, int kept) = NULL;
+
+/* Test builds tell the hook every keep bit a forward tile used: (g, h, i, j) global. */
+static void report_keep_bits(const float* keep, int rs, int cs, int i0, int nq, int j0, int nk,
+                             uint32_t g, int h) {
+    if (attention_keep_hook == NULL) return;
+    for (int r = 0; r < nq; r++) {
+        const int nv = visible_keys(i0 + r, j0, nk);
+        for (int c = 0; c < nv; c++)
+            attention_keep_hook(g, h, i0 + r, j0 + c, keep[(size_t)r * rs + (size_t)c * cs] != 0.0f);
+    }
+}
+#endif
+
 /* ---- forward --------------------------------------------------------------------------------- */
 
 /* Work item (b, h, query tile of BQ rows). Its scores are held key-major, St[c * BQ + r] =
@@ -322,6 +337,9 @@ void attention_forward(float* out, float* lse, const float* qkv,
                 if (dropout_active(drop)) {
                     keep_tile(keep, 1, BQ, BQ, nk, i0, nq, j0, nk, attn_seed, g0 + (uint32_t)b,
                               (uint32_t)h, drop.thr);
+#ifdef SEEDGPT_TEST_BUILD
+                    report_keep_bits(keep, 1, BQ, i0, nq, j0, nk, g0 + (uint32_t)b, h);
+#endif
                     for (int c = 0; c < nk; c++)
                         for (int r = 0; r < BQ; r++)
                             St[c * BQ + r] = keep[c * BQ + r] != 0.0f ? St[c * BQ + r] : 0.0f;
@@ -581,6 +599,269 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                 #pragma omp simd
                 for (int d = 0; d < HD; d++) dq[d] = t.acc1[(size_t)r * HD + d] * sigma;
             }
+        }
+    }
+}
+
+/* ---- context parallelism: a block of queries against a block of keys (DESIGN §9) ------------ */
+
+
+/* The forward of attention_forward's work items, with queries and keys at global positions: item
+ * (b, h, query tile) walks the block's key tiles left to right with the same online softmax; a
+ * query that sees no key of the block gets lse = -inf and a zero output row, so that merging it
+ * changes nothing. */
+void attention_block_forward(float* out, float* lse, const float* q, size_t q_stride, int Tq,
+                             int iq0, const float* k, const float* v, size_t kv_stride, int Tk,
+                             int jk0, int B, int NH, int NKV, int HD, uint32_t g0,
+                             uint64_t attn_seed, Dropout drop) {
+    const size_t C = (size_t)NH * HD;
+    const int G = NH / NKV;
+    const int nqt = (Tq + BQ - 1) / BQ;
+    const float sigma = 1.0f / sqrtf((float)HD);
+    const long n_items = (long)B * NH * nqt;
+
+    #pragma omp parallel
+    {
+        float Qt[HD * BQ] __attribute__((aligned(64)));
+        float St[BK * BQ] __attribute__((aligned(64)));
+        float keep[BK * BQ] __attribute__((aligned(64)));
+        float acc[BQ * HD] __attribute__((aligned(64)));
+        float mrun[BQ], lrun[BQ], corr[BQ], tsum[BQ];
+
+        #pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < n_items; item++) {
+            const int qt = nqt - 1 - (int)(item / ((long)B * NH));
+            const int bh = (int)(item % ((long)B * NH));
+            const int b = bh / NH, h = bh % NH, kvh = h / G;
+            const int r0 = qt * BQ, nq = Tq - r0 < BQ ? Tq - r0 : BQ;
+            const int i0 = iq0 + r0;                      /* global position of the tile's row 0 */
+            const float* q_b = q + (size_t)b * Tq * q_stride;
+            const float* k_b = k + (size_t)b * Tk * kv_stride + (size_t)kvh * HD;
+            const float* v_b = v + (size_t)b * Tk * kv_stride + (size_t)kvh * HD;
+
+            transpose_rows(Qt, BQ, q_b + (size_t)r0 * q_stride + (size_t)h * HD, q_stride, nq, HD);
+            memset(acc, 0, sizeof(float) * (size_t)nq * HD);
+            for (int r = 0; r < BQ; r++) { mrun[r] = -FLT_MAX; lrun[r] = 0.0f; }
+
+            for (int c0 = 0; c0 < Tk && jk0 + c0 <= i0 + nq - 1; c0 += BK) {
+                const int nk = Tk - c0 < BK ? Tk - c0 : BK;
+                const int j0 = jk0 + c0;                  /* global position of the tile's key 0 */
+                const float* k_rows = k_b + (size_t)c0 * kv_stride;
+                const float* v_rows = v_b + (size_t)c0 * kv_stride;
+                tile_mm(St, BQ, 0, k_rows, (int)kv_stride, 1, Qt, BQ, nk, BQ, HD);
+
+                for (int c = 0; c < nk; c++)
+                    for (int r = 0; r < BQ; r++) {
+                        const float sc = St[c * BQ + r] * sigma;
+                        St[c * BQ + r] = ((j0 + c <= i0 + r) & (r < nq)) ? sc : -INFINITY;
+                    }
+                for (int r = 0; r < BQ; r++) corr[r] = mrun[r];
+                for (int c = 0; c < nk; c++)
+                    for (int r = 0; r < BQ; r++)
+                        mrun[r] = St[c * BQ + r] > mrun[r] ? St[c * BQ + r] : mrun[r];
+                for (int r = 0; r < BQ; r++) { corr[r] = vexpf(corr[r] - mrun[r]); tsum[r] = 0.0f; }
+                for (int c = 0; c < nk; c++)
+                    for (int r = 0; r < BQ; r++) {
+                        const float w = vexpf(St[c * BQ + r] - mrun[r]);
+                        St[c * BQ + r] = w;
+                        tsum[r] += w;
+                    }
+                for (int r = 0; r < BQ; r++) lrun[r] = lrun[r] * corr[r] + tsum[r];
+
+                if (dropout_active(drop)) {
+                    /* the keep bits of the global (g, h, i, j): the single-process run's bits */
+                    keep_tile(keep, 1, BQ, BQ, nk, i0, nq, j0, nk, attn_seed, g0 + (uint32_t)b,
+                              (uint32_t)h, drop.thr);
+#ifdef SEEDGPT_TEST_BUILD
+                    report_keep_bits(keep, 1, BQ, i0, nq, j0, nk, g0 + (uint32_t)b, h);
+#endif
+                    for (int c = 0; c < nk; c++)
+                        for (int r = 0; r < BQ; r++)
+                            St[c * BQ + r] = keep[c * BQ + r] != 0.0f ? St[c * BQ + r] : 0.0f;
+                }
+                for (int r = 0; r < nq; r++) {
+                    float* a = acc + (size_t)r * HD;
+                    #pragma omp simd
+                    for (int d = 0; d < HD; d++) a[d] *= corr[r];
+                }
+                tile_mm(acc, HD, 1, St, 1, BQ, v_rows, (int)kv_stride, nq, HD, nk);
+            }
+
+            for (int r = 0; r < nq; r++) {
+                float* o = out + ((size_t)b * Tq + r0 + r) * C + (size_t)h * HD;
+                float* l = lse + ((size_t)b * NH + h) * Tq + r0 + r;
+                if (lrun[r] == 0.0f) {   /* no key of this block is visible to the query */
+                    for (int d = 0; d < HD; d++) o[d] = 0.0f;
+                    *l = -INFINITY;
+                    continue;
+                }
+                const float rs = drop.scale / lrun[r];
+                #pragma omp simd
+                for (int d = 0; d < HD; d++) o[d] = acc[(size_t)r * HD + d] * rs;
+                *l = mrun[r] + logf(lrun[r]);
+            }
+        }
+    }
+}
+
+/* The backward of one block: attention_backward's two passes with global positions, the whole
+ * row's lse (merged over every key block) and the whole output o (for D_i = do_i.o_i), and the
+ * gradients accumulated (+=), since every key block adds to dq and every query block to dk, dv. */
+void attention_block_backward(float* dq, size_t dq_stride, float* dk, float* dv,
+                              size_t dkv_stride, float* scratch, const float* dout,
+                              const float* out, const float* lse, const float* q, size_t q_stride,
+                              int Tq, int iq0, const float* k, const float* v, size_t kv_stride,
+                              int Tk, int jk0, int B, int NH, int NKV, int HD, uint32_t g0,
+                              uint64_t attn_seed, Dropout drop) {
+    const size_t C = (size_t)NH * HD;
+    const int G = NH / NKV;
+    const int nqt = (Tq + BQ - 1) / BQ, nkt = (Tk + BK - 1) / BK;
+    const float sigma = 1.0f / sqrtf((float)HD);
+    const int dropping = dropout_active(drop);
+    float* D = scratch;                                   /* (B, NH, Tq) */
+    float* tiles_base = scratch + flash_round16((size_t)B * NH * Tq);
+    const size_t per_thread = tiles_floats(HD);
+
+    #pragma omp parallel
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        ThreadTiles t = tiles_at(tiles_base + (size_t)tid * per_thread, HD);
+
+        #pragma omp for schedule(static)
+        for (long bh = 0; bh < (long)B * NH; bh++) {
+            const int b = (int)(bh / NH), h = (int)(bh % NH);
+            for (int i = 0; i < Tq; i++) {
+                const float* o = out + ((size_t)b * Tq + i) * C + (size_t)h * HD;
+                const float* dO = dout + ((size_t)b * Tq + i) * C + (size_t)h * HD;
+                float s = 0.0f;
+                for (int d = 0; d < HD; d++) s = MADD(dO[d], o[d], s);
+                D[(size_t)bh * Tq + i] = s;
+            }
+        }
+
+        /* dK, dV: item (b, kv head, key tile); query heads of the group, then query tiles */
+        #pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < (long)B * NKV * nkt; item++) {
+            const int kt = (int)(item / ((long)B * NKV));
+            const int bk = (int)(item % ((long)B * NKV));
+            const int b = bk / NKV, kvh = bk % NKV;
+            const int c0 = kt * BK, nk = Tk - c0 < BK ? Tk - c0 : BK;
+            const int j0 = jk0 + c0;
+            const uint32_t g = g0 + (uint32_t)b;
+            const float* q_b = q + (size_t)b * Tq * q_stride;
+            const float* k_rows = k + ((size_t)b * Tk + c0) * kv_stride + (size_t)kvh * HD;
+            const float* v_rows = v + ((size_t)b * Tk + c0) * kv_stride + (size_t)kvh * HD;
+            float* Kt = t.X1;
+            float* Vt = t.X2;
+            transpose_rows(Kt, BK, k_rows, kv_stride, nk, HD);
+            transpose_rows(Vt, BK, v_rows, kv_stride, nk, HD);
+            memset(t.acc1, 0, sizeof(float) * (size_t)nk * HD);
+            memset(t.acc2, 0, sizeof(float) * (size_t)nk * HD);
+            for (int h = kvh * G; h < (kvh + 1) * G; h++) {
+                const float* lse_bh = lse + ((size_t)b * NH + h) * Tq;
+                const float* D_bh = D + ((size_t)b * NH + h) * Tq;
+                for (int r0 = 0; r0 < Tq; r0 += BQ) {
+                    const int nq = Tq - r0 < BQ ? Tq - r0 : BQ;
+                    const int i0 = iq0 + r0;
+                    if (i0 + nq - 1 < j0) continue;   /* every query before the tile's first key */
+                    const float* q_rows = q_b + (size_t)r0 * q_stride + (size_t)h * HD;
+                    const float* do_rows = dout + ((size_t)b * Tq + r0) * C + (size_t)h * HD;
+                    tile_mm(t.P, BK, 0, q_rows, (int)q_stride, 1, Kt, BK, nq, BK, HD);
+                    tile_mm(t.dS, BK, 0, do_rows, (int)C, 1, Vt, BK, nq, BK, HD);
+                    if (dropping)
+                        keep_tile(t.keep, BK, 1, nq, BK, i0, nq, j0, nk, attn_seed, g, (uint32_t)h,
+                                  drop.thr);
+                    for (int r = 0; r < nq; r++)
+                        grad_query_row(t.P + (size_t)r * BK, t.Pd + (size_t)r * BK,
+                                       t.dS + (size_t)r * BK, dropping ? t.keep + (size_t)r * BK : NULL,
+                                       i0 + r, j0, nk, sigma, lse_bh[r0 + r], D_bh[r0 + r], drop.scale);
+                    tile_mm(t.acc1, HD, 1, t.dS, 1, BK, q_rows, (int)q_stride, nk, HD, nq);
+                    tile_mm(t.acc2, HD, 1, t.Pd, 1, BK, do_rows, (int)C, nk, HD, nq);
+                }
+            }
+            for (int j = 0; j < nk; j++) {
+                float* dkr = dk + ((size_t)b * Tk + c0 + j) * dkv_stride + (size_t)kvh * HD;
+                float* dvr = dv + ((size_t)b * Tk + c0 + j) * dkv_stride + (size_t)kvh * HD;
+                #pragma omp simd
+                for (int d = 0; d < HD; d++) {
+                    dkr[d] += t.acc1[(size_t)j * HD + d] * sigma;
+                    dvr[d] += t.acc2[(size_t)j * HD + d];
+                }
+            }
+        }
+
+        /* dQ: item (b, query head, query tile); key tiles in ascending order */
+        #pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < (long)B * NH * nqt; item++) {
+            const int qt = nqt - 1 - (int)(item / ((long)B * NH));
+            const int bh = (int)(item % ((long)B * NH));
+            const int b = bh / NH, h = bh % NH, kvh = h / G;
+            const int r0 = qt * BQ, nq = Tq - r0 < BQ ? Tq - r0 : BQ;
+            const int i0 = iq0 + r0;
+            const uint32_t g = g0 + (uint32_t)b;
+            const float* q_b = q + (size_t)b * Tq * q_stride;
+            float* Qt = t.X1;
+            float* dOt = t.X2;
+            transpose_rows(Qt, BQ, q_b + (size_t)r0 * q_stride + (size_t)h * HD, q_stride, nq, HD);
+            transpose_rows(dOt, BQ, dout + ((size_t)b * Tq + r0) * C + (size_t)h * HD, C, nq, HD);
+            for (int r = 0; r < BQ; r++) {
+                t.Lt[r] = r < nq ? lse[(size_t)bh * Tq + r0 + r] : 0.0f;
+                t.Dt[r] = r < nq ? D[(size_t)bh * Tq + r0 + r] : 0.0f;
+            }
+            memset(t.acc1, 0, sizeof(float) * (size_t)nq * HD);
+            for (int c0 = 0; c0 < Tk && jk0 + c0 <= i0 + nq - 1; c0 += BK) {
+                const int nk = Tk - c0 < BK ? Tk - c0 : BK;
+                const int j0 = jk0 + c0;
+                const float* k_rows = k + ((size_t)b * Tk + c0) * kv_stride + (size_t)kvh * HD;
+                const float* v_rows = v + ((size_t)b * Tk + c0) * kv_stride + (size_t)kvh * HD;
+                tile_mm(t.P, BQ, 0, k_rows, (int)kv_stride, 1, Qt, BQ, nk, BQ, HD);
+                tile_mm(t.dS, BQ, 0, v_rows, (int)kv_stride, 1, dOt, BQ, nk, BQ, HD);
+                if (dropping)
+                    keep_tile(t.keep, 1, BQ, BQ, nk, i0, nq, j0, nk, attn_seed, g, (uint32_t)h,
+                              drop.thr);
+                for (int c = 0; c < nk; c++)
+                    grad_key_row(t.P + (size_t)c * BQ, t.dS + (size_t)c * BQ,
+                                 dropping ? t.keep + (size_t)c * BQ : NULL, t.Lt, t.Dt,
+                                 j0 + c, i0, nq, sigma, drop.scale);
+                tile_mm(t.acc1, HD, 1, t.dS, 1, BQ, k_rows, (int)kv_stride, nq, HD, nk);
+            }
+            for (int r = 0; r < nq; r++) {
+                float* dqr = dq + ((size_t)b * Tq + r0 + r) * dq_stride + (size_t)h * HD;
+                #pragma omp simd
+                for (int d = 0; d < HD; d++) dqr[d] += t.acc1[(size_t)r * HD + d] * sigma;
+            }
+        }
+    }
+}
+
+/* Merges a block's partial output into the running one by their log-sum-exps, in fp32:
+ *   L = log(exp(L_acc) + exp(L_blk)),  o = exp(L_acc - L) o_acc + exp(L_blk - L) o_blk.
+ * acc (B, T, NH*HD) and lse_acc (B, NH, T) updated in place; -inf is "no key yet". */
+void attention_merge(float* acc, float* lse_acc, const float* blk, const float* lse_blk,
+                     int B, int T, int NH, int HD) {
+    const size_t C = (size_t)NH * HD;
+    #pragma omp parallel for schedule(static)
+    for (long bh = 0; bh < (long)B * NH; bh++) {
+        const int b = (int)(bh / NH), h = (int)(bh % NH);
+        for (int i = 0; i < T; i++) {
+            float* la = lse_acc + (size_t)bh * T + i;
+            const float lb = lse_blk[(size_t)bh * T + i];
+            if (lb == -INFINITY) continue;
+            float* o = acc + ((size_t)b * T + i) * C + (size_t)h * HD;
+            const float* ob = blk + ((size_t)b * T + i) * C + (size_t)h * HD;
+            if (*la == -INFINITY) {
+                for (int d = 0; d < HD; d++) o[d] = ob[d];
+                *la = lb;
+                continue;
+            }
+            const float mx = *la > lb ? *la : lb;
+            const float L = mx + logf(expf(*la - mx) + expf(lb - mx));
+            const float wa = expf(*la - L), wb = expf(lb - L);
+            for (int d = 0; d < HD; d++) o[d] = wa * o[d] + wb * ob[d];
+            *la = L;
         }
     }
 }

@@ -551,6 +551,131 @@ static void test_scratch_grows_linearly(void) {
            (double)(s8 - s4) / 4096);
 }
 
+
+/* ---- context parallelism: blocks at global positions ---------------------------------------- */
+
+/* The keep bits a forward used, by (b, h, i, j): 0 not used, 1 dropped, 2 kept. */
+static unsigned char* keep_map;
+static Shape keep_map_shape;
+static void keep_map_hook(uint32_t g, int h, int i, int j, int kept) {
+    const Shape s = keep_map_shape;
+    size_t at = (((size_t)(g - s.g0) * s.NH + h) * s.T + i) * s.T + j;
+    keep_map[at] = kept ? 2 : 1;
+}
+
+/* Copies chunk c (Tc positions from c*Tc) of every sequence of x (B, T, W) into y (B, Tc, W), or
+ * back (to_chunk = 0). */
+static void chunk_copy(float* y, float* x, int B, int T, int Tc, int c, size_t W, int to_chunk) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tc; t++) {
+            float* a = y + ((size_t)b * Tc + t) * W;
+            float* z = x + ((size_t)b * T + c * Tc + t) * W;
+            if (to_chunk) memcpy(a, z, W * sizeof(float)); else memcpy(z, a, W * sizeof(float));
+        }
+}
+
+/* The zigzag split of DESIGN §9 run in one process: N ranks, rank r holding chunks r and 2N-1-r of
+ * 2N; in ring step s it attends to the chunks of rank (r - s) mod N, merging each block by the
+ * LSEs; the backward runs the same blocks against the merged lse and output. The whole-sequence
+ * kernel is the reference: out, lse and dqkv to rounding (the merge and the block sums group the
+ * terms differently), and every keep bit equal, bit for bit, with every causal (i, j) used once. */
+static void test_context_parallel_blocks(Shape s, int N) {
+    Problem pr = problem_make(s);
+    const int Tc = s.T / (2 * N);
+    const size_t W = qkv_width(s), C = (size_t)s.NH * s.HD, NC = 2 * (size_t)N;
+    const uint64_t seed = 0x7a69677aULL;   /* "zigz" */
+    Dropout drop = dropout_make(s.p);
+    size_t cells = (size_t)s.B * s.NH * s.T * s.T;
+    unsigned char* whole_map = calloc(cells, 1);
+    unsigned char* cp_map = calloc(cells, 1);
+    keep_map_shape = s;
+    keep_map = whole_map;
+    attention_keep_hook = keep_map_hook;
+    KernelRun ref = kernel_run(&pr, seed, drop);
+    keep_map = cp_map;
+
+    /* every chunk in its own buffers: q/k/v rows, out, lse, dout, dqkv */
+    float *qkv_c[16], *out_c[16], *lse_c[16], *dout_c[16], *dqkv_c[16];
+    for (size_t c = 0; c < NC; c++) {
+        qkv_c[c] = malloc(sizeof(float) * s.B * Tc * W);
+        out_c[c] = malloc(sizeof(float) * s.B * Tc * C);
+        dout_c[c] = malloc(sizeof(float) * s.B * Tc * C);
+        lse_c[c] = malloc(sizeof(float) * s.B * s.NH * Tc);
+        dqkv_c[c] = calloc((size_t)s.B * Tc * W, sizeof(float));
+        chunk_copy(qkv_c[c], pr.qkv, s.B, s.T, Tc, (int)c, W, 1);
+        chunk_copy(dout_c[c], pr.dout, s.B, s.T, Tc, (int)c, C, 1);
+        for (size_t x = 0; x < (size_t)s.B * s.NH * Tc; x++) lse_c[c][x] = -INFINITY;
+    }
+    float* blk = malloc(sizeof(float) * s.B * Tc * C);
+    float* blk_lse = malloc(sizeof(float) * s.B * s.NH * Tc);
+    size_t n_scratch = attention_backward_scratch_floats(s.B, Tc, s.NH, s.NKV, s.HD, omp_get_max_threads());
+    float* scratch = aligned_alloc(64, ((sizeof(float) * n_scratch + 63) / 64) * 64);
+    for (int pass = 0; pass < 2; pass++)
+        for (int r = 0; r < N; r++) {
+            const int mine[2] = {r, 2 * N - 1 - r};
+            for (int st = 0; st < N; st++) {
+                const int src = ((r - st) % N + N) % N, theirs[2] = {src, 2 * N - 1 - src};
+                for (int a = 0; a < 2; a++)
+                    for (int k = 0; k < 2; k++) {
+                        const int qc = mine[a], kc = theirs[k];
+                        if (kc > qc) continue;   /* the future: nothing visible */
+                        const float* kv = qkv_c[kc];
+                        if (pass == 0) {
+                            attention_block_forward(blk, blk_lse, qkv_c[qc], W, Tc, qc * Tc,
+                                                    kv + s.NH * s.HD, kv + (s.NH + s.NKV) * s.HD, W,
+                                                    Tc, kc * Tc, s.B, s.NH, s.NKV, s.HD, s.g0, seed, drop);
+                            attention_merge(out_c[qc], lse_c[qc], blk, blk_lse, s.B, Tc, s.NH, s.HD);
+                        } else {
+                            float* dkv = dqkv_c[kc];
+                            attention_block_backward(dqkv_c[qc], W, dkv + s.NH * s.HD,
+                                                     dkv + (s.NH + s.NKV) * s.HD, W, scratch,
+                                                     dout_c[qc], out_c[qc], lse_c[qc], qkv_c[qc], W,
+                                                     Tc, qc * Tc, kv + s.NH * s.HD,
+                                                     kv + (s.NH + s.NKV) * s.HD, W, Tc, kc * Tc, s.B,
+                                                     s.NH, s.NKV, s.HD, s.g0, seed, drop);
+                        }
+                    }
+            }
+        }
+    attention_keep_hook = NULL;
+    float* out = malloc(sizeof(float) * pr.n_out);
+    float* dqkv = malloc(sizeof(float) * pr.n_qkv);
+    float* lse = malloc(sizeof(float) * pr.n_lse);
+    for (size_t c = 0; c < NC; c++) {
+        chunk_copy(out_c[c], out, s.B, s.T, Tc, (int)c, C, 0);
+        chunk_copy(dqkv_c[c], dqkv, s.B, s.T, Tc, (int)c, W, 0);
+        for (int bh = 0; bh < s.B * s.NH; bh++)
+            memcpy(lse + (size_t)bh * s.T + c * Tc, lse_c[c] + (size_t)bh * Tc, Tc * sizeof(float));
+    }
+    double e_out = 0, e_lse = 0, e_d = 0, n_out = 0, n_lse = 0, n_d = 0;
+    for (size_t x = 0; x < pr.n_out; x++) { e_out += pow(out[x] - ref.out[x], 2); n_out += pow(ref.out[x], 2); }
+    for (size_t x = 0; x < pr.n_lse; x++) { e_lse += pow(lse[x] - ref.lse[x], 2); n_lse += pow(ref.lse[x], 2); }
+    for (size_t x = 0; x < pr.n_qkv; x++) { e_d += pow(dqkv[x] - ref.dqkv[x], 2); n_d += pow(ref.dqkv[x], 2); }
+    e_out = sqrt(e_out / n_out); e_lse = sqrt(e_lse / n_lse); e_d = sqrt(e_d / n_d);
+    size_t differ = 0, unused = 0, dropped = 0;
+    for (size_t x = 0; x < cells; x++) {
+        size_t i = (x / s.T) % s.T, j = x % s.T;
+        differ += whole_map[x] != cp_map[x];
+        unused += j <= i && cp_map[x] == 0;
+        dropped += cp_map[x] == 1;
+    }
+    char name[128];
+    snprintf(name, sizeof(name), "zigzag_%d_ranks_equals_one_process_T%d_p%g", N, s.T, s.p);
+    expect(e_out < TOL_FP32 && e_lse < TOL_FP32 && e_d < TOL_FP32 && !isnan(e_out + e_lse + e_d), name,
+           "relative out %.1e lse %.1e dqkv %.1e (bound %.0e)", e_out, e_lse, e_d, TOL_FP32);
+    snprintf(name, sizeof(name), "zigzag_%d_ranks_keep_bits_are_the_global_ones_T%d_p%g", N, s.T, s.p);
+    expect(differ == 0 && (s.p == 0 ? dropped == 0 : unused == 0 && dropped > 0), name,
+           "%zu of %zu (b, h, i, j) cells differ from one process, %zu causal cells unused, %zu dropped",
+           differ, cells, unused, dropped);
+    for (size_t c = 0; c < NC; c++) {
+        free(qkv_c[c]); free(out_c[c]); free(dout_c[c]); free(lse_c[c]); free(dqkv_c[c]);
+    }
+    free(blk); free(blk_lse); free(scratch); free(out); free(dqkv); free(lse);
+    free(whole_map); free(cp_map);
+    kernel_free(&ref);
+    problem_free(&pr);
+}
+
 int main(void) {
     test_ref_backward_matches_finite_differences(0.5);
     test_ref_backward_matches_finite_differences(0.0);
@@ -586,5 +711,9 @@ int main(void) {
     test_keep_bit_at_threshold();
     test_every_output_written();
     test_scratch_grows_linearly();
+    /* B  T   NH NKV HD  g0  p    amp */
+    test_context_parallel_blocks((Shape){2, 128, 4, 2, 32, 3, 0.1, 1.0}, 2);
+    test_context_parallel_blocks((Shape){1, 120, 2, 2, 16, 0, 0.3, 1.0}, 3);
+    test_context_parallel_blocks((Shape){1, 64, 2, 1, 16, 9, 0.0, 1.0}, 2);
     return test_finish();
 }
