@@ -59,6 +59,8 @@ static const struct { const char* name; int resume; int bare; /* 1: takes no val
     [F_PRECISION] = {"--precision", R_LOCAL},   /* states hold fp32 weights whatever it is */
     [F_PROFILE] = {"--profile", R_LOCAL, 1},
     [F_MEMORY_BUDGET] = {"--memory-budget", R_LOCAL},
+    /* the state's header holds it: train.c refuses a resume with another layout */
+    [F_CONTEXT_PARALLEL] = {"--context-parallel", R_LOCAL},
 };
 
 /* ./train --help: the synopsis of training and of each subcommand (the words after "./train"
@@ -160,6 +162,10 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "  --save PATH         write the model file at the end\n"
 "  --threads N         OpenMP and OpenBLAS threads (default: all cores, shared out among the\n"
 "                      ranks of one machine under mpirun unless OMP_NUM_THREADS is set)\n"
+"  --context-parallel N  ./train_mpi: N ranks share each sequence (context parallelism, DESIGN\n"
+"                      §9); ranks = data-parallel x N. The sequence is cut into 2N chunks, rank r\n"
+"                      of a group holds chunks r and 2N-1-r; K/V go around the ring. Masks are\n"
+"                      the one-process run's (docs/context-parallel.md)\n"
 "  --device D          cpu | cuda: where the model's memory lives and its ops run (default:\n"
 "                      cuda in ./train_cuda, built by `make cuda`; cpu in ./train). Masks,\n"
 "                      seeds, recompute and states are the same on both; a state saved on one\n"
@@ -348,6 +354,7 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_EVAL_EVERY: o->eval_every = parse_long(f, v, 0, 2000000000L); break;
     case F_EVAL_BATCHES: o->eval_batches = parse_long(f, v, 1, 1000000); break;
     case F_THREADS: o->threads = parse_long(f, v, 1, 1024); break;
+    case F_CONTEXT_PARALLEL: o->context_parallel = (int)parse_long(f, v, 1, 1 << 20); break;
     case F_DEVICE:
         if (strcmp(v, "cpu") && strcmp(v, "cuda")) die_flag(f, v, "cpu or cuda");
         if (backend_by_name(v) == NULL)
@@ -448,6 +455,7 @@ static int format_flag(const Options* o, int id, int world, char* buf, size_t ca
     case F_EVAL_EVERY: snprintf(buf, cap, "%d", o->eval_every); return 0;
     case F_EVAL_BATCHES: snprintf(buf, cap, "%d", o->eval_batches); return 0;
     case F_THREADS: snprintf(buf, cap, "%d", o->threads); return 0;
+    case F_CONTEXT_PARALLEL: snprintf(buf, cap, "%d", o->context_parallel); return 0;
     case F_DEVICE: s = o->device; break;
     case F_PRECISION: s = o->precision; break;
     case F_RECOMPUTE: s = recompute_name(&o->policy, pname); break;

@@ -54,6 +54,8 @@ typedef struct {
     const char* precision;   /* "fp32" or "bf16" (CUDA only) */
     /* activation checkpointing */
     RecomputePolicy policy;
+    int context_parallel;    /* N ranks share each sequence (DESIGN §9; ./train_mpi); 0: not
+                                given (1, or a resumed state's N) */
     double memory_budget;    /* bytes; 0: none. The policy that fits with the fewest recomputed
                                 FLOPs, unless --recompute is given (model/plan.h) */
     /* run folder, resume, the non-finite guard */
@@ -80,7 +82,7 @@ enum {
     F_OUT, F_RESUME, F_SAVE_EVERY, F_KEEP, F_MAX_BAD_STEPS,
     F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH, F_DEVICE,
     F_PRECISION, F_PROFILE,
-    F_MEMORY_BUDGET,
+    F_MEMORY_BUDGET, F_CONTEXT_PARALLEL,
     NUM_FLAGS
 };
 

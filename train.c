@@ -63,8 +63,22 @@ void openblas_set_num_threads(int num_threads);  /* OpenBLAS's own; not in every
 static void openblas_set_num_threads(int num_threads) { (void)num_threads; }
 #endif
 
-/* Data-parallel processes of this run (model/dist.h): 1 in ./train. */
-static int world = 1;
+/* Processes of this run (model/dist.h): 1 in ./train. They form dp groups of cpn ranks that
+ * share each sequence (--context-parallel, DESIGN §9): world = dp x cpn. */
+static int world = 1, dp = 1, cpn = 1;
+
+/* Context parallelism: this rank's two chunks of each sequence of a (B, T) window, in the model's
+ * chunk-major layout (model/gpt.h); without it, the window itself. Returns what the model takes. */
+static const int* cp_local(const GPT* m, int* local, const int* window, int B, int T) {
+    if (cpn == 1) return window;
+    int Tl = T / cpn;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tl; t++) {
+            int k = t / (Tl / 2), tc = t % (Tl / 2);   /* local chunk, row in it */
+            local[((size_t)k * B + b) * (Tl / 2) + tc] = window[(size_t)b * T + gpt_cp_position(m, t)];
+        }
+    return local;
+}
 
 /* ---- the schedule, evaluation and the progress figures ------------------------------------ */
 
@@ -81,18 +95,22 @@ static double now_ms(void) {
 /* Mean loss over the first n windows of the validation split, dropout off. Uses its own loader,
  * so it never moves the training loader. With several ranks each takes every R-th window and the
  * sums are added over the ranks. */
-static float evaluate(GPT* m, DataLoader* val, int n, int* inputs, int* targets) {
+static float evaluate(GPT* m, DataLoader* val, int n, int* inputs, int* targets, int* local_in,
+                      int* local_tg) {
     size_t windows = loader_num_windows(val);
     if ((size_t)n > windows) n = (int)windows;
     double sum = 0.0;
-    for (int k = dist_rank(); k < n; k += world) {
+    /* a context-parallel group shares each window: its ranks' means add up to cpn times it */
+    for (int k = dist_dp_rank(); k < n; k += dp) {
         if (loader_window(val, (size_t)k, inputs, targets) != 0) {
             fprintf(stderr, "seedgpt: %s\n", val->err);
             exit(EXIT_BAD_INPUT);
         }
-        sum += gpt_forward(m, inputs, targets, val->B, val->T, 0, 0, 0);
+        sum += gpt_forward(m, cp_local(m, local_in, inputs, val->B, val->T),
+                           cp_local(m, local_tg, targets, val->B, val->T), val->B, val->T / cpn,
+                           0, 0, 0);
     }
-    return (float)(dist_sum(sum) / n);
+    return (float)(dist_sum(sum) / ((double)n * cpn));
 }
 
 #ifndef SEEDGPT_NO_CBLAS
@@ -365,6 +383,8 @@ typedef struct {
     FILE* jsonf;                 /* the JSON log, or NULL */
     int* inputs;                 /* (B, T) */
     int* targets;                /* (B, T) */
+    int* local_inputs;           /* (B, T / cpn) this rank's chunks (--context-parallel), else NULL */
+    int* local_targets;
     Sampler sampler;             /* samples during training (--sample-every), when have_sampler */
     int have_sampler;
     uint64_t sample_seed;
@@ -387,6 +407,8 @@ static void run_close(Run* r) {
     if (r->jsonf != NULL) fclose(r->jsonf);
     mem_free(r->inputs);
     mem_free(r->targets);
+    mem_free(r->local_inputs);
+    mem_free(r->local_targets);
     if (r->loader_open) loader_close(&r->loader);
     if (r->val_open) loader_close(&r->val);
     if (r->model_built) gpt_free(&r->model);
@@ -427,7 +449,8 @@ static void save_state(Run* r, int done) {
     info.bad_consecutive = r->bad_consecutive;
     info.bad_total = r->bad_total;
     info.ranks = (uint32_t)world;
-    format_state_options(o, world, info.options, sizeof(info.options));
+    info.context_parallel = (uint32_t)cpn;
+    format_state_options(o, dp, info.options, sizeof(info.options));
     gpt_to_host(&r->model);
     int rc = -1;
     if (state_path(path, sizeof(path), o->out_dir, info.step) == 0) {
@@ -462,18 +485,29 @@ static int resume_options(Options* o, const Options* cmd, const char* raw[NUM_FL
         return EXIT_BAD_INPUT;
     }
     pick_state(cmd->resume_dir, state_file, cap, resumed);
-    if (resumed->ranks != (uint32_t)world) {   /* every rank finds it; rank 0 says it */
-        if (writer)
+    /* the layout: ranks and context parallelism (the command line's, else the state's) */
+    int N = cmd->context_parallel ? cmd->context_parallel : (int)resumed->context_parallel;
+    if (resumed->ranks != (uint32_t)world || resumed->context_parallel != (uint32_t)N) {
+        /* every rank finds it; rank 0 says it */
+        if (writer && resumed->context_parallel == 1 && N == 1)
             fprintf(stderr, "seedgpt: --resume %s: %s was written by a run of %u process(es); "
                     "this run has %d: resume with the same count (mpirun -np %u)\n",
                     cmd->resume_dir, state_file, resumed->ranks, world, resumed->ranks);
+        else if (writer)
+            fprintf(stderr, "seedgpt: --resume %s: %s was written by a run of %u rank(s) as %u "
+                    "data-parallel x %u context-parallel; this run has %d rank(s) with "
+                    "--context-parallel %d: resume with the same layout (mpirun -np %u, "
+                    "--context-parallel %u)\n", cmd->resume_dir, state_file, resumed->ranks,
+                    resumed->ranks / resumed->context_parallel, resumed->context_parallel, world, N,
+                    resumed->ranks, resumed->context_parallel);
         return EXIT_BAD_INPUT;
     }
+    o->context_parallel = N;
     static Options st;
     static StateInfo text;   /* options_from_state splits the text in place; st (and o) point in */
     text = *resumed;
     options_from_state(&st, &text, state_file);
-    merge_resumed_options(o, cmd, raw, &st, state_file, world);
+    merge_resumed_options(o, cmd, raw, &st, state_file, world / N);
     if (o->out_dir == NULL) o->out_dir = cmd->resume_dir;
     if (o->steps < (int)resumed->step) {
         fprintf(stderr, "seedgpt: --steps %d is below the %llu steps the state %s has done\n",
@@ -578,11 +612,18 @@ static int batch_shape(Run* r) {
                 r->cfg.max_seq_len);
         return EXIT_BAD_INPUT;
     }
-    long tokens_per_micro = (long)world * B * T;   /* one micro-batch of every rank */
+    if (cpn > 1 && T % (2 * cpn) != 0) {
+        fprintf(stderr, "seedgpt: --context-parallel %d: the sequence length %d (--seq, else "
+                "--seq-len) must be a multiple of 2 x %d = %d: each rank holds 2 of %d equal chunks\n",
+                cpn, T, cpn, 2 * cpn, 2 * cpn);
+        return EXIT_BAD_INPUT;
+    }
+    long tokens_per_micro = (long)dp * B * T;   /* one micro-batch of every data-parallel rank */
     if (o->total_batch != 0 && o->total_batch % tokens_per_micro != 0) {
-        if (world > 1)
-            fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of ranks x batch x seq "
-                    "= %d x %d x %d = %ld tokens\n", o->total_batch, world, B, T, tokens_per_micro);
+        if (dp > 1)
+            fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of %sranks x batch x seq "
+                    "= %d x %d x %d = %ld tokens\n", o->total_batch, cpn > 1 ? "data-parallel " : "",
+                    dp, B, T, tokens_per_micro);
         else
             fprintf(stderr, "seedgpt: --total-batch %ld: expected a multiple of batch x seq = %d x "
                     "%d = %ld tokens\n", o->total_batch, B, T, tokens_per_micro);
@@ -604,6 +645,11 @@ static double mib(size_t bytes) { return bytes / 1048576.0; }
 static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, int explicit_policy,
                                int writer) {
     if (o->memory_budget <= 0) return 0;
+    if (cpn > 1) {
+        fprintf(stderr, "seedgpt: --memory-budget plans one process's memory; with "
+                "--context-parallel %d it cannot choose yet: give --recompute instead\n", cpn);
+        return EXIT_BAD_INPUT;
+    }
     const Backend* be = backend_lookup(o->device, o->precision);
     PlanRow rows[PLAN_MAX_ROWS];
     char err[256], name[32], name2[32];
@@ -757,8 +803,9 @@ static int open_data_and_model(Run* r) {
         r->val_open = 1;
     }
     const Backend* be = backend_lookup(o->device, o->precision);
+    ContextParallel cp = dist_context_parallel();
     if (dist_use_backend(be, err) != 0 ||
-        gpt_build_on(&r->model, &r->cfg, r->B, r->T, &o->policy, be, err) != 0) {
+        gpt_build_cp(&r->model, &r->cfg, r->B, r->T, &o->policy, be, &cp, err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
         return EXIT_BAD_INPUT;
     }
@@ -866,9 +913,12 @@ static void print_run(const Run* r, int threads) {
                cfg->block_kind == BLOCK_PARALLEL ? "parallel" : "sequential", o->drop_path);
     }
     printf("batch %d x %d", B, T);
-    if (world > 1) printf(" x %d ranks (%s)", world, dist_kind());
+    if (world > 1 && cpn == 1) printf(" x %d ranks (%s)", world, dist_kind());
+    if (cpn > 1)
+        printf(" x %d data-parallel x %d context-parallel ranks (%s; %d positions per rank)", dp,
+               cpn, dist_kind(), T / cpn);
     if (A > 1) printf(" x %d micro-batches", A);
-    if (A * world > 1) printf(" (%ld tokens per step)", (long)A * world * B * T);
+    if (A * dp > 1) printf(" (%ld tokens per step)", (long)A * dp * B * T);
     printf(", %d steps, %zu training windows, %d threads, device %s, precision %s\n", o->steps,
            loader_num_windows(&r->loader), threads, r->model.be->name, r->model.be->precision);
     printf("dropout: embd %g attn %g resid %g, seed %llu\n", o->embd_dropout, o->attn_dropout,
@@ -904,7 +954,11 @@ static void prepare_loop(Run* r) {
 #endif
         r->model.be = profile_wrap(r->model.be, timer);
     }
-    r->step_tokens = (double)r->A * world * r->B * r->T;   /* over every rank */
+    r->step_tokens = (double)r->A * dp * r->B * r->T;   /* over every rank */
+    if (cpn > 1) {   /* this rank's share of each window, in the model's layout */
+        r->local_inputs = mem_alloc((size_t)r->B * r->T * sizeof(int));
+        r->local_targets = mem_alloc((size_t)r->B * r->T * sizeof(int));
+    }
     r->step_flops = flops_per_token(&r->model, r->T) * r->step_tokens;
     if (o->sample_every > 0 && r->writer) {
         sampler_init(&r->sampler, &r->model);
@@ -931,23 +985,26 @@ static int train_step(Run* r, int step, StepStats* s) {
     const Options* o = r->o;
     GPT* model = &r->model;
     int B = r->B, T = r->T, A = r->A;
-    /* A micro-batches per rank. Rank r's micro-batch a is the loader's window r*A + a
-     * positions ahead, global sequences g = (r*A + a)*B .. + B-1 (DESIGN §2); the step then
-     * moves the loader R*A windows on. Each position's loss weighs 1/(R*A*B*T), so the sum of
-     * the ranks' gradients is the gradient of the global batch's mean loss. */
+    /* A micro-batches per data-parallel rank. Rank r's micro-batch a is the loader's window
+     * r*A + a positions ahead, global sequences g = (r*A + a)*B .. + B-1 (DESIGN §2); the step
+     * then moves the loader R*A windows on. Each position's loss weighs 1/(R*A*B*T), so the sum
+     * of the ranks' gradients is the gradient of the global batch's mean loss. Under context
+     * parallelism r is the group (R = dp), each rank of it holds T / cpn positions of each window,
+     * and their gradients add up to the window's. */
     double t0 = now_ms(), loss_sum = 0.0;
     profile_step_begin();   /* --profile; nothing before profile_wrap */
-    int first = dist_rank() * A;   /* this rank's first micro-batch in the step */
+    int first = dist_dp_rank() * A;   /* this rank's first micro-batch in the step */
     gpt_zero_grad(model);
     for (int a = 0; a < A; a++) {
         if (loader_peek(&r->loader, (size_t)(first + a), r->inputs, r->targets) != 0) {
             fprintf(stderr, "seedgpt: %s\n", r->loader.err);
             return EXIT_BAD_INPUT;
         }
-        float dloss = 1.0f / ((float)B * T * A * world);
+        float dloss = 1.0f / ((float)B * T * A * dp);
         gpt_set_loss_scale(model, dloss);   /* the classifier's gradient comes with the forward */
-        loss_sum += gpt_forward(model, r->inputs, r->targets, B, T, (uint32_t)((first + a) * B),
-                                (uint32_t)step, 1);
+        loss_sum += gpt_forward(model, cp_local(model, r->local_inputs, r->inputs, B, T),
+                                cp_local(model, r->local_targets, r->targets, B, T), B, T / cpn,
+                                (uint32_t)((first + a) * B), (uint32_t)step, 1);
         int mismatches = gpt_backward(model, dloss);
         if (mismatches > 0 && o->policy.check == CHECK_STOP) {
             fprintf(stderr, "seedgpt: stopping at step %d: the recompute check failed in %d "
@@ -956,7 +1013,7 @@ static int train_step(Run* r, int step, StepStats* s) {
             return EXIT_RECOMPUTE_CHECK;
         }
     }
-    loader_advance(&r->loader, (size_t)world * A);
+    loader_advance(&r->loader, (size_t)dp * A);
     /* the hook between backward and clip: gradients and loss summed over the ranks */
     dist_allreduce_grads(model);
     loss_sum = dist_sum(loss_sum);
@@ -1054,7 +1111,8 @@ static void after_step(Run* r, int step) {
     const Options* o = r->o;
     int last = step == o->steps - 1;
     if (r->have_val && ((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || last)) {
-        float vl = evaluate(&r->model, &r->val, o->eval_batches, r->inputs, r->targets);
+        float vl = evaluate(&r->model, &r->val, o->eval_batches, r->inputs, r->targets,
+                            r->local_inputs, r->local_targets);
         printf("step %5d | val loss %.4f\n", step, vl);
         r->last_val = vl;
         r->last_val_step = step;
@@ -1474,6 +1532,15 @@ int main(int argc, char** argv) {
         int rc = resume_options(&o, &cmd, raw, writer, &resumed, state_file, sizeof(state_file));
         if (rc != 0) return rc;
     }
+    /* context parallelism: the command line's N, else a resumed state's; every rank checks it,
+     * rank 0 says what is wrong */
+    if (o.context_parallel == 0) o.context_parallel = 1;
+    if (dist_cp_init(o.context_parallel, err) != 0) {
+        if (writer) fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    cpn = dist_cp_size();
+    dp = dist_dp_size();
     check_options(&o, raw);
     if (o.log_json == NULL && o.out_dir != NULL) {
         static char log_default[4200];

@@ -28,6 +28,13 @@ static size_t cpu_count_differ(const float* a, const float* b, size_t n) {
 static size_t cpu_peak_bytes(void) { return mem_stats().peak_bytes; }
 static void cpu_synchronize(void) {}
 
+static void cpu_copy_rows(float* dst, size_t dst_stride, const float* src, size_t src_stride,
+                          size_t rows, size_t width) {
+    #pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++)
+        memcpy(dst + r * dst_stride, src + r * src_stride, width * sizeof(float));
+}
+
 const Backend backend_cpu = {
     .name = "cpu",
     .precision = "fp32",
@@ -61,6 +68,13 @@ const Backend backend_cpu = {
     .attention_forward = attention_forward,
     .attention_backward_scratch_floats = attention_backward_scratch_floats,
     .attention_backward = attention_backward,
+    .encoder_forward_at = encoder_forward_at,
+    .residual_dropout_forward_at = residual_dropout_forward_at,
+    .dropout_backward_at = dropout_backward_at,
+    .attention_block_forward = attention_block_forward,
+    .attention_merge = attention_merge,
+    .copy_rows = cpu_copy_rows,
+    .attention_block_backward = attention_block_backward,
 };
 
 #ifdef SEEDGPT_CUDA

@@ -87,6 +87,34 @@ typedef struct Backend {
                                const float* out, const float* lse,
                                int B, int T, int NH, int NKV, int HD,
                                uint32_t g0, uint64_t attn_seed, Dropout drop);
+
+    /* ---- context parallelism (DESIGN §9): the ops above at global positions, and attention in
+     * blocks (model/ops.h, attention/attention.h). NULL in a backend that has none yet (CUDA):
+     * gpt_build_cp refuses context parallelism there ---- */
+    void (*encoder_forward_at)(float* out, const int* inp, const float* wte, const float* wpe,
+                               int B, int T, int t0, int C, uint32_t g0, uint64_t embd_seed,
+                               Dropout drop);
+    void (*residual_dropout_forward_at)(float* out, const float* x, const float* branch, int B,
+                                        int T, int t0, int C, uint32_t g0, uint64_t seed,
+                                        Dropout drop);
+    void (*dropout_backward_at)(float* dy, const float* dout, int B, int T, int t0, int C,
+                                uint32_t g0, uint64_t seed, Dropout drop);
+    void (*attention_block_forward)(float* out, float* lse, const float* q, size_t q_stride,
+                                    int Tq, int iq0, const float* k, const float* v,
+                                    size_t kv_stride, int Tk, int jk0, int B, int NH, int NKV,
+                                    int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
+    /* rows x width floats from src (row stride src_stride) to dst (row stride dst_stride) */
+    void (*copy_rows)(float* dst, size_t dst_stride, const float* src, size_t src_stride,
+                      size_t rows, size_t width);
+    void (*attention_merge)(float* acc, float* lse_acc, const float* blk, const float* lse_blk,
+                            int B, int T, int NH, int HD);
+    void (*attention_block_backward)(float* dq, size_t dq_stride, float* dk, float* dv,
+                                     size_t dkv_stride, float* scratch, const float* dout,
+                                     const float* out, const float* lse, const float* q,
+                                     size_t q_stride, int Tq, int iq0, const float* k,
+                                     const float* v, size_t kv_stride, int Tk, int jk0, int B,
+                                     int NH, int NKV, int HD, uint32_t g0, uint64_t attn_seed,
+                                     Dropout drop);
 } Backend;
 
 extern const Backend backend_cpu;

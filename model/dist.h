@@ -56,6 +56,25 @@ double dist_sum(double x);
 /* The largest x over the ranks, returned on every rank. */
 int dist_max(int x);
 
+/* ---- context parallelism (DESIGN §9) ----------------------------------------------------------
+ * The R ranks form R / N groups of N consecutive ranks; each group shares its sequences (world
+ * rank w is rank w % N of group w / N, and the group is data-parallel rank w / N of R / N). */
+
+/* Sets the groups up (N = 1: data parallelism alone). -1 with one line in err when N does not
+ * divide the rank count, or when this build has no MPI and N > 1. Call before the other dist_cp_
+ * and dist_dp_ functions (before it they say N = 1). */
+int dist_cp_init(int N, char err[256]);
+int dist_cp_size(void);       /* N */
+int dist_cp_rank(void);       /* this rank's place in its group */
+int dist_dp_size(void);       /* R / N: the data-parallel width */
+int dist_dp_rank(void);       /* this rank's group */
+/* The ring step of this rank's group: sends n floats of send to the next rank ((rank + 1) % N),
+ * receives n floats from the previous one into recv (MPI_Sendrecv on host memory). All ranks of
+ * the group call it at the same point. */
+void dist_cp_ring_shift(const float* send, float* recv, size_t n);
+/* The model's view of it (model/gpt.h): size, rank and dist_cp_ring_shift. */
+ContextParallel dist_context_parallel(void);
+
 /* The end of the process group needs no call: a process that exits with status 0 finalizes MPI
  * on its way out (an exit handler registered by dist_init); one that fails leaves without it, and
  * mpirun ends the other ranks, which may be waiting for it in a reduction. */

@@ -16,6 +16,8 @@
 #include <stdlib.h>   /* on_exit: glibc, _GNU_SOURCE (the Makefile's CFLAGS) */
 
 static int world_rank = 0, world_size = 1, local_rank = 0, local_size = 1;
+static int cp_size = 1, cp_rank = 0;
+static MPI_Comm cp_comm = MPI_COMM_NULL;   /* this rank's context-parallel group */
 #ifdef SEEDGPT_NCCL
 static int nccl_ready = 0;
 #endif
@@ -144,4 +146,42 @@ int dist_max(int x) {
     int rc = MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS) die_mpi("MPI_Allreduce of a maximum", rc);
     return y;
+}
+
+/* ---- context parallelism ------------------------------------------------------------------ */
+
+int dist_cp_init(int N, char err[256]) {
+    if (N < 1 || world_size % N != 0) {
+        snprintf(err, 256, "--context-parallel %d does not divide the %d ranks of this run "
+                 "(ranks = data-parallel x context-parallel)", N, world_size);
+        return -1;
+    }
+    cp_size = N;
+    cp_rank = world_rank % N;
+    if (N == 1) return 0;
+    int rc = MPI_Comm_split(MPI_COMM_WORLD, world_rank / N, cp_rank, &cp_comm);
+    if (rc != MPI_SUCCESS) die_mpi("MPI_Comm_split of the context-parallel groups", rc);
+    MPI_Comm_set_errhandler(cp_comm, MPI_ERRORS_RETURN);
+    return 0;
+}
+
+int dist_cp_size(void) { return cp_size; }
+int dist_cp_rank(void) { return cp_rank; }
+int dist_dp_size(void) { return world_size / cp_size; }
+int dist_dp_rank(void) { return world_rank / cp_size; }
+
+void dist_cp_ring_shift(const float* send, float* recv, size_t n) {
+    int next = (cp_rank + 1) % cp_size, prev = (cp_rank + cp_size - 1) % cp_size;
+    const size_t chunk = (size_t)1 << 30;   /* MPI counts are int */
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t k = n - off < chunk ? n - off : chunk;
+        int rc = MPI_Sendrecv(send + off, (int)k, MPI_FLOAT, next, 23, recv + off, (int)k,
+                              MPI_FLOAT, prev, 23, cp_comm, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) die_mpi("MPI_Sendrecv of the context-parallel ring", rc);
+    }
+}
+
+ContextParallel dist_context_parallel(void) {
+    ContextParallel cp = {cp_size, cp_rank, cp_size > 1 ? dist_cp_ring_shift : NULL};
+    return cp;
 }

@@ -1,5 +1,6 @@
 /* model/dist_none.c — model/dist.h for the single-process build: one rank, reductions are the
  * identity. `make mpi` links model/dist_mpi.c instead. */
+#include <stdio.h>
 #include "model/dist.h"
 
 int dist_init(int* argc, char*** argv, char err[256]) { return 0; }
@@ -12,3 +13,19 @@ int dist_use_backend(const Backend* be, char err[256]) { return 0; }
 void dist_allreduce_grads(GPT* m) {}
 double dist_sum(double x) { return x; }
 int dist_max(int x) { return x; }
+
+int dist_cp_init(int N, char err[256]) {
+    if (N == 1) return 0;
+    snprintf(err, 256, "--context-parallel %d: this build runs one process (no MPI); build the "
+             "MPI trainer with `make mpi` and run mpirun -np R ./train_mpi --context-parallel %d", N, N);
+    return -1;
+}
+int dist_cp_size(void) { return 1; }
+int dist_cp_rank(void) { return 0; }
+int dist_dp_size(void) { return 1; }
+int dist_dp_rank(void) { return 0; }
+void dist_cp_ring_shift(const float* send, float* recv, size_t n) {}
+ContextParallel dist_context_parallel(void) {
+    ContextParallel cp = {1, 0, NULL};
+    return cp;
+}

@@ -219,6 +219,16 @@ static size_t plan_scratch(GPT* m, float* base) {
     return carve(base, ptrs, sizes, 8);
 }
 
+/* Context parallelism's backward ring buffers: two (B, T, 2*NKV*HD) blocks of dK, dV partials
+ * (the one this rank works on, the one arriving); nothing without context parallelism. */
+static size_t plan_cp(GPT* m, float* base) {
+    if (m->cp.size <= 1) return 0;
+    size_t n = (size_t)m->B * m->T * 2 * m->config.num_kv_heads * gpt_head_dim(&m->config);
+    size_t sizes[2] = {n, n};
+    float** ptrs[2] = {&m->cp_dkv[0], &m->cp_dkv[1]};
+    return carve(base, ptrs, sizes, 2);
+}
+
 /* The RoPE angle tables' floats (cos, then sin: each this many); 0 with learned positions. */
 static size_t rope_table_floats(const GPTConfig* c) {
     return c->pos_kind == POS_ROPE
@@ -227,8 +237,9 @@ static size_t rope_table_floats(const GPTConfig* c) {
 
 /* The one backend arena, in floats: parameters, gradients, AdamW m and v, activations, gradient
  * scratch, then the tokens and targets (ints, the size of floats) and the RoPE tables. */
-static size_t arena_floats(size_t pfloats, size_t acts, size_t scratch, size_t ntok, size_t nrope) {
-    return 4 * pfloats + acts + scratch + 2 * ntok + 2 * nrope;
+static size_t arena_floats(size_t pfloats, size_t acts, size_t scratch, size_t ntok, size_t nrope,
+                           size_t ncp) {
+    return 4 * pfloats + acts + scratch + 2 * ntok + 2 * nrope + ncp;
 }
 
 /* The host-side tables gpt_build_on allocates through mem_alloc, in bytes. */
@@ -283,7 +294,7 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
     out->attn_scratch = attn * sizeof(float);
     out->grad_scratch = (scratch - attn) * sizeof(float);
     out->other = (2 * ntok + 2 * nrope) * sizeof(float);
-    out->arena = arena_floats(pfloats, acts, scratch, ntok, nrope) * sizeof(float);
+    out->arena = arena_floats(pfloats, acts, scratch, ntok, nrope, 0) * sizeof(float);
     out->host = host_table_bytes(c, policy) +
                 (be->host_memory ? 0 : (3 * pfloats + mem_align_floats(BT)) * sizeof(float));
     out->host_transient = 2 * nrope * sizeof(float);
@@ -317,6 +328,10 @@ int gpt_classifier_rows(const GPTConfig* c, int B, int T) {
     return (int)(rows < N ? rows : N);
 }
 
+static int build_model(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                       const Backend* be, int classifier_rows, const ContextParallel* cp,
+                       char err[256]);
+
 int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                  const Backend* be, char err[256]) {
     return gpt_build_rows(m, c, B, T, policy, be, 0, err);
@@ -324,8 +339,42 @@ int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
 
 int gpt_build_rows(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                    const Backend* be, int classifier_rows, char err[256]) {
+    return build_model(m, c, B, T, policy, be, classifier_rows, NULL, err);
+}
+
+int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                 const Backend* be, const ContextParallel* cp, char err[256]) {
+    if (cp == NULL || cp->size <= 1) return gpt_build_on(m, c, B, T, policy, be, err);
     memset(m, 0, sizeof(*m));
     if (check_build_args(c, B, T, err) != 0) return -1;
+    if (T % (2 * cp->size) != 0) {
+        snprintf(err, 256, "--context-parallel %d: the sequence length %d must be a multiple of "
+                 "2 x %d = %d (each of the %d chunks the same length)", cp->size, T, cp->size,
+                 2 * cp->size, 2 * cp->size);
+        return -1;
+    }
+    if (cp->rank < 0 || cp->rank >= cp->size || cp->ring_shift == NULL) {
+        snprintf(err, 256, "context parallelism: rank %d of %d without a ring", cp->rank, cp->size);
+        return -1;
+    }
+    if (be->attention_block_forward == NULL || be->attention_block_backward == NULL ||
+        be->attention_merge == NULL || be->copy_rows == NULL || be->encoder_forward_at == NULL ||
+        be->residual_dropout_forward_at == NULL || be->dropout_backward_at == NULL) {
+        snprintf(err, 256, "--context-parallel %d: the %s backend has no context-parallel "
+                 "attention yet (use --device cpu)", cp->size, be->name);
+        return -1;
+    }
+    return build_model(m, c, B, T / cp->size, policy, be, 0, cp, err);
+}
+
+static int build_model(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                       const Backend* be, int classifier_rows, const ContextParallel* cp,
+                       char err[256]) {
+    memset(m, 0, sizeof(*m));
+    if (check_build_args(c, B, T, err) != 0) return -1;
+    m->cp.size = 1;
+    if (cp != NULL) m->cp = *cp;
+    m->cp_T = T * m->cp.size;
     if (classifier_rows < 0 || classifier_rows > B * T) {
         snprintf(err, 256, "classifier chunk of %d rows: expected 1 to %d (0: the default)",
                  classifier_rows, B * T);
@@ -358,7 +407,8 @@ int gpt_build_rows(GPT* m, const GPTConfig* c, int B, int T, const RecomputePoli
     size_t nscratch = plan_scratch(m, NULL);
     size_t ntok = mem_align_floats(BT);
     size_t nrope = rope_table_floats(c);
-    size_t total = arena_floats(pfloats, m->num_acts, nscratch, ntok, nrope);
+    m->num_cp_floats = plan_cp(m, NULL);
+    size_t total = arena_floats(pfloats, m->num_acts, nscratch, ntok, nrope, m->num_cp_floats);
     float* base = be->alloc(total * sizeof(float));
     m->arena = base;
     m->params_memory = base;
@@ -379,6 +429,7 @@ int gpt_build_rows(GPT* m, const GPTConfig* c, int B, int T, const RecomputePoli
         be->to_backend(m->rope_cos, host, 2 * nrope * sizeof(float));
         mem_free(host);
     }
+    plan_cp(m, (float*)(m->targets + ntok) + 2 * nrope);
     param_ptrs(&m->params, pp);
     carve(m->params_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
     param_ptrs(&m->grads, pp);
@@ -445,6 +496,7 @@ GPTMemory gpt_memory(const GPT* m) {
     r.activations = m->num_kept_acts * sizeof(float);
     r.recompute = m->num_recompute_acts * sizeof(float);
     r.scratch = plan_scratch((GPT*)m, NULL) * sizeof(float);
+    r.cp = m->num_cp_floats * sizeof(float);
     return r;
 }
 
@@ -561,6 +613,187 @@ static inline void set_phase(const GPT* m, int phase) {
     if (m->be->phase != NULL) m->be->phase(phase);
 }
 
+/* ---- context parallelism (DESIGN §9) -------------------------------------------------------
+ * With cp.size N > 1 a (B, T) tensor of the model is this rank's two chunks of every sequence,
+ * chunk-major: (2, B, Tc), Tc = T / 2; local chunk k (0 or 1) is global chunk `rank` or
+ * `2N-1-rank`, so its row t is global position chunk * Tc + t. Position-wise ops that depend on
+ * the position (embedding, dropout keep bits, RoPE) run once per chunk with its first global
+ * position; the others (LayerNorm, products, GELU, loss) run over all rows at once. Without
+ * context parallelism the plain ops run, as before. */
+
+static int cp_on(const GPT* m) { return m->cp.size > 1; }
+
+/* The global chunk held as local chunk k. */
+static int cp_chunk(const GPT* m, int k) { return k == 0 ? m->cp.rank : 2 * m->cp.size - 1 - m->cp.rank; }
+
+int gpt_cp_position(const GPT* m, int t) {
+    if (!cp_on(m)) return t;
+    int Tc = m->T / 2;
+    return cp_chunk(m, t / Tc) * Tc + t % Tc;
+}
+
+static void pos_encoder_forward(GPT* m, float* out, const int* inp, const float* wpe, int B, int T,
+                                uint32_t g0, uint64_t seed, Dropout drop) {
+    int C = m->config.channels;
+    if (!cp_on(m)) {
+        m->be->encoder_forward(out, inp, m->params.wte, wpe, B, T, C, g0, seed, drop);
+        return;
+    }
+    int Tc = T / 2;
+    for (int k = 0; k < 2; k++)
+        m->be->encoder_forward_at(out + (size_t)k * B * Tc * C, inp + (size_t)k * B * Tc,
+                                  m->params.wte, wpe, B, Tc, cp_chunk(m, k) * Tc, C, g0, seed, drop);
+}
+
+static void pos_encoder_backward(GPT* m, const float* dout, int B, int T) {
+    int C = m->config.channels;
+    float* dwpe = m->config.pos_kind == POS_ROPE ? NULL : m->grads.wpe;
+    if (!cp_on(m)) {
+        m->be->encoder_backward(m->grads.wte, dwpe, dout, m->inputs, B, T, C);
+        return;
+    }
+    int Tc = T / 2;
+    for (int k = 0; k < 2; k++)
+        m->be->encoder_backward(m->grads.wte, dwpe ? dwpe + (size_t)cp_chunk(m, k) * Tc * C : NULL,
+                                dout + (size_t)k * B * Tc * C, m->inputs + (size_t)k * B * Tc, B,
+                                Tc, C);
+}
+
+static void pos_residual_dropout(GPT* m, float* out, const float* x, const float* branch, int B,
+                                 int T, uint32_t g0, uint64_t seed, Dropout drop) {
+    int C = m->config.channels;
+    if (!cp_on(m)) {
+        m->be->residual_dropout_forward(out, x, branch, B, T, C, g0, seed, drop);
+        return;
+    }
+    int Tc = T / 2;
+    for (int k = 0; k < 2; k++) {
+        size_t o = (size_t)k * B * Tc * C;
+        m->be->residual_dropout_forward_at(out + o, x + o, branch + o, B, Tc, cp_chunk(m, k) * Tc,
+                                           C, g0, seed, drop);
+    }
+}
+
+static void pos_dropout_backward(GPT* m, float* dy, const float* dout, int B, int T, uint32_t g0,
+                                 uint64_t seed, Dropout drop) {
+    int C = m->config.channels;
+    if (!cp_on(m)) {
+        m->be->dropout_backward(dy, dout, B, T, C, g0, seed, drop);
+        return;
+    }
+    int Tc = T / 2;
+    for (int k = 0; k < 2; k++) {
+        size_t o = (size_t)k * B * Tc * C;
+        m->be->dropout_backward_at(dy + o, dout + o, B, Tc, cp_chunk(m, k) * Tc, C, g0, seed, drop);
+    }
+}
+
+/* Stochastic depth keys by the sequence alone; under context parallelism row b of each chunk is
+ * sequence g0 + b, so the op runs once per chunk. */
+static void pos_drop_path(GPT* m, float* y, const float* x, int B, int T, uint32_t g0,
+                          uint64_t seed) {
+    int C = m->config.channels;
+    if (!cp_on(m)) {
+        m->be->drop_path(y, x, B, T, C, g0, seed, m->drop_path);
+        return;
+    }
+    int Tc = T / 2;
+    for (int k = 0; k < 2; k++) {
+        size_t o = (size_t)k * B * Tc * C;
+        m->be->drop_path(y + o, x + o, B, Tc, C, g0, seed, m->drop_path);
+    }
+}
+
+static void pos_rope(GPT* m, float* qkv, int B, int T, int backward) {
+    const GPTConfig* c = &m->config;
+    void (*op)(float*, const float*, const float*, int, int, int, int, int, int, int) =
+        backward ? m->be->rope_backward : m->be->rope_forward;
+    if (!cp_on(m)) {
+        op(qkv, m->rope_cos, m->rope_sin, B, T, c->num_heads, c->num_kv_heads, gpt_head_dim(c),
+           c->rope_layout, 0);
+        return;
+    }
+    int Tc = T / 2;
+    for (int k = 0; k < 2; k++)
+        op(qkv + (size_t)k * B * Tc * gpt_qkv_channels(c), m->rope_cos, m->rope_sin, B, Tc,
+           c->num_heads, c->num_kv_heads, gpt_head_dim(c), c->rope_layout, cp_chunk(m, k) * Tc);
+}
+
+/* Attention over the ring. Step s of N: this rank holds the K, V rows of rank (rank - s) mod N
+ * (its chunks src and 2N-1-src) and attends its two query chunks to every key chunk that is not
+ * wholly in their future, merging each block's output into atty by the LSEs (fp32); the K, V
+ * block then moves on to the next rank. The buffers are the gradient scratch, idle in a forward
+ * and in a recompute: K, V in dfch (two blocks of 2*NKV*HD per row: the one in use, the one
+ * arriving), a block's output in datty, its LSE in dln. Nothing is kept beyond atty and lse, what
+ * the plain kernel keeps. */
+static void cp_attention_forward(GPT* m, LayerActs* a, int B, int T, uint32_t g0, uint64_t seed,
+                                 Dropout drop) {
+    const GPTConfig* c = &m->config;
+    int NH = c->num_heads, NKV = c->num_kv_heads, HD = gpt_head_dim(c), N = m->cp.size;
+    int Tc = T / 2;
+    size_t QKV = gpt_qkv_channels(c), KVW = 2 * (size_t)NKV * HD, C = c->channels;
+    size_t rows = (size_t)B * T;
+    float* kv[2] = {m->gs.dfch, m->gs.dfch + rows * KVW};
+    float* blk = m->gs.datty;
+    float* blk_lse = m->gs.dln;
+    m->be->fill(a->lse, (size_t)B * NH * T, -INFINITY);   /* "no key yet" for the merge */
+    m->be->copy_rows(kv[0], KVW, a->qkv + (size_t)NH * HD, QKV, rows, KVW);
+    for (int s = 0; s < N; s++) {
+        float* cur = kv[s % 2];
+        if (s < N - 1) m->cp.ring_shift(cur, kv[(s + 1) % 2], rows * KVW);
+        int src = ((m->cp.rank - s) % N + N) % N;
+        for (int qa = 0; qa < 2; qa++)
+            for (int ka = 0; ka < 2; ka++) {
+                int qc = cp_chunk(m, qa), kc = ka == 0 ? src : 2 * N - 1 - src;
+                if (kc > qc) continue;   /* wholly in the future of every query of the chunk */
+                const float* k = cur + (size_t)ka * B * Tc * KVW;
+                m->be->attention_block_forward(blk, blk_lse, a->qkv + (size_t)qa * B * Tc * QKV, QKV,
+                                               Tc, qc * Tc, k, k + (size_t)NKV * HD, KVW, Tc,
+                                               kc * Tc, B, NH, NKV, HD, g0, seed, drop);
+                m->be->attention_merge(a->atty + (size_t)qa * B * Tc * C,
+                                       a->lse + (size_t)qa * B * NH * Tc, blk, blk_lse, B, Tc, NH, HD);
+            }
+    }
+}
+
+/* The backward over the ring: the same steps, each block's dq added to this rank's rows of dqkv,
+ * its dK, dV to the travelling partials of the K, V block's owner (cp_dkv), which move on with it
+ * and are home after N steps. K, V travel in dfch as in the forward (dfch is idle between the
+ * GELU's backward and the next layer). */
+static void cp_attention_backward(GPT* m, LayerActs* a, int B, int T, uint32_t g0, uint64_t seed,
+                                  Dropout drop) {
+    const GPTConfig* c = &m->config;
+    int NH = c->num_heads, NKV = c->num_kv_heads, HD = gpt_head_dim(c), N = m->cp.size;
+    int Tc = T / 2;
+    size_t QKV = gpt_qkv_channels(c), KVW = 2 * (size_t)NKV * HD, C = c->channels;
+    size_t rows = (size_t)B * T;
+    float* kv[2] = {m->gs.dfch, m->gs.dfch + rows * KVW};
+    m->be->fill(m->gs.dqkv, rows * QKV, 0.0f);
+    m->be->fill(m->cp_dkv[0], rows * KVW, 0.0f);
+    m->be->copy_rows(kv[0], KVW, a->qkv + (size_t)NH * HD, QKV, rows, KVW);
+    for (int s = 0; s < N; s++) {
+        float* cur = kv[s % 2];
+        float* dcur = m->cp_dkv[s % 2];
+        if (s < N - 1) m->cp.ring_shift(cur, kv[(s + 1) % 2], rows * KVW);
+        int src = ((m->cp.rank - s) % N + N) % N;
+        for (int qa = 0; qa < 2; qa++)
+            for (int ka = 0; ka < 2; ka++) {
+                int qc = cp_chunk(m, qa), kc = ka == 0 ? src : 2 * N - 1 - src;
+                if (kc > qc) continue;
+                size_t qo = (size_t)qa * B * Tc, ko = (size_t)ka * B * Tc * KVW;
+                m->be->attention_block_backward(m->gs.dqkv + qo * QKV, QKV, dcur + ko,
+                                                dcur + ko + (size_t)NKV * HD, KVW, m->gs.attn_scratch,
+                                                m->gs.datty + qo * C, a->atty + qo * C,
+                                                a->lse + qo * NH, a->qkv + qo * QKV, QKV, Tc, qc * Tc,
+                                                cur + ko, cur + ko + (size_t)NKV * HD, KVW, Tc, kc * Tc,
+                                                B, NH, NKV, HD, g0, seed, drop);
+            }
+        m->cp.ring_shift(dcur, m->cp_dkv[(s + 1) % 2], rows * KVW);
+    }
+    /* the partials of this rank's own K, V, back from the whole ring */
+    m->be->copy_rows(m->gs.dqkv + (size_t)NH * HD, QKV, m->cp_dkv[N % 2], KVW, rows, KVW);
+}
+
 /* One block: x -> out, with the seeds of rec; the activations go to layer l's slot. In the
  * forward x = resid[l] and out = resid[l+1]; a recompute writes a segment's last output to the
  * check buffer instead, so the stored value stays to be compared with. */
@@ -579,23 +812,22 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
 
     m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p.ln1w, p.ln1b, N, C);
     m->be->matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, QKV);
-    if (c->pos_kind == POS_ROPE)
-        m->be->rope_forward(a->qkv, m->rope_cos, m->rope_sin, B, T, c->num_heads, c->num_kv_heads,
-                            gpt_head_dim(c), c->rope_layout, 0);
-    m->be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->num_heads, c->num_kv_heads,
-                      gpt_head_dim(c), g0, rec->seed[SITE_ATTN_PROB], dattn);
+    if (c->pos_kind == POS_ROPE) pos_rope(m, a->qkv, B, T, 0);
+    if (cp_on(m))
+        cp_attention_forward(m, a, B, T, g0, rec->seed[SITE_ATTN_PROB], dattn);
+    else
+        m->be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->num_heads, c->num_kv_heads,
+                                 gpt_head_dim(c), g0, rec->seed[SITE_ATTN_PROB], dattn);
     m->be->matmul_forward(a->resid2, a->atty, p.attprojw, p.attprojb, N, C, C);
     /* branch = drop_path(dropout(proj)): the per-sequence factor, then the residual dropout */
-    if (depth)
-        m->be->drop_path(a->resid2, a->resid2, B, T, C, g0, rec->seed[SITE_DEPTH_ATTN], m->drop_path);
-    m->be->residual_dropout_forward(a->resid2, x, a->resid2, B, T, C, g0,
-                             rec->seed[SITE_ATTN_RESID], dres);
+    if (depth) pos_drop_path(m, a->resid2, a->resid2, B, T, g0, rec->seed[SITE_DEPTH_ATTN]);
+    pos_residual_dropout(m, a->resid2, x, a->resid2, B, T, g0, rec->seed[SITE_ATTN_RESID], dres);
     m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, mlp_in, p.ln2w, p.ln2b, N, C);
     m->be->matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
     m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
     m->be->matmul_forward(out, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
-    if (depth) m->be->drop_path(out, out, B, T, C, g0, rec->seed[SITE_DEPTH_MLP], m->drop_path);
-    m->be->residual_dropout_forward(out, a->resid2, out, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);
+    if (depth) pos_drop_path(m, out, out, B, T, g0, rec->seed[SITE_DEPTH_MLP]);
+    pos_residual_dropout(m, out, a->resid2, out, B, T, g0, rec->seed[SITE_MLP_RESID], dres);
 }
 
 float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, uint32_t g0,
@@ -605,6 +837,11 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
     if (B > m->B || T > m->T) {
         fprintf(stderr, "seedgpt: internal error: batch %dx%d exceeds the planned %dx%d\n",
                 B, T, m->B, m->T);
+        exit(1);
+    }
+    if (cp_on(m) && T != m->T) {
+        fprintf(stderr, "seedgpt: internal error: a context-parallel forward takes this rank's %d "
+                "positions, not %d\n", m->T, T);
         exit(1);
     }
     for (int i = 0; i < B * T; i++) {
@@ -625,8 +862,8 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
     /* layer 0's record holds the embedding's seed (site 0), so it is drawn before the embedding */
     layer_record_draw(&m->records[0], m->master_seed, step, 0, PASS_FORWARD);
     const float* wpe = c->pos_kind == POS_ROPE ? NULL : m->params.wpe;
-    m->be->encoder_forward(m->resid[0], m->inputs, m->params.wte, wpe, B, T, C, g0,
-                    m->records[0].seed[SITE_EMBD], train ? m->drop_embd : no_dropout());
+    pos_encoder_forward(m, m->resid[0], m->inputs, wpe, B, T, g0, m->records[0].seed[SITE_EMBD],
+                        train ? m->drop_embd : no_dropout());
     for (int l = 0; l < L; l++) {
         if (l > 0) layer_record_draw(&m->records[l], m->master_seed, step, l, PASS_FORWARD);
         layer_forward(m, l, m->resid[l], m->resid[l + 1], &m->records[l], B, T, g0, train);
@@ -702,17 +939,14 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
      * and out = resid2 + mlp branch, so d resid2 = d out) */
     float* dattn_branch = parallel ? g->dbranch2 : g->dbranch;
     if (parallel) {
-        m->be->dropout_backward(dattn_branch, g->dresid, B, T, C, g0, rec->seed[SITE_ATTN_RESID], dres);
-        if (depth)
-            m->be->drop_path(dattn_branch, dattn_branch, B, T, C, g0, rec->seed[SITE_DEPTH_ATTN],
-                             m->drop_path);
+        pos_dropout_backward(m, dattn_branch, g->dresid, B, T, g0, rec->seed[SITE_ATTN_RESID], dres);
+        if (depth) pos_drop_path(m, dattn_branch, dattn_branch, B, T, g0, rec->seed[SITE_DEPTH_ATTN]);
     }
 
     /* in the forward, out = resid2 + drop_path(drop(fcproj(gelu(fc(ln2(mlp_in)))))), mlp_in =
      * resid2 (sequential) or x (parallel) */
-    m->be->dropout_backward(g->dbranch, g->dresid, B, T, C, g0, rec->seed[SITE_MLP_RESID], dres);
-    if (depth)
-        m->be->drop_path(g->dbranch, g->dbranch, B, T, C, g0, rec->seed[SITE_DEPTH_MLP], m->drop_path);
+    pos_dropout_backward(m, g->dbranch, g->dresid, B, T, g0, rec->seed[SITE_MLP_RESID], dres);
+    if (depth) pos_drop_path(m, g->dbranch, g->dbranch, B, T, g0, rec->seed[SITE_DEPTH_MLP]);
     m->be->matmul_backward(g->dfch, dfcprojw, dfcprojb, g->dbranch, a->fch_gelu, p.fcprojw, N, 4 * C, C);
     m->be->gelu_backward(g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
     m->be->matmul_backward(g->dln, dfcw, dfcb, g->dfch, a->ln2, p.fcw, N, C, 4 * C);
@@ -721,20 +955,19 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
     /* sequential: now dresid = d resid2; in the forward,
      * resid2 = x + drop_path(drop(attproj(attn(rope(qkv(ln1(x))))))) */
     if (!parallel) {
-        m->be->dropout_backward(dattn_branch, g->dresid, B, T, C, g0, rec->seed[SITE_ATTN_RESID], dres);
-        if (depth)
-            m->be->drop_path(dattn_branch, dattn_branch, B, T, C, g0, rec->seed[SITE_DEPTH_ATTN],
-                             m->drop_path);
+        pos_dropout_backward(m, dattn_branch, g->dresid, B, T, g0, rec->seed[SITE_ATTN_RESID], dres);
+        if (depth) pos_drop_path(m, dattn_branch, dattn_branch, B, T, g0, rec->seed[SITE_DEPTH_ATTN]);
     }
     m->be->matmul_backward(g->datty, dattprojw, dattprojb, dattn_branch, a->atty, p.attprojw, N, C, C);
-    m->be->attention_backward(g->dqkv, g->attn_scratch, g->datty, a->qkv, a->atty, a->lse, B, T,
-                       c->num_heads, c->num_kv_heads, gpt_head_dim(c), g0,
-                       rec->seed[SITE_ATTN_PROB], dattn);
+    if (cp_on(m))
+        cp_attention_backward(m, a, B, T, g0, rec->seed[SITE_ATTN_PROB], dattn);
+    else
+        m->be->attention_backward(g->dqkv, g->attn_scratch, g->datty, a->qkv, a->atty, a->lse, B,
+                                  T, c->num_heads, c->num_kv_heads, gpt_head_dim(c), g0,
+                                  rec->seed[SITE_ATTN_PROB], dattn);
     /* a->qkv holds the rotated q and k (what attention saw); dqkv is their gradient: rotate it
      * back to the gradient of the QKV linear's output */
-    if (c->pos_kind == POS_ROPE)
-        m->be->rope_backward(g->dqkv, m->rope_cos, m->rope_sin, B, T, c->num_heads,
-                             c->num_kv_heads, gpt_head_dim(c), c->rope_layout, 0);
+    if (c->pos_kind == POS_ROPE) pos_rope(m, g->dqkv, B, T, 1);
     m->be->matmul_backward(g->dln, dqkvw, dqkvb, g->dqkv, a->ln1, p.qkvw, N, C, QKV);
     m->be->layernorm_backward(g->dresid, dln1w, dln1b, g->dln, m->resid[l], p.ln1w, a->ln1_mean,
                        a->ln1_rstd, N, C);
@@ -832,10 +1065,9 @@ int gpt_backward(GPT* m, float dloss) {
         for (int l = end - 1; l >= first; l--) layer_backward(m, l, &recs[l]);
     }
     /* in the forward, resid[0] = drop(wte[tok] + wpe[t]) (no wpe with RoPE) */
-    m->be->dropout_backward(g->dbranch, g->dresid, B, T, C, m->cur_g0, m->records[0].seed[SITE_EMBD],
-                     m->cur_train ? m->drop_embd : no_dropout());
-    m->be->encoder_backward(m->grads.wte, c->pos_kind == POS_ROPE ? NULL : m->grads.wpe, g->dbranch,
-                            m->inputs, B, T, C);
+    pos_dropout_backward(m, g->dbranch, g->dresid, B, T, m->cur_g0, m->records[0].seed[SITE_EMBD],
+                         m->cur_train ? m->drop_embd : no_dropout());
+    pos_encoder_backward(m, g->dbranch, B, T);
     return m->check_mismatches;
 }
 

@@ -106,6 +106,17 @@ typedef struct {
 #define NUM_LAYER_ACTS 12
 void gpt_layer_act_sizes(const GPTConfig* c, int B, int T, size_t sizes[NUM_LAYER_ACTS]);
 
+/* Context parallelism (DESIGN §9): `size` ranks share each sequence of T positions, cut into
+ * 2*size chunks of Tc = T / (2*size); this rank (`rank` in its group) holds chunks rank and
+ * 2*size-1-rank. Its rows are laid out chunk-major, (2, B, Tc): every (B, T_local) tensor of the
+ * model holds chunk `rank` of every sequence, then chunk 2*size-1-rank. ring_shift sends n floats
+ * to the next rank of the group and receives n from the previous one (model/dist.h provides it;
+ * NULL when size is 1). */
+typedef struct {
+    int size, rank;
+    void (*ring_shift)(const float* send, float* recv, size_t n);
+} ContextParallel;
+
 /* The gradients of one layer's activations: reused by every layer in the backward. */
 typedef struct {
     float* dresid;   /* (B, T, C) gradient of the residual stream, carried from layer to layer */
@@ -174,6 +185,15 @@ typedef struct {
     int* targets;                /* (B, T) */
     GradScratch gs;
 
+    /* context parallelism: T above is this rank's share (2 chunks); cp.size 1: none */
+    ContextParallel cp;
+    int cp_T;                    /* the global sequence length (T * cp.size) */
+    float* cp_dkv[2];            /* (2, B, Tc, 2*NKV*HD) each: the dK, dV partials that travel
+                                    back around the ring in the backward. The forward's ring
+                                    buffers live in the gradient scratch (dfch, datty, dln), idle
+                                    in a forward and in a recompute */
+    size_t num_cp_floats;        /* the two above */
+
     /* randomness: dropout probabilities turned into (thr, scale) once, on the host */
     uint64_t master_seed;
     Dropout drop_embd, drop_attn, drop_resid;
@@ -208,6 +228,13 @@ int gpt_build_rows(GPT* m, const GPTConfig* c, int B, int T, const RecomputePoli
  * wte more often than they save), at most B*T. No path holds the whole (B, T, Vp) logits: at
  * GPT-2's vocabulary they were the largest buffer. */
 int gpt_classifier_rows(const GPTConfig* c, int B, int T);
+/* The same for context parallelism: T is the global sequence length, which must be a multiple of
+ * 2 * cp->size; the model holds T / cp->size positions per sequence (model/gpt.h's chunk-major
+ * layout), and every forward must be given exactly that many. cp->size 1 is gpt_build_on. */
+int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                 const Backend* be, const ContextParallel* cp, char err[256]);
+/* The global position of local row t (0 <= t < T / cp->size) of a context-parallel model. */
+int gpt_cp_position(const GPT* m, int t);
 /* The same on the CPU backend. */
 int gpt_build_policy(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                      char err[256]);
@@ -265,6 +292,7 @@ typedef struct {
     size_t activations;   /* kept from the forward to the backward */
     size_t recompute;     /* scratch the recompute fills (K layers); 0 under none */
     size_t scratch;       /* the backward's gradient scratch (one layer) */
+    size_t cp;            /* context parallelism's ring buffers of the backward; 0 without */
 } GPTMemory;
 GPTMemory gpt_memory(const GPT* m);
 

@@ -58,6 +58,16 @@ void residual_dropout_forward(float* out, const float* x, const float* branch,
 void dropout_backward(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
                       uint64_t seed, Dropout drop);
 
+/* Context parallelism (DESIGN §9): the same ops on a block whose row t is global position t0 + t
+ * (wpe row and keep-bit counter alike). The plain ops are these with t0 = 0. */
+void encoder_forward_at(float* out, const int* inp, const float* wte, const float* wpe,
+                        int B, int T, int t0, int C, uint32_t g0, uint64_t embd_seed, Dropout drop);
+void residual_dropout_forward_at(float* out, const float* x, const float* branch,
+                                 int B, int T, int t0, int C, uint32_t g0, uint64_t seed,
+                                 Dropout drop);
+void dropout_backward_at(float* dy, const float* dout, int B, int T, int t0, int C, uint32_t g0,
+                         uint64_t seed, Dropout drop);
+
 /* RoPE pair layouts (GPTConfig.rope_layout). */
 enum { ROPE_NEOX = 0, ROPE_GPTJ = 1 };
 

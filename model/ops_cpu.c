@@ -54,11 +54,11 @@ static inline void dropout_row(float* y, const float* x, const float* res, int C
 
 /* ---- embedding ---------------------------------------------------------------------------- */
 
-void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
-                     int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop) {
+void encoder_forward_at(float* out, const int* inp, const float* wte, const float* wpe,
+                        int B, int T, int t0, int C, uint32_t g0, uint64_t embd_seed, Dropout drop) {
     #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
-        int b = bt / T, t = bt % T;
+        int b = bt / T, t = t0 + bt % T;
         float* o = out + (size_t)bt * C;
         const float* e = wte + (size_t)inp[bt] * C;
         if (wpe != NULL) {
@@ -69,6 +69,11 @@ void encoder_forward(float* out, const int* inp, const float* wte, const float* 
         }
         dropout_row(o, o, NULL, C, g0 + (uint32_t)b, (uint32_t)t, embd_seed, drop);
     }
+}
+
+void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
+                     int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop) {
+    encoder_forward_at(out, inp, wte, wpe, B, T, 0, C, g0, embd_seed, drop);
 }
 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
@@ -237,25 +242,36 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
 
 /* ---- residual + dropout ------------------------------------------------------------------- */
 
-void residual_dropout_forward(float* out, const float* x, const float* branch,
-                              int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop) {
+void residual_dropout_forward_at(float* out, const float* x, const float* branch,
+                                 int B, int T, int t0, int C, uint32_t g0, uint64_t seed,
+                                 Dropout drop) {
     #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
-        int b = bt / T, t = bt % T;
+        int b = bt / T, t = t0 + bt % T;
         dropout_row(out + (size_t)bt * C, branch + (size_t)bt * C, x + (size_t)bt * C, C,
                     g0 + (uint32_t)b, (uint32_t)t, seed, drop);
     }
 }
 
-void dropout_backward(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
-                      uint64_t seed, Dropout drop) {
+void residual_dropout_forward(float* out, const float* x, const float* branch,
+                              int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop) {
+    residual_dropout_forward_at(out, x, branch, B, T, 0, C, g0, seed, drop);
+}
+
+void dropout_backward_at(float* dy, const float* dout, int B, int T, int t0, int C, uint32_t g0,
+                         uint64_t seed, Dropout drop) {
     /* in the forward y = x * keep * scale, so dx = dout * keep * scale: the same mask, redrawn */
     #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
-        int b = bt / T, t = bt % T;
+        int b = bt / T, t = t0 + bt % T;
         dropout_row(dy + (size_t)bt * C, dout + (size_t)bt * C, NULL, C, g0 + (uint32_t)b,
                     (uint32_t)t, seed, drop);
     }
+}
+
+void dropout_backward(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
+                      uint64_t seed, Dropout drop) {
+    dropout_backward_at(dy, dout, B, T, 0, C, g0, seed, drop);
 }
 
 /* ---- rotary position embedding ----------------------------------------------------------- */

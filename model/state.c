@@ -43,7 +43,8 @@ enum {
     O_BAD_RUN = 116,        /* u32 consecutive non-finite steps */
     O_BAD_TOTAL = 120,      /* u64 */
     O_OPTIONS_BYTES = 128,  /* u64 */
-    O_RESERVED = 136,       /* bytes 136..239 = 0 */
+    O_RESERVED = 136,       /* bytes 136..239 = 0 (version 3: 140..239) */
+    O_CONTEXT = 136,        /* u32 context-parallel N (version 3); 0: none, as in versions 1, 2 */
     O_MODEL_OPTIONS = 240,  /* i32 x 4: pos kind, rope base, rope layout, block kind (version 2;
                                in version 1 reserved, 0: the defaults) */
     O_END = 256
@@ -171,7 +172,10 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
     memset(h, 0, sizeof(h));
     memcpy(h + O_MAGIC, STATE_MAGIC, 8);
     int options = c->pos_kind != POS_LEARNED || c->block_kind != BLOCK_SEQUENTIAL;
-    put_u32(h, O_VERSION, options ? STATE_VERSION : 1);   /* the oldest version that holds it */
+    int context = info->context_parallel > 1;
+    /* the oldest version that holds it */
+    put_u32(h, O_VERSION, context ? 3 : options ? 2 : 1);
+    put_u32(h, O_CONTEXT, context ? info->context_parallel : 0);
     put_u32(h, O_HEADER_BYTES, STATE_HEADER_BYTES);
     int32_t cf[7] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers,
                      c->num_heads, c->num_kv_heads, c->channels};
@@ -270,7 +274,14 @@ static int parse_header(const unsigned char* h, long long size, const char* path
                 STATE_MAX_RANKS);
         return -1;
     }
-    for (int i = O_RESERVED; i < (version == 1 ? O_END : O_MODEL_OPTIONS); i++) {
+    uint32_t context = version >= 3 ? get_u32(h, O_CONTEXT) : 0;
+    if (context == 1 || context > STATE_MAX_RANKS || (context > 1 && (ranks == 0 || ranks % context != 0))) {
+        set_err(err, "%s: bad header: context-parallel %u with %u ranks (0 for none, else 2 .. %d "
+                "dividing the ranks)", path, context, ranks, STATE_MAX_RANKS);
+        return -1;
+    }
+    for (int i = version >= 3 ? O_CONTEXT + 4 : O_RESERVED;
+         i < (version == 1 ? O_END : O_MODEL_OPTIONS); i++) {
         if (h[i] != 0) {
             set_err(err, "%s: reserved header byte %d is %d, must be 0 in version %u", path, i,
                     h[i], version);
@@ -306,6 +317,7 @@ static int parse_header(const unsigned char* h, long long size, const char* path
     info->config = c;
     info->num_parameters = P;
     info->ranks = ranks ? ranks : 1;
+    info->context_parallel = context ? context : 1;
     info->step = get_u64(h, O_STEP);
     info->master_seed = get_u64(h, O_SEED);
     info->loader.epoch = get_u64(h, O_EPOCH);

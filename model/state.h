@@ -24,7 +24,8 @@
 #include "model/gpt.h"
 
 #define STATE_MAGIC "SEEDSTAT"         /* the file's first 8 bytes */
-#define STATE_VERSION 2               /* the newest this build reads; 1 = no model options */
+#define STATE_VERSION 3               /* the newest this build reads; 1 = no model options,
+                                         2 = no context parallelism */
 #define STATE_HEADER_BYTES 256
 #define STATE_MAX_OPTIONS 16384        /* bytes of option text */
 #define STATE_MAX_RANKS 1048576        /* data-parallel ranks */
@@ -47,6 +48,9 @@ typedef struct {
     int32_t batch, seq;         /* B sequences of T tokens per step (per rank) */
     uint32_t ranks;             /* data-parallel processes of the run (model/dist.h); 1: one.
                                    A state resumes only with the same count */
+    uint32_t context_parallel;  /* N of the run's ranks share each sequence (DESIGN §9); 1: none.
+                                   ranks = data-parallel x N; a state resumes only with the same
+                                   layout */
     uint32_t bad_consecutive;   /* non-finite steps in a row, ending at step - 1 */
     uint64_t bad_total;         /* non-finite steps of the whole run */
     char options[STATE_MAX_OPTIONS + 1];  /* "--flag value\n" lines, NUL-terminated */
