@@ -121,7 +121,7 @@ MPI_TEST ?= tests/test_mpi.sh
 
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
-C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint test_opts \
+C_TESTS := test_philox test_ops test_attention test_cp test_data test_modelfile test_model test_checkpoint test_opts \
            test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_peak \
            test_profile
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
@@ -513,6 +513,17 @@ train_mpi: $(BUILD)/train.o $(BUILD)/cli.o $(MPI_CORE_OBJ) $(MPI_BUILD)/model/di
 $(MPI_BUILD)/model/dist_mpi.o: model/dist_mpi.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -c -o $@ $<
+
+# Test builds of the trainers (SEEDGPT_TEST_BUILD: NaN-filled scratch, the keep-bit export, the
+# planted recompute leak, allocation counts in the JSON log) for tests/test_cp.sh.
+TEST_TRAIN_BINS := $(BUILD)/tests/train_test $(if $(filter 1,$(HAVE_MPI)),$(BUILD)/tests/train_mpi_test)
+$(BUILD)/tests/train_test: $(BUILD)/test/train.o $(BUILD)/test/cli.o $(TEST_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/train_mpi_test: $(BUILD)/test/train.o $(BUILD)/test/cli.o \
+		$(filter-out $(BUILD)/test/model/dist_none.o,$(TEST_OBJ)) $(MPI_BUILD)/model/dist_mpi.o
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # NCCL (shipped with the CUDA toolkit here: $(CUDA_HOME)/include/nccl.h) sums gradients in device
 # memory; the NCCL id travels over MPI. mpi-cuda-check compiles the two dist files and links them

@@ -1083,6 +1083,10 @@ static void log_step(Run* r, int step, const StepStats* s) {
         json_float(f, "grad_norm", s->norm);
         json_float(f, "lr", s->lr);
         fprintf(f, ",\"step_ms\":%.3f,\"peak_bytes\":%zu", s->ms, mem_stats().peak_bytes);
+#ifdef SEEDGPT_TEST_BUILD
+        /* test builds: the allocations so far (tests/test_cp.sh: constant from step 1 on) */
+        fprintf(f, ",\"allocations\":%zu", mem_stats().allocations);
+#endif
         if (!r->model.be->host_memory)
             fprintf(f, ",\"device_peak_bytes\":%zu", r->model.be->peak_bytes());
         fprintf(f, "%s}\n", s->finite ? "" : ",\"skipped\":true");

@@ -14,6 +14,10 @@
 #include <omp.h>
 #include "model/gpt.h"
 #include "model/mem.h"
+#ifdef SEEDGPT_TEST_BUILD
+#include "attention/attention.h"
+#include "model/state.h"   /* fault_fires */
+#endif
 
 const char* const gpt_param_names[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -623,6 +627,72 @@ static inline void set_phase(const GPT* m, int phase) {
 
 static int cp_on(const GPT* m) { return m->cp.size > 1; }
 
+#ifdef SEEDGPT_TEST_BUILD
+/* Test builds: two switches the context-parallel tests need.
+ *
+ * SEEDGPT_KEEP_EXPORT=STEP:LAYER:PATH writes the attention keep bits the forward of (STEP, LAYER)
+ * used to PATH.R (R this rank's place in its context-parallel group; .0 in one process): one byte
+ * per (b, h, i, j) of the micro-batch's B sequences at global positions, 0 not used (the future,
+ * or another rank's query), 1 dropped, 2 kept. The union over the ranks must be the one-process
+ * file, byte for byte.
+ *
+ * SEEDGPT_FAULT=cp_recompute_push:S-E plants the leak class of docs/context-parallel.md: in steps
+ * S..E every recompute forward pushes a copy of the K, V blocks it received (a per-step cache,
+ * meant for a backward that never comes) and keeps it. The constant-allocation check must catch
+ * it. */
+static unsigned char* keep_export_map;
+static int keep_export_T, keep_export_NH;
+static uint32_t keep_export_g0;
+static void keep_export_hook(uint32_t g, int h, int i, int j, int kept) {
+    size_t T = keep_export_T;
+    keep_export_map[(((size_t)(g - keep_export_g0) * keep_export_NH + h) * T + i) * T + j] =
+        kept ? 2 : 1;
+}
+
+/* Before layer l's attention forward: 1 when this is the forward to export (the hook is set). */
+static int keep_export_begin(GPT* m, int l, uint32_t step, int B, uint32_t g0) {
+    static int done = 0;
+    const char* spec = getenv("SEEDGPT_KEEP_EXPORT");
+    unsigned S, Lx;
+    if (done || m->recomputing || spec == NULL || sscanf(spec, "%u:%u:", &S, &Lx) != 2 ||
+        S != step || Lx != (unsigned)l)
+        return 0;
+    done = 1;
+    keep_export_T = m->cp_T;
+    keep_export_NH = m->config.num_heads;
+    keep_export_g0 = g0;
+    keep_export_map = calloc((size_t)B * keep_export_NH * keep_export_T * keep_export_T, 1);
+    attention_keep_hook = keep_export_hook;
+    return 1;
+}
+
+static void keep_export_end(GPT* m, int B) {
+    attention_keep_hook = NULL;
+    const char* spec = strchr(strchr(getenv("SEEDGPT_KEEP_EXPORT"), ':') + 1, ':') + 1;
+    char path[4200];
+    snprintf(path, sizeof(path), "%s.%d", spec, m->cp.rank);
+    FILE* f = fopen(path, "wb");
+    size_t n = (size_t)B * keep_export_NH * keep_export_T * keep_export_T;
+    if (f == NULL || fwrite(keep_export_map, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "seedgpt: SEEDGPT_KEEP_EXPORT: cannot write %s\n", path);
+        exit(1);
+    }
+    free(keep_export_map);
+}
+
+/* The planted leak: a per-step cache of the received K, V blocks, pushed and never popped. */
+typedef struct PushedCache { struct PushedCache* next; float* kv; } PushedCache;
+static PushedCache* pushed_caches;
+static void recompute_push_fault(GPT* m, uint32_t step, const float* kv, size_t n) {
+    if (!m->recomputing || !fault_fires("cp_recompute_push", (long)step)) return;
+    PushedCache* c = mem_alloc(sizeof(PushedCache));
+    c->kv = mem_alloc_floats(n);
+    memcpy(c->kv, kv, n * sizeof(float));
+    c->next = pushed_caches;
+    pushed_caches = c;
+}
+#endif
+
 /* The global chunk held as local chunk k. */
 static int cp_chunk(const GPT* m, int k) { return k == 0 ? m->cp.rank : 2 * m->cp.size - 1 - m->cp.rank; }
 
@@ -741,6 +811,9 @@ static void cp_attention_forward(GPT* m, LayerActs* a, int B, int T, uint32_t g0
     for (int s = 0; s < N; s++) {
         float* cur = kv[s % 2];
         if (s < N - 1) m->cp.ring_shift(cur, kv[(s + 1) % 2], rows * KVW);
+#ifdef SEEDGPT_TEST_BUILD
+        if (s > 0) recompute_push_fault(m, m->records[0].step, cur, rows * KVW);
+#endif
         int src = ((m->cp.rank - s) % N + N) % N;
         for (int qa = 0; qa < 2; qa++)
             for (int ka = 0; ka < 2; ka++) {
@@ -813,11 +886,17 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
     m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p.ln1w, p.ln1b, N, C);
     m->be->matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, QKV);
     if (c->pos_kind == POS_ROPE) pos_rope(m, a->qkv, B, T, 0);
+#ifdef SEEDGPT_TEST_BUILD
+    int exporting = train && keep_export_begin(m, l, rec->step, B, g0);
+#endif
     if (cp_on(m))
         cp_attention_forward(m, a, B, T, g0, rec->seed[SITE_ATTN_PROB], dattn);
     else
         m->be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->num_heads, c->num_kv_heads,
                                  gpt_head_dim(c), g0, rec->seed[SITE_ATTN_PROB], dattn);
+#ifdef SEEDGPT_TEST_BUILD
+    if (exporting) keep_export_end(m, B);
+#endif
     m->be->matmul_forward(a->resid2, a->atty, p.attprojw, p.attprojb, N, C, C);
     /* branch = drop_path(dropout(proj)): the per-sequence factor, then the residual dropout */
     if (depth) pos_drop_path(m, a->resid2, a->resid2, B, T, g0, rec->seed[SITE_DEPTH_ATTN]);
@@ -997,10 +1076,12 @@ static const LayerRecord* recompute_segment(GPT* m, int first, int end) {
                               (uint32_t)l, PASS_FRESH);
         recs = m->fresh_records;
     }
+    m->recomputing = 1;
     for (int l = first; l < end; l++) {
         float* out = l == end - 1 ? m->check : m->resid[l + 1];
         layer_forward(m, l, m->resid[l], out, &recs[l - first], B, T, m->cur_g0, m->cur_train);
     }
+    m->recomputing = 0;
     if (m->policy.check != CHECK_OFF) {
         size_t n = (size_t)B * T * C;
         size_t differ = m->be->count_differ(m->check, m->resid[end], n);

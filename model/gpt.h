@@ -211,6 +211,7 @@ typedef struct {
     int cur_B, cur_T;
     uint32_t cur_g0;             /* global sequence index of row 0 */
     int cur_train;               /* dropout was on */
+    int recomputing;             /* a recompute forward is running (not the step's forward) */
     float mean_loss;             /* -1 if no targets */
 } GPT;
 
