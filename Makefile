@@ -118,6 +118,9 @@ else
 MPI_BIN ?=
 endif
 MPI_TEST ?= tests/test_mpi.sh
+# context parallelism across processes (tests/test_cp.sh): ./train_mpi and the trainers' test builds
+CP_TEST ?= tests/test_cp.sh
+CP_BINS := $(if $(MPI_BIN),$(BUILD)/tests/train_test $(BUILD)/tests/train_mpi_test)
 
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
@@ -182,6 +185,10 @@ $(BUILD)/tests/%: tests/%.c $(TEST_OBJ) $(HEADERS) $(wildcard tests/*.c)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(filter tests/ref_%.c,$(wildcard tests/*.c)) $(TEST_OBJ) $(LDLIBS)
 
+# Every CPU test binary, without running them (make test builds and runs them).
+.PHONY: test-bins
+test-bins: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS)
+
 # The PyTorch oracle: the whole model against an independent implementation (SKIP without torch).
 ORACLE := $(BUILD)/tests/oracle_harness
 TORCH_PYTHON ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit; }; done; echo /usr/bin/python3)
@@ -191,11 +198,11 @@ test:
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory test-run
 
-test-run: $(TRAIN_BIN) $(MPI_BIN) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline
+test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline
 	@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh tests/check_mpi_cuda.sh \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
-		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(CUDA_BUILD_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
+		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
 		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
@@ -231,6 +238,7 @@ test-asan:
 		FUZZ_CI="echo SKIP fuzz: make test runs the fuzzers, which are sanitized themselves" \
 		LEARN_TEST="echo SKIP learns_kjv_below_bigram_baseline: too slow under ASan, make test runs it" \
 		MPI_BIN= MPI_TEST="echo SKIP mpi: make test runs the data-parallel tests, OpenMPI is not built for ASan" \
+		CP_TEST="echo SKIP cp: make test runs the context-parallel tests, OpenMPI is not built for ASan" \
 		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \

@@ -502,12 +502,12 @@ static int resume_options(Options* o, const Options* cmd, const char* raw[NUM_FL
                     resumed->ranks, resumed->context_parallel);
         return EXIT_BAD_INPUT;
     }
-    o->context_parallel = N;
     static Options st;
     static StateInfo text;   /* options_from_state splits the text in place; st (and o) point in */
     text = *resumed;
     options_from_state(&st, &text, state_file);
     merge_resumed_options(o, cmd, raw, &st, state_file, world / N);
+    o->context_parallel = N;   /* not in the option text: the header holds it */
     if (o->out_dir == NULL) o->out_dir = cmd->resume_dir;
     if (o->steps < (int)resumed->step) {
         fprintf(stderr, "seedgpt: --steps %d is below the %llu steps the state %s has done\n",
@@ -613,9 +613,10 @@ static int batch_shape(Run* r) {
         return EXIT_BAD_INPUT;
     }
     if (cpn > 1 && T % (2 * cpn) != 0) {
-        fprintf(stderr, "seedgpt: --context-parallel %d: the sequence length %d (--seq, else "
-                "--seq-len) must be a multiple of 2 x %d = %d: each rank holds 2 of %d equal chunks\n",
-                cpn, T, cpn, 2 * cpn, 2 * cpn);
+        if (dist_rank() == 0)   /* every rank finds it; rank 0 says it */
+            fprintf(stderr, "seedgpt: --context-parallel %d: the sequence length %d (--seq, else "
+                    "--seq-len) must be a multiple of 2 x %d = %d: each rank holds 2 of %d equal "
+                    "chunks\n", cpn, T, cpn, 2 * cpn, 2 * cpn);
         return EXIT_BAD_INPUT;
     }
     long tokens_per_micro = (long)dp * B * T;   /* one micro-batch of every data-parallel rank */
