@@ -367,7 +367,7 @@ static void test_states(void) {
 
     const StateField fields[] = {
         {"magic", 0, 8, 0x5841545344454553LL /* "SEEDSTAX" */, "magic"},
-        {"version", 8, 4, 3, "version"},          {"version", 8, 4, 0, "version"},
+        {"version", 8, 4, 4, "version"},          {"version", 8, 4, 0, "version"},
         {"header bytes", 12, 4, 512, "header size"},
         {"maxT", 16, 4, 0, "configuration"},      {"maxT", 16, 4, 17, "parameters"},
         {"V", 20, 4, 70000, "configuration"},     {"V", 20, 4, 129, "configuration"},
@@ -401,6 +401,38 @@ static void test_states(void) {
         tally(&tf, state_refused(&m, bad, err) && strstr(err, f->word), what, err);
     }
     report("state_every_header_field_corrupted_is_refused_by_its_check", &tf);
+
+    /* version 3: the context-parallel N of the layout, at byte 136 (written only when N > 1) */
+    {
+        char cpath[512], cerr[256] = "";
+        path_in(cpath, "cp_state.bin");
+        static StateInfo ci, back;
+        ci = info;
+        ci.ranks = 4;
+        ci.context_parallel = 2;
+        int rc = state_save(cpath, &m, &ci, cerr);
+        size_t cn = 0;
+        unsigned char* cb = rc == 0 ? slurp(cpath, &cn) : NULL;
+        uint32_t version = 0, stored = 0;
+        if (cb != NULL) { memcpy(&version, cb + 8, 4); memcpy(&stored, cb + 136, 4); }
+        int read = rc == 0 && state_read_info(cpath, &back, cerr) == 0;
+        const uint32_t bad_n[3] = {1, 3, 1u << 21};   /* 1 is written as 0; 3 does not divide 4 */
+        int refused = 0;
+        for (int k = 0; k < 3 && cb != NULL; k++) {
+            memcpy(b, cb, cn);
+            memcpy(b + 136, &bad_n[k], 4);
+            fix_crc(b, cn);
+            spit(bad, b, cn);
+            refused += state_refused(&m, bad, err) && strstr(err, "context-parallel") != NULL;
+        }
+        expect(read && version == 3 && stored == 2 && back.context_parallel == 2 && back.ranks == 4 &&
+               info.context_parallel <= 1 && g[8] == 1 && refused == 3,
+               "state_version_3_holds_the_context_parallel_layout",
+               "4 ranks as 2 x 2: version %u, N at byte 136 = %u, read back %u ranks as N %u; a state "
+               "without it stays version %u; N = 1, 3, 2^21 refused naming context-parallel: %d of 3",
+               version, stored, back.ranks, back.context_parallel, g[8], refused);
+        free(cb);
+    }
 
     /* every header and option byte flipped, CRC left as it was; a sample of the payload */
     Tally tb = {0};
