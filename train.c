@@ -1051,6 +1051,32 @@ static int train_step(Run* r, int step, StepStats* s) {
     return 0;
 }
 
+#ifdef SEEDGPT_TEST_BUILD
+/* Test builds: this process's resident set after step 1 and its largest after any later step,
+ * said in one stderr line per rank at the end (tests/test_cp.sh: flat within 1%). */
+static size_t rss_after_step1, rss_largest_later;
+static size_t resident_bytes(void) {
+    long pages = 0, resident = 0;
+    FILE* f = fopen("/proc/self/statm", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (size_t)resident * (size_t)sysconf(_SC_PAGE_SIZE);
+}
+static void track_rss(const Run* r, int step) {
+    size_t b = resident_bytes();
+    if (step == r->start_step + 1) rss_after_step1 = b;
+    else if (step > r->start_step + 1 && b > rss_largest_later) rss_largest_later = b;
+}
+static void report_rss(int done) {
+    if (rss_after_step1 == 0 || rss_largest_later == 0) return;
+    fprintf(stderr, "seedgpt-test: rank %d rss after step 1 %zu B, largest after a later step %zu B "
+            "(%+.3f%%, %d steps)\n", dist_rank(), rss_after_step1, rss_largest_later,
+            100.0 * ((double)rss_largest_later - (double)rss_after_step1) / rss_after_step1, done);
+}
+#endif
+
 /* The step's lines: a skipped update, the progress line (every --log-every steps and the last),
  * the JSON row. */
 static void log_step(Run* r, int step, const StepStats* s) {
@@ -1590,6 +1616,9 @@ int main(int argc, char** argv) {
         StepStats s;
         if ((rc = train_step(&r, step, &s)) != 0) goto cleanup;
         log_step(&r, step, &s);
+#ifdef SEEDGPT_TEST_BUILD
+        track_rss(&r, step);
+#endif
         fault_kill_point("step_logged", step);
         if ((rc = check_bad_steps(&r, step)) != 0) goto cleanup;
         after_step(&r, step);
@@ -1600,6 +1629,9 @@ int main(int argc, char** argv) {
     /* the end: the summary, the last state and the model file */
     int done = step;
     print_summary(&r, done, resuming, run_start);
+#ifdef SEEDGPT_TEST_BUILD
+    report_rss(done);
+#endif
     print_profile(&r, done);
     if ((rc = save_at_end(&r, done)) != 0) goto cleanup;
     if (stopped_by != 0 && done < o.steps) {

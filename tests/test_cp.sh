@@ -10,7 +10,8 @@
 #   - one layer's attention keep bits, exported by the test builds, equal the one-process bits
 #     byte for byte (the union over the ranks), every causal (i, j) used once;
 #   - recompute layer, every:2 and selective equal none under context parallelism, bit for bit;
-#   - counted allocations are constant from step 1 on under recompute; the planted leak (the
+#   - counted allocations are constant from step 1 on under recompute, and each rank's resident
+#     set stays within 1% over 300 steps; the planted leak (the
 #     recompute forward pushing a cache of the K/V blocks it received) is caught by that check;
 #   - a stopped run resumes bit for bit; a resume with another layout is refused in one line
 #     naming both;
@@ -25,7 +26,7 @@ TRAIN_TEST=${SEEDGPT_TRAIN_TEST:-build/tests/train_test}
 TRAIN_MPI_TEST=${SEEDGPT_TRAIN_MPI_TEST:-build/tests/train_mpi_test}
 CHECKS=(cp2_losses_equal_one_process cp2_model_options_equal_one_process
         dp2_cp2_equal_one_process_with_twice_the_batch cp2_keep_bits_equal_one_process
-        cp2_recompute_equals_none_bitwise cp2_allocations_constant_from_step_1
+        cp2_recompute_equals_none_bitwise cp2_allocations_constant_from_step_1 cp2_rss_flat_over_300_steps
         cp2_recompute_push_leak_is_caught cp2_resume_is_bit_exact
         cp_resume_with_another_layout_is_refused cp_refuses_T_not_a_multiple_of_2N
         cp_refuses_N_not_dividing_the_ranks cp_refused_without_mpi)
@@ -171,12 +172,22 @@ allocs() { grep -o '"allocations":[0-9]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
 # constant RUN: the allocation count of steps 1.. all equal (and there are 20)
 constant() { awk '{ if (NF != 20) exit 1; for (i = 3; i <= NF; i++) if ($i != $2) exit 1 }' <<< "$1"; }
 LEAK=("${MODEL[@]}" --batch 2 --steps 20 --recompute layer --log-every 1)
-mpin 2 "$TRAIN_MPI_TEST" "${LEAK[@]}" --context-parallel 2 --log-json "$W/alloc.jsonl" > /dev/null 2>&1
+mpin 2 "$TRAIN_MPI_TEST" "${LEAK[@]}" --steps 300 --context-parallel 2 --log-json "$W/alloc.jsonl" \
+    > /dev/null 2> "$W/alloc.err"
 rc1=$?
-a=$(allocs "$W/alloc.jsonl")
+a=$(allocs "$W/alloc.jsonl" | cut -d' ' -f1-20)
+na=$(allocs "$W/alloc.jsonl" | tr ' ' '\n' | grep -c .)
+distinct=$(allocs "$W/alloc.jsonl" | tr ' ' '\n' | grep . | tail -n +2 | sort -u | wc -l)
 report cp2_allocations_constant_from_step_1 \
-    "$([ $rc1 -eq 0 ] && constant "$a"; echo $?)" \
-    "recompute layer, 20 steps: status $rc1; counted allocations after each step: $a"
+    "$([ $rc1 -eq 0 ] && [ "$na" -eq 300 ] && [ "$distinct" -eq 1 ] && constant "$a"; echo $?)" \
+    "recompute layer, 300 steps: status $rc1; counted allocations after each step (the first 20): $a; $distinct distinct value(s) from step 1 to 299"
+# each rank's resident set, said by the test build at the end: the largest after steps 2..299
+# within 1% of the one after step 1
+rss=$(grep -o 'rank [0-9] rss .*' "$W/alloc.err" | tr '\n' ';')
+flat=$(grep 'rank [0-9] rss ' "$W/alloc.err" | grep -o '([-+][0-9.]*%' | tr -d '(+%' \
+       | awk '{ if ($1 > 1.0 || $1 < -1.0) bad = 1; n++ } END { exit !(n == 2 && !bad) }'; echo $?)
+report cp2_rss_flat_over_300_steps \
+    "$([ $rc1 -eq 0 ] && [ "$flat" -eq 0 ]; echo $?)" "$rss"
 SEEDGPT_FAULT=cp_recompute_push:5-1000 mpin 2 -x SEEDGPT_FAULT "$TRAIN_MPI_TEST" "${LEAK[@]}" \
     --context-parallel 2 --log-json "$W/leak.jsonl" > /dev/null 2>&1
 rc2=$?
