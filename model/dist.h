@@ -72,7 +72,11 @@ int dist_dp_rank(void);       /* this rank's group */
  * receives n floats from the previous one into recv (MPI_Sendrecv on host memory). All ranks of
  * the group call it at the same point. */
 void dist_cp_ring_shift(const float* send, float* recv, size_t n);
-/* The model's view of it (model/gpt.h): size, rank and dist_cp_ring_shift. */
+/* The same in two halves (MPI_Isend, MPI_Irecv, then MPI_Waitall): start it, compute, wait. One
+ * shift at a time; send must not be written and recv not read before dist_cp_ring_wait. */
+void dist_cp_ring_start(const float* send, float* recv, size_t n);
+void dist_cp_ring_wait(void);
+/* The model's view of it (model/gpt.h): size, rank and the ring functions. */
 ContextParallel dist_context_parallel(void);
 
 /* The end of the process group needs no call: a process that exits with status 0 finalizes MPI

@@ -181,7 +181,29 @@ void dist_cp_ring_shift(const float* send, float* recv, size_t n) {
     }
 }
 
+/* The split shift: one send and one receive in flight (a shift longer than MPI's int count goes
+ * whole in dist_cp_ring_start instead, and the wait has nothing to do). */
+static MPI_Request ring_req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+
+void dist_cp_ring_start(const float* send, float* recv, size_t n) {
+    if (n > ((size_t)1 << 30)) { dist_cp_ring_shift(send, recv, n); return; }
+    int next = (cp_rank + 1) % cp_size, prev = (cp_rank + cp_size - 1) % cp_size;
+    int rc = MPI_Irecv(recv, (int)n, MPI_FLOAT, prev, 24, cp_comm, &ring_req[0]);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(send, (int)n, MPI_FLOAT, next, 24, cp_comm, &ring_req[1]);
+    if (rc != MPI_SUCCESS) die_mpi("MPI_Isend/MPI_Irecv of the context-parallel ring", rc);
+}
+
+void dist_cp_ring_wait(void) {
+    int rc = MPI_Waitall(2, ring_req, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) die_mpi("MPI_Waitall of the context-parallel ring", rc);
+}
+
 ContextParallel dist_context_parallel(void) {
-    ContextParallel cp = {cp_size, cp_rank, cp_size > 1 ? dist_cp_ring_shift : NULL};
+    ContextParallel cp = {cp_size, cp_rank, NULL, NULL, NULL};
+    if (cp_size > 1) {
+        cp.ring_shift = dist_cp_ring_shift;
+        cp.ring_start = dist_cp_ring_start;
+        cp.ring_wait = dist_cp_ring_wait;
+    }
     return cp;
 }

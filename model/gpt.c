@@ -357,7 +357,8 @@ int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
                  2 * cp->size, 2 * cp->size);
         return -1;
     }
-    if (cp->rank < 0 || cp->rank >= cp->size || cp->ring_shift == NULL) {
+    if (cp->rank < 0 || cp->rank >= cp->size || cp->ring_shift == NULL || cp->ring_start == NULL ||
+        cp->ring_wait == NULL) {
         snprintf(err, 256, "context parallelism: rank %d of %d without a ring", cp->rank, cp->size);
         return -1;
     }
@@ -791,8 +792,8 @@ static void pos_rope(GPT* m, float* qkv, int B, int T, int backward) {
 
 /* Attention over the ring. Step s of N: this rank holds the K, V rows of rank (rank - s) mod N
  * (its chunks src and 2N-1-src) and attends its two query chunks to every key chunk that is not
- * wholly in their future, merging each block's output into atty by the LSEs (fp32); the K, V
- * block then moves on to the next rank. The buffers are the gradient scratch, idle in a forward
+ * wholly in their future, merging each block's output into atty by the LSEs (fp32); meanwhile the
+ * K, V block moves on to the next rank (the transfer overlaps the step's compute). The buffers are the gradient scratch, idle in a forward
  * and in a recompute: K, V in dfch (two blocks of 2*NKV*HD per row: the one in use, the one
  * arriving), a block's output in datty, its LSE in dln. Nothing is kept beyond atty and lse, what
  * the plain kernel keeps. */
@@ -810,7 +811,8 @@ static void cp_attention_forward(GPT* m, LayerActs* a, int B, int T, uint32_t g0
     m->be->copy_rows(kv[0], KVW, a->qkv + (size_t)NH * HD, QKV, rows, KVW);
     for (int s = 0; s < N; s++) {
         float* cur = kv[s % 2];
-        if (s < N - 1) m->cp.ring_shift(cur, kv[(s + 1) % 2], rows * KVW);
+        /* the block moves on to the next rank while this one computes with it */
+        if (s < N - 1) m->cp.ring_start(cur, kv[(s + 1) % 2], rows * KVW);
 #ifdef SEEDGPT_TEST_BUILD
         if (s > 0) recompute_push_fault(m, m->records[0].step, cur, rows * KVW);
 #endif
@@ -826,6 +828,7 @@ static void cp_attention_forward(GPT* m, LayerActs* a, int B, int T, uint32_t g0
                 m->be->attention_merge(a->atty + (size_t)qa * B * Tc * C,
                                        a->lse + (size_t)qa * B * NH * Tc, blk, blk_lse, B, Tc, NH, HD);
             }
+        if (s < N - 1) m->cp.ring_wait();
     }
 }
 
@@ -847,7 +850,7 @@ static void cp_attention_backward(GPT* m, LayerActs* a, int B, int T, uint32_t g
     for (int s = 0; s < N; s++) {
         float* cur = kv[s % 2];
         float* dcur = m->cp_dkv[s % 2];
-        if (s < N - 1) m->cp.ring_shift(cur, kv[(s + 1) % 2], rows * KVW);
+        if (s < N - 1) m->cp.ring_start(cur, kv[(s + 1) % 2], rows * KVW);
         int src = ((m->cp.rank - s) % N + N) % N;
         for (int qa = 0; qa < 2; qa++)
             for (int ka = 0; ka < 2; ka++) {
@@ -861,6 +864,8 @@ static void cp_attention_backward(GPT* m, LayerActs* a, int B, int T, uint32_t g
                                                 cur + ko, cur + ko + (size_t)NKV * HD, KVW, Tc, kc * Tc,
                                                 B, NH, NKV, HD, g0, seed, drop);
             }
+        if (s < N - 1) m->cp.ring_wait();
+        /* the partials are this step's result: they travel after it */
         m->cp.ring_shift(dcur, m->cp_dkv[(s + 1) % 2], rows * KVW);
     }
     /* the partials of this rank's own K, V, back from the whole ring */

@@ -110,11 +110,15 @@ void gpt_layer_act_sizes(const GPTConfig* c, int B, int T, size_t sizes[NUM_LAYE
  * 2*size chunks of Tc = T / (2*size); this rank (`rank` in its group) holds chunks rank and
  * 2*size-1-rank. Its rows are laid out chunk-major, (2, B, Tc): every (B, T_local) tensor of the
  * model holds chunk `rank` of every sequence, then chunk 2*size-1-rank. ring_shift sends n floats
- * to the next rank of the group and receives n from the previous one (model/dist.h provides it;
- * NULL when size is 1). */
+ * to the next rank of the group and receives n from the previous one (model/dist.h provides it and
+ * its split form ring_start/ring_wait; NULL when size is 1). */
 typedef struct {
     int size, rank;
     void (*ring_shift)(const float* send, float* recv, size_t n);
+    /* the same shift in two halves, so that compute runs while it travels: ring_start begins it,
+     * ring_wait returns once recv holds the data and send may be written again */
+    void (*ring_start)(const float* send, float* recv, size_t n);
+    void (*ring_wait)(void);
 } ContextParallel;
 
 /* The gradients of one layer's activations: reused by every layer in the backward. */

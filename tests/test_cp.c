@@ -11,6 +11,7 @@
 #include "tests/test.h"
 
 static void no_ring(const float* send, float* recv, size_t n) { (void)send; (void)recv; (void)n; }
+static void no_wait(void) {}
 
 static size_t activation_bytes(const GPT* m) {
     GPTMemory mem = gpt_memory(m);
@@ -24,7 +25,7 @@ static void test_rank_activation_peak(const char* policy_name, RecomputePolicy p
     int rc = gpt_build_on(&one, &c, 1, 8192, &policy, &backend_cpu, err);
     size_t single = rc == 0 ? activation_bytes(&one) : 0, worst = 0;
     for (int r = 0; r < 2 && rc == 0; r++) {
-        ContextParallel cp = {2, r, no_ring};
+        ContextParallel cp = {2, r, no_ring, no_ring, no_wait};
         rc = gpt_build_cp(&rank[r], &c, 1, 8192, &policy, &backend_cpu, &cp, err);
         if (rc != 0) break;
         size_t b = activation_bytes(&rank[r]);
@@ -43,7 +44,7 @@ static void test_rank_activation_peak(const char* policy_name, RecomputePolicy p
 static void test_build_refuses_uneven_chunks(void) {
     GPTConfig c = {64, 257, gpt_pad_vocab(257), 1, 2, 2, 16, 0, 0, 0, 0};
     RecomputePolicy none = {0, 0, CHECK_OFF, 0};
-    ContextParallel cp = {3, 0, no_ring};
+    ContextParallel cp = {3, 0, no_ring, no_ring, no_wait};
     GPT m;
     char err[256] = "";
     int rc = gpt_build_cp(&m, &c, 1, 64, &none, &backend_cpu, &cp, err);
@@ -58,7 +59,7 @@ static void test_positions_are_the_zigzag_chunks(void) {
     int seen[48] = {0}, wrong = 0;
     char err[256];
     for (int r = 0; r < 3; r++) {
-        ContextParallel cp = {3, r, no_ring};
+        ContextParallel cp = {3, r, no_ring, no_ring, no_wait};
         GPT m;
         if (gpt_build_cp(&m, &c, 1, 48, &none, &backend_cpu, &cp, err) != 0) { wrong++; continue; }
         for (int t = 0; t < m.T; t++) {
