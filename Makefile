@@ -72,16 +72,18 @@ endif
 
 BUILD   := build
 
-CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/gemm_bf16_cpu.c model/plan.c model/mem.c model/modelfile.c \
+CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/gemm_bf16_cpu.c model/ops_bf16_cpu.c model/plan.c model/mem.c model/modelfile.c \
             model/state.c model/sample.c model/dist_none.c model/peak.c model/profile.c \
             checkpoint/checkpoint.c \
-            attention/flash_cpu.c \
+            attention/flash_cpu.c attention/flash_bf16_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 # Test builds: the same sources with SEEDGPT_TEST_BUILD (NaN-filled scratch, allocation counting).
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
-HEADERS := $(wildcard *.h model/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h)
+HEADERS := $(wildcard *.h model/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h cuda/bf16.h)
+# the bf16 attention is attention/flash_cpu.c compiled again
+$(BUILD)/attention/flash_bf16_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o: attention/flash_cpu.c
 
 # plain `make` builds the CPU trainer (config, below, would otherwise be the first rule)
 .DEFAULT_GOAL := all

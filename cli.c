@@ -164,11 +164,13 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      cuda in ./train_cuda, built by `make cuda`; cpu in ./train). Masks,\n"
 "                      seeds, recompute and states are the same on both; a state saved on one\n"
 "                      resumes on the other\n"
-"  --precision P       fp32 | bf16 (default fp32). bf16 (--device cuda only): the dense products\n"
-"                      and attention take bf16 operands on tensor cores, accumulate in fp32;\n"
-"                      weights, AdamW state, the residual stream, LayerNorm and softmax\n"
-"                      statistics and every stored activation stay fp32; masks are the same\n"
-"                      bits. States and model files are fp32 either way (README \"Precision\")\n"
+"  --precision P       fp32 | bf16 (default fp32). bf16: the dense products and attention take\n"
+"                      bf16 operands (tensor cores on cuda; VDPBF16PS or its portable twin on\n"
+"                      the cpu, which also keeps the activations that are operands in bf16)\n"
+"                      and accumulate in fp32; master weights, AdamW state, the residual\n"
+"                      stream, LayerNorm and softmax statistics and gradients stay fp32; masks\n"
+"                      are the same bits. States and model files are fp32 either way (README\n"
+"                      \"Precision\")\n"
 "run folder and resume\n"
 "  --out DIR           write training states DIR/state_SSSSSSSS.bin (S = steps done) and the model\n"
 "                      DIR/model.bin beside them: every --save-every steps, at the end, and on\n"
@@ -537,8 +539,8 @@ void check_options(const Options* o, const char* raw[NUM_FLAGS]) {
         exit(EXIT_BAD_INPUT);
     }
     if (backend_lookup(o->device, o->precision) == NULL) {
-        fprintf(stderr, "seedgpt: --precision %s: not on --device %s (bf16 runs on --device cuda; "
-                        "the CPU backend computes in fp32)\n", o->precision, o->device);
+        fprintf(stderr, "seedgpt: --precision %s: not on --device %s in this build\n", o->precision,
+                o->device);
         exit(EXIT_BAD_INPUT);
     }
     if (o->out_dir == NULL && raw[F_SAVE_EVERY] != NULL && o->save_every > 0) {

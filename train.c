@@ -47,6 +47,7 @@
 #include "data/tokenizer.h"
 #include "data/prepare.h"
 #include "model/peak.h"
+#include "model/gemm_cpu.h"
 #include "model/plan.h"
 #include "util/fileio.h"
 #include "model/profile.h"
@@ -877,10 +878,21 @@ static void print_run(const Run* r, int threads) {
     printf("recompute: %s%s, value check %s\n", recompute_name(&o->policy, pname),
            o->policy.fresh_seeds ? " with FRESH seeds (negative control: gradients will be wrong)" : "",
            o->policy.check == CHECK_OFF ? "off" : o->policy.check == CHECK_WARN ? "warn" : "stop");
-    printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f, kept activations %.1f, "
-           "recompute scratch %.1f, gradient scratch %.1f\n",
-           mem.params / 1048576.0, mem.grads / 1048576.0, mem.optimizer / 1048576.0,
-           mem.activations / 1048576.0, mem.recompute / 1048576.0, mem.scratch / 1048576.0);
+    if (strcmp(r->model.be->precision, "bf16") == 0 && r->model.be->host_memory) {
+        GemmBf16Path gp = gemm_bf16_path_selected();
+        printf("bf16: products through gemm_bf16 on the %s path (%s), activations that are "
+               "operands in bf16\n", gemm_bf16_path_name(gp),
+               gp == GEMM_BF16_AVX512BF16 ? "VDPBF16PS" : "this CPU has no AVX512_BF16, or "
+               "SEEDGPT_GEMM_BF16 chose it; the same bits");
+    }
+    printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f", mem.params / 1048576.0,
+           mem.grads / 1048576.0, mem.optimizer / 1048576.0);
+    if (mem.weights_op > 0) printf(", bf16 weights %.1f", mem.weights_op / 1048576.0);
+    printf(", kept activations %.1f (layers %.1f, residual stream %.1f, logits %.1f, final LN "
+           "%.1f), recompute scratch %.1f, gradient scratch %.1f\n", mem.activations / 1048576.0,
+           mem.layer_acts / 1048576.0, mem.resid / 1048576.0, mem.logits / 1048576.0,
+           (mem.activations - mem.layer_acts - mem.resid - mem.logits) / 1048576.0,
+           mem.recompute / 1048576.0, mem.scratch / 1048576.0);
     fflush(stdout);
 }
 
