@@ -124,7 +124,7 @@ MPI_TEST ?= tests/test_mpi.sh
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_data test_modelfile test_model test_checkpoint test_opts \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_peak \
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_bf16 test_peak \
            test_profile
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
@@ -361,11 +361,11 @@ CUDA_TEST_FTC_BINS := $(CUDA_BUILD)/tests/test_cuda_flash_tc
 # (flash_tc.o's fp32-interface wrappers call flash_cuda.o's kernels and cuda/device_memory.o's allocator)
 $(CUDA_TEST_FTC_BINS): tests/cuda/test_cuda_flash_tc.cu $(CUDA_BUILD)/attention/flash_tc.o \
 		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/cuda/device_memory.o \
-		$(BUILD)/test/attention/flash_cpu.o $(CUDA_HEADERS)
+		$(BUILD)/test/attention/flash_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_BUILD)/attention/flash_tc.o \
 		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/cuda/device_memory.o \
-		$(BUILD)/test/attention/flash_cpu.o -Xcompiler -fopenmp -lgomp -lm
+		$(BUILD)/test/attention/flash_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o -Xcompiler -fopenmp -lgomp -lm
 # the attention's speed on a GPU (scripts/gpu_check.sh): fwd + bwd ms and TFLOP/s, not a test
 BENCH_ATTN_OBJ := $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/attention/flash_tc.o $(CUDA_BUILD)/cuda/device_memory.o
 $(CUDA_BUILD)/bench_attention_cuda: tests/cuda/bench_attention_cuda.cu $(BENCH_ATTN_OBJ) $(CUDA_HEADERS)
@@ -424,7 +424,7 @@ $(EMU_TC_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_RT_OBJ) $(BUI
 EMU_FTC_BINS := $(EMU_BUILD)/tests/test_cuda_flash_tc
 $(EMU_FTC_BINS): $(EMU_BUILD)/tests/test_cuda_flash_tc.o $(EMU_BUILD)/attention/flash_tc.o \
 		$(EMU_BUILD)/attention/flash_cuda.o $(EMU_BUILD)/cuda/device_memory.o $(EMU_RT_OBJ) \
-		$(BUILD)/test/attention/flash_cpu.o
+		$(BUILD)/test/attention/flash_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # the attention benchmark in the emulation: scripts/gpu_check.sh --dry-run runs it at a tiny shape
 $(EMU_BUILD)/bench_attention_cuda: $(EMU_BUILD)/tests/bench_attention_cuda.o $(EMU_BUILD)/attention/flash_cuda.o \
