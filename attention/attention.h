@@ -40,6 +40,18 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         int B, int T, int NH, int NKV, int HD,
                         uint32_t g0, uint64_t attn_seed, Dropout drop);
 
+/* The bf16 twin (attention/flash_bf16_cpu.c, --precision bf16 on the CPU): qkv and out hold bf16
+ * bits (uint16_t), lse, dout and dqkv fp32; the contracts above, with the roundings of
+ * attention/flash_tc.cu: P rounded to bf16 after the dropout and before P.V, and in the backward
+ * dO, m p scale and ds rounded as they become operands of the tile products. */
+void attention_forward_bf16(void* out, float* lse, const void* qkv, int B, int T, int NH,
+                            int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
+size_t attention_backward_scratch_floats_bf16(int B, int T, int NH, int NKV, int HD,
+                                              int nthreads);
+void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const void* qkv,
+                             const void* out, const float* lse, int B, int T, int NH, int NKV,
+                             int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
+
 #ifdef __cplusplus
 }
 #endif

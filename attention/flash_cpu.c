@@ -47,7 +47,6 @@
  * into fp32 are exact. */
 #ifdef FLASH_BF16
 #include "cuda/bf16.h"
-#include "model/ops_bf16_cpu.h"
 typedef uint16_t qkv_t;
 static inline float qkv_ld(qkv_t x) { return sg_bf16_to_float(x); }
 static inline qkv_t out_st(float x) { return sg_bf16_from_float(x); }

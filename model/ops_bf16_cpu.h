@@ -36,14 +36,7 @@ void gelu_backward_bf16(float* dinp, const void* inp, const float* dout, size_t 
 void rope_forward_bf16(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
                        int NKV, int HD, int layout, int pos0);
 
-/* attention/flash_bf16_cpu.c: q, k, v and out in bf16, lse, dout, dqkv in fp32 */
-void attention_forward_bf16(void* out, float* lse, const void* qkv, int B, int T, int NH,
-                            int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
-size_t attention_backward_scratch_floats_bf16(int B, int T, int NH, int NKV, int HD,
-                                              int nthreads);
-void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const void* qkv,
-                             const void* out, const float* lse, int B, int T, int NH, int NKV,
-                             int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
+/* the bf16 attention (attention/flash_bf16_cpu.c) is declared in attention/attention.h */
 
 #ifdef __cplusplus
 }

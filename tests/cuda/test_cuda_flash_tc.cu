@@ -54,7 +54,6 @@
 #include "attention/attention_cuda.h"
 #include "cuda/bf16.h"
 #include "attention/flash_tc.h"
-#include "model/ops_bf16_cpu.h"
 #include "tests/test.h"
 #include "tests/cuda/refusal.h"
 
