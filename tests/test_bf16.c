@@ -291,7 +291,7 @@ static void test_masks(const Case* k, const float* w) {
     }
     expect(worst <= 1.0 && worst_other > 10.0, "bf16_attention_masks_are_the_fp32_masks",
            "every |o_bf16 - o_fp32| within 2^-8 (sum m p scale |v| + |o|): worst %.3f of the bound; "
-           "against another seed's masks %.1f x the bound", worst, worst_other);
+           "against another seed's masks %.3g x the bound", worst, worst_other);
     free(q16); free(q32); free(qabs); free(o16); free(o32); free(o32b); free(amag); free(lse16);
     free(lse32);
 }
