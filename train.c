@@ -1343,9 +1343,9 @@ static int plan_main(const char* self, int argc, char** argv) {
                        cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.channels,
                        cfg.vocab_size, cfg.max_seq_len, P, B, T, devices[d], precisions[q], threads,
                        be->host_memory ? "arena + host tables + transient" : "the device arena");
-                printf("%-17s %8s %8s %8s %8s %8s %9s %8s %8s %6s %6s %7s %9s\n", "policy", "params",
-                       "grads", "adamw", "kept", "logits", "recompute", "grad-scr", "attn-scr",
-                       "other", "host", "peak", "recompute");
+                printf("%-17s %8s %8s %8s %7s %8s %8s %9s %8s %8s %6s %6s %7s %9s\n", "policy",
+                       "params", "grads", "adamw", "bf16-w", "kept", "logits", "recompute",
+                       "grad-scr", "attn-scr", "other", "host", "peak", "recompute");
             }
             for (int i = 0; i < nr; i++) {
                 const GPTPlan* p = &rows[i].plan;
@@ -1359,15 +1359,18 @@ static int plan_main(const char* self, int argc, char** argv) {
                            "\"recompute_bytes\":%zu,\"grad_scratch_bytes\":%zu,"
                            "\"attn_scratch_bytes\":%zu,\"other_bytes\":%zu,\"arena_bytes\":%zu,"
                            "\"host_bytes\":%zu,\"host_transient_bytes\":%zu,\"peak_bytes\":%zu,"
-                           "\"step_flops\":%.6g,\"recompute_flops\":%.6g%s}\n",
+                           "\"step_flops\":%.6g,\"recompute_flops\":%.6g,"
+                           "\"bf16_weights_bytes\":%zu,\"layer_activation_bytes\":%zu,"
+                           "\"resid_bytes\":%zu%s}\n",
                            devices[d], precisions[q], name, B, T, threads, p->params, p->grads,
                            p->adamw, p->activations, p->logits, p->recompute, p->grad_scratch,
                            p->attn_scratch, p->other, p->arena, p->host, p->host_transient,
-                           rows[i].peak, p->step_flops, p->recompute_flops,
-                           i == best ? ",\"budget_choice\":true" : "");
+                           rows[i].peak, p->step_flops, p->recompute_flops, p->weights_op,
+                           p->layer_acts, p->resid, i == best ? ",\"budget_choice\":true" : "");
                 } else {
-                    printf("%-17s %8.1f %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f %8.1f %6.1f %6.1f %7.0f "
-                           "%8.1f%%%s\n", name, mib(p->params), mib(p->grads), mib(p->adamw),
+                    printf("%-17s %8.1f %8.1f %8.1f %7.1f %8.1f %8.1f %9.1f %8.1f %8.1f %6.1f %6.1f "
+                           "%7.0f %8.1f%%%s\n", name, mib(p->params), mib(p->grads), mib(p->adamw),
+                           mib(p->weights_op),
                            mib(p->activations), mib(p->logits), mib(p->recompute),
                            mib(p->grad_scratch), mib(p->attn_scratch), mib(p->other),
                            mib(p->host + p->host_transient), mib(rows[i].peak), 100.0 * frac,
