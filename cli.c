@@ -58,6 +58,7 @@ static const struct { const char* name; int resume; int bare; /* 1: takes no val
     [F_DEVICE] = {"--device", R_LOCAL},   /* a state saved on one backend resumes on the other */
     [F_PRECISION] = {"--precision", R_LOCAL},   /* states hold fp32 weights whatever it is */
     [F_PROFILE] = {"--profile", R_LOCAL, 1},
+    [F_LOG_ATTN_STATS] = {"--log-attn-stats", R_LOCAL, 1},
     [F_MEMORY_BUDGET] = {"--memory-budget", R_LOCAL},
 };
 
@@ -157,6 +158,10 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      forward and backward, LayerNorm, GELU, residual+dropout, cross-entropy,\n"
 "                      zero_grad/clip/AdamW, recompute): ms/step, %% of the step, GFLOP/s; one\n"
 "                      {\"type\":\"profile\",...} row in the JSON log. Results are unchanged\n"
+"  --log-attn-stats    each JSON train row gets \"attn_stats\": per layer [max |scaled score|,\n"
+"                      min LSE, max LSE] over the step's training forwards, computed inside\n"
+"                      the attention forward (a recompute adds nothing); CPU backend. The\n"
+"                      first thing to read when a low-precision loss goes NaN\n"
 "  --save PATH         write the model file at the end\n"
 "  --threads N         OpenMP and OpenBLAS threads (default: all cores, shared out among the\n"
 "                      ranks of one machine under mpirun unless OMP_NUM_THREADS is set)\n"
@@ -386,6 +391,7 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_MEMORY_BUDGET: o->memory_budget = parse_size(f, v); break;
     case F_TOTAL_BATCH: o->total_batch = parse_long(f, v, 0, 1L << 40); break;
     case F_PROFILE: o->profile = 1; break;
+    case F_LOG_ATTN_STATS: o->log_attn_stats = 1; break;
     }
 }
 
@@ -466,6 +472,7 @@ static int format_flag(const Options* o, int id, int world, char* buf, size_t ca
     case F_SAMPLE_TOKENS: snprintf(buf, cap, "%d", o->sample_tokens); return 0;
     case F_PEAK_GFLOPS: fmt_double(buf, cap, o->peak_gflops); return 0;
     case F_PROFILE: snprintf(buf, cap, "%d", o->profile); return 0;
+    case F_LOG_ATTN_STATS: snprintf(buf, cap, "%d", o->log_attn_stats); return 0;
     case F_MEMORY_BUDGET: fmt_double(buf, cap, o->memory_budget); return 0;
     case F_TOTAL_BATCH:   /* canonical: the tokens per step, also when left to the default */
         snprintf(buf, cap, "%ld", o->total_batch ? o->total_batch

@@ -827,6 +827,10 @@ static int load_weights(Run* r, StateInfo* resumed, const char* state_file) {
     }
     gpt_set_dropout(&r->model, o->seed, o->embd_dropout, o->attn_dropout, o->resid_dropout);
     gpt_set_drop_path(&r->model, o->drop_path);
+    if (o->log_attn_stats && gpt_set_attn_stats(&r->model, 1, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
     return 0;
 }
 
@@ -949,6 +953,7 @@ static int train_step(Run* r, int step, StepStats* s) {
      * the ranks' gradients is the gradient of the global batch's mean loss. */
     double t0 = now_ms(), loss_sum = 0.0;
     profile_step_begin();   /* --profile; nothing before profile_wrap */
+    if (model->attn_stats_on) gpt_attn_stats_reset(model);
     int first = dist_rank() * A;   /* this rank's first micro-batch in the step */
     gpt_zero_grad(model);
     for (int a = 0; a < A; a++) {
@@ -1040,6 +1045,14 @@ static void log_step(Run* r, int step, const StepStats* s) {
         fprintf(f, ",\"step_ms\":%.3f,\"peak_bytes\":%zu", s->ms, mem_stats().peak_bytes);
         if (!r->model.be->host_memory)
             fprintf(f, ",\"device_peak_bytes\":%zu", r->model.be->peak_bytes());
+        if (r->model.attn_stats_on) {   /* --log-attn-stats: [max |s|, min LSE, max LSE] a layer */
+            fprintf(f, ",\"attn_stats\":[");
+            for (int l = 0; l < r->model.config.num_layers; l++) {
+                const float* st = r->model.attn_stats + 3 * l;
+                fprintf(f, "%s[%.9g,%.9g,%.9g]", l ? "," : "", st[0], st[1], st[2]);
+            }
+            fprintf(f, "]");
+        }
         fprintf(f, "%s}\n", s->finite ? "" : ",\"skipped\":true");
         fflush(f);
     }

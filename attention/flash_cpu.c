@@ -326,11 +326,8 @@ static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
  * s(i0 + r, j0 + c), so that every softmax step runs along a key row with one lane per query:
  * the running max, the rescale and the running sum of each query are vector operations, and each
  * query sums its keys in ascending order. */
-void FLASH_NAME(attention_forward)(OUT_ARG out_, float* lse, QKV_ARG qkv_,
-                                   int B, int T, int NH, int NKV, int HD,
-                                   uint32_t g0, uint64_t attn_seed, Dropout drop) {
-    qkv_t* out = out_;
-    const qkv_t* qkv = qkv_;
+static void flash_forward(qkv_t* out, float* lse, const qkv_t* qkv, int B, int T, int NH, int NKV,
+                          int HD, uint32_t g0, uint64_t attn_seed, Dropout drop, float* stats) {
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD;  /* qkv row stride */
     const size_t C = (size_t)NH * HD;                 /* out row stride */
     const int G = NH / NKV;                           /* query heads per kv head */
@@ -353,6 +350,8 @@ void FLASH_NAME(attention_forward)(OUT_ARG out_, float* lse, QKV_ARG qkv_,
 #endif
         float mrun[BQ], lrun[BQ];   /* running max; running sum of the undropped weights */
         float corr[BQ], tsum[BQ];   /* this key tile: rescale of the old sums; sum of its weights */
+        /* --log-attn-stats: this thread's max |s| over the scores it computed, min and max LSE */
+        float smax = 0.0f, lmin = INFINITY, lmax = -INFINITY;
 
         /* The longest rows (the last query tiles) first, to balance the load. The schedule cannot
          * change a result: each item owns its outputs. */
@@ -386,6 +385,10 @@ void FLASH_NAME(attention_forward)(OUT_ARG out_, float* lse, QKV_ARG qkv_,
                         const float sc = St[c * BQ + r] * sigma;
                         St[c * BQ + r] = ((j0 + c <= i0 + r) & (r < nq)) ? sc : -INFINITY;
                     }
+                if (stats != NULL)   /* the scores as they are: -inf where not seen */
+                    for (int c = 0; c < nk; c++)
+                        for (int r = 0; r < nq; r++)
+                            if (j0 + c <= i0 + r) smax = fmaxf(smax, fabsf(St[c * BQ + r]));
                 for (int r = 0; r < BQ; r++) corr[r] = mrun[r];
                 for (int c = 0; c < nk; c++)
                     for (int r = 0; r < BQ; r++)
@@ -428,9 +431,38 @@ void FLASH_NAME(attention_forward)(OUT_ARG out_, float* lse, QKV_ARG qkv_,
                 #pragma omp simd
                 for (int d = 0; d < HD; d++) o[d] = out_st(acc[(size_t)r * HD + d] * rs);
                 lse[((size_t)b * NH + h) * T + i] = mrun[r] + logf(lrun[r]);
+                if (stats != NULL) {
+                    lmin = fminf(lmin, lse[((size_t)b * NH + h) * T + i]);
+                    lmax = fmaxf(lmax, lse[((size_t)b * NH + h) * T + i]);
+                }
+            }
+        }
+        if (stats != NULL) {
+            /* max and min are exact in any order: the threads' parts in any order are the same */
+            #pragma omp critical
+            {
+                stats[0] = fmaxf(stats[0], smax);
+                stats[1] = fminf(stats[1], lmin);
+                stats[2] = fmaxf(stats[2], lmax);
             }
         }
     }
+}
+
+void FLASH_NAME(attention_forward)(OUT_ARG out, float* lse, QKV_ARG qkv,
+                                   int B, int T, int NH, int NKV, int HD,
+                                   uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    flash_forward(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop, NULL);
+}
+
+void FLASH_NAME(attention_forward_stats)(OUT_ARG out, float* lse, QKV_ARG qkv,
+                                         int B, int T, int NH, int NKV, int HD,
+                                         uint32_t g0, uint64_t attn_seed, Dropout drop,
+                                         float stats[3]) {
+    stats[0] = 0.0f;
+    stats[1] = INFINITY;
+    stats[2] = -INFINITY;
+    flash_forward(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop, stats);
 }
 
 /* ---- backward -------------------------------------------------------------------------------- */

@@ -71,6 +71,11 @@ static void cpu_synchronize(void) {}
     }
 
 FP32_ACT_ADAPTERS(cpu, )
+static void cpu_attention_forward_stats(void* out, float* lse, const void* qkv, int B, int T,
+                                        int NH, int NKV, int HD, uint32_t g0, uint64_t seed,
+                                        Dropout drop, float stats[3]) {
+    attention_forward_stats(out, lse, qkv, B, T, NH, NKV, HD, g0, seed, drop, stats);
+}
 
 const Backend backend_cpu = {
     .name = "cpu",
@@ -104,6 +109,7 @@ const Backend backend_cpu = {
     .scale_inplace = scale_inplace,
     .adamw_update = adamw_update,
     .attention_forward = cpu_attention_forward,
+    .attention_forward_stats = cpu_attention_forward_stats,
     .attention_backward_scratch_floats = attention_backward_scratch_floats,
     .attention_backward = cpu_attention_backward,
 };
@@ -126,6 +132,7 @@ const Backend* backend_cpu_bf16(void) {
         t.gelu_backward = gelu_backward_bf16;
         t.rope_forward = rope_forward_bf16;
         t.attention_forward = attention_forward_bf16;
+        t.attention_forward_stats = attention_forward_stats_bf16;
         t.attention_backward_scratch_floats = attention_backward_scratch_floats_bf16;
         t.attention_backward = attention_backward_bf16;
         ready = 1;

@@ -94,6 +94,11 @@ typedef struct Backend {
     void (*attention_forward)(void* out, float* lse, const void* qkv,
                               int B, int T, int NH, int NKV, int HD,
                               uint32_t g0, uint64_t attn_seed, Dropout drop);
+    /* optional (NULL: this backend has none): attention_forward plus --log-attn-stats' stats
+     * (attention/attention.h, attention_forward_stats); stats in host memory */
+    void (*attention_forward_stats)(void* out, float* lse, const void* qkv,
+                                    int B, int T, int NH, int NKV, int HD,
+                                    uint32_t g0, uint64_t attn_seed, Dropout drop, float stats[3]);
     size_t (*attention_backward_scratch_floats)(int B, int T, int NH, int NKV, int HD,
                                                 int nthreads);
     void (*attention_backward)(float* dqkv, float* scratch, const float* dout, const void* qkv,

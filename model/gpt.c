@@ -279,7 +279,8 @@ static size_t host_table_bytes(const GPTConfig* c, const RecomputePolicy* policy
     int L = c->num_layers;
     return (size_t)(L + 1) * sizeof(float*) + (size_t)L * sizeof(LayerActs) +
            (size_t)L * sizeof(LayerRecord) +
-           (size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord);
+           (size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord) +
+           mem_align_floats((size_t)L * 3) * sizeof(float);   /* the attention statistics */
 }
 
 /* A configuration and batch a model can be built for: 0, or -1 with one line in err. */
@@ -396,6 +397,7 @@ int gpt_build_rows(GPT* m, const GPTConfig* c, int B, int T, const RecomputePoli
     m->layer = mem_alloc((size_t)L * sizeof(LayerActs));
     m->records = mem_alloc((size_t)L * sizeof(LayerRecord));
     m->fresh_records = mem_alloc((size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord));
+    m->attn_stats = mem_alloc_floats(mem_align_floats((size_t)L * 3));
 
     /* one backend arena: parameters, gradients, AdamW m and v, activations, gradient scratch,
      * then the tokens (ints, the size of floats) */
@@ -463,6 +465,7 @@ void gpt_free(GPT* m) {
     mem_free(m->layer);
     mem_free(m->records);
     mem_free(m->fresh_records);
+    mem_free(m->attn_stats);
     memset(m, 0, sizeof(*m));
 }
 
@@ -611,6 +614,25 @@ static void classifier_chunk_backward(GPT* m, int r0, int rows, float dloss) {
 
 void gpt_set_loss_scale(GPT* m, float dloss) { m->loss_scale = dloss; }
 
+int gpt_set_attn_stats(GPT* m, int on, char err[256]) {
+    if (on && m->be->attention_forward_stats == NULL) {
+        snprintf(err, 256, "--log-attn-stats: the %s backend's attention has no statistics",
+                 m->be->name);
+        return -1;
+    }
+    m->attn_stats_on = on;
+    gpt_attn_stats_reset(m);
+    return 0;
+}
+
+void gpt_attn_stats_reset(GPT* m) {
+    for (int l = 0; l < m->config.num_layers; l++) {
+        m->attn_stats[3 * l] = 0.0f;
+        m->attn_stats[3 * l + 1] = INFINITY;
+        m->attn_stats[3 * l + 2] = -INFINITY;
+    }
+}
+
 /* Layer l's parameters. */
 typedef struct {
     const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
@@ -638,7 +660,7 @@ static inline void set_phase(const GPT* m, int phase) {
  * forward x = resid[l] and out = resid[l+1]; a recompute writes a segment's last output to the
  * check buffer instead, so the stored value stays to be compared with. */
 static void layer_forward(GPT* m, int l, const float* x, float* out, const LayerRecord* rec,
-                          int B, int T, uint32_t g0, int train) {
+                          int B, int T, uint32_t g0, int train, float* attn_stats) {
     const GPTConfig* c = &m->config;
     int N = B * T, C = c->channels, QKV = gpt_qkv_channels(c);
     LayerParams p = layer_params(&m->params, c, l);
@@ -655,8 +677,18 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
     if (c->pos_kind == POS_ROPE)
         m->be->rope_forward(a->qkv, m->rope_cos, m->rope_sin, B, T, c->num_heads, c->num_kv_heads,
                             gpt_head_dim(c), c->rope_layout, 0);
-    m->be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->num_heads, c->num_kv_heads,
-                      gpt_head_dim(c), g0, rec->seed[SITE_ATTN_PROB], dattn);
+    if (attn_stats != NULL) {
+        float s[3];
+        m->be->attention_forward_stats(a->atty, a->lse, a->qkv, B, T, c->num_heads,
+                                       c->num_kv_heads, gpt_head_dim(c), g0,
+                                       rec->seed[SITE_ATTN_PROB], dattn, s);
+        attn_stats[0] = fmaxf(attn_stats[0], s[0]);
+        attn_stats[1] = fminf(attn_stats[1], s[1]);
+        attn_stats[2] = fmaxf(attn_stats[2], s[2]);
+    } else {
+        m->be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->num_heads, c->num_kv_heads,
+                                 gpt_head_dim(c), g0, rec->seed[SITE_ATTN_PROB], dattn);
+    }
     m->be->matmul_forward(a->resid2, DT_FP32, a->atty, wop(m, p.attprojw), p.attprojb, N, C, C);
     /* branch = drop_path(dropout(proj)): the per-sequence factor, then the residual dropout */
     if (depth)
@@ -702,7 +734,8 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
                     m->records[0].seed[SITE_EMBD], train ? m->drop_embd : no_dropout());
     for (int l = 0; l < L; l++) {
         if (l > 0) layer_record_draw(&m->records[l], m->master_seed, step, l, PASS_FORWARD);
-        layer_forward(m, l, m->resid[l], m->resid[l + 1], &m->records[l], B, T, g0, train);
+        layer_forward(m, l, m->resid[l], m->resid[l + 1], &m->records[l], B, T, g0, train,
+                      m->attn_stats_on && train ? m->attn_stats + 3 * l : NULL);
     }
     m->be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], m->params.lnfw,
                       m->params.lnfb, N, C);
@@ -845,7 +878,9 @@ static const LayerRecord* recompute_segment(GPT* m, int first, int end) {
     }
     for (int l = first; l < end; l++) {
         float* out = l == end - 1 ? m->check : m->resid[l + 1];
-        layer_forward(m, l, m->resid[l], out, &recs[l - first], B, T, m->cur_g0, m->cur_train);
+        /* the forward's attention statistics are logged once: a recompute adds none */
+        layer_forward(m, l, m->resid[l], out, &recs[l - first], B, T, m->cur_g0, m->cur_train,
+                      NULL);
     }
     if (m->policy.check != CHECK_OFF) {
         size_t n = (size_t)B * T * C;

@@ -195,6 +195,11 @@ typedef struct {
     float* rope_cos;             /* (maxT, HD/2) RoPE angle table in backend memory; NULL without */
     float* rope_sin;             /* (maxT, HD/2) */
     LayerRecord* records;        /* (L) seeds drawn by each layer's forward */
+    /* --log-attn-stats (gpt_set_attn_stats): per layer, max |scaled score|, min LSE, max LSE over
+     * the training forwards since gpt_attn_stats_reset, from inside the attention forward; a
+     * recompute does not add to them. (L, 3) host floats, always there; attn_stats_on: kept */
+    float* attn_stats;
+    int attn_stats_on;
     LayerRecord* fresh_records;  /* (K) pass-1 seeds of the negative control's recompute */
 
     /* the value check of the last backward */
@@ -244,6 +249,11 @@ void gpt_set_dropout(GPT* m, uint64_t master_seed, double p_embd, double p_attn,
 /* Stochastic depth: each residual branch of each sequence dropped with probability p (kept ones
  * scaled 1/(1-p)) in training forwards; p in [0, 1), 0 = off (bitwise the plain path). */
 void gpt_set_drop_path(GPT* m, double p);
+
+/* --log-attn-stats: 0, or -1 when the backend's attention has no statistics (err says so). */
+int gpt_set_attn_stats(GPT* m, int on, char err[256]);
+/* Starts a step's statistics (max |s| 0, min LSE +inf, max LSE -inf per layer). */
+void gpt_attn_stats_reset(GPT* m);
 
 /* Forward over inputs (B, T) (B <= m->B, T <= m->T). Row b is global sequence g0 + b (DESIGN §2).
  * train != 0 turns dropout on and draws the step's seeds into the layer records. With targets,

@@ -187,6 +187,14 @@ static void w_attention_backward(float* dqkv, float* scratch, const float* dout,
                                     attn_seed, drop));
 }
 
+static void w_attention_forward_stats(void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                      int NKV, int HD, uint32_t g0, uint64_t attn_seed,
+                                      Dropout drop, float stats[3]) {
+    TIMED(fwd_class(PROF_ATTN_FWD), attention_flops(B, T, NH, HD),
+          inner->attention_forward_stats(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop,
+                                         stats));
+}
+
 const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     inner = in;
     timer = t != NULL ? t : &profile_timer_wall;
@@ -214,6 +222,7 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.adamw_update = w_adamw_update;
     outer.attention_forward = w_attention_forward;
     outer.attention_backward = w_attention_backward;
+    outer.attention_forward_stats = in->attention_forward_stats ? w_attention_forward_stats : NULL;
     memset(&totals, 0, sizeof(totals));
     totals.timer = timer->name;
     return &outer;

@@ -14,7 +14,10 @@
  *      reaches the loss only after the next update (or gpt_to_backend), and the copy is the
  *      masters rounded;
  *   6. memory: the plan equals the counted build under bf16, and the per-layer kept activations
- *      take at most 0.55x fp32's bytes at GPT-2 124M B4 T1024 and at the bench shape.
+ *      take at most 0.55x fp32's bytes at GPT-2 124M B4 T1024 and at the bench shape;
+ *   7. --log-attn-stats: the attention forward with statistics gives the plain forward's bits,
+ *      its max |scaled score| is the float64 maximum over the causal scores (within fp32
+ *      rounding) and its LSE range the output's; a recompute adds nothing to a model's statistics.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -367,6 +370,67 @@ static void test_memory(const Case* k) {
     }
 }
 
+/* ---- 7. attention statistics --------------------------------------------------------------- */
+
+static void test_attn_stats(const Case* k, const float* w) {
+    int B = 2, T = 37, NH = 4, NKV = 2, HD = 16, QKV = (NH + 2 * NKV) * HD, C = NH * HD;
+    size_t nq = (size_t)B * T * QKV, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = malloc(nq * 4), *o1 = malloc(no * 4), *o2 = malloc(no * 4), *l1 = malloc(nl * 4),
+          *l2 = malloc(nl * 4);
+    for (size_t i = 0; i < nq; i++) qkv[i] = (float)(2.0 * test_normal());
+    Dropout dr = dropout_make(0.2);
+    float st[3];
+    attention_forward(o1, l1, qkv, B, T, NH, NKV, HD, 3, 77, dr);
+    attention_forward_stats(o2, l2, qkv, B, T, NH, NKV, HD, 3, 77, dr, st);
+    double smax = 0, lmin = INFINITY, lmax = -INFINITY, sigma = 1.0 / sqrt((double)HD);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j <= i; j++) {
+                    const float* q = qkv + ((size_t)b * T + i) * QKV + (size_t)h * HD;
+                    const float* kk = qkv + ((size_t)b * T + j) * QKV + (size_t)(NH + h / (NH / NKV)) * HD;
+                    double s = 0;
+                    for (int d = 0; d < HD; d++) s += (double)q[d] * kk[d];
+                    smax = fmax(smax, fabs(s * sigma));
+                }
+    for (size_t i = 0; i < nl; i++) { lmin = fmin(lmin, l1[i]); lmax = fmax(lmax, l1[i]); }
+    int same = memcmp(o1, o2, no * 4) == 0 && memcmp(l1, l2, nl * 4) == 0;
+    double se = fabs(st[0] - smax) / smax;
+    expect(same && se < 1e-5 && st[1] == (float)lmin && st[2] == (float)lmax,
+           "attn_stats_come_from_the_forward_itself",
+           "outputs bitwise the plain forward's: %s; max |s| %.7g vs float64 %.7g (rel %.1e); LSE "
+           "range [%.7g, %.7g] vs the output's [%.7g, %.7g]", same ? "yes" : "no", st[0], smax, se,
+           st[1], st[2], lmin, lmax);
+    free(qkv); free(o1); free(o2); free(l1); free(l2);
+
+    /* a model's statistics: a training forward fills them; the recompute of the backward adds
+     * nothing (sentinels written after the forward stay) */
+    RecomputePolicy layer = {1, 0, CHECK_WARN, 0};
+    GPT m = model_at(k, layer, bf16(), w);
+    char err[256];
+    int rc = gpt_set_attn_stats(&m, 1, err);
+    gpt_zero_grad(&m);
+    gpt_forward(&m, k->in[0], k->tg[0], k->B, k->T, 0, 0, 1);
+    int L = k->c.num_layers, filled = 1;
+    for (int l = 0; l < L; l++)
+        filled &= m.attn_stats[3 * l] > 0 && isfinite(m.attn_stats[3 * l + 1]) &&
+                  m.attn_stats[3 * l + 1] <= m.attn_stats[3 * l + 2];
+    for (int l = 0; l < L; l++) {
+        m.attn_stats[3 * l] = -1.0f;
+        m.attn_stats[3 * l + 1] = 1e30f;
+        m.attn_stats[3 * l + 2] = -1e30f;
+    }
+    gpt_backward(&m, 1.0f / (float)(k->B * k->T));
+    int kept = 1;
+    for (int l = 0; l < L; l++)
+        kept &= m.attn_stats[3 * l] == -1.0f && m.attn_stats[3 * l + 1] == 1e30f &&
+                m.attn_stats[3 * l + 2] == -1e30f;
+    expect(rc == 0 && filled && kept, "attn_stats_logged_once_not_by_the_recompute",
+           "set %d; the forward filled every layer: %s; after a backward that recomputed every "
+           "layer the statistics are untouched: %s", rc, filled ? "yes" : "no", kept ? "yes" : "no");
+    gpt_free(&m);
+}
+
 int main(void) {
     Case k = make_case("L3_NH4_KV2_C32_T24", 3, 4, 2, 32, 70, 2, 24);
     float* w = random_weights(&k);
@@ -376,6 +440,7 @@ int main(void) {
     test_masks(&k, w);
     test_weight_copy(&k, w);
     test_memory(&k);
+    test_attn_stats(&k, w);
     free(w);
     for (int i = 0; i < 2; i++) { free(k.in[i]); free(k.tg[i]); }
     return test_finish();
