@@ -250,6 +250,21 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
     const int MR = pd.mr, NR = pd.nr;
     const int mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR, KP = (K + 1) / 2;
     const size_t per_pair = (size_t)mp * MR + (size_t)np * NR;
+    if (Cb != NULL && per_pair * KP > PACK_WORDS && mp > MC_PANELS) {
+        /* a bf16 result packs the whole K at once: rows in blocks whose panels fit PACK_WORDS
+         * (B packed again for each; every row's chains are its own, so the bits are the same) */
+        const size_t b_words = (size_t)np * NR * KP;
+        size_t rows = b_words < PACK_WORDS ? (PACK_WORDS - b_words) / KP : 0;
+        rows = rows / ((size_t)MR * MC_PANELS) * ((size_t)MR * MC_PANELS);
+        if (rows < (size_t)MR * MC_PANELS) rows = (size_t)MR * MC_PANELS;
+        const size_t esize = a_f32 ? sizeof(float) : sizeof(uint16_t);
+        for (size_t i0 = 0; i0 < (size_t)M; i0 += rows) {
+            const int m = (int)((size_t)M - i0 < rows ? (size_t)M - i0 : rows);
+            gemm_bf16_ex(m, N, K, (const char*)A + i0 * rsa * esize, a_f32, rsa, csa, B, rsb, csb,
+                         0, NULL, ldc, Cb + i0 * ldc, bias);
+        }
+        return;
+    }
     int pchunk = (int)(PACK_WORDS / per_pair) / KPC * KPC;
     if (pchunk < KPC) pchunk = KPC;
     /* a bf16 result is rounded once, at the end of its chain: the whole chain in one chunk, its
