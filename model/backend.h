@@ -3,6 +3,10 @@
  * attention/flash_cpu.c; the CUDA backend (built by `make cuda`) at their .cu twins, with the same
  * signatures: every pointer an op receives lives in that backend's memory.
  *
+ * Under --precision bf16 a table may store the activations that are operands of products in
+ * bf16 (act_dtype): the orchestrator carves them by the table's act_dtype and hands them on as
+ * void*, never reading them (the CPU's bf16 table does; the CUDA one keeps them fp32).
+ *
  * The orchestrator never asks which backend it holds, except for the host mirrors of the weights
  * and optimizer state (the CPU backend's memory is host memory, so its mirrors are the memory
  * itself).
