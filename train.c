@@ -608,7 +608,9 @@ static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, i
     const Backend* be = backend_lookup(o->device, o->precision);
     PlanRow rows[PLAN_MAX_ROWS];
     char err[256], name[32], name2[32];
-    int n = plan_rows(cfg, B, T, be, omp_get_max_threads(), &o->policy, rows, err);
+    /* rank 0's peak (the one that samples), so that every rank makes the same choice */
+    size_t sampler = o->sample_every > 0 ? sampler_bytes(cfg) : 0;
+    int n = plan_rows(cfg, B, T, be, omp_get_max_threads(), &o->policy, sampler, rows, err);
     if (n < 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
         return EXIT_BAD_INPUT;
@@ -1340,7 +1342,9 @@ static int plan_main(const char* self, int argc, char** argv) {
             const Backend* be = backend_lookup(devices[d], precisions[q]);
             if (be == NULL) continue;
             PlanRow rows[PLAN_MAX_ROWS];
-            int nr = plan_rows(&cfg, B, T, be, threads, raw[F_RECOMPUTE] ? &o.policy : NULL, rows, err);
+            size_t sampler = o.sample_every > 0 ? sampler_bytes(&cfg) : 0;
+            int nr = plan_rows(&cfg, B, T, be, threads, raw[F_RECOMPUTE] ? &o.policy : NULL,
+                               sampler, rows, err);
             if (nr < 0) {
                 fprintf(stderr, "seedgpt: %s\n", err);
                 return EXIT_BAD_INPUT;
@@ -1355,10 +1359,13 @@ static int plan_main(const char* self, int argc, char** argv) {
                        "%s, precision %s, %d threads; MiB (peak: %s)\n", shown ? "\n" : "",
                        cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.channels,
                        cfg.vocab_size, cfg.max_seq_len, P, B, T, devices[d], precisions[q], threads,
-                       be->host_memory ? "arena + host tables + transient" : "the device arena");
-                printf("%-17s %8s %8s %8s %7s %8s %8s %9s %8s %8s %6s %6s %7s %9s\n", "policy",
-                       "params", "grads", "adamw", "bf16-w", "kept", "logits", "recompute",
-                       "grad-scr", "attn-scr", "other", "host", "peak", "recompute");
+                       be->host_memory ? "arena + host tables + the larger of the build's transient "
+                                         "and the loop's batch and sampler"
+                                       : "the device arena + the ops' scratch");
+                printf("%-17s %8s %8s %8s %7s %8s %8s %9s %8s %8s %6s %7s %6s %6s %7s %9s\n",
+                       "policy", "params", "grads", "adamw", "bf16-w", "kept", "logits",
+                       "recompute", "grad-scr", "attn-scr", "other", "ops-scr", "host", "loop",
+                       "peak", "recompute");
             }
             for (int i = 0; i < nr; i++) {
                 const GPTPlan* p = &rows[i].plan;
@@ -1371,22 +1378,25 @@ static int plan_main(const char* self, int argc, char** argv) {
                            "\"kept_activation_bytes\":%zu,\"logits_bytes\":%zu,"
                            "\"recompute_bytes\":%zu,\"grad_scratch_bytes\":%zu,"
                            "\"attn_scratch_bytes\":%zu,\"other_bytes\":%zu,\"arena_bytes\":%zu,"
-                           "\"host_bytes\":%zu,\"host_transient_bytes\":%zu,\"peak_bytes\":%zu,"
+                           "\"op_scratch_bytes\":%zu,\"host_bytes\":%zu,"
+                           "\"host_transient_bytes\":%zu,\"loop_bytes\":%zu,\"peak_bytes\":%zu,"
                            "\"step_flops\":%.6g,\"recompute_flops\":%.6g,"
                            "\"bf16_weights_bytes\":%zu,\"layer_activation_bytes\":%zu,"
                            "\"resid_bytes\":%zu%s}\n",
                            devices[d], precisions[q], name, B, T, threads, p->params, p->grads,
                            p->adamw, p->activations, p->logits, p->recompute, p->grad_scratch,
-                           p->attn_scratch, p->other, p->arena, p->host, p->host_transient,
-                           rows[i].peak, p->step_flops, p->recompute_flops, p->weights_op,
-                           p->layer_acts, p->resid, i == best ? ",\"budget_choice\":true" : "");
+                           p->attn_scratch, p->other, p->arena, p->op_scratch, p->host,
+                           p->host_transient, rows[i].loop, rows[i].peak, p->step_flops,
+                           p->recompute_flops, p->weights_op, p->layer_acts, p->resid,
+                           i == best ? ",\"budget_choice\":true" : "");
                 } else {
-                    printf("%-17s %8.1f %8.1f %8.1f %7.1f %8.1f %8.1f %9.1f %8.1f %8.1f %6.1f %6.1f "
-                           "%7.0f %8.1f%%%s\n", name, mib(p->params), mib(p->grads), mib(p->adamw),
-                           mib(p->weights_op),
-                           mib(p->activations), mib(p->logits), mib(p->recompute),
+                    printf("%-17s %8.1f %8.1f %8.1f %7.1f %8.1f %8.1f %9.1f %8.1f %8.1f %6.1f %7.1f "
+                           "%6.1f %6.1f %7.0f %8.1f%%%s\n", name, mib(p->params), mib(p->grads),
+                           mib(p->adamw), mib(p->weights_op), mib(p->activations), mib(p->logits),
+                           mib(p->recompute),
                            mib(p->grad_scratch), mib(p->attn_scratch), mib(p->other),
-                           mib(p->host + p->host_transient), mib(rows[i].peak), 100.0 * frac,
+                           mib(p->op_scratch), mib(p->host + p->host_transient),
+                           mib(rows[i].loop), mib(rows[i].peak), 100.0 * frac,
                            i == best ? "   <- --memory-budget" : i == second ? "   (runner-up)" : "");
                 }
             }

@@ -722,17 +722,27 @@ static void* tc_forward_scratch(size_t bytes) {
     return tc_fwd_scratch;
 }
 
+extern "C" size_t attention_forward_scratch_bytes_bf16_cuda(int B, int T, int NH, int NKV, int HD) {
+    if (B <= 0 || T <= 0) return 0;
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD;
+    return n_qkv * (attention_tc_supports_hd(HD) ? sizeof(uint16_t) : sizeof(float));
+}
+
+extern "C" void attention_reserve_forward_scratch_bf16_cuda(int B, int T, int NH, int NKV, int HD) {
+    (void)tc_forward_scratch(attention_forward_scratch_bytes_bf16_cuda(B, T, NH, NKV, HD));
+}
+
 extern "C" void attention_forward_bf16_cuda(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV,
                                             int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
     if (B <= 0 || T <= 0) return;
     attention_cuda_check_T("attention_forward_bf16_cuda", T);   /* before the scratch and the rounding */
     const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD;
     if (attention_tc_supports_hd(HD)) {
-        uint16_t* bits = (uint16_t*)tc_forward_scratch(n_qkv * sizeof(uint16_t));
+        uint16_t* bits = (uint16_t*)tc_forward_scratch(attention_forward_scratch_bytes_bf16_cuda(B, T, NH, NKV, HD));
         tc_round_bits(bits, qkv, n_qkv);
         attention_forward_tc_cuda(out, lse, bits, B, T, NH, NKV, HD, g0, attn_seed, drop);
     } else {
-        float* rounded = (float*)tc_forward_scratch(n_qkv * sizeof(float));
+        float* rounded = (float*)tc_forward_scratch(attention_forward_scratch_bytes_bf16_cuda(B, T, NH, NKV, HD));
         tc_round_f32(rounded, qkv, n_qkv);
         attention_forward_cuda(out, lse, rounded, B, T, NH, NKV, HD, g0, attn_seed, drop);
     }

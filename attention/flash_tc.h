@@ -48,6 +48,10 @@ void attention_forward_bf16_cuda(float* out, float* lse, const float* qkv,
                                  int B, int T, int NH, int NKV, int HD,
                                  uint32_t g0, uint64_t attn_seed, Dropout drop);
 size_t attention_backward_scratch_floats_bf16_cuda(int B, int T, int NH, int NKV, int HD, int nthreads);
+/* The forward's block at the size a call of this shape asks for, and its allocation now (a
+ * model's build reserves it, so the forward allocates nothing afterwards). */
+size_t attention_forward_scratch_bytes_bf16_cuda(int B, int T, int NH, int NKV, int HD);
+void attention_reserve_forward_scratch_bf16_cuda(int B, int T, int NH, int NKV, int HD);
 void attention_backward_bf16_cuda(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* out, const float* lse,
                                   int B, int T, int NH, int NKV, int HD,

@@ -118,11 +118,17 @@ __global__ void count_differ_kernel(unsigned* counts, const float* a, const floa
     if (tid == 0) counts[blockIdx.x] = red[0];
 }
 
-static unsigned* differ_counts = NULL;   /* MAX_BLOCKS counts, allocated on first use */
+static unsigned* differ_counts = NULL;   /* MAX_BLOCKS counts: reserved by a build, else at first use */
+
+size_t device_differ_scratch_bytes_cuda(void) { return MAX_BLOCKS * sizeof(unsigned); }
+
+void device_reserve_differ_cuda(void) {
+    if (differ_counts == NULL) differ_counts = (unsigned*)device_alloc_cuda(device_differ_scratch_bytes_cuda());
+}
 
 size_t device_count_differ_cuda(const float* a, const float* b, size_t n) {
     if (n == 0) return 0;
-    if (differ_counts == NULL) differ_counts = (unsigned*)device_alloc_cuda(MAX_BLOCKS * sizeof(unsigned));
+    device_reserve_differ_cuda();
     unsigned nb = grid_for(n);
     SG_LAUNCH(count_differ_kernel, nb, FILL_THREADS, 0, differ_counts, a, b, n);
     SG_CHECK_LAUNCH();

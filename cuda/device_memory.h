@@ -18,6 +18,10 @@ void device_to_host_cuda(void* host_dst, const void* src, size_t bytes);
 void device_fill_cuda(float* x, size_t n, float value);
 size_t device_count_differ_cuda(const float* a, const float* b, size_t n);
 size_t device_peak_bytes_cuda(void);
+/* The value check's per-block counts (device_count_differ_cuda): their bytes, and their
+ * allocation now rather than at the first check (a model's build reserves them). */
+size_t device_differ_scratch_bytes_cuda(void);
+void device_reserve_differ_cuda(void);
 size_t device_live_bytes_cuda(void);   /* allocated and not freed */
 void device_synchronize_cuda(void);
 

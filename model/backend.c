@@ -144,6 +144,26 @@ const Backend* backend_cpu_bf16(void) {
 FP32_ACT_ADAPTERS(cuda, _cuda)
 FP32_PRODUCT_ADAPTERS(cudabf16, _bf16_cuda)
 
+/* The CUDA tables' scratch beside the arena: the ops' shared block and the value check's counts;
+ * under bf16 also the products' operand copies with cuBLASLt's workspace, and the attention
+ * forward's bf16 copy of qkv. */
+static size_t cuda_scratch_bytes(const OpCalls* k) {
+    return ops_scratch_bytes_cuda(k) + device_differ_scratch_bytes_cuda();
+}
+static void cuda_reserve_scratch(const OpCalls* k) {
+    ops_reserve_scratch_cuda(k);
+    device_reserve_differ_cuda();
+}
+static size_t cuda_bf16_scratch_bytes(const OpCalls* k) {
+    return cuda_scratch_bytes(k) + matmul_scratch_bytes_bf16_cuda(k) +
+           attention_forward_scratch_bytes_bf16_cuda(k->B, k->T, k->NH, k->NKV, k->HD);
+}
+static void cuda_bf16_reserve_scratch(const OpCalls* k) {
+    cuda_reserve_scratch(k);
+    matmul_reserve_scratch_bf16_cuda(k);
+    attention_reserve_forward_scratch_bf16_cuda(k->B, k->T, k->NH, k->NKV, k->HD);
+}
+
 static const Backend backend_cuda = {
     .name = "cuda",
     .precision = "fp32",
@@ -157,6 +177,8 @@ static const Backend backend_cuda = {
     .count_differ = device_count_differ_cuda,
     .peak_bytes = device_peak_bytes_cuda,
     .synchronize = device_synchronize_cuda,
+    .scratch_bytes = cuda_scratch_bytes,
+    .reserve_scratch = cuda_reserve_scratch,
     .encoder_forward = encoder_forward_cuda,
     .encoder_backward = encoder_backward_cuda,
     .layernorm_forward = cuda_layernorm_forward,
@@ -182,7 +204,7 @@ static const Backend backend_cuda = {
 
 /* --precision bf16: the CUDA table with the dense products (cuBLASLt, bf16 operands, fp32
  * accumulation, the bias in the GEMM's epilogue) and attention (tensor cores, bf16 q, k, v, fp32
- * softmax statistics) swapped in. Everything else, and all memory, is the fp32 table's: weights,
+ * softmax statistics) swapped in, with the scratch they keep. Everything else, and the arena, is the fp32 table's: weights,
  * gradients, AdamW state and activations stay fp32. Made once, from the fp32 table. */
 static const Backend* backend_cuda_bf16(void) {
     static Backend t;
@@ -190,6 +212,8 @@ static const Backend* backend_cuda_bf16(void) {
     if (!ready) {
         t = backend_cuda;
         t.precision = "bf16";
+        t.scratch_bytes = cuda_bf16_scratch_bytes;
+        t.reserve_scratch = cuda_bf16_reserve_scratch;
         t.matmul_forward = cudabf16_matmul_forward;
         t.matmul_backward = cudabf16_matmul_backward;
         t.attention_forward = cudabf16_attention_forward;

@@ -28,6 +28,24 @@ extern "C" {
 enum { DT_FP32 = 0, DT_BF16 = 1 };
 static inline size_t dtype_bytes(int dtype) { return dtype == DT_BF16 ? 2 : 4; }
 
+/* The calls a model makes to the ops that keep scratch of their own beside the arena (a device
+ * backend's partial sums, token buckets and bf16 operand copies): a backend sizes that scratch
+ * from them once, at build, so that no op allocates after it and ./train plan counts it. */
+typedef struct {
+    int N, C, OC;   /* a dense product: (N, C) . (OC, C)^T */
+    int bias;       /* its backward sums dbias */
+    int dinp;       /* its backward computes dinp */
+} MatmulCall;
+#define OP_CALLS_MAX_MATMULS 8
+typedef struct {
+    int B, T, C;            /* the residual stream's shape; every row-wise op runs on B*T rows */
+    int V;                  /* token ids are below V (the encoder backward's buckets) */
+    int NH, NKV, HD;        /* attention */
+    size_t largest_tensor;  /* floats: sum_squares reads one parameter tensor at a time */
+    int n_matmul;
+    MatmulCall matmul[OP_CALLS_MAX_MATMULS];
+} OpCalls;
+
 /* The part of a training step the orchestrator is in (Backend.phase). */
 enum { BE_PHASE_FORWARD, BE_PHASE_BACKWARD, BE_PHASE_RECOMPUTE, BE_PHASE_OPTIMIZER };
 
@@ -58,6 +76,12 @@ typedef struct Backend {
     /* optional (NULL in the backends): told the step's phase as it changes, BE_PHASE_*. Only the
      * profiler (model/profile.h) listens; no op may depend on it */
     void (*phase)(int phase);
+    /* optional (NULL on the CPU, whose ops keep no counted scratch): the bytes of the scratch the
+     * ops keep beside the arena for a model's calls, and its reservation, which the build makes
+     * right after the arena; after it no op's scratch grows, so the counted peak of a run is the
+     * arena plus these bytes (gpt_plan's op_scratch) */
+    size_t (*scratch_bytes)(const OpCalls* calls);
+    void (*reserve_scratch)(const OpCalls* calls);
 
     /* ---- ops: the signatures and contracts of model/ops.h and attention/attention.h ---- */
     void (*encoder_forward)(float* out, const int* inp, const float* wte, const float* wpe,

@@ -283,6 +283,34 @@ static size_t host_table_bytes(const GPTConfig* c, const RecomputePolicy* policy
            mem_align_floats((size_t)L * 3) * sizeof(float);   /* the attention statistics */
 }
 
+/* The calls the model makes to the ops that keep scratch beside the arena (model/backend.h):
+ * every dense product of a layer on the stream's rows, and the classifier's on a chunk of rows
+ * (no bias; its dinp is dlnf). */
+static void op_calls(const GPTConfig* c, int B, int T, int classifier_rows, OpCalls* k) {
+    memset(k, 0, sizeof(*k));
+    int N = B * T, C = c->channels, QKV = (int)gpt_qkv_channels(c);
+    k->B = B;
+    k->T = T;
+    k->C = C;
+    k->V = c->vocab_size;
+    k->NH = c->num_heads;
+    k->NKV = c->num_kv_heads;
+    k->HD = gpt_head_dim(c);
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    gpt_param_sizes(c, sizes);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+        if (sizes[i] > k->largest_tensor) k->largest_tensor = sizes[i];
+    const MatmulCall calls[] = {
+        {N, C, QKV, 1, 1},                             /* qkv */
+        {N, C, C, 1, 1},                               /* attention projection */
+        {N, C, 4 * C, 1, 1},                           /* fc */
+        {N, 4 * C, C, 1, 1},                           /* fc projection */
+        {classifier_rows, C, c->padded_vocab_size, 0, 1},   /* the classifier's chunk */
+    };
+    k->n_matmul = (int)(sizeof(calls) / sizeof(calls[0]));
+    memcpy(k->matmul, calls, sizeof(calls));
+}
+
 /* A configuration and batch a model can be built for: 0, or -1 with one line in err. */
 static int check_build_args(const GPTConfig* c, int B, int T, char err[256]) {
     const char* problem = gpt_config_problem(c);
@@ -337,6 +365,10 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
     out->host = host_table_bytes(c, policy) +
                 (be->host_memory ? 0 : (3 * pfloats + mem_align_floats(BT)) * sizeof(float));
     out->host_transient = 2 * nrope * sizeof(float);
+    OpCalls calls;
+    op_calls(c, B, T, m.classifier_rows, &calls);
+    out->op_scratch = be->scratch_bytes != NULL ? be->scratch_bytes(&calls) : 0;
+    out->batch = 2 * BT * sizeof(int);
     /* FLOPs: 6 per parameter per token plus the attention's 12 L C T; a layer's forward is a
      * third of its share, and a recompute runs every layer's forward once more */
     size_t layer_params = 0;
@@ -422,6 +454,11 @@ int gpt_build_rows(GPT* m, const GPTConfig* c, int B, int T, const RecomputePoli
     m->acts_memory = base + 4 * pfloats + nwop;
     plan_activations(m, m->acts_memory, NULL);
     plan_scratch(m, m->acts_memory + m->num_acts);
+    if (be->reserve_scratch != NULL) {   /* the ops' own scratch, now: none grows after the build */
+        OpCalls calls;
+        op_calls(c, B, T, m->classifier_rows, &calls);
+        be->reserve_scratch(&calls);
+    }
     m->inputs = (int*)(m->acts_memory + m->num_acts + nscratch);
     m->targets = m->inputs + ntok;
     if (nrope > 0) {

@@ -321,6 +321,11 @@ typedef struct {
                              weights and moments), allocated through model/mem.h */
     size_t host_transient;   /* freed before the build returns (the RoPE table, built on the
                                 host): counts in the peak, not in what stays */
+    size_t op_scratch;    /* a device backend's scratch beside the arena (Backend.scratch_bytes:
+                             partial sums, token buckets, bf16 operand copies), reserved by the
+                             build; 0 on the CPU */
+    size_t batch;         /* host: a training loop's copy of one batch's token ids and targets
+                             (2 B T ints), which the trainer allocates after the build */
     double step_flops;       /* model FLOPs of one step, nanoGPT's 6N + 12 L C T per token */
     double recompute_flops;  /* forward FLOPs the policy computes again per step */
 } GPTPlan;

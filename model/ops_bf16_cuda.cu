@@ -93,6 +93,20 @@ static size_t carve(Carve* c, int i, size_t bytes) {
     return c->off[i];
 }
 
+/* The scratch's pieces for one product, forward and backward (the ops below carve the same) */
+static void forward_carve(Carve* cv, int N, int C, int OC) {
+    size_t Cp = pad_to((size_t)C, LT_PAD);
+    carve(cv, 0, sizeof(__nv_bfloat16) * (size_t)OC * Cp);
+    carve(cv, 1, sizeof(__nv_bfloat16) * (size_t)N * Cp);
+}
+static void backward_carve(Carve* cv, int N, int C, int OC, int dinp) {
+    size_t Np = pad_to((size_t)N, LT_PAD), Cp = pad_to((size_t)C, LT_PAD);
+    size_t OCp = pad_to((size_t)OC, LT_PAD);
+    carve(cv, 0, sizeof(__nv_bfloat16) * Np * OCp);
+    carve(cv, 1, sizeof(__nv_bfloat16) * Np * Cp);
+    carve(cv, 2, dinp ? sizeof(__nv_bfloat16) * OCp * Cp : 0);
+}
+
 /* ---- rounding to bf16 ----------------------------------------------------------------------- */
 
 /* dst (rows_p, cols_p) row-major = src (rows, cols) rounded to bf16, zeros in the padding */
@@ -299,8 +313,8 @@ void matmul_forward_bf16_cuda(float* out, const float* inp, const float* weight,
     int Cp = (int)pad_to((size_t)C, LT_PAD);
     /* weight (OC, Cp) and inp (N, Cp) in bf16; C = 0 gives k = LT_PAD zeros: out = bias (or 0) */
     Carve cv = {{0}, 0};
-    size_t ow = carve(&cv, 0, sizeof(__nv_bfloat16) * (size_t)OC * Cp);
-    size_t ox = carve(&cv, 1, sizeof(__nv_bfloat16) * (size_t)N * Cp);
+    forward_carve(&cv, N, C, OC);
+    size_t ow = cv.off[0], ox = cv.off[1];
     void* base = lt_scratch(cv.total);
     __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OC, Cp);
     __nv_bfloat16* x16 = round_pad_bf16(base, ox, inp, N, C, N, Cp);
@@ -316,9 +330,8 @@ void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const 
     int OCp = (int)pad_to((size_t)OC, LT_PAD);
     /* bf16 dout (Np, OCp) and inp (Np, Cp); weight (OCp, Cp) when dinp is asked for */
     Carve cv = {{0}, 0};
-    size_t og = carve(&cv, 0, sizeof(__nv_bfloat16) * (size_t)Np * OCp);
-    size_t ox = carve(&cv, 1, sizeof(__nv_bfloat16) * (size_t)Np * Cp);
-    size_t ow = carve(&cv, 2, dinp != NULL ? sizeof(__nv_bfloat16) * (size_t)OCp * Cp : 0);
+    backward_carve(&cv, N, C, OC, dinp != NULL);
+    size_t og = cv.off[0], ox = cv.off[1], ow = cv.off[2];
     void* base = lt_scratch(cv.total);
     __nv_bfloat16* g16 = round_pad_bf16(base, og, dout, N, OC, Np, OCp);
     __nv_bfloat16* x16 = round_pad_bf16(base, ox, inp, N, C, Np, Cp);
@@ -334,4 +347,26 @@ void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const 
         matmul_backward_dweight_cuda(dweight, dout, inp, N, C, OC);   /* refused: the fp32 op's */
     /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
     if (dbias != NULL) bias_backward_cuda(dbias, dout, N, OC);
+}
+
+/* ---- the scratch a model's calls need --------------------------------------------------------- */
+
+size_t matmul_scratch_bytes_bf16_cuda(const OpCalls* k) {
+    size_t need = 0;
+    for (int i = 0; i < k->n_matmul; i++) {
+        const MatmulCall* c = &k->matmul[i];
+        if (c->N == 0 || c->OC == 0) continue;
+        Carve f = {{0}, 0}, b = {{0}, 0};
+        forward_carve(&f, c->N, c->C, c->OC);
+        if (f.total > need) need = f.total;
+        if (c->C == 0) continue;   /* the backward returns before its scratch */
+        backward_carve(&b, c->N, c->C, c->OC, c->dinp);
+        if (b.total > need) need = b.total;
+    }
+    return need + SG_LT_WORKSPACE_BYTES;
+}
+
+void matmul_reserve_scratch_bf16_cuda(const OpCalls* k) {
+    (void)lt();   /* the handle and its workspace */
+    (void)lt_scratch(matmul_scratch_bytes_bf16_cuda(k) - SG_LT_WORKSPACE_BYTES);
 }

@@ -17,6 +17,8 @@
 #ifndef SEEDGPT_OPS_BF16_CUDA_H
 #define SEEDGPT_OPS_BF16_CUDA_H
 
+#include "model/backend.h"   /* OpCalls */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,6 +34,12 @@ void matmul_forward_bf16_cuda(float* out, const float* inp, const float* weight,
  * NULL) */
 void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, int N, int C, int OC);
+
+/* The device memory these products keep: the operand copies' scratch at the most a model's
+ * calls ask of it, and cuBLASLt's workspace; and their allocation now (the build reserves them,
+ * so no product allocates afterwards). */
+size_t matmul_scratch_bytes_bf16_cuda(const OpCalls* calls);
+void matmul_reserve_scratch_bf16_cuda(const OpCalls* calls);
 
 #ifdef __cplusplus
 }

@@ -766,3 +766,27 @@ void adamw_update_cuda(float* params, const float* grads, float* m, float* v, si
               eps, weight_decay, bc1, bc2);
     SG_CHECK_LAUNCH();
 }
+
+/* ---- the scratch a model's calls need --------------------------------------------------------- */
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+/* The most each user of ops_scratch asks for over the calls (the sizes written where they ask) */
+size_t ops_scratch_bytes_cuda(const OpCalls* k) {
+    const size_t N = (size_t)k->B * k->T;
+    /* encoder_backward: U distinct tokens (at most min(N, V)), their starts (U + 1), positions (N) */
+    const size_t U = N < (size_t)k->V ? N : (size_t)k->V;
+    size_t need = sizeof(int) * (2 * U + 1 + N);
+    /* layernorm_backward on the stream's rows: dweight's and dbias's partials */
+    need = max_size(need, sizeof(float) * 2 * (size_t)colsum_chunks((int)N) * k->C);
+    /* the dense products' dbias partials */
+    for (int i = 0; i < k->n_matmul; i++) {
+        const MatmulCall* c = &k->matmul[i];
+        if (c->bias) need = max_size(need, sizeof(float) * (size_t)colsum_chunks(c->N) * c->OC);
+    }
+    /* sum_squares, one tensor at a time */
+    const size_t nblocks = (k->largest_tensor + NORM_BLOCK - 1) / NORM_BLOCK;
+    return max_size(need, sizeof(double) * (nblocks + 1));
+}
+
+void ops_reserve_scratch_cuda(const OpCalls* k) { (void)ops_scratch(ops_scratch_bytes_cuda(k)); }

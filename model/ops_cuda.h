@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "random/philox.h"
+#include "model/backend.h"        /* OpCalls */
 #include "cuda/device_memory.h"   /* the backend's memory: device_alloc_cuda, ... */
 
 #ifdef __cplusplus
@@ -52,6 +53,12 @@ void crossentropy_forward_cuda(float* losses, const float* logits, const int* ta
 void crossentropy_backward_cuda(float* logits, const int* targets, float dloss, int N, int V,
                                 int Vp);
 double sum_squares_cuda(const float* x, size_t n);
+
+/* The ops' one device scratch (column-sum partials, the encoder backward's token buckets, the
+ * norm's partials): the most bytes a model's calls ask of it, and its allocation at that size
+ * now (it only grows, so a reserved scratch is never allocated again by those calls). */
+size_t ops_scratch_bytes_cuda(const OpCalls* calls);
+void ops_reserve_scratch_cuda(const OpCalls* calls);
 void scale_inplace_cuda(float* x, size_t n, float s);
 void adamw_update_cuda(float* params, const float* grads, float* m, float* v, size_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay, int t);

@@ -3,8 +3,11 @@
 #include <string.h>
 #include "model/plan.h"
 
-size_t plan_peak(const GPTPlan* p, const Backend* be) {
-    return be->host_memory ? p->arena + p->host + p->host_transient : p->arena;
+size_t plan_peak(const GPTPlan* p, const Backend* be, size_t sampler) {
+    if (!be->host_memory) return p->arena + p->op_scratch;
+    /* the transient is freed inside the build, before the loop allocates */
+    size_t loop = p->batch + sampler;
+    return p->arena + p->host + (p->host_transient > loop ? p->host_transient : loop);
 }
 
 static int same_policy(const RecomputePolicy* a, const RecomputePolicy* b) {
@@ -12,7 +15,8 @@ static int same_policy(const RecomputePolicy* a, const RecomputePolicy* b) {
 }
 
 int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
-              const RecomputePolicy* extra, PlanRow rows[PLAN_MAX_ROWS], char err[256]) {
+              const RecomputePolicy* extra, size_t sampler, PlanRow rows[PLAN_MAX_ROWS],
+              char err[256]) {
     RecomputePolicy base = {0, 0, CHECK_WARN, 0};
     if (extra != NULL) base = *extra;
     RecomputePolicy cand[PLAN_MAX_ROWS];
@@ -35,7 +39,8 @@ int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
     for (int i = 0; i < n; i++) {
         rows[i].policy = cand[i];
         if (gpt_plan(c, B, T, &cand[i], be, threads, &rows[i].plan, err) != 0) return -1;
-        rows[i].peak = plan_peak(&rows[i].plan, be);
+        rows[i].loop = rows[i].plan.batch + sampler;
+        rows[i].peak = plan_peak(&rows[i].plan, be, sampler);
     }
     return n;
 }

@@ -2,10 +2,13 @@
  * one's planned bytes (gpt_plan: the layout code that allocates, run without allocating) and
  * recomputed FLOPs, and the choice --memory-budget makes among them.
  *
- * The bytes a budget is held to are a policy's planned peak: on a host backend the arena, the
- * host-side tables and the build's transient RoPE table; on a device backend the device arena.
- * The run's other buffers (the loaders' windows, one batch of token ids, the GEMM's packing
- * buffer, a device backend's grow-only op scratch) are not in it.
+ * The bytes a budget is held to are a policy's planned peak, the high-water mark the trainer
+ * counts and logs (peak_bytes, device_peak_bytes): on a host backend the arena and the host-side
+ * tables, plus the larger of the build's transient RoPE table and what the training loop
+ * allocates after the build (its batch of token ids and targets, and the sampler of
+ * --sample-every); on a device backend the device arena and the ops' scratch beside it. Not
+ * counted, and so not planned: the loaders' windows and the CPU GEMM's packing buffer (plain
+ * malloc), and a GPU library's own workspace.
  */
 #ifndef SEEDGPT_PLAN_H
 #define SEEDGPT_PLAN_H
@@ -17,11 +20,13 @@
 typedef struct {
     RecomputePolicy policy;
     GPTPlan plan;
-    size_t peak;   /* plan_peak(&plan, be) */
+    size_t loop;   /* host: the training loop's batch and sampler (plan_rows' sampler) */
+    size_t peak;   /* plan_peak(&plan, be, sampler) */
 } PlanRow;
 
-/* The planned peak a budget is held to (see the header comment). */
-size_t plan_peak(const GPTPlan* p, const Backend* be);
+/* The planned peak a budget is held to (see the header comment); sampler: the bytes of the
+ * sampler the loop allocates (sampler_bytes), 0 without --sample-every. */
+size_t plan_peak(const GPTPlan* p, const Backend* be, size_t sampler);
 
 /* One row per policy, in this order: none, every:K for K = 8, 4, 2 where K < L, layer, then the
  * same with selective storage (selective, selective+every:K, selective+layer), then `extra` when
@@ -29,7 +34,8 @@ size_t plan_peak(const GPTPlan* p, const Backend* be);
  * (or none's defaults). Returns the number of rows, or -1 with err (a configuration or batch the
  * model refuses: gpt_plan's message). */
 int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
-              const RecomputePolicy* extra, PlanRow rows[PLAN_MAX_ROWS], char err[256]);
+              const RecomputePolicy* extra, size_t sampler, PlanRow rows[PLAN_MAX_ROWS],
+              char err[256]);
 
 /* --memory-budget: among the rows whose peak is at most budget bytes, the one with the fewest
  * recomputed FLOPs, ties to the smaller peak. Returns its index, or -1 when none fits; *runner_up

@@ -36,6 +36,16 @@ void sampler_init(Sampler* s, const GPT* m) {
     }
 }
 
+size_t sampler_bytes(const GPTConfig* c) {
+    size_t C = c->channels, KV = (size_t)c->num_kv_heads * gpt_head_dim(c);
+    size_t cache = (size_t)c->num_layers * c->max_seq_len * KV;
+    /* the caches; x, ln, atty, branch, x_in; qkv; fch; scores; logits */
+    size_t floats = 2 * cache + 5 * C + gpt_qkv_channels(c) + 4 * C + c->max_seq_len +
+                    c->padded_vocab_size;
+    if (c->pos_kind == POS_ROPE) floats += 2 * (size_t)c->max_seq_len * (gpt_head_dim(c) / 2);
+    return floats * sizeof(float) + (size_t)c->vocab_size * sizeof(int);
+}
+
 void sampler_free(Sampler* s) {
     mem_free(s->kcache); mem_free(s->vcache); mem_free(s->x); mem_free(s->ln); mem_free(s->qkv);
     mem_free(s->atty); mem_free(s->branch); mem_free(s->fch); mem_free(s->scores);

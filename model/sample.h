@@ -48,6 +48,8 @@ typedef struct {
 
 /* Allocates the cache and buffers for m's configuration. Cannot fail (mem_alloc exits). */
 void sampler_init(Sampler* s, const GPT* m);
+/* The bytes sampler_init allocates for a model of this configuration (model/mem.h counts them). */
+size_t sampler_bytes(const GPTConfig* c);
 void sampler_free(Sampler* s);
 /* Forgets the cache: the next token fed is position 0. */
 void sampler_reset(Sampler* s);

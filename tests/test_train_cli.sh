@@ -15,7 +15,8 @@
 #     recomputed FLOPs among the policies whose planned peak fits, ties to the smaller peak) at
 #     each policy's peak and one byte below it, refuses when nothing fits, and yields to an
 #     explicit --recompute that fits (refusing one that does not); bad sizes and a bad shape are
-#     one line;
+#     one line; each policy's planned peak is, to the byte, the peak_bytes a run of it logs (with
+#     evaluation, samples and saved states; learned positions, and RoPE with its transient table);
 #   - ./train sample: the same seed gives the same text, another seed other text, and a model
 #     file that does not exist is refused with one line;
 #   - --profile (--recompute layer, dropout 0.1): exactly one {"type":"profile"} row with every op
@@ -209,6 +210,30 @@ if [ $bad -eq 0 ] && [ $rc -eq 2 ] && cmp -s "$W/pbad.err" "$W/tbad.err"; then
     ok plan_and_budget_refuse_bad_input_in_one_line "5 bad sizes refused; plan's shape refusal is training's: $(cat "$W/pbad.err")"
 else
     fail plan_and_budget_refuse_bad_input_in_one_line "$bad bad sizes not refused; plan status $rc: '$(cat "$W/pbad.err")' vs '$(cat "$W/tbad.err")'"
+fi
+
+# the plan's peak against the run's counted peak, every policy, byte for byte: the run evaluates,
+# samples (--sample-every: the loop's sampler is planned) and saves states; the RoPE model adds
+# the build's transient angle table
+wrong=0; tried=0; detail=
+for shape in "--layers 4" "--layers 2 --heads 4 --kv-heads 2 --pos rope"; do
+    # shellcheck disable=SC2206
+    Q=("${BASE[@]}" $shape --batch 2 --steps 2 --eval-every 1 --eval-batches 1 --sample-every 1 --sample-tokens 4)
+    "$TRAIN" plan "${Q[@]}" --format json > "$W/pk.jsonl" 2> "$W/pk.err" || { wrong=$((wrong + 1)); detail="$detail plan failed: $(head -1 "$W/pk.err");"; }
+    for pol in $(grep -o '"policy":"[^"]*"' "$W/pk.jsonl" | cut -d'"' -f4); do
+        want=$(grep "\"policy\":\"$pol\"" "$W/pk.jsonl" | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
+        rm -rf "$W/pkrun"
+        "$TRAIN" "${Q[@]}" --recompute "$pol" --out "$W/pkrun" --log-json "$W/pkrun.jsonl" > /dev/null 2>&1
+        got=$(grep '"type":"train"' "$W/pkrun.jsonl" | tail -1 | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
+        tried=$((tried + 1))
+        [ -n "$want" ] && [ "$got" = "$want" ] || { wrong=$((wrong + 1)); detail="$detail $shape $pol: planned $want, counted $got;"; }
+        last="$pol planned $want B, counted $got B"
+    done
+done
+if [ $wrong -eq 0 ] && [ $tried -ge 10 ]; then
+    ok plan_peak_equals_the_counted_peak_of_each_policy "$tried runs (2 shapes, learned and RoPE), every planned peak the logged peak_bytes to the byte; last: $last"
+else
+    fail plan_peak_equals_the_counted_peak_of_each_policy "$wrong of $tried differ:$detail"
 fi
 
 # ---- --profile: one row, every class, nothing else changed

@@ -9,7 +9,10 @@
 #     the layer run under --profile (so the cudaEvent timers change nothing either), which adds
 #     one {"type":"profile"} row timed by cudaEvents, with recompute time;
 #   - --precision bf16: within 1e-2 of the CPU's fp32 run, recompute bitwise, its state resumed
-#     in fp32 on the CPU.
+#     in fp32 on the CPU;
+#   - ./train plan's peak, for the policy, device and precision of each run above (and of a
+#     selective run on --device cuda), is the peak the run logged, to the byte: peak_bytes on the
+#     CPU, device_peak_bytes on CUDA (the arena and the ops' scratch, reserved at build).
 # Tiny model, few steps: the emulated build runs every GPU thread as a CPU thread.
 set -u
 cd "$(dirname "$0")/../.."
@@ -110,5 +113,26 @@ if [ $rc1 -eq 143 ] && [ $rc -eq 0 ] && grep -q 'resumed from .*state_00000002.b
     ok state_saved_by_bf16_resumes_in_fp32_on_cpu "2 steps bf16 on cuda, 2 fp32 on cpu: $(worst "$W/run_bf16/log.jsonl" "$W/cpu64.jsonl") vs the straight cpu run"
 else
     fail state_saved_by_bf16_resumes_in_fp32_on_cpu "statuses $rc1 $rc (expect 143 0): $(tail -1 "$W/leg2_bf16.out") $(worst "$W/run_bf16/log.jsonl" "$W/cpu64.jsonl")"
+fi
+# the plan's peak is the run's counted peak, to the byte, on each backend and precision
+run cuda_sel --device cuda --recompute selective
+wrong=0; detail=; detail_ok=
+for spec in "cpu|--device cpu --precision fp32|none|peak_bytes" "cuda|--device cuda --precision fp32|none|device_peak_bytes" \
+            "cuda_layer|--device cuda --precision fp32 --recompute layer|layer|device_peak_bytes" \
+            "cuda_sel|--device cuda --precision fp32 --recompute selective|selective|device_peak_bytes" \
+            "cpu64|--device cpu --precision fp32 ${BF[*]}|none|peak_bytes" \
+            "bf16|--device cuda --precision bf16 ${BF[*]}|none|device_peak_bytes" \
+            "bf16_layer|--device cuda --precision bf16 --recompute layer ${BF[*]}|layer|device_peak_bytes"; do
+    IFS='|' read -r name flags pol key <<< "$spec"
+    # shellcheck disable=SC2086
+    want=$("$TRAIN" plan "${BASE[@]}" $flags --format json 2>/dev/null | grep "\"policy\":\"$pol\"" | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
+    got=$(grep '"type":"train"' "$W/$name.jsonl" | tail -1 | grep -o "\"$key\":[0-9]*" | cut -d: -f2)
+    [ -n "$want" ] && [ "$got" = "$want" ] || { wrong=$((wrong + 1)); detail="$detail $name: planned '$want', counted '$got';"; }
+    detail_ok="$detail_ok $name $got;"
+done
+if [ $wrong -eq 0 ]; then
+    ok plan_peak_equals_the_counted_peak_on_each_backend "7 runs, planned = counted bytes:$detail_ok"
+else
+    fail plan_peak_equals_the_counted_peak_on_each_backend "$wrong of 7 differ:$detail"
 fi
 [ $failed -eq 0 ]
