@@ -216,9 +216,10 @@ fi
 # samples (--sample-every: the loop's sampler is planned) and saves states; the RoPE model adds
 # the build's transient angle table
 wrong=0; tried=0; detail=
+for prec in fp32 bf16; do
 for shape in "--layers 4" "--layers 2 --heads 4 --kv-heads 2 --pos rope"; do
     # shellcheck disable=SC2206
-    Q=("${BASE[@]}" $shape --batch 2 --steps 2 --eval-every 1 --eval-batches 1 --sample-every 1 --sample-tokens 4)
+    Q=("${BASE[@]}" $shape --batch 2 --steps 2 --eval-every 1 --eval-batches 1 --sample-every 1 --sample-tokens 4 --precision $prec)
     "$TRAIN" plan "${Q[@]}" --format json > "$W/pk.jsonl" 2> "$W/pk.err" || { wrong=$((wrong + 1)); detail="$detail plan failed: $(head -1 "$W/pk.err");"; }
     for pol in $(grep -o '"policy":"[^"]*"' "$W/pk.jsonl" | cut -d'"' -f4); do
         want=$(grep "\"policy\":\"$pol\"" "$W/pk.jsonl" | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
@@ -226,12 +227,13 @@ for shape in "--layers 4" "--layers 2 --heads 4 --kv-heads 2 --pos rope"; do
         "$TRAIN" "${Q[@]}" --recompute "$pol" --out "$W/pkrun" --log-json "$W/pkrun.jsonl" > /dev/null 2>&1
         got=$(grep '"type":"train"' "$W/pkrun.jsonl" | tail -1 | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
         tried=$((tried + 1))
-        [ -n "$want" ] && [ "$got" = "$want" ] || { wrong=$((wrong + 1)); detail="$detail $shape $pol: planned $want, counted $got;"; }
-        last="$pol planned $want B, counted $got B"
+        [ -n "$want" ] && [ "$got" = "$want" ] || { wrong=$((wrong + 1)); detail="$detail $prec $shape $pol: planned $want, counted $got;"; }
+        last="$prec $pol planned $want B, counted $got B"
     done
 done
-if [ $wrong -eq 0 ] && [ $tried -ge 10 ]; then
-    ok plan_peak_equals_the_counted_peak_of_each_policy "$tried runs (2 shapes, learned and RoPE), every planned peak the logged peak_bytes to the byte; last: $last"
+done
+if [ $wrong -eq 0 ] && [ $tried -ge 20 ]; then
+    ok plan_peak_equals_the_counted_peak_of_each_policy "$tried runs (fp32 and bf16, 2 shapes, learned and RoPE), every planned peak the logged peak_bytes to the byte; last: $last"
 else
     fail plan_peak_equals_the_counted_peak_of_each_policy "$wrong of $tried differ:$detail"
 fi
