@@ -49,7 +49,7 @@ obj() {   # obj SRC -> prints the object, building it when out of date
     echo "$o"
 }
 MODEL=(model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/mem.c checkpoint/checkpoint.c
-       attention/flash_cpu.c)
+       attention/flash_cpu.c model/ops_bf16_cpu.c model/gemm_bf16_cpu.c attention/flash_bf16_cpu.c)
 declare -A SRC=(
     [shard]="data/shards.c"
     [modelfile]="model/modelfile.c ${MODEL[*]}"
