@@ -397,8 +397,8 @@ int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
     if (be->attention_block_forward == NULL || be->attention_block_backward == NULL ||
         be->attention_merge == NULL || be->copy_rows == NULL || be->encoder_forward_at == NULL ||
         be->residual_dropout_forward_at == NULL || be->dropout_backward_at == NULL) {
-        snprintf(err, 256, "--context-parallel %d: the %s backend has no context-parallel "
-                 "attention yet (use --device cpu)", cp->size, be->name);
+        snprintf(err, 256, "--context-parallel %d: the %s backend in %s has no context-parallel "
+                 "attention yet (use fp32)", cp->size, be->name, be->precision);
         return -1;
     }
     return build_model(m, c, B, T / cp->size, policy, be, 0, cp, err);
