@@ -7,7 +7,8 @@
  *   - with dropout 0.1 at every site, the mean of the ranks' losses equals the CPU's loss to
  *     1e-5 relative, and the sum of the ranks' gradients equals the CPU's to 1e-4 per tensor (a
  *     single keep bit at the wrong coordinate would move them far more);
- *   - --recompute layer gives the same bits as none on each rank.
+ *   - --recompute layer gives the same bits as none on each rank;
+ *   - under --precision bf16 the build refuses context parallelism in one line.
  * The ring here is a test double: it moves the same buffers at the same points as the NCCL ring
  * of ./train_mpi_cuda, which needs several GPUs and has not run.
  */
@@ -209,11 +210,26 @@ static void test_cp_on_cuda(int N, int L, int NH, int NKV, int C, int V, int B, 
     gpt_free(&one);
 }
 
+/* bf16 on CUDA has no block kernels: gpt_build_cp refuses it in one line naming the precision */
+static void test_bf16_refused(void) {
+    const Backend* bf16 = backend_lookup("cuda", "bf16");
+    GPTConfig c = {16, 67, gpt_pad_vocab(67), 1, 2, 2, 32, 0, 0, 0, 0};
+    RecomputePolicy none = {0, 0, CHECK_OFF, 0};
+    ContextParallel cp = {2, 0, ring_start, ring_start, ring_wait};
+    GPT m;
+    char err[256] = "";
+    int rc = bf16 ? gpt_build_cp(&m, &c, 1, 16, &none, bf16, &cp, err) : -1;
+    expect(bf16 != NULL && rc != 0 && strstr(err, "bf16") != NULL && strchr(err, '\n') == NULL,
+           "cp_build_refuses_cuda_bf16_in_one_line", "rc %d, \"%s\"", rc, err);
+    if (rc == 0) gpt_free(&m);
+}
+
 int main(void) {
     if (backend_by_name("cuda") == NULL) {
         printf("SKIP test_cuda_cp: this build has no CUDA backend\n");
         return 0;
     }
+    test_bf16_refused();
     test_cp_on_cuda(2, 2, 2, 1, 32, 67, 2, 16);   /* grouped-query heads; chunks of 4 */
     test_cp_on_cuda(3, 1, 2, 2, 32, 67, 1, 12);   /* chunks of 2 */
     return test_finish();
