@@ -27,7 +27,8 @@ CUDA_HOME ?= /usr/local/cuda
 # Bitwise reproducibility (DESIGN §4): no -ffast-math; ISO C mode keeps FMA contraction off.
 CFLAGS  ?= -O2 -march=native
 # -fno-math-errno lets sqrtf vectorise; it changes no result bit.
-CFLAGS  += -std=c11 -fopenmp -fno-math-errno -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -g -I.
+# -Wpointer-arith: operand activations are void* (fp32 or bf16); arithmetic on one must name its type.
+CFLAGS  += -std=c11 -fopenmp -fno-math-errno -Wall -Wextra -Wno-unused-parameter -Wpointer-arith -D_GNU_SOURCE -g -I.
 # ---- system libraries: each one optional --------------------------------------------------
 # A bare GPU machine has the CUDA toolkit and a C compiler but none of Debian's -dev packages
 # (scripts/setup.sh installs them here). Each library below is probed; where it is missing the
@@ -72,16 +73,18 @@ endif
 
 BUILD   := build
 
-CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/gemm_bf16_cpu.c model/plan.c model/mem.c model/modelfile.c \
+CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/gemm_bf16_cpu.c model/ops_bf16_cpu.c model/plan.c model/mem.c model/modelfile.c \
             model/state.c model/sample.c model/dist_none.c model/peak.c model/profile.c \
             checkpoint/checkpoint.c \
-            attention/flash_cpu.c \
+            attention/flash_cpu.c attention/flash_bf16_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 # Test builds: the same sources with SEEDGPT_TEST_BUILD (NaN-filled scratch, allocation counting).
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
-HEADERS := $(wildcard *.h model/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h)
+HEADERS := $(wildcard *.h model/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h cuda/bf16.h)
+# the bf16 attention is attention/flash_cpu.c compiled again
+$(BUILD)/attention/flash_bf16_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o: attention/flash_cpu.c
 
 # plain `make` builds the CPU trainer (config, below, would otherwise be the first rule)
 .DEFAULT_GOAL := all
@@ -125,7 +128,7 @@ CP_BINS := $(if $(MPI_BIN),$(BUILD)/tests/train_test $(BUILD)/tests/train_mpi_te
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_cp test_data test_modelfile test_model test_checkpoint test_opts \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_peak \
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_bf16 test_peak \
            test_profile
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
@@ -367,11 +370,11 @@ CUDA_TEST_FTC_BINS := $(CUDA_BUILD)/tests/test_cuda_flash_tc
 # (flash_tc.o's fp32-interface wrappers call flash_cuda.o's kernels and cuda/device_memory.o's allocator)
 $(CUDA_TEST_FTC_BINS): tests/cuda/test_cuda_flash_tc.cu $(CUDA_BUILD)/attention/flash_tc.o \
 		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/cuda/device_memory.o \
-		$(BUILD)/test/attention/flash_cpu.o $(CUDA_HEADERS)
+		$(BUILD)/test/attention/flash_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(CUDA_BUILD)/attention/flash_tc.o \
 		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/cuda/device_memory.o \
-		$(BUILD)/test/attention/flash_cpu.o -Xcompiler -fopenmp -lgomp -lm
+		$(BUILD)/test/attention/flash_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o -Xcompiler -fopenmp -lgomp -lm
 # the attention's speed on a GPU (scripts/gpu_check.sh): fwd + bwd ms and TFLOP/s, not a test
 BENCH_ATTN_OBJ := $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/attention/flash_tc.o $(CUDA_BUILD)/cuda/device_memory.o
 $(CUDA_BUILD)/bench_attention_cuda: tests/cuda/bench_attention_cuda.cu $(BENCH_ATTN_OBJ) $(CUDA_HEADERS)
@@ -430,7 +433,7 @@ $(EMU_TC_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_RT_OBJ) $(BUI
 EMU_FTC_BINS := $(EMU_BUILD)/tests/test_cuda_flash_tc
 $(EMU_FTC_BINS): $(EMU_BUILD)/tests/test_cuda_flash_tc.o $(EMU_BUILD)/attention/flash_tc.o \
 		$(EMU_BUILD)/attention/flash_cuda.o $(EMU_BUILD)/cuda/device_memory.o $(EMU_RT_OBJ) \
-		$(BUILD)/test/attention/flash_cpu.o
+		$(BUILD)/test/attention/flash_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # the attention benchmark in the emulation: scripts/gpu_check.sh --dry-run runs it at a tiny shape
 $(EMU_BUILD)/bench_attention_cuda: $(EMU_BUILD)/tests/bench_attention_cuda.o $(EMU_BUILD)/attention/flash_cuda.o \

@@ -58,6 +58,7 @@ static const struct { const char* name; int resume; int bare; /* 1: takes no val
     [F_DEVICE] = {"--device", R_LOCAL},   /* a state saved on one backend resumes on the other */
     [F_PRECISION] = {"--precision", R_LOCAL},   /* states hold fp32 weights whatever it is */
     [F_PROFILE] = {"--profile", R_LOCAL, 1},
+    [F_LOG_ATTN_STATS] = {"--log-attn-stats", R_LOCAL, 1},
     [F_MEMORY_BUDGET] = {"--memory-budget", R_LOCAL},
     /* the state's header holds it: train.c refuses a resume with another layout */
     [F_CONTEXT_PARALLEL] = {"--context-parallel", R_LOCAL},
@@ -159,6 +160,10 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      forward and backward, LayerNorm, GELU, residual+dropout, cross-entropy,\n"
 "                      zero_grad/clip/AdamW, recompute): ms/step, %% of the step, GFLOP/s; one\n"
 "                      {\"type\":\"profile\",...} row in the JSON log. Results are unchanged\n"
+"  --log-attn-stats    each JSON train row gets \"attn_stats\": per layer [max |scaled score|,\n"
+"                      min LSE, max LSE] over the step's training forwards, computed inside\n"
+"                      the attention forward (a recompute adds nothing); CPU backend. The\n"
+"                      first thing to read when a low-precision loss goes NaN\n"
 "  --save PATH         write the model file at the end\n"
 "  --threads N         OpenMP and OpenBLAS threads (default: all cores, shared out among the\n"
 "                      ranks of one machine under mpirun unless OMP_NUM_THREADS is set)\n"
@@ -170,11 +175,13 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      cuda in ./train_cuda, built by `make cuda`; cpu in ./train). Masks,\n"
 "                      seeds, recompute and states are the same on both; a state saved on one\n"
 "                      resumes on the other\n"
-"  --precision P       fp32 | bf16 (default fp32). bf16 (--device cuda only): the dense products\n"
-"                      and attention take bf16 operands on tensor cores, accumulate in fp32;\n"
-"                      weights, AdamW state, the residual stream, LayerNorm and softmax\n"
-"                      statistics and every stored activation stay fp32; masks are the same\n"
-"                      bits. States and model files are fp32 either way (README \"Precision\")\n"
+"  --precision P       fp32 | bf16 (default fp32). bf16: the dense products and attention take\n"
+"                      bf16 operands (tensor cores on cuda; VDPBF16PS or its portable twin on\n"
+"                      the cpu, which also keeps the activations that are operands in bf16)\n"
+"                      and accumulate in fp32; master weights, AdamW state, the residual\n"
+"                      stream, LayerNorm and softmax statistics and gradients stay fp32; masks\n"
+"                      are the same bits. States and model files are fp32 either way (README\n"
+"                      \"Precision\")\n"
 "run folder and resume\n"
 "  --out DIR           write training states DIR/state_SSSSSSSS.bin (S = steps done) and the model\n"
 "                      DIR/model.bin beside them: every --save-every steps, at the end, and on\n"
@@ -391,6 +398,7 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_MEMORY_BUDGET: o->memory_budget = parse_size(f, v); break;
     case F_TOTAL_BATCH: o->total_batch = parse_long(f, v, 0, 1L << 40); break;
     case F_PROFILE: o->profile = 1; break;
+    case F_LOG_ATTN_STATS: o->log_attn_stats = 1; break;
     }
 }
 
@@ -472,6 +480,7 @@ static int format_flag(const Options* o, int id, int world, char* buf, size_t ca
     case F_SAMPLE_TOKENS: snprintf(buf, cap, "%d", o->sample_tokens); return 0;
     case F_PEAK_GFLOPS: fmt_double(buf, cap, o->peak_gflops); return 0;
     case F_PROFILE: snprintf(buf, cap, "%d", o->profile); return 0;
+    case F_LOG_ATTN_STATS: snprintf(buf, cap, "%d", o->log_attn_stats); return 0;
     case F_MEMORY_BUDGET: fmt_double(buf, cap, o->memory_budget); return 0;
     case F_TOTAL_BATCH:   /* canonical: the tokens per step, also when left to the default */
         snprintf(buf, cap, "%ld", o->total_batch ? o->total_batch
@@ -545,8 +554,8 @@ void check_options(const Options* o, const char* raw[NUM_FLAGS]) {
         exit(EXIT_BAD_INPUT);
     }
     if (backend_lookup(o->device, o->precision) == NULL) {
-        fprintf(stderr, "seedgpt: --precision %s: not on --device %s (bf16 runs on --device cuda; "
-                        "the CPU backend computes in fp32)\n", o->precision, o->device);
+        fprintf(stderr, "seedgpt: --precision %s: not on --device %s in this build\n", o->precision,
+                o->device);
         exit(EXIT_BAD_INPUT);
     }
     if (o->out_dir == NULL && raw[F_SAVE_EVERY] != NULL && o->save_every > 0) {

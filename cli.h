@@ -47,6 +47,7 @@ typedef struct {
     int sample_every, sample_tokens;
     double peak_gflops;      /* 0: the default yardstick (train.c, default_peak_gflops) */
     int profile;             /* --profile: time per op class over the steps (model/profile.h) */
+    int log_attn_stats;      /* --log-attn-stats: per-layer attention statistics in the JSON rows */
     /* gradient accumulation: tokens per optimizer step (0: one micro-batch, B*T) */
     long total_batch;
     int threads;
@@ -81,7 +82,7 @@ enum {
     F_RECOMPUTE, F_RECOMPUTE_CHECK, F_RECOMPUTE_SEEDS,
     F_OUT, F_RESUME, F_SAVE_EVERY, F_KEEP, F_MAX_BAD_STEPS,
     F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH, F_DEVICE,
-    F_PRECISION, F_PROFILE,
+    F_PRECISION, F_PROFILE, F_LOG_ATTN_STATS,
     F_MEMORY_BUDGET, F_CONTEXT_PARALLEL,
     NUM_FLAGS
 };

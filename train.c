@@ -47,6 +47,7 @@
 #include "data/tokenizer.h"
 #include "data/prepare.h"
 #include "model/peak.h"
+#include "model/gemm_cpu.h"
 #include "model/plan.h"
 #include "util/fileio.h"
 #include "model/profile.h"
@@ -876,6 +877,16 @@ static int load_weights(Run* r, StateInfo* resumed, const char* state_file) {
     }
     gpt_set_dropout(&r->model, o->seed, o->embd_dropout, o->attn_dropout, o->resid_dropout);
     gpt_set_drop_path(&r->model, o->drop_path);
+    if (o->log_attn_stats && cpn > 1) {
+        if (dist_rank() == 0)
+            fprintf(stderr, "seedgpt: --log-attn-stats: the attention statistics are not computed "
+                    "by --context-parallel %d's ring yet\n", cpn);
+        return EXIT_BAD_INPUT;
+    }
+    if (o->log_attn_stats && gpt_set_attn_stats(&r->model, 1, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
     return 0;
 }
 
@@ -930,10 +941,21 @@ static void print_run(const Run* r, int threads) {
     printf("recompute: %s%s, value check %s\n", recompute_name(&o->policy, pname),
            o->policy.fresh_seeds ? " with FRESH seeds (negative control: gradients will be wrong)" : "",
            o->policy.check == CHECK_OFF ? "off" : o->policy.check == CHECK_WARN ? "warn" : "stop");
-    printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f, kept activations %.1f, "
-           "recompute scratch %.1f, gradient scratch %.1f\n",
-           mem.params / 1048576.0, mem.grads / 1048576.0, mem.optimizer / 1048576.0,
-           mem.activations / 1048576.0, mem.recompute / 1048576.0, mem.scratch / 1048576.0);
+    if (strcmp(r->model.be->precision, "bf16") == 0 && r->model.be->host_memory) {
+        GemmBf16Path gp = gemm_bf16_path_selected();
+        printf("bf16: products through gemm_bf16 on the %s path (%s), activations that are "
+               "operands in bf16\n", gemm_bf16_path_name(gp),
+               gp == GEMM_BF16_AVX512BF16 ? "VDPBF16PS" : "this CPU has no AVX512_BF16, or "
+               "SEEDGPT_GEMM_BF16 chose it; the same bits");
+    }
+    printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f", mem.params / 1048576.0,
+           mem.grads / 1048576.0, mem.optimizer / 1048576.0);
+    if (mem.weights_op > 0) printf(", bf16 weights %.1f", mem.weights_op / 1048576.0);
+    printf(", kept activations %.1f (layers %.1f, residual stream %.1f, logits %.1f, final LN "
+           "%.1f), recompute scratch %.1f, gradient scratch %.1f\n", mem.activations / 1048576.0,
+           mem.layer_acts / 1048576.0, mem.resid / 1048576.0, mem.logits / 1048576.0,
+           (mem.activations - mem.layer_acts - mem.resid - mem.logits) / 1048576.0,
+           mem.recompute / 1048576.0, mem.scratch / 1048576.0);
     fflush(stdout);
 }
 
@@ -996,6 +1018,7 @@ static int train_step(Run* r, int step, StepStats* s) {
      * and their gradients add up to the window's. */
     double t0 = now_ms(), loss_sum = 0.0;
     profile_step_begin();   /* --profile; nothing before profile_wrap */
+    if (model->attn_stats_on) gpt_attn_stats_reset(model);
     int first = dist_dp_rank() * A;   /* this rank's first micro-batch in the step */
     gpt_zero_grad(model);
     for (int a = 0; a < A; a++) {
@@ -1118,6 +1141,14 @@ static void log_step(Run* r, int step, const StepStats* s) {
 #endif
         if (!r->model.be->host_memory)
             fprintf(f, ",\"device_peak_bytes\":%zu", r->model.be->peak_bytes());
+        if (r->model.attn_stats_on) {   /* --log-attn-stats: [max |s|, min LSE, max LSE] a layer */
+            fprintf(f, ",\"attn_stats\":[");
+            for (int l = 0; l < r->model.config.num_layers; l++) {
+                const float* st = r->model.attn_stats + 3 * l;
+                fprintf(f, "%s[%.9g,%.9g,%.9g]", l ? "," : "", st[0], st[1], st[2]);
+            }
+            fprintf(f, "]");
+        }
         fprintf(f, "%s}\n", s->finite ? "" : ",\"skipped\":true");
         fflush(f);
     }
@@ -1426,9 +1457,10 @@ static int plan_main(const char* self, int argc, char** argv) {
                        be->host_memory ? "arena + host tables + the larger of the build's transient "
                                          "and the loop's batch and sampler"
                                        : "the device arena + the ops' scratch");
-                printf("%-17s %8s %8s %8s %8s %8s %9s %8s %8s %6s %7s %6s %6s %7s %9s\n", "policy",
-                       "params", "grads", "adamw", "kept", "logits", "recompute", "grad-scr",
-                       "attn-scr", "other", "ops-scr", "host", "loop", "peak", "recompute");
+                printf("%-17s %8s %8s %8s %7s %8s %8s %9s %8s %8s %6s %7s %6s %6s %7s %9s\n",
+                       "policy", "params", "grads", "adamw", "bf16-w", "kept", "logits",
+                       "recompute", "grad-scr", "attn-scr", "other", "ops-scr", "host", "loop",
+                       "peak", "recompute");
             }
             for (int i = 0; i < nr; i++) {
                 const GPTPlan* p = &rows[i].plan;
@@ -1443,16 +1475,20 @@ static int plan_main(const char* self, int argc, char** argv) {
                            "\"attn_scratch_bytes\":%zu,\"other_bytes\":%zu,\"arena_bytes\":%zu,"
                            "\"op_scratch_bytes\":%zu,\"host_bytes\":%zu,"
                            "\"host_transient_bytes\":%zu,\"loop_bytes\":%zu,\"peak_bytes\":%zu,"
-                           "\"step_flops\":%.6g,\"recompute_flops\":%.6g%s}\n",
+                           "\"step_flops\":%.6g,\"recompute_flops\":%.6g,"
+                           "\"bf16_weights_bytes\":%zu,\"layer_activation_bytes\":%zu,"
+                           "\"resid_bytes\":%zu%s}\n",
                            devices[d], precisions[q], name, B, T, threads, p->params, p->grads,
                            p->adamw, p->activations, p->logits, p->recompute, p->grad_scratch,
                            p->attn_scratch, p->other, p->arena, p->op_scratch, p->host,
-                           p->host_transient, rows[i].loop, rows[i].peak, p->step_flops, p->recompute_flops,
+                           p->host_transient, rows[i].loop, rows[i].peak, p->step_flops,
+                           p->recompute_flops, p->weights_op, p->layer_acts, p->resid,
                            i == best ? ",\"budget_choice\":true" : "");
                 } else {
-                    printf("%-17s %8.1f %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f %8.1f %6.1f %7.1f %6.1f "
-                           "%6.1f %7.0f %8.1f%%%s\n", name, mib(p->params), mib(p->grads),
-                           mib(p->adamw), mib(p->activations), mib(p->logits), mib(p->recompute),
+                    printf("%-17s %8.1f %8.1f %8.1f %7.1f %8.1f %8.1f %9.1f %8.1f %8.1f %6.1f %7.1f "
+                           "%6.1f %6.1f %7.0f %8.1f%%%s\n", name, mib(p->params), mib(p->grads),
+                           mib(p->adamw), mib(p->weights_op), mib(p->activations), mib(p->logits),
+                           mib(p->recompute),
                            mib(p->grad_scratch), mib(p->attn_scratch), mib(p->other),
                            mib(p->op_scratch), mib(p->host + p->host_transient),
                            mib(rows[i].loop), mib(rows[i].peak), 100.0 * frac,

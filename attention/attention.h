@@ -27,6 +27,14 @@ void attention_forward(float* out, float* lse, const float* qkv,
                        int B, int T, int NH, int NKV, int HD,
                        uint32_t g0, uint64_t attn_seed, Dropout drop);
 
+/* attention_forward that also returns, from the same pass (no second one), the statistics of
+ * --log-attn-stats: stats[0] = the largest |s_ij| = |sigma q_i.k_j| over the scores the causal
+ * mask lets through, stats[1] and stats[2] = the smallest and largest LSE_i. The outputs are
+ * attention_forward's, bit for bit. */
+void attention_forward_stats(float* out, float* lse, const float* qkv,
+                             int B, int T, int NH, int NKV, int HD,
+                             uint32_t g0, uint64_t attn_seed, Dropout drop, float stats[3]);
+
 /* Floats of scratch attention_backward needs for these shapes when run with up to nthreads
  * OpenMP threads. Independent of T*T: B*NH*T for D_i = do_i.o_i, plus per-thread tiles.
  * attention_backward indexes the per-thread part by omp_get_thread_num() and cannot check the
@@ -70,6 +78,21 @@ void attention_block_backward(float* dq, size_t dq_stride, float* dk, float* dv,
  * global (g, h, i, j), from its worker threads (one call per (i, j): no two calls share a cell). */
 extern void (*attention_keep_hook)(uint32_t g, int h, int i, int j, int kept);
 #endif
+
+/* The bf16 twin (attention/flash_bf16_cpu.c, --precision bf16 on the CPU): qkv and out hold bf16
+ * bits (uint16_t), lse, dout and dqkv fp32; the contracts above, with the roundings of
+ * attention/flash_tc.cu: P rounded to bf16 after the dropout and before P.V, and in the backward
+ * dO, m p scale and ds rounded as they become operands of the tile products. */
+void attention_forward_bf16(void* out, float* lse, const void* qkv, int B, int T, int NH,
+                            int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
+void attention_forward_stats_bf16(void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                  int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop,
+                                  float stats[3]);
+size_t attention_backward_scratch_floats_bf16(int B, int T, int NH, int NKV, int HD,
+                                              int nthreads);
+void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const void* qkv,
+                             const void* out, const float* lse, int B, int T, int NH, int NKV,
+                             int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
 
 #ifdef __cplusplus
 }

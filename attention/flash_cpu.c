@@ -39,6 +39,35 @@
 #include "attention/attention.h"
 #include "util/vexp.h"
 
+/* The element of qkv and out. This file is also compiled as attention/flash_bf16_cpu.c with
+ * FLASH_BF16 defined: qkv and out in bf16, every name below the _bf16 twin's, and the roundings
+ * of attention/flash_tc.cu added (OPERAND: a value rounded to bf16 as it becomes a product's
+ * operand): P after dropout before P.V, and in the backward dO, m p scale and ds. Everything else
+ * (scores, softmax statistics, the tile sums) stays the fp32 arithmetic below; bf16 values read
+ * into fp32 are exact. */
+#ifdef FLASH_BF16
+#include "cuda/bf16.h"
+typedef uint16_t qkv_t;
+static inline float qkv_ld(qkv_t x) { return sg_bf16_to_float(x); }
+static inline qkv_t out_st(float x) { return sg_bf16_from_float(x); }
+#define OPERAND(x) sg_bf16_round(x)
+#define FLASH_NAME(n) n##_bf16
+#define FLASH_ROWBUFS 1
+#define QKV_ARG const void*   /* the exported signatures: model/ops_bf16_cpu.h's */
+#define OUT_ARG void*
+#define OUT_CARG const void*
+#else
+typedef float qkv_t;
+static inline float qkv_ld(qkv_t x) { return x; }
+static inline qkv_t out_st(float x) { return x; }
+#define OPERAND(x) (x)
+#define FLASH_NAME(n) n
+#define FLASH_ROWBUFS 0
+#define QKV_ARG const float*   /* the exported signatures: attention/attention.h's */
+#define OUT_ARG float*
+#define OUT_CARG const float*
+#endif
+
 /* Tile sizes: BQ query rows by BK keys. Any positive values work (tests build the kernel with
  * others). Multiples of 8 keep the tile products in whole register blocks; BK a multiple of 64
  * draws no keep bit it does not use below the diagonal (one Philox call covers four keys spread
@@ -202,6 +231,47 @@ static void transpose_rows(float* restrict dst, int width, const float* restrict
         for (int j = n; j < width; j++) dst[(size_t)d * width + j] = 0.0f;
 }
 
+/* The same from rows of qkv (bf16 or fp32) */
+static void transpose_qkv(float* restrict dst, int width, const qkv_t* restrict src, size_t ld,
+                          int n, int HD) {
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < HD; d++) dst[(size_t)d * width + j] = qkv_ld(src[(size_t)j * ld + d]);
+    for (int d = 0; d < HD; d++)
+        for (int j = n; j < width; j++) dst[(size_t)d * width + j] = 0.0f;
+}
+
+/* n rows of HD values of qkv (row stride ld) as fp32 rows for a tile product: in fp32 the rows
+ * themselves (*ld_out = ld); in bf16 their values copied to buf (*ld_out = HD). op_round: the
+ * values rounded to bf16 as operands (fp32 sources such as dO in the bf16 twin) */
+static const float* rows_f32(float* restrict buf, const qkv_t* src, size_t ld, int n, int HD,
+                             int* ld_out) {
+#if FLASH_ROWBUFS
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < HD; d++) buf[(size_t)j * HD + d] = qkv_ld(src[(size_t)j * ld + d]);
+    *ld_out = HD;
+    return buf;
+#else
+    (void)buf; (void)n; (void)HD;
+    *ld_out = (int)ld;
+    return (const float*)src;
+#endif
+}
+
+/* n rows of HD fp32 values (row stride ld) as product operands: in bf16 rounded into buf */
+static const float* operand_rows(float* restrict buf, const float* src, size_t ld, int n, int HD,
+                                 int* ld_out) {
+#if FLASH_ROWBUFS
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < HD; d++) buf[(size_t)j * HD + d] = OPERAND(src[(size_t)j * ld + d]);
+    *ld_out = HD;
+    return buf;
+#else
+    (void)buf; (void)n; (void)HD;
+    *ld_out = (int)ld;
+    return src;
+#endif
+}
+
 /* How many keys of the tile j0 .. j0 + nk - 1 query i sees (causal j <= i): 0 .. nk. */
 static int visible_keys(int i, int j0, int nk) {
     int nv = i - j0 + 1;
@@ -251,7 +321,9 @@ static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
 }
 
 #ifdef SEEDGPT_TEST_BUILD
+#ifndef FLASH_BF16   /* one hook for both twins: the fp32 compilation defines it */
 void (*attention_keep_hook)(uint32_t g, int h, int i, int j, int kept) = NULL;
+#endif
 
 /* Test builds tell the hook every keep bit a forward tile used: (g, h, i, j) global. */
 static void report_keep_bits(const float* keep, int rs, int cs, int i0, int nq, int j0, int nk,
@@ -271,9 +343,8 @@ static void report_keep_bits(const float* keep, int rs, int cs, int i0, int nq, 
  * s(i0 + r, j0 + c), so that every softmax step runs along a key row with one lane per query:
  * the running max, the rescale and the running sum of each query are vector operations, and each
  * query sums its keys in ascending order. */
-void attention_forward(float* out, float* lse, const float* qkv,
-                       int B, int T, int NH, int NKV, int HD,
-                       uint32_t g0, uint64_t attn_seed, Dropout drop) {
+static void flash_forward(qkv_t* out, float* lse, const qkv_t* qkv, int B, int T, int NH, int NKV,
+                          int HD, uint32_t g0, uint64_t attn_seed, Dropout drop, float* stats) {
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD;  /* qkv row stride */
     const size_t C = (size_t)NH * HD;                 /* out row stride */
     const int G = NH / NKV;                           /* query heads per kv head */
@@ -288,8 +359,16 @@ void attention_forward(float* out, float* lse, const float* qkv,
         float St[BK * BQ] __attribute__((aligned(64)));    /* (BK, BQ) scores, then weights */
         float keep[BK * BQ] __attribute__((aligned(64)));  /* (BK, BQ) keep bits */
         float acc[BQ * HD] __attribute__((aligned(64)));   /* (BQ, HD) sum of weight * v */
+#if FLASH_ROWBUFS
+        float Kb[BK * HD] __attribute__((aligned(64)));    /* (BK, HD) keys as fp32 */
+        float Vb[BK * HD] __attribute__((aligned(64)));    /* (BK, HD) values as fp32 */
+#else
+        float *Kb = NULL, *Vb = NULL;
+#endif
         float mrun[BQ], lrun[BQ];   /* running max; running sum of the undropped weights */
         float corr[BQ], tsum[BQ];   /* this key tile: rescale of the old sums; sum of its weights */
+        /* --log-attn-stats: this thread's max |s| over the scores it computed, min and max LSE */
+        float smax = 0.0f, lmin = INFINITY, lmax = -INFINITY;
 
         /* The longest rows (the last query tiles) first, to balance the load. The schedule cannot
          * change a result: each item owns its outputs. */
@@ -299,9 +378,9 @@ void attention_forward(float* out, float* lse, const float* qkv,
             const int bh = (int)(item % ((long)B * NH));
             const int b = bh / NH, h = bh % NH, kvh = h / G;
             const int i0 = qt * BQ, nq = T - i0 < BQ ? T - i0 : BQ;
-            const float* qkv_b = qkv + (size_t)b * T * QKV;
+            const qkv_t* qkv_b = qkv + (size_t)b * T * QKV;
 
-            transpose_rows(Qt, BQ, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, HD);
+            transpose_qkv(Qt, BQ, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, HD);
             memset(acc, 0, sizeof(float) * (size_t)nq * HD);
             /* -FLT_MAX, not -inf: the padding queries r >= nq see no key, and must rescale by
              * exp(0) = 1 rather than by exp(-inf + inf) = NaN. A real query sees key 0 in the first
@@ -310,9 +389,12 @@ void attention_forward(float* out, float* lse, const float* qkv,
 
             for (int j0 = 0; j0 < i0 + nq; j0 += BK) {      /* key tiles up to the last query */
                 const int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
-                const float* k_rows = qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD;
-                const float* v_rows = qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD;
-                tile_mm(St, BQ, 0, k_rows, (int)QKV, 1, Qt, BQ, nk, BQ, HD);  /* (nk, BQ) K Q^T */
+                int ldk, ldv;
+                const float* k_rows = rows_f32(Kb, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD,
+                                               QKV, nk, HD, &ldk);
+                const float* v_rows = rows_f32(Vb, qkv_b + (size_t)j0 * QKV +
+                                                   (size_t)(NH + NKV + kvh) * HD, QKV, nk, HD, &ldv);
+                tile_mm(St, BQ, 0, k_rows, ldk, 1, Qt, BQ, nk, BQ, HD);  /* (nk, BQ) K Q^T */
 
                 /* s = sigma q.k where the query sees the key, -inf elsewhere (and for padding) */
                 for (int c = 0; c < nk; c++)
@@ -320,6 +402,10 @@ void attention_forward(float* out, float* lse, const float* qkv,
                         const float sc = St[c * BQ + r] * sigma;
                         St[c * BQ + r] = ((j0 + c <= i0 + r) & (r < nq)) ? sc : -INFINITY;
                     }
+                if (stats != NULL)   /* the scores as they are: -inf where not seen */
+                    for (int c = 0; c < nk; c++)
+                        for (int r = 0; r < nq; r++)
+                            if (j0 + c <= i0 + r) smax = fmaxf(smax, fabsf(St[c * BQ + r]));
                 for (int r = 0; r < BQ; r++) corr[r] = mrun[r];
                 for (int c = 0; c < nk; c++)
                     for (int r = 0; r < BQ; r++)
@@ -344,25 +430,59 @@ void attention_forward(float* out, float* lse, const float* qkv,
                         for (int r = 0; r < BQ; r++)
                             St[c * BQ + r] = keep[c * BQ + r] != 0.0f ? St[c * BQ + r] : 0.0f;
                 }
+#if FLASH_ROWBUFS
+                /* the weights as P.V's operands: rounded after the sum and the dropout */
+                for (int c = 0; c < nk; c++)
+                    for (int r = 0; r < BQ; r++) St[c * BQ + r] = OPERAND(St[c * BQ + r]);
+#endif
                 for (int r = 0; r < nq; r++) {
                     float* a = acc + (size_t)r * HD;
                     #pragma omp simd
                     for (int d = 0; d < HD; d++) a[d] *= corr[r];
                 }
                 /* acc += W V: A(r, c) = St[c * BQ + r] */
-                tile_mm(acc, HD, 1, St, 1, BQ, v_rows, (int)QKV, nq, HD, nk);
+                tile_mm(acc, HD, 1, St, 1, BQ, v_rows, ldv, nq, HD, nk);
             }
 
             for (int r = 0; r < nq; r++) {
                 const int i = i0 + r;
                 const float rs = drop.scale / lrun[r];
-                float* o = out + ((size_t)b * T + i) * C + (size_t)h * HD;
+                qkv_t* o = out + ((size_t)b * T + i) * C + (size_t)h * HD;
                 #pragma omp simd
-                for (int d = 0; d < HD; d++) o[d] = acc[(size_t)r * HD + d] * rs;
+                for (int d = 0; d < HD; d++) o[d] = out_st(acc[(size_t)r * HD + d] * rs);
                 lse[((size_t)b * NH + h) * T + i] = mrun[r] + logf(lrun[r]);
+                if (stats != NULL) {
+                    lmin = fminf(lmin, lse[((size_t)b * NH + h) * T + i]);
+                    lmax = fmaxf(lmax, lse[((size_t)b * NH + h) * T + i]);
+                }
+            }
+        }
+        if (stats != NULL) {
+            /* max and min are exact in any order: the threads' parts in any order are the same */
+            #pragma omp critical
+            {
+                stats[0] = fmaxf(stats[0], smax);
+                stats[1] = fminf(stats[1], lmin);
+                stats[2] = fmaxf(stats[2], lmax);
             }
         }
     }
+}
+
+void FLASH_NAME(attention_forward)(OUT_ARG out, float* lse, QKV_ARG qkv,
+                                   int B, int T, int NH, int NKV, int HD,
+                                   uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    flash_forward(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop, NULL);
+}
+
+void FLASH_NAME(attention_forward_stats)(OUT_ARG out, float* lse, QKV_ARG qkv,
+                                         int B, int T, int NH, int NKV, int HD,
+                                         uint32_t g0, uint64_t attn_seed, Dropout drop,
+                                         float stats[3]) {
+    stats[0] = 0.0f;
+    stats[1] = INFINITY;
+    stats[2] = -INFINITY;
+    flash_forward(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop, stats);
 }
 
 /* ---- backward -------------------------------------------------------------------------------- */
@@ -380,6 +500,9 @@ typedef struct {
     float* acc2;  /* (BK, HD) pass 1: dV */
     float* Lt;    /* (BQ) pass 2: LSE of the tile's queries, 0 for padding */
     float* Dt;    /* (BQ) pass 2: D of the tile's queries, 0 for padding */
+    float* R1;    /* (max(BQ, BK), HD) bf16 twin: rows of q (pass 1) or k (pass 2) as fp32 */
+    float* R2;    /* (max(BQ, BK), HD) bf16 twin: rows of v (pass 2) */
+    float* R3;    /* (BQ, HD) bf16 twin: rows of dO rounded to bf16 (pass 1) */
 } ThreadTiles;
 
 #define FLASH_BQK (BQ > BK ? BQ : BK)
@@ -387,7 +510,8 @@ typedef struct {
 static size_t tiles_floats(int HD) {
     return 2 * flash_round16((size_t)HD * FLASH_BQK) + 4 * flash_round16((size_t)BQ * BK)
          + flash_round16((size_t)FLASH_BQK * HD) + flash_round16((size_t)BK * HD)
-         + 2 * flash_round16(BQ);
+         + 2 * flash_round16(BQ)
+         + (FLASH_ROWBUFS ? 3 * flash_round16((size_t)FLASH_BQK * HD) : 0);
 }
 
 static ThreadTiles tiles_at(float* base, int HD) {
@@ -401,11 +525,18 @@ static ThreadTiles tiles_at(float* base, int HD) {
     t.acc1 = base; base += flash_round16((size_t)FLASH_BQK * HD);
     t.acc2 = base; base += flash_round16((size_t)BK * HD);
     t.Lt = base;   base += flash_round16(BQ);
-    t.Dt = base;
+    t.Dt = base;   base += flash_round16(BQ);
+    t.R1 = t.R2 = t.R3 = NULL;
+#if FLASH_ROWBUFS
+    t.R1 = base;   base += flash_round16((size_t)FLASH_BQK * HD);
+    t.R2 = base;   base += flash_round16((size_t)FLASH_BQK * HD);
+    t.R3 = base;
+#endif
     return t;
 }
 
-size_t attention_backward_scratch_floats(int B, int T, int NH, int NKV, int HD, int nthreads) {
+size_t FLASH_NAME(attention_backward_scratch_floats)(int B, int T, int NH, int NKV, int HD,
+                                                    int nthreads) {
     if (nthreads < 1) nthreads = 1;
     return flash_round16((size_t)B * NH * T)            /* D_i = do_i . o_i */
          + (size_t)nthreads * tiles_floats(HD);
@@ -462,10 +593,12 @@ static void grad_key_row(float* restrict p, float* restrict ds, const float* res
  *   dk_j += sigma ds_ij q_i           dq_i += sigma ds_ij k_j
  * The scores come from the same tile product as the forward's (every element the same chain of
  * multiply-adds over d), so each p_ij is recomputed from bitwise the forward's s_ij. */
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* out, const float* lse,
-                        int B, int T, int NH, int NKV, int HD,
-                        uint32_t g0, uint64_t attn_seed, Dropout drop) {
+void FLASH_NAME(attention_backward)(float* dqkv, float* scratch, const float* dout,
+                                    QKV_ARG qkv_, OUT_CARG out_, const float* lse,
+                                    int B, int T, int NH, int NKV, int HD,
+                                    uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    const qkv_t* qkv = qkv_;
+    const qkv_t* out = out_;
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
     const size_t C = (size_t)NH * HD;
     const int G = NH / NKV;
@@ -501,10 +634,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         for (long bh = 0; bh < (long)B * NH; bh++) {
             const int b = (int)(bh / NH), h = (int)(bh % NH);
             for (int i = 0; i < T; i++) {
-                const float* o = out + ((size_t)b * T + i) * C + (size_t)h * HD;
+                const qkv_t* o = out + ((size_t)b * T + i) * C + (size_t)h * HD;
                 const float* dO = dout + ((size_t)b * T + i) * C + (size_t)h * HD;
                 float s = 0.0f;   /* the chain of multiply-adds the tile products use */
-                for (int d = 0; d < HD; d++) s = MADD(dO[d], o[d], s);
+                for (int d = 0; d < HD; d++) s = MADD(dO[d], qkv_ld(o[d]), s);
                 D[(size_t)bh * T + i] = s;
             }
         }
@@ -520,11 +653,11 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             const int b = bk / NKV, kvh = bk % NKV;
             const int j0 = kt * BK, nk = T - j0 < BK ? T - j0 : BK;
             const uint32_t g = g0 + (uint32_t)b;
-            const float* qkv_b = qkv + (size_t)b * T * QKV;
+            const qkv_t* qkv_b = qkv + (size_t)b * T * QKV;
             float* Kt = t.X1;   /* (HD, BK) */
             float* Vt = t.X2;   /* (HD, BK) */
-            transpose_rows(Kt, BK, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, nk, HD);
-            transpose_rows(Vt, BK, qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, nk, HD);
+            transpose_qkv(Kt, BK, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, nk, HD);
+            transpose_qkv(Vt, BK, qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, nk, HD);
             memset(t.acc1, 0, sizeof(float) * (size_t)nk * HD);
             memset(t.acc2, 0, sizeof(float) * (size_t)nk * HD);
             for (int h = kvh * G; h < (kvh + 1) * G; h++) {
@@ -532,10 +665,13 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                 const float* D_bh = D + ((size_t)b * NH + h) * T;
                 for (int i0 = (j0 / BQ) * BQ; i0 < T; i0 += BQ) {
                     const int nq = T - i0 < BQ ? T - i0 : BQ;
-                    const float* q_rows = qkv_b + (size_t)i0 * QKV + (size_t)h * HD;
-                    const float* do_rows = dout + ((size_t)b * T + i0) * C + (size_t)h * HD;
-                    tile_mm(t.P, BK, 0, q_rows, (int)QKV, 1, Kt, BK, nq, BK, HD);    /* Q K^T */
-                    tile_mm(t.dS, BK, 0, do_rows, (int)C, 1, Vt, BK, nq, BK, HD);    /* dO V^T */
+                    int ldq, ldo;
+                    const float* q_rows = rows_f32(t.R1, qkv_b + (size_t)i0 * QKV + (size_t)h * HD,
+                                                   QKV, nq, HD, &ldq);
+                    const float* do_rows = operand_rows(t.R3, dout + ((size_t)b * T + i0) * C +
+                                                                  (size_t)h * HD, C, nq, HD, &ldo);
+                    tile_mm(t.P, BK, 0, q_rows, ldq, 1, Kt, BK, nq, BK, HD);    /* Q K^T */
+                    tile_mm(t.dS, BK, 0, do_rows, ldo, 1, Vt, BK, nq, BK, HD);  /* dO V^T */
                     if (dropping)
                         keep_tile(t.keep, BK, 1, nq, BK, i0, nq, j0, nk, attn_seed, g, (uint32_t)h,
                                   drop.thr);
@@ -543,9 +679,15 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         grad_query_row(t.P + (size_t)r * BK, t.Pd + (size_t)r * BK,
                                        t.dS + (size_t)r * BK, dropping ? t.keep + (size_t)r * BK : NULL,
                                        i0 + r, j0, nk, sigma, lse_bh[i0 + r], D_bh[i0 + r], drop.scale);
+#if FLASH_ROWBUFS
+                    for (int x = 0; x < nq * BK; x++) {   /* m p scale and ds as operands */
+                        t.Pd[x] = OPERAND(t.Pd[x]);
+                        t.dS[x] = OPERAND(t.dS[x]);
+                    }
+#endif
                     /* dK += dS^T Q, dV += Pd^T dO: A(c, r) = X[r * BK + c] */
-                    tile_mm(t.acc1, HD, 1, t.dS, 1, BK, q_rows, (int)QKV, nk, HD, nq);
-                    tile_mm(t.acc2, HD, 1, t.Pd, 1, BK, do_rows, (int)C, nk, HD, nq);
+                    tile_mm(t.acc1, HD, 1, t.dS, 1, BK, q_rows, ldq, nk, HD, nq);
+                    tile_mm(t.acc2, HD, 1, t.Pd, 1, BK, do_rows, ldo, nk, HD, nq);
                 }
             }
             for (int j = 0; j < nk; j++) {
@@ -568,11 +710,14 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             const int b = bh / NH, h = bh % NH, kvh = h / G;
             const int i0 = qt * BQ, nq = T - i0 < BQ ? T - i0 : BQ;
             const uint32_t g = g0 + (uint32_t)b;
-            const float* qkv_b = qkv + (size_t)b * T * QKV;
+            const qkv_t* qkv_b = qkv + (size_t)b * T * QKV;
             float* Qt = t.X1;    /* (HD, BQ) */
             float* dOt = t.X2;   /* (HD, BQ) */
-            transpose_rows(Qt, BQ, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, HD);
+            transpose_qkv(Qt, BQ, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, HD);
             transpose_rows(dOt, BQ, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq, HD);
+#if FLASH_ROWBUFS
+            for (int x = 0; x < HD * BQ; x++) dOt[x] = OPERAND(dOt[x]);   /* dO as an operand */
+#endif
             for (int r = 0; r < BQ; r++) {
                 t.Lt[r] = r < nq ? lse[(size_t)bh * T + i0 + r] : 0.0f;
                 t.Dt[r] = r < nq ? D[(size_t)bh * T + i0 + r] : 0.0f;
@@ -580,10 +725,13 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             memset(t.acc1, 0, sizeof(float) * (size_t)nq * HD);
             for (int j0 = 0; j0 < i0 + nq; j0 += BK) {
                 const int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
-                const float* k_rows = qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD;
-                const float* v_rows = qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD;
-                tile_mm(t.P, BQ, 0, k_rows, (int)QKV, 1, Qt, BQ, nk, BQ, HD);    /* K Q^T */
-                tile_mm(t.dS, BQ, 0, v_rows, (int)QKV, 1, dOt, BQ, nk, BQ, HD);  /* V dO^T */
+                int ldk, ldv;
+                const float* k_rows = rows_f32(t.R1, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD,
+                                               QKV, nk, HD, &ldk);
+                const float* v_rows = rows_f32(t.R2, qkv_b + (size_t)j0 * QKV +
+                                                     (size_t)(NH + NKV + kvh) * HD, QKV, nk, HD, &ldv);
+                tile_mm(t.P, BQ, 0, k_rows, ldk, 1, Qt, BQ, nk, BQ, HD);    /* K Q^T */
+                tile_mm(t.dS, BQ, 0, v_rows, ldv, 1, dOt, BQ, nk, BQ, HD);  /* V dO^T */
                 if (dropping)
                     keep_tile(t.keep, 1, BQ, BQ, nk, i0, nq, j0, nk, attn_seed, g, (uint32_t)h,
                               drop.thr);
@@ -591,8 +739,11 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                     grad_key_row(t.P + (size_t)c * BQ, t.dS + (size_t)c * BQ,
                                  dropping ? t.keep + (size_t)c * BQ : NULL, t.Lt, t.Dt,
                                  j0 + c, i0, nq, sigma, drop.scale);
+#if FLASH_ROWBUFS
+                for (int x = 0; x < nk * BQ; x++) t.dS[x] = OPERAND(t.dS[x]);   /* ds as an operand */
+#endif
                 /* dQ += dS K: A(r, c) = dS[c * BQ + r] */
-                tile_mm(t.acc1, HD, 1, t.dS, 1, BQ, k_rows, (int)QKV, nq, HD, nk);
+                tile_mm(t.acc1, HD, 1, t.dS, 1, BQ, k_rows, ldk, nq, HD, nk);
             }
             for (int r = 0; r < nq; r++) {
                 float* dq = dqkv + ((size_t)b * T + i0 + r) * QKV + (size_t)h * HD;
@@ -603,6 +754,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     }
 }
 
+#ifndef FLASH_BF16   /* context parallelism runs on fp32 activations: no bf16 twin of these */
 /* ---- context parallelism: a block of queries against a block of keys (DESIGN §9) ------------ */
 
 
@@ -865,3 +1017,4 @@ void attention_merge(float* acc, float* lse_acc, const float* blk, const float* 
         }
     }
 }
+#endif   /* FLASH_BF16 */

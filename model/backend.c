@@ -3,6 +3,7 @@
 #include <string.h>
 #include "model/backend.h"
 #include "model/ops.h"
+#include "model/ops_bf16_cpu.h"
 #include "model/mem.h"
 #include "attention/attention.h"
 #ifdef SEEDGPT_CUDA
@@ -35,10 +36,59 @@ static void cpu_copy_rows(float* dst, size_t dst_stride, const float* src, size_
         memcpy(dst + r * dst_stride, src + r * src_stride, width * sizeof(float));
 }
 
+/* The ops whose operand activations the table types void* (model/backend.h), bound to fp32
+ * implementations: each adapter hands the pointers on as the float* they are under DT_FP32. */
+#define FP32_PRODUCT_ADAPTERS(P, S)                                                                \
+    static void P##_matmul_forward(void* out, int out_dtype, const void* inp, const void* weight, \
+                                   const float* bias, int N, int C, int OC) {                     \
+        (void)out_dtype;                                                                          \
+        matmul_forward##S(out, inp, weight, bias, N, C, OC);                                      \
+    }                                                                                             \
+    static void P##_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, \
+                                    const void* inp, const void* weight, int N, int C, int OC) {  \
+        matmul_backward##S(dinp, dweight, dbias, dout, inp, weight, N, C, OC);                    \
+    }                                                                                             \
+    static void P##_attention_forward(void* out, float* lse, const void* qkv, int B, int T,       \
+                                      int NH, int NKV, int HD, uint32_t g0, uint64_t seed,        \
+                                      Dropout drop) {                                             \
+        attention_forward##S(out, lse, qkv, B, T, NH, NKV, HD, g0, seed, drop);                   \
+    }                                                                                             \
+    static void P##_attention_backward(float* dqkv, float* scratch, const float* dout,            \
+                                       const void* qkv, const void* out, const float* lse, int B, \
+                                       int T, int NH, int NKV, int HD, uint32_t g0,               \
+                                       uint64_t seed, Dropout drop) {                             \
+        attention_backward##S(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, g0, seed,    \
+                              drop);                                                              \
+    }
+#define FP32_ACT_ADAPTERS(P, S)                                                                   \
+    FP32_PRODUCT_ADAPTERS(P, S)                                                                   \
+    static void P##_layernorm_forward(void* out, float* mean, float* rstd, const float* inp,      \
+                                      const float* weight, const float* bias, int N, int C) {     \
+        layernorm_forward##S(out, mean, rstd, inp, weight, bias, N, C);                           \
+    }                                                                                             \
+    static void P##_gelu_forward(void* out, const void* inp, size_t n) {                          \
+        gelu_forward##S(out, inp, n);                                                             \
+    }                                                                                             \
+    static void P##_gelu_backward(float* dinp, const void* inp, const float* dout, size_t n) {    \
+        gelu_backward##S(dinp, inp, dout, n);                                                     \
+    }                                                                                             \
+    static void P##_rope_forward(void* qkv, const float* cos, const float* sin, int B, int T,     \
+                                 int NH, int NKV, int HD, int layout, int pos0) {                 \
+        rope_forward##S(qkv, cos, sin, B, T, NH, NKV, HD, layout, pos0);                          \
+    }
+
+FP32_ACT_ADAPTERS(cpu, )
+static void cpu_attention_forward_stats(void* out, float* lse, const void* qkv, int B, int T,
+                                        int NH, int NKV, int HD, uint32_t g0, uint64_t seed,
+                                        Dropout drop, float stats[3]) {
+    attention_forward_stats(out, lse, qkv, B, T, NH, NKV, HD, g0, seed, drop, stats);
+}
+
 const Backend backend_cpu = {
     .name = "cpu",
     .precision = "fp32",
     .host_memory = 1,
+    .act_dtype = DT_FP32,
     .alloc = cpu_alloc,
     .free = mem_free,
     .to_backend = cpu_copy,
@@ -49,15 +99,15 @@ const Backend backend_cpu = {
     .synchronize = cpu_synchronize,
     .encoder_forward = encoder_forward,
     .encoder_backward = encoder_backward,
-    .layernorm_forward = layernorm_forward,
+    .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = layernorm_backward,
-    .matmul_forward = matmul_forward,
-    .matmul_backward = matmul_backward,
-    .gelu_forward = gelu_forward,
-    .gelu_backward = gelu_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
     .residual_dropout_forward = residual_dropout_forward,
     .dropout_backward = dropout_backward,
-    .rope_forward = rope_forward,
+    .rope_forward = cpu_rope_forward,
     .rope_backward = rope_backward,
     .drop_path = drop_path,
     .crossentropy_forward = crossentropy_forward,
@@ -65,9 +115,10 @@ const Backend backend_cpu = {
     .sum_squares = sum_squares,
     .scale_inplace = scale_inplace,
     .adamw_update = adamw_update,
-    .attention_forward = attention_forward,
+    .attention_forward = cpu_attention_forward,
+    .attention_forward_stats = cpu_attention_forward_stats,
     .attention_backward_scratch_floats = attention_backward_scratch_floats,
-    .attention_backward = attention_backward,
+    .attention_backward = cpu_attention_backward,
     .encoder_forward_at = encoder_forward_at,
     .residual_dropout_forward_at = residual_dropout_forward_at,
     .dropout_backward_at = dropout_backward_at,
@@ -77,7 +128,44 @@ const Backend backend_cpu = {
     .attention_block_backward = attention_block_backward,
 };
 
+/* --precision bf16 on the CPU: bf16 operand activations and a bf16 copy of the weights, the
+ * products through gemm_bf16 (VDPBF16PS or its portable twin), attention through the bf16 twin of
+ * attention/flash_cpu.c. The memory ops and every fp32-only op are the fp32 table's. */
+const Backend* backend_cpu_bf16(void) {
+    static Backend t;
+    static int ready = 0;
+    if (!ready) {
+        t = backend_cpu;
+        t.precision = "bf16";
+        t.act_dtype = DT_BF16;
+        t.round_to_act = round_to_bf16_cpu;
+        t.layernorm_forward = layernorm_forward_bf16;
+        t.matmul_forward = matmul_forward_bf16;
+        t.matmul_backward = matmul_backward_bf16;
+        t.gelu_forward = gelu_forward_bf16;
+        t.gelu_backward = gelu_backward_bf16;
+        t.rope_forward = rope_forward_bf16;
+        t.attention_forward = attention_forward_bf16;
+        t.attention_forward_stats = attention_forward_stats_bf16;
+        t.attention_backward_scratch_floats = attention_backward_scratch_floats_bf16;
+        t.attention_backward = attention_backward_bf16;
+        /* context parallelism's blocks read fp32 q, k, v: not under bf16 activations (yet) */
+        t.encoder_forward_at = NULL;
+        t.residual_dropout_forward_at = NULL;
+        t.dropout_backward_at = NULL;
+        t.attention_block_forward = NULL;
+        t.attention_merge = NULL;
+        t.copy_rows = NULL;
+        t.attention_block_backward = NULL;
+        ready = 1;
+    }
+    return &t;
+}
+
 #ifdef SEEDGPT_CUDA
+FP32_ACT_ADAPTERS(cuda, _cuda)
+FP32_PRODUCT_ADAPTERS(cudabf16, _bf16_cuda)
+
 /* The CUDA tables' scratch beside the arena: the ops' shared block and the value check's counts;
  * under bf16 also the products' operand copies with cuBLASLt's workspace, and the attention
  * forward's bf16 copy of qkv. */
@@ -102,6 +190,7 @@ static const Backend backend_cuda = {
     .name = "cuda",
     .precision = "fp32",
     .host_memory = 0,
+    .act_dtype = DT_FP32,
     .alloc = device_alloc_cuda,
     .free = device_free_cuda,
     .to_backend = device_to_backend_cuda,
@@ -114,15 +203,15 @@ static const Backend backend_cuda = {
     .reserve_scratch = cuda_reserve_scratch,
     .encoder_forward = encoder_forward_cuda,
     .encoder_backward = encoder_backward_cuda,
-    .layernorm_forward = layernorm_forward_cuda,
+    .layernorm_forward = cuda_layernorm_forward,
     .layernorm_backward = layernorm_backward_cuda,
-    .matmul_forward = matmul_forward_cuda,
-    .matmul_backward = matmul_backward_cuda,
-    .gelu_forward = gelu_forward_cuda,
-    .gelu_backward = gelu_backward_cuda,
+    .matmul_forward = cuda_matmul_forward,
+    .matmul_backward = cuda_matmul_backward,
+    .gelu_forward = cuda_gelu_forward,
+    .gelu_backward = cuda_gelu_backward,
     .residual_dropout_forward = residual_dropout_forward_cuda,
     .dropout_backward = dropout_backward_cuda,
-    .rope_forward = rope_forward_cuda,
+    .rope_forward = cuda_rope_forward,
     .rope_backward = rope_backward_cuda,
     .drop_path = drop_path_cuda,
     .crossentropy_forward = crossentropy_forward_cuda,
@@ -130,9 +219,9 @@ static const Backend backend_cuda = {
     .sum_squares = sum_squares_cuda,
     .scale_inplace = scale_inplace_cuda,
     .adamw_update = adamw_update_cuda,
-    .attention_forward = attention_forward_cuda,
+    .attention_forward = cuda_attention_forward,
     .attention_backward_scratch_floats = attention_backward_scratch_floats_cuda,
-    .attention_backward = attention_backward_cuda,
+    .attention_backward = cuda_attention_backward,
     .encoder_forward_at = encoder_forward_at_cuda,
     .residual_dropout_forward_at = residual_dropout_forward_at_cuda,
     .dropout_backward_at = dropout_backward_at_cuda,
@@ -154,11 +243,11 @@ static const Backend* backend_cuda_bf16(void) {
         t.precision = "bf16";
         t.scratch_bytes = cuda_bf16_scratch_bytes;
         t.reserve_scratch = cuda_bf16_reserve_scratch;
-        t.matmul_forward = matmul_forward_bf16_cuda;
-        t.matmul_backward = matmul_backward_bf16_cuda;
-        t.attention_forward = attention_forward_bf16_cuda;
+        t.matmul_forward = cudabf16_matmul_forward;
+        t.matmul_backward = cudabf16_matmul_backward;
+        t.attention_forward = cudabf16_attention_forward;
         t.attention_backward_scratch_floats = attention_backward_scratch_floats_bf16_cuda;
-        t.attention_backward = attention_backward_bf16_cuda;
+        t.attention_backward = cudabf16_attention_backward;
         /* no bf16 block attention yet: gpt_build_cp refuses context parallelism under bf16 */
         t.attention_block_forward = NULL;
         t.attention_block_backward = NULL;
@@ -175,6 +264,7 @@ const Backend* backend_lookup(const char* name, const char* precision) {
         if (strcmp(name, "cuda") == 0) return &backend_cuda;
 #endif
     }
+    if (strcmp(precision, "bf16") == 0 && strcmp(name, "cpu") == 0) return backend_cpu_bf16();
 #ifdef SEEDGPT_CUDA
     if (strcmp(precision, "bf16") == 0 && strcmp(name, "cuda") == 0) return backend_cuda_bf16();
 #endif

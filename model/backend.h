@@ -3,6 +3,10 @@
  * attention/flash_cpu.c; the CUDA backend (built by `make cuda`) at their .cu twins, with the same
  * signatures: every pointer an op receives lives in that backend's memory.
  *
+ * Under --precision bf16 a table may store the activations that are operands of products in
+ * bf16 (act_dtype): the orchestrator carves them by the table's act_dtype and hands them on as
+ * void*, never reading them (the CPU's bf16 table does; the CUDA one keeps them fp32).
+ *
  * The orchestrator never asks which backend it holds, except for the host mirrors of the weights
  * and optimizer state (the CPU backend's memory is host memory, so its mirrors are the memory
  * itself).
@@ -17,6 +21,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The element type of the activations that are operands of products (ln1, qkv, atty, ln2, fch,
+ * fch_gelu, lnf) and of the weights' operand copy: Backend.act_dtype. Those arguments are typed
+ * void* below; every other tensor an op receives is fp32. */
+enum { DT_FP32 = 0, DT_BF16 = 1 };
+static inline size_t dtype_bytes(int dtype) { return dtype == DT_BF16 ? 2 : 4; }
 
 /* The calls a model makes to the ops that keep scratch of their own beside the arena (a device
  * backend's partial sums, token buckets and bf16 operand copies): a backend sizes that scratch
@@ -42,9 +52,14 @@ enum { BE_PHASE_FORWARD, BE_PHASE_BACKWARD, BE_PHASE_RECOMPUTE, BE_PHASE_OPTIMIZ
 typedef struct Backend {
     const char* name;          /* "cpu" or "cuda" */
     const char* precision;     /* "fp32", or "bf16": the operands of the dense products and of
-                                  attention rounded to bf16, fp32 accumulation (CUDA only; README
-                                  "Precision") */
+                                  attention in bf16, fp32 accumulation (README "Precision") */
     int host_memory;           /* 1: the backend's memory is host memory (no copies needed) */
+    int act_dtype;             /* DT_FP32 or DT_BF16: the operand activations' element type, and
+                                  the weights' operand copy's (DT_FP32: the products read the
+                                  fp32 master weights themselves) */
+    /* DT_BF16 only (NULL otherwise): dst (n) = src (n) rounded to nearest even, the weights'
+     * operand copy made from the masters once per update */
+    void (*round_to_act)(void* dst, const float* src, size_t n);
 
     /* ---- memory ---- */
     /* one arena per model: aligned (64 bytes), zeroed; exits with a message if it is not there */
@@ -73,22 +88,24 @@ typedef struct Backend {
                             int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop);
     void (*encoder_backward)(float* dwte, float* dwpe, const float* dout, const int* inp,
                              int B, int T, int C);
-    void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp,
+    void (*layernorm_forward)(void* out, float* mean, float* rstd, const float* inp,
                               const float* weight, const float* bias, int N, int C);
     void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* mean,
                                const float* rstd, int N, int C);
-    void (*matmul_forward)(float* out, const float* inp, const float* weight, const float* bias,
-                           int N, int C, int OC);
+    /* out written in out_dtype: DT_FP32 (a residual branch, the logits) or act_dtype (qkv, fch);
+     * inp and weight in act_dtype */
+    void (*matmul_forward)(void* out, int out_dtype, const void* inp, const void* weight,
+                           const float* bias, int N, int C, int OC);
     void (*matmul_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* weight, int N, int C, int OC);
-    void (*gelu_forward)(float* out, const float* inp, size_t n);
-    void (*gelu_backward)(float* dinp, const float* inp, const float* dout, size_t n);
+                            const void* inp, const void* weight, int N, int C, int OC);
+    void (*gelu_forward)(void* out, const void* inp, size_t n);
+    void (*gelu_backward)(float* dinp, const void* inp, const float* dout, size_t n);
     void (*residual_dropout_forward)(float* out, const float* x, const float* branch,
                                      int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop);
     void (*dropout_backward)(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
                              uint64_t seed, Dropout drop);
-    void (*rope_forward)(float* qkv, const float* cos, const float* sin, int B, int T, int NH,
+    void (*rope_forward)(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
                          int NKV, int HD, int layout, int pos0);
     void (*rope_backward)(float* dqkv, const float* cos, const float* sin, int B, int T, int NH,
                           int NKV, int HD, int layout, int pos0);
@@ -102,13 +119,18 @@ typedef struct Backend {
     void (*scale_inplace)(float* x, size_t n, float s);
     void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n,
                          float lr, float beta1, float beta2, float eps, float weight_decay, int t);
-    void (*attention_forward)(float* out, float* lse, const float* qkv,
+    void (*attention_forward)(void* out, float* lse, const void* qkv,
                               int B, int T, int NH, int NKV, int HD,
                               uint32_t g0, uint64_t attn_seed, Dropout drop);
+    /* optional (NULL: this backend has none): attention_forward plus --log-attn-stats' stats
+     * (attention/attention.h, attention_forward_stats); stats in host memory */
+    void (*attention_forward_stats)(void* out, float* lse, const void* qkv,
+                                    int B, int T, int NH, int NKV, int HD,
+                                    uint32_t g0, uint64_t attn_seed, Dropout drop, float stats[3]);
     size_t (*attention_backward_scratch_floats)(int B, int T, int NH, int NKV, int HD,
                                                 int nthreads);
-    void (*attention_backward)(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                               const float* out, const float* lse,
+    void (*attention_backward)(float* dqkv, float* scratch, const float* dout, const void* qkv,
+                               const void* out, const float* lse,
                                int B, int T, int NH, int NKV, int HD,
                                uint32_t g0, uint64_t attn_seed, Dropout drop);
 
@@ -142,11 +164,13 @@ typedef struct Backend {
 } Backend;
 
 extern const Backend backend_cpu;
+/* The CPU in bf16 (model/ops_bf16_cpu.c, attention/flash_bf16_cpu.c). */
+const Backend* backend_cpu_bf16(void);
 
 /* "cpu" or "cuda" in fp32; NULL if this build has no such backend (the CPU build has no "cuda"). */
 const Backend* backend_by_name(const char* name);
 /* The backend `name` computing in `precision` ("fp32" or "bf16"); NULL if this build has no such
- * combination (bf16 exists only on "cuda"). */
+ * combination. */
 const Backend* backend_lookup(const char* name, const char* precision);
 /* The backend a run gets without --device: "cuda" in a build that has it, else "cpu". */
 const char* backend_default_name(void);

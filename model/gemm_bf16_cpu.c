@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/gemm_cpu.h"
+#include "cuda/bf16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -180,13 +181,23 @@ static inline uint32_t pair_word(const uint16_t* x, size_t stride, int k, int K)
     return lo | hi << 16;
 }
 
-/* dst (kp pairs, MR) = rows [i0, i0+mr) of A, pairs [p0, p0+kp); rows mr..MR-1 zero */
-static void pack_a(uint32_t* dst, const uint16_t* A, size_t rsa, size_t csa, int i0, int mr,
+/* the same of a strided fp32 vector, each element rounded to bf16 (nearest even) */
+static inline uint32_t pair_word_f32(const float* x, size_t stride, int k, int K) {
+    uint32_t lo = sg_bf16_from_float(x[(size_t)k * stride]);
+    uint32_t hi = k + 1 < K ? sg_bf16_from_float(x[(size_t)(k + 1) * stride]) : 0u;
+    return lo | hi << 16;
+}
+
+/* dst (kp pairs, MR) = rows [i0, i0+mr) of A (bf16, or fp32 rounded as packed), pairs
+ * [p0, p0+kp); rows mr..MR-1 zero */
+static void pack_a(uint32_t* dst, const void* A, int a_f32, size_t rsa, size_t csa, int i0, int mr,
                    int p0, int kp, int K, int MR) {
     for (int p = 0; p < kp; p++) {
         uint32_t* d = dst + (size_t)p * MR;
         int k = 2 * (p0 + p);
-        for (int r = 0; r < mr; r++) d[r] = pair_word(A + (size_t)(i0 + r) * rsa, csa, k, K);
+        for (int r = 0; r < mr; r++)
+            d[r] = a_f32 ? pair_word_f32((const float*)A + (size_t)(i0 + r) * rsa, csa, k, K)
+                         : pair_word((const uint16_t*)A + (size_t)(i0 + r) * rsa, csa, k, K);
         for (int r = mr; r < MR; r++) d[r] = 0u;
     }
 }
@@ -220,22 +231,45 @@ static uint32_t* pack_buffer(size_t words) {
     return pack_buf;
 }
 
-void gemm_bf16(int M, int N, int K, const uint16_t* A, size_t rsa, size_t csa,
-               const uint16_t* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc) {
+void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, size_t csa,
+                  const uint16_t* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc,
+                  uint16_t* Cb, const float* bias) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++)
+            for (int j = 0; j < N; j++) {
+                if (Cb != NULL) {
+                    Cb[(size_t)i * ldc + j] = sg_bf16_from_float(bias ? bias[j] : 0.0f);
+                    continue;
+                }
                 C[(size_t)i * ldc + j] = accumulate ? flush(C[(size_t)i * ldc + j]) : 0.0f;
+            }
         return;
     }
     Bf16PathDesc pd = path_desc(gemm_bf16_path_selected());
     const int MR = pd.mr, NR = pd.nr;
     const int mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR, KP = (K + 1) / 2;
     const size_t per_pair = (size_t)mp * MR + (size_t)np * NR;
+    if (Cb != NULL && per_pair * KP > PACK_WORDS && mp > MC_PANELS) {
+        /* a bf16 result packs the whole K at once: rows in blocks whose panels fit PACK_WORDS
+         * (B packed again for each; every row's chains are its own, so the bits are the same) */
+        const size_t b_words = (size_t)np * NR * KP;
+        size_t rows = b_words < PACK_WORDS ? (PACK_WORDS - b_words) / KP : 0;
+        rows = rows / ((size_t)MR * MC_PANELS) * ((size_t)MR * MC_PANELS);
+        if (rows < (size_t)MR * MC_PANELS) rows = (size_t)MR * MC_PANELS;
+        const size_t esize = a_f32 ? sizeof(float) : sizeof(uint16_t);
+        for (size_t i0 = 0; i0 < (size_t)M; i0 += rows) {
+            const int m = (int)((size_t)M - i0 < rows ? (size_t)M - i0 : rows);
+            gemm_bf16_ex(m, N, K, (const char*)A + i0 * rsa * esize, a_f32, rsa, csa, B, rsb, csb,
+                         0, NULL, ldc, Cb + i0 * ldc, bias);
+        }
+        return;
+    }
     int pchunk = (int)(PACK_WORDS / per_pair) / KPC * KPC;
     if (pchunk < KPC) pchunk = KPC;
-    if (pchunk > KP) pchunk = KP;
+    /* a bf16 result is rounded once, at the end of its chain: the whole chain in one chunk, its
+     * partial sums in a tile of fp32 on the thread's stack */
+    if (pchunk > KP || Cb != NULL) pchunk = KP;
     const size_t a_words = ((size_t)mp * MR * pchunk + 15) & ~(size_t)15;
     uint32_t* Ap = pack_buffer(a_words + (size_t)np * NR * pchunk);
     uint32_t* Bp = Ap + a_words;
@@ -247,7 +281,7 @@ void gemm_bf16(int M, int N, int K, const uint16_t* A, size_t rsa, size_t csa,
         #pragma omp for schedule(dynamic) nowait
         for (int i = 0; i < mp; i++) {
             int mr = M - i * MR < MR ? M - i * MR : MR;
-            pack_a(Ap + (size_t)i * MR * pn, A, rsa, csa, i * MR, mr, p0, pn, K, MR);
+            pack_a(Ap + (size_t)i * MR * pn, A, a_f32, rsa, csa, i * MR, mr, p0, pn, K, MR);
         }
         #pragma omp for schedule(dynamic)
         for (int q = 0; q < np; q++) {
@@ -260,6 +294,9 @@ void gemm_bf16(int M, int N, int K, const uint16_t* A, size_t rsa, size_t csa,
             const int i0 = (t / nb) * MC_PANELS, q0 = (t % nb) * NC_PANELS;
             const int i1 = i0 + MC_PANELS < mp ? i0 + MC_PANELS : mp;
             const int q1 = q0 + NC_PANELS < np ? q0 + NC_PANELS : np;
+            /* bf16 result: the tile's chains in fp32 here, rounded once at the end */
+            float tile[MC_PANELS * MR_MAX * NC_PANELS * NR_MAX] __attribute__((aligned(64)));
+            const size_t ldt = (size_t)NC_PANELS * NR;
             for (int pp = 0; pp < pn; pp += KPC) {
                 const int kp = pn - pp < KPC ? pn - pp : KPC;
                 const int load_c = accumulate || p0 + pp > 0;
@@ -269,6 +306,11 @@ void gemm_bf16(int M, int N, int K, const uint16_t* A, size_t rsa, size_t csa,
                     for (int i = i0; i < i1; i++) {
                         const uint32_t* ap = Ap + (size_t)i * MR * pn + (size_t)pp * MR;
                         const int mr = M - i * MR < MR ? M - i * MR : MR;
+                        if (Cb != NULL) {
+                            pd.kernel(kp, ap, bp, tile + (size_t)(i - i0) * MR * ldt +
+                                                      (size_t)(q - q0) * NR, ldt, load_c);
+                            continue;
+                        }
                         float* c = C + (size_t)i * MR * ldc + (size_t)q * NR;
                         if (mr == MR && nr == NR) {
                             pd.kernel(kp, ap, bp, c, ldc, load_c);
@@ -284,6 +326,20 @@ void gemm_bf16(int M, int N, int K, const uint16_t* A, size_t rsa, size_t csa,
                     }
                 }
             }
+            if (Cb != NULL) {
+                const int r1 = i1 * MR < M ? i1 * MR : M, j1 = q1 * NR < N ? q1 * NR : N;
+                for (int r = i0 * MR; r < r1; r++) {
+                    const float* tr = tile + (size_t)(r - i0 * MR) * ldt - (size_t)q0 * NR;
+                    uint16_t* o = Cb + (size_t)r * ldc;
+                    for (int j = q0 * NR; j < j1; j++)
+                        o[j] = sg_bf16_from_float(bias != NULL ? tr[j] + bias[j] : tr[j]);
+                }
+            }
         }
     }
+}
+
+void gemm_bf16(int M, int N, int K, const uint16_t* A, size_t rsa, size_t csa,
+               const uint16_t* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc) {
+    gemm_bf16_ex(M, N, K, A, 0, rsa, csa, B, rsb, csb, accumulate, C, ldc, NULL, NULL);
 }

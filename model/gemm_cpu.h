@@ -36,6 +36,16 @@ const char* gemm_path_name(GemmPath p);
 void gemm_bf16(int M, int N, int K, const uint16_t* A, size_t rsa, size_t csa,
                const uint16_t* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc);
 
+/* gemm_bf16 with the two options the model's bf16 ops need. a_f32: A is const float*, each
+ * element rounded to bf16 (nearest even) as it is packed, the rounded value the operand (a
+ * gradient's bf16 operand, with no bf16 copy of it anywhere). Cb != NULL: the result is written
+ * to Cb (bf16, rows ldc apart; C unused, accumulate must be 0) as acc + bias[j] (bias may be
+ * NULL) rounded once to nearest even: the same bits as the fp32 result, plus the bias, rounded.
+ * Either way the chain of every element is gemm_bf16's. */
+void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, size_t csa,
+                  const uint16_t* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc,
+                  uint16_t* Cb, const float* bias);
+
 /* One step of that chain, as the portable path computes it: acc, then A[2p+1]*B[2p+1], then
  * A[2p]*B[2p], with a_pair = A[2p] | A[2p+1] << 16 and b_pair likewise (for the tests). */
 float gemm_bf16_pair_step(float acc, uint32_t a_pair, uint32_t b_pair);

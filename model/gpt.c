@@ -112,6 +112,30 @@ void gpt_layer_act_sizes(const GPTConfig* c, int B, int T, size_t s[NUM_LAYER_AC
     s[11] = BT * 4 * C; /* fch_gelu */
 }
 
+int gpt_layer_act_is_operand(int i) {
+    return i == 0 || i == 3 || i == 4 || i == 7 || i == 10 || i == 11;   /* ln1 qkv atty ln2 fch fch_gelu */
+}
+
+void gpt_layer_act_bytes(const GPTConfig* c, int B, int T, int dtype, size_t bytes[NUM_LAYER_ACTS]) {
+    gpt_layer_act_sizes(c, B, T, bytes);
+    for (int i = 0; i < NUM_LAYER_ACTS; i++)
+        bytes[i] *= gpt_layer_act_is_operand(i) ? dtype_bytes(dtype) : sizeof(float);
+}
+
+/* bytes rounded up to a multiple of 64: every tensor starts 64-byte aligned */
+static size_t align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+/* Carves n tensors of the given byte sizes out of one block (64-byte aligned each); with
+ * base == NULL it only counts. Returns the bytes. */
+static size_t carve_bytes(char* base, void* ptrs[], const size_t* bytes, int n) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (base != NULL) ptrs[i] = base + off;
+        off += align64(bytes[i]);
+    }
+    return off;
+}
+
 /* Carves n tensors of the given sizes out of one block; every tensor starts 64-byte aligned.
  * With base == NULL it only counts the floats needed. */
 static size_t carve(float* base, float** ptrs[], const size_t* sizes, int n) {
@@ -130,83 +154,96 @@ static void param_ptrs(ParameterTensors* p, float** ptrs[NUM_PARAMETER_TENSORS])
     memcpy(ptrs, q, sizeof(q));
 }
 
-static void layer_act_ptrs(LayerActs* a, float** ptrs[NUM_LAYER_ACTS]) {
-    float** q[NUM_LAYER_ACTS] = {
-        &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->lse, &a->resid2,
-        &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu};
-    memcpy(ptrs, q, sizeof(q));
+static void layer_act_set(LayerActs* a, void* const q[NUM_LAYER_ACTS], int dtype) {
+    a->dtype = dtype;
+    a->ln1 = q[0]; a->ln1_mean = q[1]; a->ln1_rstd = q[2]; a->qkv = q[3]; a->atty = q[4];
+    a->lse = q[5]; a->resid2 = q[6]; a->ln2 = q[7]; a->ln2_mean = q[8]; a->ln2_rstd = q[9];
+    a->fch = q[10]; a->fch_gelu = q[11];
 }
 
 /* The activation block, in order: the kept residual streams, the tail (lnf, lnf_mean, lnf_rstd,
- * logits, losses), then the layer slots, and under a recompute policy the residual-stream slots
- * inside a segment and the check buffer. Under none every layer has its own slot and every
+ * logits, losses, dlnf), then the layer slots, and under a recompute policy the residual-stream
+ * slots inside a segment and the check buffer. Under none every layer has its own slot and every
  * residual stream is kept; under every:K there are K slots, and only segment inputs and the final
- * LayerNorm's input are kept. Sets the counts (and the pointers when base != NULL); returns the
- * floats needed. */
-static size_t plan_activations(GPT* m, float* base) {
+ * LayerNorm's input are kept. The operands of products (the layers' and lnf) take
+ * dtype_bytes(act_dtype) a element, everything else 4. Sets the counts (and the pointers when
+ * base != NULL, the kept byte figures when fig != NULL); returns the floats needed (every region
+ * is a multiple of 64 bytes). */
+static size_t plan_activations(GPT* m, float* base_f, GPTMemory* fig) {
     const GPTConfig* c = &m->config;
     const RecomputePolicy* p = &m->policy;
-    size_t BT = (size_t)m->B * m->T, C = c->channels;
+    char* base = (char*)base_f;
+    size_t BT = (size_t)m->B * m->T, C = c->channels, F = sizeof(float);
+    size_t ab = dtype_bytes(m->act_dtype);
     int L = c->num_layers, K = ckpt_segment_len(p, L);
-    size_t off = 0;
+    size_t off = 0, resid_bytes = align64(BT * C * F);
 #define AT(n) (base == NULL ? NULL : base + (n))
     for (int l = 0; l <= L; l++) {
         if (!ckpt_resid_kept(p, L, l)) continue;
-        if (base != NULL) m->resid[l] = base + off;
-        off += mem_align_floats(BT * C);
+        if (base != NULL) m->resid[l] = (float*)(base + off);
+        off += resid_bytes;
     }
+    size_t kept_resid = off;
     /* the classifier: one chunk of logits, the losses, and the gradient of the final LayerNorm's
      * output, which a training forward computes chunk by chunk for the backward */
-    size_t tail[6] = {BT * C, BT, BT, (size_t)m->classifier_rows * c->padded_vocab_size, BT, BT * C};
-    float** tp[6] = {&m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->losses, &m->dlnf};
-    off += carve(AT(off), tp, tail, 6);
+    size_t tail[6] = {BT * C * ab, BT * F, BT * F,
+                      (size_t)m->classifier_rows * c->padded_vocab_size * F, BT * F, BT * C * F};
+    void* tp[6];
+    off += carve_bytes(AT(off), tp, tail, 6);
+    if (base != NULL) {
+        m->lnf = tp[0]; m->lnf_mean = tp[1]; m->lnf_rstd = tp[2];
+        m->logits = tp[3]; m->losses = tp[4]; m->dlnf = tp[5];
+    }
     size_t kept_tail = off;
 
     size_t sizes[NUM_LAYER_ACTS];
-    gpt_layer_act_sizes(c, m->B, m->T, sizes);
+    gpt_layer_act_bytes(c, m->B, m->T, m->act_dtype, sizes);
     /* selective: ln1, ln2 and fch_gelu have no place in a slot; every layer's point into one
      * shared set at the end, which the forward fills and the backward refills */
     size_t shared[3] = {sizes[0], sizes[7], sizes[11]};
     if (p->selective) sizes[0] = sizes[7] = sizes[11] = 0;
-    size_t slot_floats = carve(NULL, NULL, sizes, NUM_LAYER_ACTS);
+    size_t slot_bytes = carve_bytes(NULL, NULL, sizes, NUM_LAYER_ACTS);
     size_t slots_start = off;
-    off += (size_t)K * slot_floats;
+    off += (size_t)K * slot_bytes;
     for (int l = 0; l < L && base != NULL; l++) {
-        float** ptrs[NUM_LAYER_ACTS];
-        layer_act_ptrs(&m->layer[l], ptrs);
+        void* q[NUM_LAYER_ACTS];
         size_t slot = (size_t)ckpt_layer_slot(p, L, l);
-        carve(base + slots_start + slot * slot_floats, ptrs, sizes, NUM_LAYER_ACTS);
+        carve_bytes(base + slots_start + slot * slot_bytes, q, sizes, NUM_LAYER_ACTS);
+        layer_act_set(&m->layer[l], q, m->act_dtype);
     }
+    size_t kept_end;
     if (ckpt_recomputes(p)) {
         /* residual streams inside a segment: slot l % K (never 0: that one is the kept input) */
         size_t rs_start = off;
-        off += (size_t)K * mem_align_floats(BT * C);   /* slots 1..K-1, then the check buffer */
+        off += (size_t)K * resid_bytes;   /* slots 1..K-1, then the check buffer */
         for (int l = 0; l <= L; l++) {
             if (ckpt_resid_kept(p, L, l)) continue;
-            if (base != NULL) m->resid[l] = base + rs_start + (size_t)((l % K) - 1) * mem_align_floats(BT * C);
+            if (base != NULL) m->resid[l] = (float*)(base + rs_start + (size_t)((l % K) - 1) * resid_bytes);
         }
-        if (base != NULL) m->check = base + rs_start + (size_t)(K - 1) * mem_align_floats(BT * C);
-        m->num_kept_acts = kept_tail;
-        m->num_recompute_acts = off - kept_tail;
+        if (base != NULL) m->check = (float*)(base + rs_start + (size_t)(K - 1) * resid_bytes);
+        kept_end = kept_tail;
     } else {
         m->check = NULL;
-        m->num_kept_acts = off;
-        m->num_recompute_acts = 0;
+        kept_end = off;
     }
     if (p->selective) {
-        size_t sel_start = off;
-        float* sp[3];
-        float** spp[3] = {&sp[0], &sp[1], &sp[2]};
-        off += carve(AT(off), spp, shared, 3);
+        void* sp[3];
+        off += carve_bytes(AT(off), sp, shared, 3);
         for (int l = 0; l < L && base != NULL; l++) {
             m->layer[l].ln1 = sp[0];
             m->layer[l].ln2 = sp[1];
             m->layer[l].fch_gelu = sp[2];
         }
-        m->num_recompute_acts += off - sel_start;
     }
 #undef AT
-    return off;
+    m->num_kept_acts = kept_end / F;
+    m->num_recompute_acts = (off - kept_end) / F;
+    if (fig != NULL) {
+        fig->resid = kept_resid;
+        fig->logits = align64(tail[3]) + align64(tail[4]) + align64(tail[5]);
+        fig->layer_acts = kept_end - kept_tail;
+    }
+    return off / F;
 }
 
 static size_t plan_scratch(GPT* m, float* base) {
@@ -233,6 +270,11 @@ static size_t plan_cp(GPT* m, float* base) {
     return carve(base, ptrs, sizes, 2);
 }
 
+/* The floats of the weights' operand copy of a parameter block of pfloats floats (0 in fp32). */
+static size_t wop_floats(const Backend* be, size_t pfloats) {
+    return be->act_dtype == DT_FP32 ? 0 : align64(pfloats * dtype_bytes(be->act_dtype)) / sizeof(float);
+}
+
 /* The RoPE angle tables' floats (cos, then sin: each this many); 0 with learned positions. */
 static size_t rope_table_floats(const GPTConfig* c) {
     return c->pos_kind == POS_ROPE
@@ -241,9 +283,9 @@ static size_t rope_table_floats(const GPTConfig* c) {
 
 /* The one backend arena, in floats: parameters, gradients, AdamW m and v, activations, gradient
  * scratch, then the tokens and targets (ints, the size of floats) and the RoPE tables. */
-static size_t arena_floats(size_t pfloats, size_t acts, size_t scratch, size_t ntok, size_t nrope,
-                           size_t ncp) {
-    return 4 * pfloats + acts + scratch + 2 * ntok + 2 * nrope + ncp;
+static size_t arena_floats(size_t pfloats, size_t wop, size_t acts, size_t scratch, size_t ntok,
+                           size_t nrope, size_t ncp) {
+    return 4 * pfloats + wop + acts + scratch + 2 * ntok + 2 * nrope + ncp;
 }
 
 /* The host-side tables gpt_build_on allocates through mem_alloc, in bytes. */
@@ -251,7 +293,8 @@ static size_t host_table_bytes(const GPTConfig* c, const RecomputePolicy* policy
     int L = c->num_layers;
     return (size_t)(L + 1) * sizeof(float*) + (size_t)L * sizeof(LayerActs) +
            (size_t)L * sizeof(LayerRecord) +
-           (size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord);
+           (size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord) +
+           mem_align_floats((size_t)L * 3) * sizeof(float);   /* the attention statistics */
 }
 
 /* The calls the model makes to the ops that keep scratch beside the arena (model/backend.h):
@@ -304,6 +347,7 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
     m.config = *c;
     m.policy = *policy;
     m.be = be;
+    m.act_dtype = be->act_dtype;
     m.B = B;
     m.T = T;
     m.plan_threads = threads;
@@ -312,7 +356,9 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
     gpt_param_sizes(c, sizes);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) nparams += sizes[i];
     size_t pfloats = carve(NULL, NULL, sizes, NUM_PARAMETER_TENSORS);
-    size_t acts = plan_activations(&m, NULL), scratch = plan_scratch(&m, NULL);
+    GPTMemory fig;
+    size_t acts = plan_activations(&m, NULL, &fig), scratch = plan_scratch(&m, NULL);
+    size_t wop = wop_floats(be, pfloats);
     size_t ntok = mem_align_floats(BT), nrope = rope_table_floats(c);
     size_t logits = mem_align_floats((size_t)m.classifier_rows * c->padded_vocab_size) +
                     mem_align_floats(BT) + mem_align_floats(BT * c->channels);
@@ -320,13 +366,16 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
         B, T, c->num_heads, c->num_kv_heads, gpt_head_dim(c), threads));
     out->params = out->grads = pfloats * sizeof(float);
     out->adamw = 2 * pfloats * sizeof(float);
+    out->weights_op = wop * sizeof(float);
+    out->layer_acts = fig.layer_acts;
+    out->resid = fig.resid;
     out->logits = logits * sizeof(float);
     out->activations = (m.num_kept_acts - logits) * sizeof(float);
     out->recompute = m.num_recompute_acts * sizeof(float);
     out->attn_scratch = attn * sizeof(float);
     out->grad_scratch = (scratch - attn) * sizeof(float);
     out->other = (2 * ntok + 2 * nrope) * sizeof(float);
-    out->arena = arena_floats(pfloats, acts, scratch, ntok, nrope, 0) * sizeof(float);
+    out->arena = arena_floats(pfloats, wop, acts, scratch, ntok, nrope, 0) * sizeof(float);
     out->host = host_table_bytes(c, policy) +
                 (be->host_memory ? 0 : (3 * pfloats + mem_align_floats(BT)) * sizeof(float));
     out->host_transient = 2 * nrope * sizeof(float);
@@ -398,7 +447,8 @@ int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
         be->attention_merge == NULL || be->copy_rows == NULL || be->encoder_forward_at == NULL ||
         be->residual_dropout_forward_at == NULL || be->dropout_backward_at == NULL) {
         snprintf(err, 256, "--context-parallel %d: the %s backend in %s has no context-parallel "
-                 "attention yet (use fp32)", cp->size, be->name, be->precision);
+                 "ops yet (context parallelism runs in --precision fp32)", cp->size, be->name,
+                 be->precision);
         return -1;
     }
     return build_model(m, c, B, T / cp->size, policy, be, 0, cp, err);
@@ -421,6 +471,7 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
     m->config = *c;
     m->policy = *policy;
     m->be = be;
+    m->act_dtype = be->act_dtype;
     m->B = B;
     m->T = T;
     m->plan_threads = omp_get_max_threads();
@@ -432,6 +483,7 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
     m->layer = mem_alloc((size_t)L * sizeof(LayerActs));
     m->records = mem_alloc((size_t)L * sizeof(LayerRecord));
     m->fresh_records = mem_alloc((size_t)ckpt_segment_len(policy, L) * sizeof(LayerRecord));
+    m->attn_stats = mem_alloc_floats(mem_align_floats((size_t)L * 3));
 
     /* one backend arena: parameters, gradients, AdamW m and v, activations, gradient scratch,
      * then the tokens (ints, the size of floats) */
@@ -440,20 +492,22 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
     size_t pfloats = carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
     m->num_parameters = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) m->num_parameters += m->param_sizes[i];
-    m->num_acts = plan_activations(m, NULL);
+    m->num_acts = plan_activations(m, NULL, NULL);
     size_t nscratch = plan_scratch(m, NULL);
     size_t ntok = mem_align_floats(BT);
     size_t nrope = rope_table_floats(c);
     m->num_cp_floats = plan_cp(m, NULL);
-    size_t total = arena_floats(pfloats, m->num_acts, nscratch, ntok, nrope, m->num_cp_floats);
+    size_t nwop = wop_floats(be, pfloats);
+    size_t total = arena_floats(pfloats, nwop, m->num_acts, nscratch, ntok, nrope, m->num_cp_floats);
     float* base = be->alloc(total * sizeof(float));
     m->arena = base;
     m->params_memory = base;
     m->grads_memory = base + pfloats;
     m->m_memory = base + 2 * pfloats;
     m->v_memory = base + 3 * pfloats;
-    m->acts_memory = base + 4 * pfloats;
-    plan_activations(m, m->acts_memory);
+    m->wop_memory = nwop > 0 ? base + 4 * pfloats : NULL;
+    m->acts_memory = base + 4 * pfloats + nwop;
+    plan_activations(m, m->acts_memory, NULL);
     plan_scratch(m, m->acts_memory + m->num_acts);
     if (be->reserve_scratch != NULL) {   /* the ops' own scratch, now: none grows after the build */
         OpCalls calls;
@@ -504,6 +558,7 @@ void gpt_free(GPT* m) {
     mem_free(m->layer);
     mem_free(m->records);
     mem_free(m->fresh_records);
+    mem_free(m->attn_stats);
     memset(m, 0, sizeof(*m));
 }
 
@@ -520,12 +575,30 @@ void gpt_to_host(GPT* m) {
     m->be->to_host(m->host_v_memory, m->v_memory, bytes);
 }
 
+/* The weights' operand copy made again from the masters (nothing in fp32). */
+static void round_weights(GPT* m) {
+    if (m->wop_memory != NULL) m->be->round_to_act(m->wop_memory, m->params_memory, param_block_floats(m));
+}
+
+/* The weights as the products read them: the operand copy's tensor at the master's offset. */
+static const void* wop(const GPT* m, const float* master) {
+    if (m->wop_memory == NULL) return master;
+    return (const char*)m->wop_memory + (size_t)(master - m->params_memory) * dtype_bytes(m->act_dtype);
+}
+
+/* rows r0.. of an operand activation of C columns (lnf) */
+static const void* act_rows(const GPT* m, const void* base, size_t r0, size_t C) {
+    return (const char*)base + r0 * C * dtype_bytes(m->act_dtype);
+}
+
 void gpt_to_backend(GPT* m) {
-    if (m->be->host_memory) return;
-    size_t bytes = param_block_floats(m) * sizeof(float);
-    m->be->to_backend(m->params_memory, m->host_params_memory, bytes);
-    m->be->to_backend(m->m_memory, m->host_m_memory, bytes);
-    m->be->to_backend(m->v_memory, m->host_v_memory, bytes);
+    if (!m->be->host_memory) {
+        size_t bytes = param_block_floats(m) * sizeof(float);
+        m->be->to_backend(m->params_memory, m->host_params_memory, bytes);
+        m->be->to_backend(m->m_memory, m->host_m_memory, bytes);
+        m->be->to_backend(m->v_memory, m->host_v_memory, bytes);
+    }
+    round_weights(m);
 }
 
 GPTMemory gpt_memory(const GPT* m) {
@@ -535,6 +608,8 @@ GPTMemory gpt_memory(const GPT* m) {
     r.params = pf * sizeof(float);
     r.grads = pf * sizeof(float);
     r.optimizer = 2 * pf * sizeof(float);
+    r.weights_op = wop_floats(m->be, pf) * sizeof(float);
+    plan_activations((GPT*)m, NULL, &r);   /* the figures only: counting leaves m as it is */
     r.activations = m->num_kept_acts * sizeof(float);
     r.recompute = m->num_recompute_acts * sizeof(float);
     r.scratch = plan_scratch((GPT*)m, NULL) * sizeof(float);
@@ -627,10 +702,30 @@ static void classifier_chunk_backward(GPT* m, int r0, int rows, float dloss) {
     m->be->crossentropy_backward(m->logits, m->targets + r0, dloss, rows, c->vocab_size,
                                  c->padded_vocab_size);
     m->be->matmul_backward(m->dlnf + (size_t)r0 * C, m->grads.wte, NULL, m->logits,
-                           m->lnf + (size_t)r0 * C, m->params.wte, rows, C, c->padded_vocab_size);
+                           act_rows(m, m->lnf, (size_t)r0, (size_t)C), wop(m, m->params.wte), rows,
+                           C, c->padded_vocab_size);
 }
 
 void gpt_set_loss_scale(GPT* m, float dloss) { m->loss_scale = dloss; }
+
+int gpt_set_attn_stats(GPT* m, int on, char err[256]) {
+    if (on && m->be->attention_forward_stats == NULL) {
+        snprintf(err, 256, "--log-attn-stats: the %s backend's attention has no statistics",
+                 m->be->name);
+        return -1;
+    }
+    m->attn_stats_on = on;
+    gpt_attn_stats_reset(m);
+    return 0;
+}
+
+void gpt_attn_stats_reset(GPT* m) {
+    for (int l = 0; l < m->config.num_layers; l++) {
+        m->attn_stats[3 * l] = 0.0f;
+        m->attn_stats[3 * l + 1] = INFINITY;
+        m->attn_stats[3 * l + 2] = -INFINITY;
+    }
+}
 
 /* Layer l's parameters. */
 typedef struct {
@@ -812,19 +907,25 @@ static void pos_drop_path(GPT* m, float* y, const float* x, int B, int T, uint32
     }
 }
 
-static void pos_rope(GPT* m, float* qkv, int B, int T, int backward) {
+static void pos_rope(GPT* m, void* qkv, int B, int T, int backward) {
     const GPTConfig* c = &m->config;
-    void (*op)(float*, const float*, const float*, int, int, int, int, int, int, int) =
-        backward ? m->be->rope_backward : m->be->rope_forward;
-    if (!cp_on(m)) {
-        op(qkv, m->rope_cos, m->rope_sin, B, T, c->num_heads, c->num_kv_heads, gpt_head_dim(c),
-           c->rope_layout, 0);
+    int NH = c->num_heads, NKV = c->num_kv_heads, HD = gpt_head_dim(c), L = c->rope_layout;
+    if (!cp_on(m)) {   /* the forward's qkv in the activations' dtype; the backward's fp32 */
+        if (backward)
+            m->be->rope_backward(qkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, HD, L, 0);
+        else
+            m->be->rope_forward(qkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, HD, L, 0);
         return;
     }
+    /* context parallelism runs on fp32 activations (a bf16 table has no context parallelism) */
     int Tc = T / 2;
-    for (int k = 0; k < 2; k++)
-        op(qkv + (size_t)k * B * Tc * gpt_qkv_channels(c), m->rope_cos, m->rope_sin, B, Tc,
-           c->num_heads, c->num_kv_heads, gpt_head_dim(c), c->rope_layout, cp_chunk(m, k) * Tc);
+    for (int k = 0; k < 2; k++) {
+        float* x = (float*)qkv + (size_t)k * B * Tc * gpt_qkv_channels(c);
+        if (backward)
+            m->be->rope_backward(x, m->rope_cos, m->rope_sin, B, Tc, NH, NKV, HD, L, cp_chunk(m, k) * Tc);
+        else
+            m->be->rope_forward(x, m->rope_cos, m->rope_sin, B, Tc, NH, NKV, HD, L, cp_chunk(m, k) * Tc);
+    }
 }
 
 /* Attention over the ring. Step s of N: this rank holds the K, V rows of rank (rank - s) mod N
@@ -841,11 +942,14 @@ static void cp_attention_forward(GPT* m, LayerActs* a, int B, int T, uint32_t g0
     int Tc = T / 2;
     size_t QKV = gpt_qkv_channels(c), KVW = 2 * (size_t)NKV * HD, C = c->channels;
     size_t rows = (size_t)B * T;
+    /* context parallelism runs on fp32 activations (a bf16 table has none) */
+    float* qkv = (float*)a->qkv;
+    float* atty = (float*)a->atty;
     float* kv[2] = {m->gs.dfch, m->gs.dfch + rows * KVW};
     float* blk = m->gs.datty;
     float* blk_lse = m->gs.dln;
     m->be->fill(a->lse, (size_t)B * NH * T, -INFINITY);   /* "no key yet" for the merge */
-    m->be->copy_rows(kv[0], KVW, a->qkv + (size_t)NH * HD, QKV, rows, KVW);
+    m->be->copy_rows(kv[0], KVW, qkv + (size_t)NH * HD, QKV, rows, KVW);
     for (int s = 0; s < N; s++) {
         float* cur = kv[s % 2];
         /* the block moves on to the next rank while this one computes with it */
@@ -859,10 +963,10 @@ static void cp_attention_forward(GPT* m, LayerActs* a, int B, int T, uint32_t g0
                 int qc = cp_chunk(m, qa), kc = ka == 0 ? src : 2 * N - 1 - src;
                 if (kc > qc) continue;   /* wholly in the future of every query of the chunk */
                 const float* k = cur + (size_t)ka * B * Tc * KVW;
-                m->be->attention_block_forward(blk, blk_lse, a->qkv + (size_t)qa * B * Tc * QKV, QKV,
+                m->be->attention_block_forward(blk, blk_lse, qkv + (size_t)qa * B * Tc * QKV, QKV,
                                                Tc, qc * Tc, k, k + (size_t)NKV * HD, KVW, Tc,
                                                kc * Tc, B, NH, NKV, HD, g0, seed, drop);
-                m->be->attention_merge(a->atty + (size_t)qa * B * Tc * C,
+                m->be->attention_merge(atty + (size_t)qa * B * Tc * C,
                                        a->lse + (size_t)qa * B * NH * Tc, blk, blk_lse, B, Tc, NH, HD);
             }
         if (s < N - 1) m->cp.ring_wait();
@@ -880,10 +984,13 @@ static void cp_attention_backward(GPT* m, LayerActs* a, int B, int T, uint32_t g
     int Tc = T / 2;
     size_t QKV = gpt_qkv_channels(c), KVW = 2 * (size_t)NKV * HD, C = c->channels;
     size_t rows = (size_t)B * T;
+    /* context parallelism runs on fp32 activations (a bf16 table has none) */
+    float* qkv = (float*)a->qkv;
+    float* atty = (float*)a->atty;
     float* kv[2] = {m->gs.dfch, m->gs.dfch + rows * KVW};
     m->be->fill(m->gs.dqkv, rows * QKV, 0.0f);
     m->be->fill(m->cp_dkv[0], rows * KVW, 0.0f);
-    m->be->copy_rows(kv[0], KVW, a->qkv + (size_t)NH * HD, QKV, rows, KVW);
+    m->be->copy_rows(kv[0], KVW, qkv + (size_t)NH * HD, QKV, rows, KVW);
     for (int s = 0; s < N; s++) {
         float* cur = kv[s % 2];
         float* dcur = m->cp_dkv[s % 2];
@@ -896,8 +1003,8 @@ static void cp_attention_backward(GPT* m, LayerActs* a, int B, int T, uint32_t g
                 size_t qo = (size_t)qa * B * Tc, ko = (size_t)ka * B * Tc * KVW;
                 m->be->attention_block_backward(m->gs.dqkv + qo * QKV, QKV, dcur + ko,
                                                 dcur + ko + (size_t)NKV * HD, KVW, m->gs.attn_scratch,
-                                                m->gs.datty + qo * C, a->atty + qo * C,
-                                                a->lse + qo * NH, a->qkv + qo * QKV, QKV, Tc, qc * Tc,
+                                                m->gs.datty + qo * C, atty + qo * C,
+                                                a->lse + qo * NH, qkv + qo * QKV, QKV, Tc, qc * Tc,
                                                 cur + ko, cur + ko + (size_t)NKV * HD, KVW, Tc, kc * Tc,
                                                 B, NH, NKV, HD, g0, seed, drop);
             }
@@ -913,7 +1020,7 @@ static void cp_attention_backward(GPT* m, LayerActs* a, int B, int T, uint32_t g
  * forward x = resid[l] and out = resid[l+1]; a recompute writes a segment's last output to the
  * check buffer instead, so the stored value stays to be compared with. */
 static void layer_forward(GPT* m, int l, const float* x, float* out, const LayerRecord* rec,
-                          int B, int T, uint32_t g0, int train) {
+                          int B, int T, uint32_t g0, int train, float* attn_stats) {
     const GPTConfig* c = &m->config;
     int N = B * T, C = c->channels, QKV = gpt_qkv_channels(c);
     LayerParams p = layer_params(&m->params, c, l);
@@ -926,27 +1033,36 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
     const float* mlp_in = c->block_kind == BLOCK_PARALLEL ? x : a->resid2;
 
     m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p.ln1w, p.ln1b, N, C);
-    m->be->matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, QKV);
+    m->be->matmul_forward(a->qkv, m->act_dtype, a->ln1, wop(m, p.qkvw), p.qkvb, N, C, QKV);
     if (c->pos_kind == POS_ROPE) pos_rope(m, a->qkv, B, T, 0);
 #ifdef SEEDGPT_TEST_BUILD
     int exporting = train && keep_export_begin(m, l, rec->step, B, g0);
 #endif
-    if (cp_on(m))
+    if (cp_on(m)) {   /* the ring (fp32 activations: a bf16 table has no context parallelism) */
         cp_attention_forward(m, a, B, T, g0, rec->seed[SITE_ATTN_PROB], dattn);
-    else
+    } else if (attn_stats != NULL) {
+        float s[3];
+        m->be->attention_forward_stats(a->atty, a->lse, a->qkv, B, T, c->num_heads,
+                                       c->num_kv_heads, gpt_head_dim(c), g0,
+                                       rec->seed[SITE_ATTN_PROB], dattn, s);
+        attn_stats[0] = fmaxf(attn_stats[0], s[0]);
+        attn_stats[1] = fminf(attn_stats[1], s[1]);
+        attn_stats[2] = fmaxf(attn_stats[2], s[2]);
+    } else {
         m->be->attention_forward(a->atty, a->lse, a->qkv, B, T, c->num_heads, c->num_kv_heads,
                                  gpt_head_dim(c), g0, rec->seed[SITE_ATTN_PROB], dattn);
+    }
 #ifdef SEEDGPT_TEST_BUILD
     if (exporting) keep_export_end(m, B);
 #endif
-    m->be->matmul_forward(a->resid2, a->atty, p.attprojw, p.attprojb, N, C, C);
+    m->be->matmul_forward(a->resid2, DT_FP32, a->atty, wop(m, p.attprojw), p.attprojb, N, C, C);
     /* branch = drop_path(dropout(proj)): the per-sequence factor, then the residual dropout */
     if (depth) pos_drop_path(m, a->resid2, a->resid2, B, T, g0, rec->seed[SITE_DEPTH_ATTN]);
     pos_residual_dropout(m, a->resid2, x, a->resid2, B, T, g0, rec->seed[SITE_ATTN_RESID], dres);
     m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, mlp_in, p.ln2w, p.ln2b, N, C);
-    m->be->matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
+    m->be->matmul_forward(a->fch, m->act_dtype, a->ln2, wop(m, p.fcw), p.fcb, N, C, 4 * C);
     m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    m->be->matmul_forward(out, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    m->be->matmul_forward(out, DT_FP32, a->fch_gelu, wop(m, p.fcprojw), p.fcprojb, N, 4 * C, C);
     if (depth) pos_drop_path(m, out, out, B, T, g0, rec->seed[SITE_DEPTH_MLP]);
     pos_residual_dropout(m, out, a->resid2, out, B, T, g0, rec->seed[SITE_MLP_RESID], dres);
 }
@@ -987,7 +1103,8 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
                         train ? m->drop_embd : no_dropout());
     for (int l = 0; l < L; l++) {
         if (l > 0) layer_record_draw(&m->records[l], m->master_seed, step, l, PASS_FORWARD);
-        layer_forward(m, l, m->resid[l], m->resid[l + 1], &m->records[l], B, T, g0, train);
+        layer_forward(m, l, m->resid[l], m->resid[l + 1], &m->records[l], B, T, g0, train,
+                      m->attn_stats_on && train ? m->attn_stats + 3 * l : NULL);
     }
     m->be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], m->params.lnfw,
                       m->params.lnfb, N, C);
@@ -998,8 +1115,8 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
     int R = m->classifier_rows;
     for (int r0 = 0; r0 < N; r0 += R) {
         int rows = N - r0 < R ? N - r0 : R;
-        m->be->matmul_forward(m->logits, m->lnf + (size_t)r0 * C, m->params.wte, NULL, rows, C,
-                              c->padded_vocab_size);
+        m->be->matmul_forward(m->logits, DT_FP32, act_rows(m, m->lnf, (size_t)r0, (size_t)C),
+                              wop(m, m->params.wte), NULL, rows, C, c->padded_vocab_size);
         if (targets != NULL)
             m->be->crossentropy_forward(m->losses + r0, m->logits, m->targets + r0, rows,
                                         c->vocab_size, c->padded_vocab_size);
@@ -1068,9 +1185,10 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
      * resid2 (sequential) or x (parallel) */
     pos_dropout_backward(m, g->dbranch, g->dresid, B, T, g0, rec->seed[SITE_MLP_RESID], dres);
     if (depth) pos_drop_path(m, g->dbranch, g->dbranch, B, T, g0, rec->seed[SITE_DEPTH_MLP]);
-    m->be->matmul_backward(g->dfch, dfcprojw, dfcprojb, g->dbranch, a->fch_gelu, p.fcprojw, N, 4 * C, C);
+    m->be->matmul_backward(g->dfch, dfcprojw, dfcprojb, g->dbranch, a->fch_gelu, wop(m, p.fcprojw),
+                           N, 4 * C, C);
     m->be->gelu_backward(g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
-    m->be->matmul_backward(g->dln, dfcw, dfcb, g->dfch, a->ln2, p.fcw, N, C, 4 * C);
+    m->be->matmul_backward(g->dln, dfcw, dfcb, g->dfch, a->ln2, wop(m, p.fcw), N, C, 4 * C);
     m->be->layernorm_backward(g->dresid, dln2w, dln2b, g->dln, parallel ? m->resid[l] : a->resid2,
                        p.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
     /* sequential: now dresid = d resid2; in the forward,
@@ -1079,7 +1197,8 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
         pos_dropout_backward(m, dattn_branch, g->dresid, B, T, g0, rec->seed[SITE_ATTN_RESID], dres);
         if (depth) pos_drop_path(m, dattn_branch, dattn_branch, B, T, g0, rec->seed[SITE_DEPTH_ATTN]);
     }
-    m->be->matmul_backward(g->datty, dattprojw, dattprojb, dattn_branch, a->atty, p.attprojw, N, C, C);
+    m->be->matmul_backward(g->datty, dattprojw, dattprojb, dattn_branch, a->atty, wop(m, p.attprojw),
+                           N, C, C);
     if (cp_on(m))
         cp_attention_backward(m, a, B, T, g0, rec->seed[SITE_ATTN_PROB], dattn);
     else
@@ -1089,16 +1208,20 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
     /* a->qkv holds the rotated q and k (what attention saw); dqkv is their gradient: rotate it
      * back to the gradient of the QKV linear's output */
     if (c->pos_kind == POS_ROPE) pos_rope(m, g->dqkv, B, T, 1);
-    m->be->matmul_backward(g->dln, dqkvw, dqkvb, g->dqkv, a->ln1, p.qkvw, N, C, QKV);
+    m->be->matmul_backward(g->dln, dqkvw, dqkvb, g->dqkv, a->ln1, wop(m, p.qkvw), N, C, QKV);
     m->be->layernorm_backward(g->dresid, dln1w, dln1b, g->dln, m->resid[l], p.ln1w, a->ln1_mean,
                        a->ln1_rstd, N, C);
 }
 
 #ifdef SEEDGPT_TEST_BUILD
 /* Test builds fill the recompute scratch with NaN before each recompute: a backward that read an
- * activation the recompute did not write would turn the gradients into NaN. */
+ * activation the recompute did not write would turn the gradients into NaN. The pattern
+ * 0x7fc07fc0 is a NaN as one fp32 and as each of two bf16. */
 static void poison_recompute_scratch(GPT* m) {
-    m->be->fill(m->acts_memory + m->num_kept_acts, m->num_recompute_acts, NAN);
+    uint32_t bits = 0x7fc07fc0u;
+    float nan2;
+    memcpy(&nan2, &bits, sizeof(nan2));
+    m->be->fill(m->acts_memory + m->num_kept_acts, m->num_recompute_acts, nan2);
 }
 #endif
 
@@ -1121,7 +1244,9 @@ static const LayerRecord* recompute_segment(GPT* m, int first, int end) {
     m->recomputing = 1;
     for (int l = first; l < end; l++) {
         float* out = l == end - 1 ? m->check : m->resid[l + 1];
-        layer_forward(m, l, m->resid[l], out, &recs[l - first], B, T, m->cur_g0, m->cur_train);
+        /* the forward's attention statistics are logged once: a recompute adds none */
+        layer_forward(m, l, m->resid[l], out, &recs[l - first], B, T, m->cur_g0, m->cur_train,
+                      NULL);
     }
     m->recomputing = 0;
     if (m->policy.check != CHECK_OFF) {
@@ -1169,8 +1294,8 @@ int gpt_backward(GPT* m, float dloss) {
         for (int r0 = 0; r0 < N; r0 += R) {
             int rows = N - r0 < R ? N - r0 : R;
             if (!m->head_logits_kept)
-                m->be->matmul_forward(m->logits, m->lnf + (size_t)r0 * C, m->params.wte, NULL,
-                                      rows, C, c->padded_vocab_size);
+                m->be->matmul_forward(m->logits, DT_FP32, act_rows(m, m->lnf, (size_t)r0, (size_t)C),
+                                      wop(m, m->params.wte), NULL, rows, C, c->padded_vocab_size);
             classifier_chunk_backward(m, r0, rows, dloss);
         }
     }
@@ -1229,4 +1354,5 @@ void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weig
         m->be->adamw_update(p[k], g[k], m->m_memory + off, m->v_memory + off, m->param_sizes[k], lr,
                      beta1, beta2, eps, gpt_param_decay[k] ? weight_decay : 0.0f, t);
     }
+    round_weights(m);   /* the products' bf16 copy, once per update */
 }

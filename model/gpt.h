@@ -88,23 +88,32 @@ extern const int gpt_param_decay[NUM_PARAMETER_TENSORS];
 void gpt_param_sizes(const GPTConfig* c, size_t sizes[NUM_PARAMETER_TENSORS]);
 
 /* ---- activations -------------------------------------------------------------------------- */
-/* What one layer's backward needs from its forward. B, T are the planned batch shape. */
+/* What one layer's backward needs from its forward. B, T are the planned batch shape. The
+ * operands of products (void*) are stored in `dtype`, the backend's act_dtype (DT_FP32 or
+ * DT_BF16, model/backend.h); everything else is fp32: the residual stream (resid2), the
+ * LayerNorm statistics and the attention's LSE. */
 typedef struct {
-    float* ln1;        /* (B, T, C) */
+    int dtype;         /* DT_*: the element of ln1, qkv, atty, ln2, fch, fch_gelu */
+    void* ln1;         /* (B, T, C) */
     float* ln1_mean;   /* (B, T) */
     float* ln1_rstd;   /* (B, T) */
-    float* qkv;        /* (B, T, QKV) with RoPE: q and k rotated (what attention reads) */
-    float* atty;       /* (B, T, C) attention output (probabilities dropped inside the kernel) */
+    void* qkv;         /* (B, T, QKV) with RoPE: q and k rotated (what attention reads) */
+    void* atty;        /* (B, T, C) attention output (probabilities dropped inside the kernel) */
     float* lse;        /* (B, NH, T) row log-sum-exp of the scaled scores */
     float* resid2;     /* (B, T, C) x + drop_path(drop(attproj(atty))) */
-    float* ln2;        /* (B, T, C) LN2 of resid2 (sequential block) or of x (parallel block) */
+    void* ln2;         /* (B, T, C) LN2 of resid2 (sequential block) or of x (parallel block) */
     float* ln2_mean;   /* (B, T) */
     float* ln2_rstd;   /* (B, T) */
-    float* fch;        /* (B, T, 4C) first MLP linear, before GELU */
-    float* fch_gelu;   /* (B, T, 4C) */
+    void* fch;         /* (B, T, 4C) first MLP linear, before GELU */
+    void* fch_gelu;    /* (B, T, 4C) */
 } LayerActs;
 #define NUM_LAYER_ACTS 12
+/* Elements of each of a layer's activations, in the order above (from ln1). */
 void gpt_layer_act_sizes(const GPTConfig* c, int B, int T, size_t sizes[NUM_LAYER_ACTS]);
+/* 1 for the activations that are operands of products (stored in the act dtype), 0 for fp32. */
+int gpt_layer_act_is_operand(int i);
+/* Bytes of each (unaligned) when the operands are stored in dtype. */
+void gpt_layer_act_bytes(const GPTConfig* c, int B, int T, int dtype, size_t bytes[NUM_LAYER_ACTS]);
 
 /* Context parallelism (DESIGN §9): `size` ranks share each sequence of T positions, cut into
  * 2*size chunks of Tc = T / (2*size); this rank (`rank` in its group) holds chunks rank and
@@ -147,6 +156,10 @@ typedef struct {
     float* params_memory;
     ParameterTensors grads;
     float* grads_memory;
+    /* the weights as products read them: under a bf16 act dtype a bf16 copy of the whole
+     * parameter block (element offsets those of params_memory), rounded from the fp32 masters
+     * once per update (gpt_adamw, gpt_to_backend); NULL under fp32: the products read the masters */
+    void* wop_memory;
     float* m_memory;             /* AdamW first moment */
     float* v_memory;             /* AdamW second moment */
     /* Host copies of the weights and the AdamW state, for initialisation, model and state files
@@ -162,6 +175,7 @@ typedef struct {
      * the recompute policy's choice (checkpoint/checkpoint.h): the tables below point either at
      * kept memory or at the recompute scratch. */
     RecomputePolicy policy;
+    int act_dtype;               /* be->act_dtype: the element of the operand activations (and lnf) */
     float* acts_memory;
     size_t num_acts;             /* floats of the whole block */
     size_t num_kept_acts;        /* floats kept from the forward to the backward */
@@ -171,7 +185,7 @@ typedef struct {
     LayerActs* layer;            /* (L) tables; layer l lives in slot ckpt_layer_slot(l) */
     float* check;                /* (B, T, C) a recomputed segment's output, compared bit for bit
                                     with the stored input of the next segment (NULL under none) */
-    float* lnf;                  /* (B, T, C) */
+    void* lnf;                   /* (B, T, C) in act_dtype: the LM head's operand */
     float* lnf_mean;             /* (B, T) */
     float* lnf_rstd;             /* (B, T) */
     int classifier_rows;         /* rows of one classifier chunk (gpt_classifier_rows) */
@@ -205,6 +219,11 @@ typedef struct {
     float* rope_cos;             /* (maxT, HD/2) RoPE angle table in backend memory; NULL without */
     float* rope_sin;             /* (maxT, HD/2) */
     LayerRecord* records;        /* (L) seeds drawn by each layer's forward */
+    /* --log-attn-stats (gpt_set_attn_stats): per layer, max |scaled score|, min LSE, max LSE over
+     * the training forwards since gpt_attn_stats_reset, from inside the attention forward; a
+     * recompute does not add to them. (L, 3) host floats, always there; attn_stats_on: kept */
+    float* attn_stats;
+    int attn_stats_on;
     LayerRecord* fresh_records;  /* (K) pass-1 seeds of the negative control's recompute */
 
     /* the value check of the last backward */
@@ -263,6 +282,11 @@ void gpt_set_dropout(GPT* m, uint64_t master_seed, double p_embd, double p_attn,
  * scaled 1/(1-p)) in training forwards; p in [0, 1), 0 = off (bitwise the plain path). */
 void gpt_set_drop_path(GPT* m, double p);
 
+/* --log-attn-stats: 0, or -1 when the backend's attention has no statistics (err says so). */
+int gpt_set_attn_stats(GPT* m, int on, char err[256]);
+/* Starts a step's statistics (max |s| 0, min LSE +inf, max LSE -inf per layer). */
+void gpt_attn_stats_reset(GPT* m);
+
 /* Forward over inputs (B, T) (B <= m->B, T <= m->T). Row b is global sequence g0 + b (DESIGN §2).
  * train != 0 turns dropout on and draws the step's seeds into the layer records. With targets,
  * returns the mean loss over the B*T positions, else -1. */
@@ -294,7 +318,12 @@ void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weig
 /* Bytes of each planned region (for the start-up memory report). */
 typedef struct {
     size_t params, grads, optimizer;
-    size_t activations;   /* kept from the forward to the backward */
+    size_t weights_op;    /* the weights' bf16 operand copy (0 in fp32) */
+    size_t activations;   /* kept from the forward to the backward: the sum of the three below */
+    size_t layer_acts;    /* of which the layers' activations (ln1 ... fch_gelu of kept slots) */
+    size_t resid;         /* of which the kept residual streams (fp32) */
+    size_t logits;        /* of which the classifier: one chunk of logits, the losses and dlnf
+                             (the rest of activations: lnf and its statistics) */
     size_t recompute;     /* scratch the recompute fills (K layers); 0 under none */
     size_t scratch;       /* the backward's gradient scratch (one layer) */
     size_t cp;            /* context parallelism's ring buffers of the backward; 0 without */
@@ -307,7 +336,12 @@ GPTMemory gpt_memory(const GPT* m);
  * attention scratch is per thread). The regions sum exactly to `arena`. */
 typedef struct {
     size_t params, grads, adamw;   /* bytes; adamw: the moments m and v */
+    size_t weights_op;    /* the weights' bf16 operand copy (0 when the products read the fp32
+                             masters) */
     size_t activations;   /* kept from the forward to the backward, the logits excluded */
+    size_t layer_acts;    /* of activations: the layers' kept activations (0 under a recompute
+                             policy, whose layers live in the recompute scratch) */
+    size_t resid;         /* of activations: the kept residual streams (fp32) */
     size_t logits;        /* the classifier: one chunk of logits (classifier_rows x Vp), the
                              (B, T) losses and the (B, T, C) gradient of lnf's output */
     size_t recompute;     /* what a recompute fills (K layers' slots, their residual streams and

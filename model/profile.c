@@ -99,7 +99,7 @@ static void w_encoder_backward(float* dwte, float* dwpe, const float* dout, cons
                                int B, int T, int C) {
     TIMED(PROF_OTHER, 0, inner->encoder_backward(dwte, dwpe, dout, inp, B, T, C));
 }
-static void w_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+static void w_layernorm_forward(void* out, float* mean, float* rstd, const float* inp,
                                 const float* weight, const float* bias, int N, int C) {
     TIMED(fwd_class(PROF_LAYERNORM), 0,
           inner->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C));
@@ -110,20 +110,20 @@ static void w_layernorm_backward(float* dinp, float* dweight, float* dbias, cons
     TIMED(PROF_LAYERNORM, 0,
           inner->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
 }
-static void w_matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                             int N, int C, int OC) {
+static void w_matmul_forward(void* out, int out_dtype, const void* inp, const void* weight,
+                             const float* bias, int N, int C, int OC) {
     TIMED(fwd_class(PROF_MATMUL_FWD), 2.0 * N * C * OC,
-          inner->matmul_forward(out, inp, weight, bias, N, C, OC));
+          inner->matmul_forward(out, out_dtype, inp, weight, bias, N, C, OC));
 }
 static void w_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                              const float* inp, const float* weight, int N, int C, int OC) {
+                              const void* inp, const void* weight, int N, int C, int OC) {
     TIMED(PROF_MATMUL_BWD, (dinp != NULL ? 4.0 : 2.0) * N * C * OC,
           inner->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC));
 }
-static void w_gelu_forward(float* out, const float* inp, size_t n) {
+static void w_gelu_forward(void* out, const void* inp, size_t n) {
     TIMED(fwd_class(PROF_GELU), 0, inner->gelu_forward(out, inp, n));
 }
-static void w_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+static void w_gelu_backward(float* dinp, const void* inp, const float* dout, size_t n) {
     TIMED(PROF_GELU, 0, inner->gelu_backward(dinp, inp, dout, n));
 }
 static void w_residual_dropout_forward(float* out, const float* x, const float* branch, int B,
@@ -135,7 +135,7 @@ static void w_dropout_backward(float* dy, const float* dout, int B, int T, int C
                                uint64_t seed, Dropout drop) {
     TIMED(PROF_RESID_DROPOUT, 0, inner->dropout_backward(dy, dout, B, T, C, g0, seed, drop));
 }
-static void w_rope_forward(float* qkv, const float* cos, const float* sin, int B, int T, int NH,
+static void w_rope_forward(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
                            int NKV, int HD, int layout, int pos0) {
     TIMED(fwd_class(PROF_ATTN_FWD), 0,
           inner->rope_forward(qkv, cos, sin, B, T, NH, NKV, HD, layout, pos0));
@@ -174,17 +174,25 @@ static void w_adamw_update(float* params, const float* grads, float* m, float* v
 static double attention_flops(int B, int T, int NH, int HD) {
     return 4.0 * B * NH * (double)T * T * HD / 2.0;
 }
-static void w_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
+static void w_attention_forward(void* out, float* lse, const void* qkv, int B, int T, int NH,
                                 int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
     TIMED(fwd_class(PROF_ATTN_FWD), attention_flops(B, T, NH, HD),
           inner->attention_forward(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop));
 }
-static void w_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                 const float* out, const float* lse, int B, int T, int NH, int NKV,
+static void w_attention_backward(float* dqkv, float* scratch, const float* dout, const void* qkv,
+                                 const void* out, const float* lse, int B, int T, int NH, int NKV,
                                  int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
     TIMED(PROF_ATTN_BWD, 2.5 * attention_flops(B, T, NH, HD),
           inner->attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, g0,
                                     attn_seed, drop));
+}
+
+static void w_attention_forward_stats(void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                      int NKV, int HD, uint32_t g0, uint64_t attn_seed,
+                                      Dropout drop, float stats[3]) {
+    TIMED(fwd_class(PROF_ATTN_FWD), attention_flops(B, T, NH, HD),
+          inner->attention_forward_stats(out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop,
+                                         stats));
 }
 
 const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
@@ -214,6 +222,7 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.adamw_update = w_adamw_update;
     outer.attention_forward = w_attention_forward;
     outer.attention_backward = w_attention_backward;
+    outer.attention_forward_stats = in->attention_forward_stats ? w_attention_forward_stats : NULL;
     memset(&totals, 0, sizeof(totals));
     totals.timer = timer->name;
     return &outer;

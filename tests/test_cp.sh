@@ -29,7 +29,8 @@ CHECKS=(cp2_losses_equal_one_process cp2_model_options_equal_one_process
         cp2_recompute_equals_none_bitwise cp2_allocations_constant_from_step_1 cp2_rss_flat_over_300_steps
         cp2_recompute_push_leak_is_caught cp2_resume_is_bit_exact
         cp_resume_with_another_layout_is_refused cp_refuses_T_not_a_multiple_of_2N
-        cp_refuses_N_not_dividing_the_ranks cp_refused_without_mpi)
+        cp_refuses_N_not_dividing_the_ranks cp_refused_without_mpi cp_refuses_attn_stats
+        cp_refuses_bf16)
 skip_all() { for c in "${CHECKS[@]}"; do echo "SKIP $c: $1"; done; exit 0; }
 command -v mpirun > /dev/null 2>&1 || skip_all "no mpirun (Debian: openmpi-bin)"
 for b in "$TRAIN" "$TRAIN_MPI" "$TRAIN_TEST" "$TRAIN_MPI_TEST"; do
@@ -229,6 +230,14 @@ mpin 2 "$TRAIN_MPI" "${MODEL[@]}" --batch 2 --steps 2 --seq 30 --context-paralle
 one_line cp_refuses_T_not_a_multiple_of_2N $? "$W/bad1.err" "sequence length 30 .* multiple of 2 x 2 = 4" "--seq 30 on 2 ranks"
 mpin 2 "$TRAIN_MPI" "${MODEL[@]}" --batch 2 --steps 2 --context-parallel 3 > /dev/null 2> "$W/bad2.err"
 one_line cp_refuses_N_not_dividing_the_ranks $? "$W/bad2.err" "context-parallel 3 does not divide the 2 ranks" "-np 2 --context-parallel 3"
+mpin 2 "$TRAIN_MPI" "${MODEL[@]}" --batch 2 --steps 2 --context-parallel 2 --log-attn-stats > /dev/null 2> "$W/bad4.err"
+one_line cp_refuses_attn_stats $? "$W/bad4.err" "log-attn-stats: the attention statistics are not computed by --context-parallel 2" "--log-attn-stats"
+# every rank builds its model and says why it cannot: at least one line, each the same
+mpin 2 "$TRAIN_MPI" "${MODEL[@]}" --batch 2 --steps 2 --context-parallel 2 --precision bf16 > /dev/null 2> "$W/bad5.err"
+rc=$?
+n=$(grep -c '^seedgpt:' "$W/bad5.err"); u=$(grep '^seedgpt:' "$W/bad5.err" | sort -u | wc -l)
+report cp_refuses_bf16 "$([ $rc -eq 2 ] && [ "$n" -ge 1 ] && [ "$u" -eq 1 ] && grep -q 'cpu backend in bf16 has no context-parallel ops yet' "$W/bad5.err"; echo $?)" \
+    "--precision bf16: status $rc, $n line(s) from the ranks, all \"$(grep -m1 '^seedgpt:' "$W/bad5.err")\""
 "$TRAIN" "${MODEL[@]}" --batch 2 --steps 2 --context-parallel 2 > /dev/null 2> "$W/bad3.err"
 one_line cp_refused_without_mpi $? "$W/bad3.err" "context-parallel 2: this build runs one process (no MPI)" "./train --context-parallel 2"
 exit $failed

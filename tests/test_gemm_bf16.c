@@ -337,6 +337,64 @@ static void test_long_k(void) {
            "%zu of %zu elements (5 per path) differ", differ, 5 * runs);
 }
 
+/* gemm_bf16_ex's options, on every path: an fp32 A rounded as it is packed equals gemm_bf16 on
+ * A rounded beforehand; a bf16 result with a bias equals the fp32 result plus the bias, rounded
+ * once (bit for bit), at shapes with edge tiles and at 1 and 3 threads; nothing of Cb outside
+ * the M x N block (rows ldc apart) is written. */
+static void test_ex_options(void) {
+    const int M = 37, N = 45, K = 131;
+    const size_t ldc = N + 3;
+    float* A32 = fbuf((size_t)M * K);
+    uint16_t *A16 = bbuf((size_t)M * K), *B16 = bbuf((size_t)K * N);
+    float* bias = fbuf(N);
+    for (size_t i = 0; i < (size_t)M * K; i++) { A32[i] = frand(); A16[i] = sg_bf16_from_float(A32[i]); }
+    for (size_t i = 0; i < (size_t)K * N; i++) B16[i] = sg_bf16_from_float(frand());
+    for (int j = 0; j < N; j++) bias[j] = frand();
+    float *c_ref = fbuf((size_t)M * ldc), *c_f32 = fbuf((size_t)M * ldc);
+    uint16_t* cb = bbuf((size_t)M * ldc);
+    size_t d_a = 0, d_b = 0, outside = 0;
+    for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_AVX512BF16; g++) {
+        if (!gemm_bf16_path_supported(g)) continue;
+        set_path(g);
+        for (int th = 1; th <= 3; th += 2) {
+            omp_set_num_threads(th);
+            gemm_bf16(M, N, K, A16, K, 1, B16, N, 1, 0, c_ref, ldc);
+            gemm_bf16_ex(M, N, K, A32, 1, K, 1, B16, N, 1, 0, c_f32, ldc, NULL, NULL);
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++)
+                    d_a += memcmp(&c_ref[i * ldc + j], &c_f32[i * ldc + j], sizeof(float)) != 0;
+            for (size_t i = 0; i < (size_t)M * ldc; i++) cb[i] = 0xabcd;
+            gemm_bf16_ex(M, N, K, A16, 0, K, 1, B16, N, 1, 0, NULL, ldc, cb, bias);
+            for (int i = 0; i < M; i++)
+                for (size_t j = 0; j < ldc; j++) {
+                    if ((int)j >= N) { outside += cb[i * ldc + j] != 0xabcd; continue; }
+                    d_b += cb[i * ldc + j] != sg_bf16_from_float(c_ref[i * ldc + j] + bias[j]);
+                }
+        }
+    }
+    unsetenv("SEEDGPT_GEMM_BF16");
+    omp_set_num_threads(2);
+    /* a bf16 result whose whole-K panels exceed the packing buffer (8 Mi words): rows in
+     * blocks, the same bits */
+    {
+        const int M2 = 8300, N2 = 16, K2 = 2048;
+        uint16_t *A2 = bbuf((size_t)M2 * K2), *B2 = bbuf((size_t)K2 * N2), *cb2 = bbuf((size_t)M2 * N2);
+        float* c2 = fbuf((size_t)M2 * N2);
+        gemm_bf16(M2, N2, K2, A2, K2, 1, B2, N2, 1, 0, c2, N2);
+        gemm_bf16_ex(M2, N2, K2, A2, 0, K2, 1, B2, N2, 1, 0, NULL, N2, cb2, bias);
+        for (int i = 0; i < M2; i++)
+            for (int j = 0; j < N2; j++)
+                d_b += cb2[(size_t)i * N2 + j] != sg_bf16_from_float(c2[(size_t)i * N2 + j] + bias[j]);
+        free(A2); free(B2); free(cb2); free(c2);
+    }
+    expect(d_a == 0, "fp32_a_rounded_in_packing_equals_the_rounded_operand",
+           "%zu elements differ (M %d N %d K %d, both paths, 1 and 3 threads)", d_a, M, N, K);
+    expect(d_b == 0 && outside == 0, "bf16_result_is_the_fp32_result_plus_bias_rounded_once",
+           "%zu elements differ, %zu written outside the block (also at M 8300 K 2048, in row "
+           "blocks)", d_b, outside);
+    free(A32); free(A16); free(B16); free(bias); free(c_ref); free(c_f32); free(cb);
+}
+
 int main(void) {
     printf("# bf16 gemm path by default: %s\n", gemm_bf16_path_name(gemm_bf16_path_selected()));
     omp_set_num_threads(2);
@@ -355,5 +413,6 @@ int main(void) {
     test_paths_agree();
     test_no_write_outside_and_edges();
     test_long_k();
+    test_ex_options();
     return test_finish();
 }

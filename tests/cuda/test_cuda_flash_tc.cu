@@ -29,6 +29,14 @@
  * qkv and dout: bit for bit the kernel they wrap on qkv rounded on the host, within tolerance of
  * the CPU on the rounded values, deterministic, the forward's copy counted in the peak; at a head
  * dim the tensor cores take (32) and one they do not (24: the fp32 kernels on bf16 values).
+ * The CPU bf16 twin (attention/flash_bf16_cpu.c: bf16 q, k, v and o, P rounded before P V, dO,
+ * m p scale and ds rounded as operands): the kernel's arithmetic, so only the order of fp32 sums
+ * differs (relative 2^-24 per term, seen after the kernel's output is rounded to bf16 as a flip of
+ * a rounding now and then). Forward: the kernel's o rounded to bf16 against the twin's bf16 o,
+ * every element within one bf16 step and at most TWIN_FLIPS of them not equal, LSE within 1e-5;
+ * backward (the kernel given the twin's o and LSE): ||dqkv_tc - dqkv_twin|| / ||dqkv|| at most
+ * TWIN_BWD_REL, an order below one bf16 rounding of P (2^-9): a twin that left out a rounding
+ * (P, dO, m p scale or ds) differs by about that much and fails.
  * A T whose tiles of 64 do not fit the grid's 65535 blocks in y (T > 4194240) is refused with one
  * line and a non-zero exit, by the kernels' entry points and by the wrappers (child processes).
  * Builds two ways: nvcc (make test-cuda) and C++ against the emulation (make test-cuda-emu).
@@ -587,6 +595,82 @@ static void run_wrappers(const Shape* s, double p, uint64_t data_seed) {
 /* Run as a child (`self --refuse-T WHICH`): T one past the grid's 65535 tiles of 64 in y. The
  * refusal comes before any pointer is touched or anything allocated, so NULL pointers are fine;
  * returning means it was not refused. */
+/* ---- the CPU bf16 twin -------------------------------------------------------------------------- */
+
+#define TWIN_FLIPS 0.01
+#define TWIN_BWD_REL 0x1p-13
+
+static void run_twin(const Shape* s, double p, uint64_t data_seed) {
+    test_rng_state = data_seed;
+    const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, n_qkv = (size_t)B * T * QKV;
+    const size_t n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
+    uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
+    for (size_t e = 0; e < n_qkv; e++) bits[e] = sg_bf16_from_float((float)(4.0 * test_uniform() - 2.0));
+    float* dout = (float*)malloc(n_out * sizeof(float));
+    for (size_t e = 0; e < n_out; e++) dout[e] = (float)(2.0 * test_uniform() - 1.0);
+    uint16_t* o16 = (uint16_t*)malloc(n_out * sizeof(uint16_t));
+    float *o_tc = (float*)malloc(n_out * sizeof(float)), *o_vals = (float*)malloc(n_out * sizeof(float));
+    float *l_tc = (float*)malloc(n_lse * sizeof(float)), *l_cpu = (float*)malloc(n_lse * sizeof(float));
+    float *g_tc = (float*)malloc(n_qkv * sizeof(float)), *g_cpu = (float*)malloc(n_qkv * sizeof(float));
+    const Dropout drop = dropout_make(p);
+    char name[160], shape[96];
+    snprintf(shape, sizeof(shape), "B %d T %d NH %d NKV %d HD %d p %g", B, T, NH, NKV, HD, p);
+
+    attention_forward_bf16(o16, l_cpu, bits, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    float* scratch = (float*)malloc(
+        attention_backward_scratch_floats_bf16(B, T, NH, NKV, HD, cpu_threads()) * sizeof(float));
+    attention_backward_bf16(g_cpu, scratch, dout, bits, o16, l_cpu, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    free(scratch);
+    for (size_t e = 0; e < n_out; e++) o_vals[e] = sg_bf16_to_float(o16[e]);
+
+    const size_t n_scratch = attention_backward_tc_scratch_floats(B, T, NH, NKV, HD);
+    uint16_t* d_qkv;
+    float *d_out, *d_lse, *d_dout, *d_dqkv, *d_scratch;
+    SG_CHECK(cudaMalloc((void**)&d_qkv, n_qkv * sizeof(uint16_t)));
+    SG_CHECK(cudaMalloc((void**)&d_out, n_out * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_dout, n_out * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_lse, n_lse * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_dqkv, n_qkv * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_scratch, n_scratch * sizeof(float)));
+    SG_CHECK(cudaMemcpy(d_qkv, bits, n_qkv * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_dout, dout, n_out * sizeof(float), cudaMemcpyHostToDevice));
+    attention_forward_tc_cuda(d_out, d_lse, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    SG_CHECK(cudaMemcpy(o_tc, d_out, n_out * sizeof(float), cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemcpy(l_tc, d_lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+    size_t flips = 0, far = 0, nonfinite = 0;
+    for (size_t e = 0; e < n_out; e++) {
+        const uint16_t a = sg_bf16_from_float(o_tc[e]), b = o16[e];
+        if (!isfinite(o_tc[e])) { nonfinite++; continue; }
+        if (a == b) continue;
+        flips++;
+        const int d = (int)(a & 0x7fff) - (int)(b & 0x7fff);
+        if ((a ^ b) & 0x8000 ? (a & 0x7fff) + (b & 0x7fff) > 1 : (d > 1 || d < -1)) far++;
+    }
+    const double le = lse_error(l_tc, l_cpu, n_lse, &nonfinite);
+    snprintf(name, sizeof(name), "flash_bf16_cpu_twin_forward_matches_tc_hd%d_p%g", HD, p);
+    expect(nonfinite == 0 && far == 0 && flips <= TWIN_FLIPS * n_out && le <= LSE_TOL, name,
+           "%s: the kernel's o rounded to bf16 differs from the twin's in %zu of %zu elements (at most "
+           "%.0f%%), %zu by more than one bf16 step; LSE rel %.2e", shape, flips, n_out,
+           100 * TWIN_FLIPS, far, le);
+
+    /* the backward, the kernel given the twin's o (its bf16 values) and LSE */
+    SG_CHECK(cudaMemcpy(d_out, o_vals, n_out * sizeof(float), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_lse, l_cpu, n_lse * sizeof(float), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));
+    attention_backward_tc_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s->g0, SEED,
+                               drop);
+    SG_CHECK(cudaMemcpy(g_tc, d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+    const double ge = rel_err_ff(g_tc, g_cpu, n_qkv);
+    snprintf(name, sizeof(name), "flash_bf16_cpu_twin_backward_matches_tc_hd%d_p%g", HD, p);
+    expect(ge <= TWIN_BWD_REL, name, "%s: ||dqkv_tc - dqkv_twin|| / ||dqkv|| = %.2e (bound 2^-13 = %.2e)",
+           shape, ge, TWIN_BWD_REL);
+
+    SG_CHECK(cudaFree(d_qkv)); SG_CHECK(cudaFree(d_out)); SG_CHECK(cudaFree(d_dout));
+    SG_CHECK(cudaFree(d_lse)); SG_CHECK(cudaFree(d_dqkv)); SG_CHECK(cudaFree(d_scratch));
+    free(bits); free(dout); free(o16); free(o_tc); free(o_vals); free(l_tc); free(l_cpu); free(g_tc); free(g_cpu);
+}
+
 static int refuse_T_child(const char* which) {
     const Dropout drop = dropout_make(0.0);
     const int T = 65535 * 64 + 1;
@@ -634,5 +718,9 @@ int main(int argc, char** argv) {
     const Shape wrap_tc = {1, 37, 2, 1, 32, 2}, wrap_fallback = {1, 37, 2, 1, 24, 2};
     run_wrappers(&wrap_tc, 0.1, 0x3a9f0001ull);
     run_wrappers(&wrap_fallback, 0.1, 0x3a9f0002ull);
+
+    const Shape twin[] = {{2, 70, 4, 2, 16, 5}, {1, 67, 2, 2, 64, 3}};
+    run_twin(&twin[0], 0.2, 0x7e1a0001ull);
+    run_twin(&twin[1], 0.0, 0x7e1a0002ull);
     return test_finish();
 }
