@@ -21,6 +21,23 @@ void attention_backward_cuda(float* dqkv, float* scratch, const float* dout, con
                              int B, int T, int NH, int NKV, int HD,
                              uint32_t g0, uint64_t attn_seed, Dropout drop);
 
+/* Context parallelism (DESIGN §9): the twins of attention/attention.h's block functions, with the
+ * same contracts (global positions iq0, jk0; keep bits of the global (g, h, i, j); lse -inf and a
+ * zero row for a query that sees no key of the block; dq, dk, dv accumulated). The backward's
+ * scratch: attention_backward_scratch_floats_cuda(B, T, ...) with T >= Tq and T >= Tk. */
+void attention_block_forward_cuda(float* out, float* lse, const float* q, size_t q_stride, int Tq,
+                                  int iq0, const float* k, const float* v, size_t kv_stride, int Tk,
+                                  int jk0, int B, int NH, int NKV, int HD, uint32_t g0,
+                                  uint64_t attn_seed, Dropout drop);
+void attention_merge_cuda(float* acc, float* lse_acc, const float* blk, const float* lse_blk,
+                          int B, int T, int NH, int HD);
+void attention_block_backward_cuda(float* dq, size_t dq_stride, float* dk, float* dv,
+                                   size_t dkv_stride, float* scratch, const float* dout,
+                                   const float* out, const float* lse, const float* q,
+                                   size_t q_stride, int Tq, int iq0, const float* k, const float* v,
+                                   size_t kv_stride, int Tk, int jk0, int B, int NH, int NKV, int HD,
+                                   uint32_t g0, uint64_t attn_seed, Dropout drop);
+
 /* The backward's pass 0, D (B, NH, T) written: D[b,h,i] = dout_i . out_i over the head's HD
  * channels, one warp a row in a fixed order; and the grouped-query sum: dk, dv of each kv head
  * written into dqkv from the per-query-head partials dKp, dVp (B, T, NH, HD), added in ascending

@@ -625,3 +625,453 @@ extern "C" void attention_backward_cuda(float* dqkv, float* scratch, const float
         flash_backward_launch<2>(dqkv, scratch, dout, qkv, lse, B, T, NH, NKV, HD, g0, attn_seed, drop,
                                  sigma);
 }
+
+/* ---- context parallelism: a block of queries against a block of keys (DESIGN §9) ------------
+ * The CUDA twins of attention/flash_cpu.c's attention_block_forward, attention_block_backward and
+ * attention_merge (attention/attention.h has the contract). Queries sit at global positions
+ * iq0 .. iq0+Tq-1, keys at jk0 .. jk0+Tk-1, each in rows of its own stride.
+ *
+ * The key tiles are aligned to the global positions, not to the block: tile jt covers global keys
+ * jt .. jt+63 with jt a multiple of 64, and only the rows jk0 <= j < jk0+Tk are loaded (the rest
+ * zero and masked out). So a tile's keys are whole aligned blocks of 32, which is what keep4 and
+ * key_of assume, whatever jk0 is (a zigzag chunk need not be a multiple of 32 long): the keep bits
+ * are philox_attn_draw4's at the global (g, h, i, j), the single-process run's. Query tiles are
+ * local (a query's position enters only as the counter's i). */
+
+/* dst (rows, ld) = rows first .. first+rows-1 of src (row stride `stride`), those in 0 .. n-1;
+ * zero elsewhere and past HD. first may be negative (a key tile starting before the block). */
+__device__ __forceinline__ void load_window(float* dst, int ld, const float* src, size_t stride,
+                                            int first, int n, int rows, int HD) {
+    const int width = (HD + 7) & ~7, rows_per_pass = blockDim.x / width;
+    const int r0 = threadIdx.x / width, d = threadIdx.x - r0 * width;
+    if (r0 >= rows_per_pass) return;
+    for (int r = r0; r < rows; r += rows_per_pass) {
+        const int row = first + r;
+        dst[r * ld + d] = (row >= 0 && row < n && d < HD) ? src[(size_t)row * stride + d] : 0.0f;
+    }
+}
+
+/* softmax_grad with the block's masks: query i (global) is real when i < iend, key j when
+ * jlo <= j < jhi, and visible when j <= i. lse is the whole row's (merged over every key block). */
+__device__ __forceinline__ void softmax_grad_block(float s[4][4], float dp[4][4], const float L[4],
+                                                   const float Di[4], int i0, int iend, int jt,
+                                                   int jlo, int jhi, int ty, int tx, float sigma,
+                                                   float scale, uint64_t seed, uint32_t g,
+                                                   uint32_t h, uint32_t thr) {
+    for (int a = 0; a < 4; a++) {
+        const int i = i0 + 4 * ty + a;
+        int keep[4] = {1, 1, 1, 1};
+        if (thr != 0 && i < iend && i >= jt + key_of(tx, 0)) keep4(keep, seed, g, h, i, jt, tx, thr);
+        for (int k = 0; k < 4; k++) {
+            const int j = jt + key_of(tx, k);
+            const float e = expf(s[a][k] * sigma - L[a]);
+            const float p = (j <= i && i < iend && j >= jlo && j < jhi) ? e : 0.0f;
+            const float ms = keep[k] ? scale : 0.0f;
+            s[a][k] = p * ms;
+            dp[a][k] = p * (dp[a][k] * ms - Di[a]);
+        }
+    }
+}
+
+/* Forward. Block (b * NH + h, local query tile), the last tiles first; the key tiles left to right
+ * as in flash_forward_kernel. A query that sees no key of the block gets lse = -inf and a zero
+ * row (the CPU's convention: the merge then leaves the running result alone). */
+template <int NDM>
+__global__ void flash_block_forward_kernel(float* out, float* lse, const float* q, size_t q_stride,
+                                           int Tq, int iq0, const float* k, const float* v,
+                                           size_t kv_stride, int Tk, int jk0, int NH, int NKV,
+                                           int HD, uint32_t g0, uint64_t seed, uint32_t thr,
+                                           float scale, float sigma) {
+    SG_DYN_SHARED(float, smem);
+    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
+    float* Qs = smem;                 /* (BQ, ld) queries */
+    float* Ks = Qs + FBQ * ld;        /* (BK, ld) keys */
+    float* Vs = Ks + FBK * ld;        /* (BK, ld) values */
+    float* Wt = Vs + FBK * ld;        /* (BK, LDP) weights, key-major */
+
+    const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    const int r0 = (gridDim.y - 1 - blockIdx.y) * FBQ, nq = min(FBQ, Tq - r0);
+    const int i0 = iq0 + r0, iend = iq0 + Tq, jend = jk0 + Tk;
+    const size_t C = (size_t)NH * HD;
+    const float* k_b = k + (size_t)b * Tk * kv_stride + (size_t)kvh * HD;
+    const float* v_b = v + (size_t)b * Tk * kv_stride + (size_t)kvh * HD;
+    const uint32_t g = g0 + (uint32_t)b;
+
+    load_tile(Qs, ld, q + ((size_t)b * Tq + r0) * q_stride + (size_t)h * HD, q_stride, nq, FBQ, HD);
+
+    float acc[4][4 * NDM];
+    float mrun[4], lrun[4];
+    for (int a = 0; a < 4; a++) {
+        mrun[a] = -FLT_MAX;
+        lrun[a] = 0.0f;
+        for (int x = 0; x < 4 * NDM; x++) acc[a][x] = 0.0f;
+    }
+
+    for (int jt = (jk0 / FBK) * FBK; jt < jend && jt <= i0 + nq - 1; jt += FBK) {
+        const int nk = min(FBK, jend - jt);   /* rows of the tile up to the block's last key */
+        __syncthreads();
+        load_window(Ks, ld, k_b, kv_stride, jt - jk0, Tk, FBK, HD);
+        load_window(Vs, ld, v_b, kv_stride, jt - jk0, Tk, FBK, HD);
+        __syncthreads();
+
+        float s[4][4], corr[4];
+        score_tile(s, Qs, Ks, ld, width, ty, tx);
+        for (int a = 0; a < 4; a++) {
+            const int i = i0 + 4 * ty + a;
+            for (int kk = 0; kk < 4; kk++) {
+                const int j = jt + key_of(tx, kk);
+                const float sc = s[a][kk] * sigma;
+                s[a][kk] = (j <= i && i < iend && j >= jk0 && j < jend) ? sc : -INFINITY;
+            }
+            const float mx = row_max16(fmaxf(fmaxf(s[a][0], s[a][1]), fmaxf(s[a][2], s[a][3])));
+            const float mnew = fmaxf(mrun[a], mx);
+            corr[a] = expf(mrun[a] - mnew);
+            float tsum = 0.0f;
+            for (int kk = 0; kk < 4; kk++) {
+                const float w = expf(s[a][kk] - mnew);
+                s[a][kk] = w;
+                tsum += w;
+            }
+            lrun[a] = lrun[a] * corr[a] + row_sum16(tsum);
+            mrun[a] = mnew;
+            if (thr != 0 && i < iend && i >= jt + key_of(tx, 0)) {
+                int keep[4];
+                keep4(keep, seed, g, (uint32_t)h, i, jt, tx, thr);   /* the global (g, h, i, j) */
+                for (int kk = 0; kk < 4; kk++) s[a][kk] = keep[kk] ? s[a][kk] : 0.0f;
+            }
+        }
+        for (int kk = 0; kk < 4; kk++)
+            st4(Wt + key_of(tx, kk) * FLASH_LDP + 4 * ty, s[0][kk], s[1][kk], s[2][kk], s[3][kk]);
+        __syncthreads();
+
+        for (int a = 0; a < 4; a++)
+            for (int x = 0; x < 4 * NDM; x++) acc[a][x] *= corr[a];
+        tile_mac<NDM>(acc, Wt, Vs, ld, nk, width, tx, ty);
+    }
+
+    for (int a = 0; a < 4; a++) {
+        const int r = r0 + 4 * ty + a;
+        if (r >= Tq) continue;
+        const int none = lrun[a] == 0.0f;   /* no key of this block is visible to the query */
+        const float rs = none ? 0.0f : scale / lrun[a];
+        float* o = out + ((size_t)b * Tq + r) * C + (size_t)h * HD;
+        for (int m = 0; m < NDM; m++)
+            for (int x = 0; x < 4; x++) {
+                const int d = 4 * tx + 64 * m + x;
+                if (d < HD) o[d] = none ? 0.0f : acc[a][4 * m + x] * rs;
+            }
+        if (tx == 0) lse[((size_t)b * NH + h) * Tq + r] = none ? -INFINITY : mrun[a] + logf(lrun[a]);
+    }
+}
+
+/* dK, dV of one query head against one key tile of the block: block (b * NH + h, key tile). The
+ * query tiles in ascending order, then their queries. With accumulate (one query head per kv
+ * head) it adds (dk * k_scale, dv) to the block's rows of dk_out, dv_out (column h * HD); else it
+ * writes the per-query-head partials that flash_block_group_sum_kernel adds up. */
+template <int NDM>
+__global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1)
+flash_block_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride, float k_scale,
+                        int accumulate, const float* dout, const float* lse, const float* D,
+                        const float* q, size_t q_stride, int Tq, int iq0, const float* k,
+                        const float* v, size_t kv_stride, int Tk, int jk0, int NH, int NKV, int HD,
+                        uint32_t g0, uint64_t seed, uint32_t thr, float scale, float sigma) {
+    SG_DYN_SHARED(float, smem);
+    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
+    float* Ks = smem;
+    float* Vs = Ks + FBK * ld;
+    float* Qs = Vs + FBK * ld;
+    float* dOs = Qs + FBQ * ld;
+    float* Pd = dOs + FBQ * ld;       /* (BQ, LDP) m p scale, slot order */
+    float* dS = Pd + FBQ * FLASH_LDP; /* (BQ, LDP) ds, slot order */
+
+    const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    const int jt = (jk0 / FBK) * FBK + blockIdx.y * FBK;
+    const int iend = iq0 + Tq, jend = jk0 + Tk, jfirst = jt > jk0 ? jt : jk0;
+    const size_t C = (size_t)NH * HD;
+    const uint32_t g = g0 + (uint32_t)b;
+
+    load_window(Ks, ld, k + (size_t)b * Tk * kv_stride + (size_t)kvh * HD, kv_stride, jt - jk0, Tk,
+                FBK, HD);
+    load_window(Vs, ld, v + (size_t)b * Tk * kv_stride + (size_t)kvh * HD, kv_stride, jt - jk0, Tk,
+                FBK, HD);
+
+    float dk[4][4 * NDM], dv[4][4 * NDM];
+    for (int kk = 0; kk < 4; kk++)
+        for (int x = 0; x < 4 * NDM; x++) dk[kk][x] = dv[kk][x] = 0.0f;
+
+    const float* lse_bh = lse + ((size_t)b * NH + h) * Tq;
+    const float* D_bh = D + ((size_t)b * NH + h) * Tq;
+    for (int r0 = 0; r0 < Tq; r0 += FBQ) {
+        const int nq = min(FBQ, Tq - r0), i0 = iq0 + r0;
+        if (i0 + nq - 1 < jfirst) continue;   /* every query before the tile's first key */
+        __syncthreads();
+        load_tile(Qs, ld, q + ((size_t)b * Tq + r0) * q_stride + (size_t)h * HD, q_stride, nq, FBQ,
+                  HD);
+        load_tile(dOs, ld, dout + ((size_t)b * Tq + r0) * C + (size_t)h * HD, C, nq, FBQ, HD);
+        float L[4], Di[4];
+        for (int a = 0; a < 4; a++) {
+            const int r = r0 + 4 * ty + a;
+            L[a] = r < Tq ? lse_bh[r] : 0.0f;
+            Di[a] = r < Tq ? D_bh[r] : 0.0f;
+        }
+        __syncthreads();
+
+        float s[4][4], dp[4][4];
+        score_tile(s, Qs, Ks, ld, width, ty, tx);
+        score_tile(dp, dOs, Vs, ld, width, ty, tx);
+        softmax_grad_block(s, dp, L, Di, i0, iend, jt, jk0, jend, ty, tx, sigma, scale, seed, g,
+                           (uint32_t)h, thr);
+        for (int a = 0; a < 4; a++) {
+            st4(Pd + (4 * ty + a) * FLASH_LDP + 4 * tx, s[a][0], s[a][1], s[a][2], s[a][3]);
+            st4(dS + (4 * ty + a) * FLASH_LDP + 4 * tx, dp[a][0], dp[a][1], dp[a][2], dp[a][3]);
+        }
+        __syncthreads();
+
+        for (int m = 0; m < NDM; m++) {
+            const int d0 = 4 * tx + 64 * m;
+            if (d0 >= width) continue;
+            for (int r = 0; r < nq; r++) {
+                const F4 pw = ld4(Pd + r * FLASH_LDP + 4 * ty);
+                const F4 ds = ld4(dS + r * FLASH_LDP + 4 * ty);
+                const F4 o = ld4(dOs + r * ld + d0);
+                const F4 qq = ld4(Qs + r * ld + d0);
+                for (int kk = 0; kk < 4; kk++) {
+                    fma4(&dv[kk][4 * m], f4_at(pw, kk), o);
+                    fma4(&dk[kk][4 * m], f4_at(ds, kk), qq);
+                }
+            }
+        }
+    }
+
+    for (int kk = 0; kk < 4; kk++) {
+        const int j = jt + key_of(ty, kk);
+        if (j < jk0 || j >= jend) continue;
+        float* dkr = dk_out + ((size_t)b * Tk + (j - jk0)) * out_stride + (size_t)h * HD;
+        float* dvr = dv_out + ((size_t)b * Tk + (j - jk0)) * out_stride + (size_t)h * HD;
+        for (int m = 0; m < NDM; m++)
+            for (int x = 0; x < 4; x++) {
+                const int d = 4 * tx + 64 * m + x;
+                if (d >= HD) continue;
+                const float kd = dk[kk][4 * m + x] * k_scale, vd = dv[kk][4 * m + x];
+                dkr[d] = accumulate ? dkr[d] + kd : kd;
+                dvr[d] = accumulate ? dvr[d] + vd : vd;
+            }
+    }
+}
+
+/* Grouped-query heads: adds to the block's dk, dv (rows of dkv_stride, kv head at kvh * HD) sigma
+ * times the sum of the group's partials dKp (B, Tk, NH, HD), in ascending head order, and the
+ * sum of dVp. One thread an element. */
+__global__ void flash_block_group_sum_kernel(float* dk, float* dv, size_t dkv_stride,
+                                             const float* dKp, const float* dVp, int B, int Tk,
+                                             int NH, int NKV, int HD, float sigma) {
+    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (size_t)B * Tk * NKV * HD) return;
+    const int G = NH / NKV, d = (int)(e % HD), kvh = (int)(e / HD % NKV);
+    const size_t bt = e / HD / NKV;
+    const float* pk = dKp + bt * NH * HD + (size_t)kvh * G * HD + d;
+    const float* pv = dVp + bt * NH * HD + (size_t)kvh * G * HD + d;
+    float sk = 0.0f, sv = 0.0f;
+    for (int x = 0; x < G; x++) {
+        sk += pk[(size_t)x * HD];
+        sv += pv[(size_t)x * HD];
+    }
+    dk[bt * dkv_stride + (size_t)kvh * HD + d] += sk * sigma;
+    dv[bt * dkv_stride + (size_t)kvh * HD + d] += sv;
+}
+
+/* dQ of one query tile against the block's key tiles: block (b * NH + h, local query tile), the
+ * last tiles first; the key tiles and their keys in ascending order; dq += sigma * the sum. */
+template <int NDM>
+__global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1)
+flash_block_dq_kernel(float* dq, size_t dq_stride, const float* dout, const float* lse,
+                      const float* D, const float* q, size_t q_stride, int Tq, int iq0,
+                      const float* k, const float* v, size_t kv_stride, int Tk, int jk0, int NH,
+                      int NKV, int HD, uint32_t g0, uint64_t seed, uint32_t thr, float scale,
+                      float sigma) {
+    SG_DYN_SHARED(float, smem);
+    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
+    float* Qs = smem;
+    float* dOs = Qs + FBQ * ld;
+    float* Ks = dOs + FBQ * ld;
+    float* Vs = Ks + FBK * ld;
+    float* dSt = Vs + FBK * ld;       /* (BK, LDP) ds, key-major */
+
+    const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    const int r0 = (gridDim.y - 1 - blockIdx.y) * FBQ, nq = min(FBQ, Tq - r0);
+    const int i0 = iq0 + r0, iend = iq0 + Tq, jend = jk0 + Tk;
+    const size_t C = (size_t)NH * HD;
+    const float* k_b = k + (size_t)b * Tk * kv_stride + (size_t)kvh * HD;
+    const float* v_b = v + (size_t)b * Tk * kv_stride + (size_t)kvh * HD;
+    const uint32_t g = g0 + (uint32_t)b;
+
+    load_tile(Qs, ld, q + ((size_t)b * Tq + r0) * q_stride + (size_t)h * HD, q_stride, nq, FBQ, HD);
+    load_tile(dOs, ld, dout + ((size_t)b * Tq + r0) * C + (size_t)h * HD, C, nq, FBQ, HD);
+    float L[4], Di[4];
+    for (int a = 0; a < 4; a++) {
+        const int r = r0 + 4 * ty + a;
+        L[a] = r < Tq ? lse[((size_t)b * NH + h) * Tq + r] : 0.0f;
+        Di[a] = r < Tq ? D[((size_t)b * NH + h) * Tq + r] : 0.0f;
+    }
+    float acc[4][4 * NDM];
+    for (int a = 0; a < 4; a++)
+        for (int x = 0; x < 4 * NDM; x++) acc[a][x] = 0.0f;
+
+    for (int jt = (jk0 / FBK) * FBK; jt < jend && jt <= i0 + nq - 1; jt += FBK) {
+        const int nk = min(FBK, jend - jt);
+        __syncthreads();
+        load_window(Ks, ld, k_b, kv_stride, jt - jk0, Tk, FBK, HD);
+        load_window(Vs, ld, v_b, kv_stride, jt - jk0, Tk, FBK, HD);
+        __syncthreads();
+
+        float s[4][4], dp[4][4];
+        score_tile(s, Qs, Ks, ld, width, ty, tx);
+        score_tile(dp, dOs, Vs, ld, width, ty, tx);
+        softmax_grad_block(s, dp, L, Di, i0, iend, jt, jk0, jend, ty, tx, sigma, scale, seed, g,
+                           (uint32_t)h, thr);
+        for (int kk = 0; kk < 4; kk++)
+            st4(dSt + key_of(tx, kk) * FLASH_LDP + 4 * ty, dp[0][kk], dp[1][kk], dp[2][kk], dp[3][kk]);
+        __syncthreads();
+        tile_mac<NDM>(acc, dSt, Ks, ld, nk, width, tx, ty);
+    }
+
+    for (int a = 0; a < 4; a++) {
+        const int r = r0 + 4 * ty + a;
+        if (r >= Tq) continue;
+        float* dqr = dq + ((size_t)b * Tq + r) * dq_stride + (size_t)h * HD;
+        for (int m = 0; m < NDM; m++)
+            for (int x = 0; x < 4; x++) {
+                const int d = 4 * tx + 64 * m + x;
+                if (d < HD) dqr[d] += acc[a][4 * m + x] * sigma;
+            }
+    }
+}
+
+/* The merge: one thread a row (b, h, i), the CPU's formulas in the same order. */
+__global__ void flash_merge_kernel(float* acc, float* lse_acc, const float* blk,
+                                   const float* lse_blk, int B, int T, int NH, int HD) {
+    const size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= (size_t)B * NH * T) return;
+    const size_t bh = row / T, i = row % T, b = bh / NH, h = bh % NH;
+    float* la = lse_acc + row;
+    const float lb = lse_blk[row];
+    if (lb == -INFINITY) return;
+    const size_t at = (b * T + i) * NH * HD + h * HD;
+    float* o = acc + at;
+    const float* ob = blk + at;
+    if (*la == -INFINITY) {
+        for (int d = 0; d < HD; d++) o[d] = ob[d];
+        *la = lb;
+        return;
+    }
+    const float mx = *la > lb ? *la : lb;
+    const float L = mx + logf(expf(*la - mx) + expf(lb - mx));
+    const float wa = expf(*la - L), wb = expf(lb - L);
+    for (int d = 0; d < HD; d++) o[d] = wa * o[d] + wb * ob[d];
+    *la = L;
+}
+
+template <int NDM>
+static void flash_block_forward_launch(float* out, float* lse, const float* q, size_t q_stride,
+                                       int Tq, int iq0, const float* k, const float* v,
+                                       size_t kv_stride, int Tk, int jk0, int B, int NH, int NKV,
+                                       int HD, uint32_t g0, uint64_t seed, Dropout drop,
+                                       float sigma) {
+    const size_t smem = flash_forward_smem(HD);
+    flash_allow_smem(flash_block_forward_kernel<NDM>, smem);
+    dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)Tq, FBQ));
+    SG_LAUNCH(flash_block_forward_kernel<NDM>, grid, dim3(FTHREADS), smem, out, lse, q, q_stride,
+              Tq, iq0, k, v, kv_stride, Tk, jk0, NH, NKV, HD, g0, seed, drop.thr, drop.scale,
+              sigma);
+    SG_CHECK_LAUNCH();
+}
+
+extern "C" void attention_block_forward_cuda(float* out, float* lse, const float* q,
+                                             size_t q_stride, int Tq, int iq0, const float* k,
+                                             const float* v, size_t kv_stride, int Tk, int jk0,
+                                             int B, int NH, int NKV, int HD, uint32_t g0,
+                                             uint64_t attn_seed, Dropout drop) {
+    flash_check_shapes("attention_block_forward_cuda", NH, NKV, HD);
+    if (B <= 0 || Tq <= 0) return;
+    attention_cuda_check_T("attention_block_forward_cuda", Tq);
+    const float sigma = 1.0f / sqrtf((float)HD);
+    if (HD <= 64)
+        flash_block_forward_launch<1>(out, lse, q, q_stride, Tq, iq0, k, v, kv_stride, Tk, jk0, B,
+                                      NH, NKV, HD, g0, attn_seed, drop, sigma);
+    else
+        flash_block_forward_launch<2>(out, lse, q, q_stride, Tq, iq0, k, v, kv_stride, Tk, jk0, B,
+                                      NH, NKV, HD, g0, attn_seed, drop, sigma);
+}
+
+template <int NDM>
+static void flash_block_backward_launch(float* dq, size_t dq_stride, float* dk, float* dv,
+                                        size_t dkv_stride, float* scratch, const float* dout,
+                                        const float* lse, const float* q, size_t q_stride, int Tq,
+                                        int iq0, const float* k, const float* v, size_t kv_stride,
+                                        int Tk, int jk0, int B, int NH, int NKV, int HD,
+                                        uint32_t g0, uint64_t seed, Dropout drop, float sigma) {
+    const size_t smem1 = flash_dkdv_smem(HD), smem2 = flash_dq_smem(HD);
+    const float* D = scratch;
+    flash_allow_smem(flash_block_dkdv_kernel<NDM>, smem1);
+    flash_allow_smem(flash_block_dq_kernel<NDM>, smem2);
+    const int jbase = (jk0 / FBK) * FBK;
+    dim3 grid1((unsigned)(B * NH), sg_ceil_div((size_t)(jk0 + Tk - jbase), FBK));
+    if (NKV == NH) {   /* one query head per kv head: added straight into dk, dv */
+        SG_LAUNCH(flash_block_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dk, dv, dkv_stride,
+                  sigma, 1, dout, lse, D, q, q_stride, Tq, iq0, k, v, kv_stride, Tk, jk0, NH, NKV,
+                  HD, g0, seed, drop.thr, drop.scale, sigma);
+        SG_CHECK_LAUNCH();
+    } else {           /* partial sums per query head, then the group's sum in a fixed order */
+        float* dKp = scratch + flash_round16((size_t)B * NH * Tq);
+        float* dVp = dKp + flash_round16((size_t)B * Tk * NH * HD);
+        SG_LAUNCH(flash_block_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dKp, dVp,
+                  (size_t)NH * HD, 1.0f, 0, dout, lse, D, q, q_stride, Tq, iq0, k, v, kv_stride,
+                  Tk, jk0, NH, NKV, HD, g0, seed, drop.thr, drop.scale, sigma);
+        SG_CHECK_LAUNCH();
+        const size_t n = (size_t)B * Tk * NKV * HD;
+        SG_LAUNCH(flash_block_group_sum_kernel, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dk, dv,
+                  dkv_stride, dKp, dVp, B, Tk, NH, NKV, HD, sigma);
+        SG_CHECK_LAUNCH();
+    }
+    dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)Tq, FBQ));
+    SG_LAUNCH(flash_block_dq_kernel<NDM>, grid2, dim3(FTHREADS), smem2, dq, dq_stride, dout, lse, D,
+              q, q_stride, Tq, iq0, k, v, kv_stride, Tk, jk0, NH, NKV, HD, g0, seed, drop.thr,
+              drop.scale, sigma);
+    SG_CHECK_LAUNCH();
+}
+
+/* scratch: attention_backward_scratch_floats_cuda(B, T, ...) with T >= Tq and T >= Tk (D takes
+ * B NH Tq floats; with grouped-query heads the partials take (B, Tk, NH, HD) each) */
+extern "C" void attention_block_backward_cuda(float* dq, size_t dq_stride, float* dk, float* dv,
+                                              size_t dkv_stride, float* scratch, const float* dout,
+                                              const float* out, const float* lse, const float* q,
+                                              size_t q_stride, int Tq, int iq0, const float* k,
+                                              const float* v, size_t kv_stride, int Tk, int jk0,
+                                              int B, int NH, int NKV, int HD, uint32_t g0,
+                                              uint64_t attn_seed, Dropout drop) {
+    flash_check_shapes("attention_block_backward_cuda", NH, NKV, HD);
+    if (B <= 0 || Tq <= 0 || Tk <= 0) return;
+    attention_cuda_check_T("attention_block_backward_cuda", Tq > Tk ? Tq : Tk + FBK);
+    const float sigma = 1.0f / sqrtf((float)HD);
+    attention_backward_dot_cuda(scratch, dout, out, B, Tq, NH, HD);   /* D (B, NH, Tq) */
+    if (HD <= 64)
+        flash_block_backward_launch<1>(dq, dq_stride, dk, dv, dkv_stride, scratch, dout, lse, q,
+                                       q_stride, Tq, iq0, k, v, kv_stride, Tk, jk0, B, NH, NKV, HD,
+                                       g0, attn_seed, drop, sigma);
+    else
+        flash_block_backward_launch<2>(dq, dq_stride, dk, dv, dkv_stride, scratch, dout, lse, q,
+                                       q_stride, Tq, iq0, k, v, kv_stride, Tk, jk0, B, NH, NKV, HD,
+                                       g0, attn_seed, drop, sigma);
+}
+
+extern "C" void attention_merge_cuda(float* acc, float* lse_acc, const float* blk,
+                                     const float* lse_blk, int B, int T, int NH, int HD) {
+    const size_t rows = (size_t)B * NH * T;
+    if (rows == 0) return;
+    SG_LAUNCH(flash_merge_kernel, dim3(sg_ceil_div(rows, 128)), dim3(128), 0, acc, lse_acc, blk,
+              lse_blk, B, T, NH, HD);
+    SG_CHECK_LAUNCH();
+}

@@ -222,6 +222,13 @@ static const Backend backend_cuda = {
     .attention_forward = cuda_attention_forward,
     .attention_backward_scratch_floats = attention_backward_scratch_floats_cuda,
     .attention_backward = cuda_attention_backward,
+    .encoder_forward_at = encoder_forward_at_cuda,
+    .residual_dropout_forward_at = residual_dropout_forward_at_cuda,
+    .dropout_backward_at = dropout_backward_at_cuda,
+    .attention_block_forward = attention_block_forward_cuda,
+    .attention_merge = attention_merge_cuda,
+    .copy_rows = copy_rows_cuda,
+    .attention_block_backward = attention_block_backward_cuda,
 };
 
 /* --precision bf16: the CUDA table with the dense products (cuBLASLt, bf16 operands, fp32
@@ -241,6 +248,9 @@ static const Backend* backend_cuda_bf16(void) {
         t.attention_forward = cudabf16_attention_forward;
         t.attention_backward_scratch_floats = attention_backward_scratch_floats_bf16_cuda;
         t.attention_backward = cudabf16_attention_backward;
+        /* no bf16 block attention yet: gpt_build_cp refuses context parallelism under bf16 */
+        t.attention_block_forward = NULL;
+        t.attention_block_backward = NULL;
         ready = 1;
     }
     return &t;

@@ -69,8 +69,9 @@ int dist_cp_rank(void);       /* this rank's place in its group */
 int dist_dp_size(void);       /* R / N: the data-parallel width */
 int dist_dp_rank(void);       /* this rank's group */
 /* The ring step of this rank's group: sends n floats of send to the next rank ((rank + 1) % N),
- * receives n floats from the previous one into recv (MPI_Sendrecv on host memory). All ranks of
- * the group call it at the same point. */
+ * receives n floats from the previous one into recv (MPI_Sendrecv on host memory; ncclSend and
+ * ncclRecv on device memory, in the NCCL build, once dist_use_backend was given a device
+ * backend). All ranks of the group call it at the same point. */
 void dist_cp_ring_shift(const float* send, float* recv, size_t n);
 /* The same in two halves (MPI_Isend, MPI_Irecv, then MPI_Waitall): start it, compute, wait. One
  * shift at a time; send must not be written and recv not read before dist_cp_ring_wait. */
@@ -90,6 +91,12 @@ int dist_nccl_make_id(void* id, char err[256]);
 int dist_nccl_init(const void* id, int rank, int size, int local_rank, char err[256]);
 /* In-place sum of n floats of device memory over the ranks; 0, or -1 with err. */
 int dist_nccl_allreduce_sum(float* x, size_t n, char err[256]);
+/* The context-parallel ring on device memory: n floats of send to world rank next and n floats
+ * from world rank prev into recv (ncclSend and ncclRecv in one group); the wait returns once recv
+ * is filled. 0, or -1 with err. */
+int dist_nccl_ring_start(const float* send, float* recv, size_t n, int next, int prev,
+                         char err[256]);
+int dist_nccl_ring_wait(char err[256]);
 
 #ifdef __cplusplus
 }

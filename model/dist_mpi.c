@@ -20,6 +20,7 @@ static int cp_size = 1, cp_rank = 0;
 static MPI_Comm cp_comm = MPI_COMM_NULL;   /* this rank's context-parallel group */
 #ifdef SEEDGPT_NCCL
 static int nccl_ready = 0;
+static int cp_device = 0;   /* the ring's buffers are device memory: NCCL moves them */
 #endif
 
 /* a process leaving with status 0 finalizes MPI (mpirun counts a process that did not as failed) */
@@ -79,7 +80,7 @@ const char* dist_kind(void) {
 int dist_use_backend(const Backend* be, char err[256]) {
     if (be->host_memory || world_size == 1) return 0;
 #ifdef SEEDGPT_NCCL
-    if (nccl_ready) return 0;
+    if (nccl_ready) { cp_device = 1; return 0; }
     size_t n = dist_nccl_id_bytes();
     char* id = calloc(1, n);
     int ok = id != NULL && (world_rank != 0 || dist_nccl_make_id(id, err) == 0);
@@ -98,6 +99,7 @@ int dist_use_backend(const Backend* be, char err[256]) {
     free(id);
     if (rc != 0) return -1;
     nccl_ready = 1;
+    cp_device = 1;
     return 0;
 #else
     snprintf(err, 256, "--device %s across %d processes: this build sums gradients in host memory "
@@ -170,7 +172,32 @@ int dist_cp_rank(void) { return cp_rank; }
 int dist_dp_size(void) { return world_size / cp_size; }
 int dist_dp_rank(void) { return world_rank / cp_size; }
 
+#ifdef SEEDGPT_NCCL
+/* world ranks of this rank's ring neighbours (NCCL's communicator is the world's) */
+static void ring_neighbours(int* next, int* prev) {
+    int base = world_rank - cp_rank;
+    *next = base + (cp_rank + 1) % cp_size;
+    *prev = base + (cp_rank + cp_size - 1) % cp_size;
+}
+
+static void die_nccl_ring(int rc, const char* err) {
+    if (rc == 0) return;
+    fprintf(stderr, "seedgpt: rank %d: %s\n", world_rank, err);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+#endif
+
 void dist_cp_ring_shift(const float* send, float* recv, size_t n) {
+#ifdef SEEDGPT_NCCL
+    if (cp_device) {
+        char err[256];
+        int next, prev;
+        ring_neighbours(&next, &prev);
+        die_nccl_ring(dist_nccl_ring_start(send, recv, n, next, prev, err), err);
+        die_nccl_ring(dist_nccl_ring_wait(err), err);
+        return;
+    }
+#endif
     int next = (cp_rank + 1) % cp_size, prev = (cp_rank + cp_size - 1) % cp_size;
     const size_t chunk = (size_t)1 << 30;   /* MPI counts are int */
     for (size_t off = 0; off < n; off += chunk) {
@@ -186,6 +213,15 @@ void dist_cp_ring_shift(const float* send, float* recv, size_t n) {
 static MPI_Request ring_req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 
 void dist_cp_ring_start(const float* send, float* recv, size_t n) {
+#ifdef SEEDGPT_NCCL
+    if (cp_device) {
+        char err[256];
+        int next, prev;
+        ring_neighbours(&next, &prev);
+        die_nccl_ring(dist_nccl_ring_start(send, recv, n, next, prev, err), err);
+        return;
+    }
+#endif
     if (n > ((size_t)1 << 30)) { dist_cp_ring_shift(send, recv, n); return; }
     int next = (cp_rank + 1) % cp_size, prev = (cp_rank + cp_size - 1) % cp_size;
     int rc = MPI_Irecv(recv, (int)n, MPI_FLOAT, prev, 24, cp_comm, &ring_req[0]);
@@ -194,6 +230,13 @@ void dist_cp_ring_start(const float* send, float* recv, size_t n) {
 }
 
 void dist_cp_ring_wait(void) {
+#ifdef SEEDGPT_NCCL
+    if (cp_device) {
+        char err[256];
+        die_nccl_ring(dist_nccl_ring_wait(err), err);
+        return;
+    }
+#endif
     int rc = MPI_Waitall(2, ring_req, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) die_mpi("MPI_Waitall of the context-parallel ring", rc);
 }

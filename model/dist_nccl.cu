@@ -1,5 +1,6 @@
 /* model/dist_nccl.cu — the device half of model/dist.h: gradients in CUDA memory summed over the
- * ranks by ncclAllReduce, one GPU per rank (GPU local_rank on each machine). The NCCL id is made
+ * ranks by ncclAllReduce, one GPU per rank (GPU local_rank on each machine), and the
+ * context-parallel ring's shifts of device buffers (ncclSend/ncclRecv). The NCCL id is made
  * by rank 0 and carried to the others over MPI by model/dist_mpi.c, which calls everything here.
  *
  * Built only by `make mpi-cuda` / `make mpi-cuda-check` (SEEDGPT_NCCL). Compiled in CI; not yet
@@ -61,6 +62,42 @@ extern "C" int dist_nccl_allreduce_sum(float* x, size_t n, char err[256]) {
     cudaError_t ce = cudaStreamSynchronize(stream);
     if (ce != cudaSuccess) {
         snprintf(err, 256, "ncclAllReduce of %zu floats: %s", n, cudaGetErrorString(ce));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the context-parallel ring on device memory (DESIGN §9) --------------------------------
+ * One shift: n floats of send to world rank next, n floats from world rank prev into recv, as an
+ * ncclSend and an ncclRecv in one group on this file's stream. The start first waits for the
+ * device (cudaDeviceSynchronize): the kernels that wrote send, and those that read the previous
+ * contents of recv, are queued on the backend's stream, which this stream does not follow. The
+ * kernels launched after the start overlap the transfer; the wait blocks the host until recv is
+ * filled, so the kernels launched after it read the received block. */
+extern "C" int dist_nccl_ring_start(const float* send, float* recv, size_t n, int next, int prev,
+                                    char err[256]) {
+    cudaError_t ce = cudaDeviceSynchronize();
+    if (ce != cudaSuccess) {
+        snprintf(err, 256, "context-parallel ring: %s", cudaGetErrorString(ce));
+        return -1;
+    }
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess) r = ncclRecv(recv, n, ncclFloat, prev, comm, stream);
+    if (r == ncclSuccess) r = ncclSend(send, n, ncclFloat, next, comm, stream);
+    ncclResult_t r2 = ncclGroupEnd();
+    if (r == ncclSuccess) r = r2;
+    if (r != ncclSuccess) {
+        snprintf(err, 256, "context-parallel ring (ncclSend/ncclRecv of %zu floats): %s", n,
+                 ncclGetErrorString(r));
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" int dist_nccl_ring_wait(char err[256]) {
+    cudaError_t ce = cudaStreamSynchronize(stream);
+    if (ce != cudaSuccess) {
+        snprintf(err, 256, "context-parallel ring: %s", cudaGetErrorString(ce));
         return -1;
     }
     return 0;

@@ -447,8 +447,8 @@ int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
         be->attention_merge == NULL || be->copy_rows == NULL || be->encoder_forward_at == NULL ||
         be->residual_dropout_forward_at == NULL || be->dropout_backward_at == NULL) {
         snprintf(err, 256, "--context-parallel %d: the %s backend in %s has no context-parallel "
-                 "ops yet (context parallelism runs on --device cpu --precision fp32)", cp->size,
-                 be->name, be->precision);
+                 "ops yet (context parallelism runs in --precision fp32)", cp->size, be->name,
+                 be->precision);
         return -1;
     }
     return build_model(m, c, B, T / cp->size, policy, be, 0, cp, err);

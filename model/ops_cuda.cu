@@ -126,10 +126,10 @@ static unsigned quad_threads(int C) {
 
 /* one block per (b, t) row, one thread per quad of channels */
 __global__ void encoder_forward_kernel(float* out, const int* inp, const float* wte,
-                                       const float* wpe, int T, int C, uint32_t g0,
+                                       const float* wpe, int T, int t0, int C, uint32_t g0,
                                        uint64_t seed, Dropout drop) {
     int bt = blockIdx.x;
-    int b = bt / T, t = bt % T;
+    int b = bt / T, t = t0 + bt % T;   /* t: the global position (t0 = 0 but under context parallelism) */
     float* o = out + (size_t)bt * C;
     const float* e = wte + (size_t)inp[bt] * C;
     const float* p = wpe != NULL ? wpe + (size_t)t * C : NULL;   /* NULL: no learned positions */
@@ -145,12 +145,18 @@ __global__ void encoder_forward_kernel(float* out, const int* inp, const float* 
     }
 }
 
-void encoder_forward_cuda(float* out, const int* inp, const float* wte, const float* wpe,
-                          int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop) {
+void encoder_forward_at_cuda(float* out, const int* inp, const float* wte, const float* wpe,
+                             int B, int T, int t0, int C, uint32_t g0, uint64_t embd_seed,
+                             Dropout drop) {
     if (B * T == 0 || C == 0) return;
-    SG_LAUNCH(encoder_forward_kernel, B * T, quad_threads(C), 0, out, inp, wte, wpe, T, C, g0,
+    SG_LAUNCH(encoder_forward_kernel, B * T, quad_threads(C), 0, out, inp, wte, wpe, T, t0, C, g0,
               embd_seed, drop);
     SG_CHECK_LAUNCH();
+}
+
+void encoder_forward_cuda(float* out, const int* inp, const float* wte, const float* wpe,
+                          int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop) {
+    encoder_forward_at_cuda(out, inp, wte, wpe, B, T, 0, C, g0, embd_seed, drop);
 }
 
 /* dwte rows of token tok[u]: one thread per channel adds the rows pos[start[u] .. start[u+1])
@@ -515,10 +521,10 @@ void gelu_backward_cuda(float* dinp, const float* inp, const float* dout, size_t
 
 /* out = x + drop(branch); one block per (b, t) row, one thread per quad; out may alias branch */
 __global__ void residual_dropout_forward_kernel(float* out, const float* x, const float* branch,
-                                                int T, int C, uint32_t g0, uint64_t seed,
+                                                int T, int t0, int C, uint32_t g0, uint64_t seed,
                                                 Dropout drop) {
     int bt = blockIdx.x;
-    int b = bt / T, t = bt % T;
+    int b = bt / T, t = t0 + bt % T;
     size_t row = (size_t)bt * C;
     int Q = (C + 3) / 4;
     for (int q = threadIdx.x; q < Q; q += blockDim.x) {
@@ -532,19 +538,25 @@ __global__ void residual_dropout_forward_kernel(float* out, const float* x, cons
     }
 }
 
-void residual_dropout_forward_cuda(float* out, const float* x, const float* branch,
-                                   int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop) {
+void residual_dropout_forward_at_cuda(float* out, const float* x, const float* branch, int B,
+                                      int T, int t0, int C, uint32_t g0, uint64_t seed,
+                                      Dropout drop) {
     if (B * T == 0 || C == 0) return;
-    SG_LAUNCH(residual_dropout_forward_kernel, B * T, quad_threads(C), 0, out, x, branch, T, C,
+    SG_LAUNCH(residual_dropout_forward_kernel, B * T, quad_threads(C), 0, out, x, branch, T, t0, C,
               g0, seed, drop);
     SG_CHECK_LAUNCH();
 }
 
+void residual_dropout_forward_cuda(float* out, const float* x, const float* branch,
+                                   int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop) {
+    residual_dropout_forward_at_cuda(out, x, branch, B, T, 0, C, g0, seed, drop);
+}
+
 /* in the forward y = x * keep * scale, so dx = dout * keep * scale: the same mask, redrawn */
-__global__ void dropout_backward_kernel(float* dy, const float* dout, int T, int C, uint32_t g0,
-                                        uint64_t seed, Dropout drop) {
+__global__ void dropout_backward_kernel(float* dy, const float* dout, int T, int t0, int C,
+                                        uint32_t g0, uint64_t seed, Dropout drop) {
     int bt = blockIdx.x;
-    int b = bt / T, t = bt % T;
+    int b = bt / T, t = t0 + bt % T;
     size_t row = (size_t)bt * C;
     int Q = (C + 3) / 4;
     for (int q = threadIdx.x; q < Q; q += blockDim.x) {
@@ -558,10 +570,35 @@ __global__ void dropout_backward_kernel(float* dy, const float* dout, int T, int
     }
 }
 
+void dropout_backward_at_cuda(float* dy, const float* dout, int B, int T, int t0, int C,
+                              uint32_t g0, uint64_t seed, Dropout drop) {
+    if (B * T == 0 || C == 0) return;
+    SG_LAUNCH(dropout_backward_kernel, B * T, quad_threads(C), 0, dy, dout, T, t0, C, g0, seed,
+              drop);
+    SG_CHECK_LAUNCH();
+}
+
 void dropout_backward_cuda(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
                            uint64_t seed, Dropout drop) {
-    if (B * T == 0 || C == 0) return;
-    SG_LAUNCH(dropout_backward_kernel, B * T, quad_threads(C), 0, dy, dout, T, C, g0, seed, drop);
+    dropout_backward_at_cuda(dy, dout, B, T, 0, C, g0, seed, drop);
+}
+
+/* ---- context parallelism: strided row copies (DESIGN §9) --------------------------------- */
+
+/* dst row r = src row r, width floats; one thread an element (a copy has no order to keep) */
+__global__ void copy_rows_kernel(float* dst, size_t dst_stride, const float* src,
+                                 size_t src_stride, size_t rows, size_t width) {
+    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= rows * width) return;
+    size_t r = e / width, c = e % width;
+    dst[r * dst_stride + c] = src[r * src_stride + c];
+}
+
+void copy_rows_cuda(float* dst, size_t dst_stride, const float* src, size_t src_stride,
+                    size_t rows, size_t width) {
+    if (rows * width == 0) return;
+    SG_LAUNCH(copy_rows_kernel, ew_blocks(rows * width), EW_THREADS, 0, dst, dst_stride, src,
+              src_stride, rows, width);
     SG_CHECK_LAUNCH();
 }
 

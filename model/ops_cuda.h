@@ -17,6 +17,10 @@ extern "C" {
 
 void encoder_forward_cuda(float* out, const int* inp, const float* wte, const float* wpe,
                           int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop);
+/* the same at global positions t0 .. t0+T-1 (context parallelism: model/ops.h's _at twins) */
+void encoder_forward_at_cuda(float* out, const int* inp, const float* wte, const float* wpe,
+                             int B, int T, int t0, int C, uint32_t g0, uint64_t embd_seed,
+                             Dropout drop);
 void encoder_backward_cuda(float* dwte, float* dwpe, const float* dout, const int* inp,
                            int B, int T, int C);
 void layernorm_forward_cuda(float* out, float* mean, float* rstd, const float* inp,
@@ -42,6 +46,14 @@ void residual_dropout_forward_cuda(float* out, const float* x, const float* bran
                                    int B, int T, int C, uint32_t g0, uint64_t seed, Dropout drop);
 void dropout_backward_cuda(float* dy, const float* dout, int B, int T, int C, uint32_t g0,
                            uint64_t seed, Dropout drop);
+void residual_dropout_forward_at_cuda(float* out, const float* x, const float* branch, int B,
+                                      int T, int t0, int C, uint32_t g0, uint64_t seed,
+                                      Dropout drop);
+void dropout_backward_at_cuda(float* dy, const float* dout, int B, int T, int t0, int C,
+                              uint32_t g0, uint64_t seed, Dropout drop);
+/* rows x width floats from src (row stride src_stride) to dst (row stride dst_stride) */
+void copy_rows_cuda(float* dst, size_t dst_stride, const float* src, size_t src_stride,
+                    size_t rows, size_t width);
 void rope_forward_cuda(float* qkv, const float* cos, const float* sin, int B, int T, int NH,
                        int NKV, int HD, int layout, int pos0);
 void rope_backward_cuda(float* dqkv, const float* cos, const float* sin, int B, int T, int NH,

@@ -197,6 +197,307 @@ static void test_refuses(const char* self, const char* which, const char* proper
     expect_refusal(name, self, "--refuse", which, words);
 }
 
+/* ---- context parallelism: blocks at global positions (attention/attention.h, §9) -------------
+ * A zigzag split of T = 2 N Tc positions: chunk c holds global positions c Tc .. c Tc + Tc - 1,
+ * laid out (B, Tc) rows of QKV floats as a rank holds them. For every query chunk qc and every
+ * key chunk kc <= qc (the pairs a rank computes):
+ *   - block forward: out and lse equal the CPU block's to TOL, with lse -inf (and a zero row) at
+ *     exactly the CPU's rows;
+ *   - merge: the CUDA merge of the CPU blocks equals the CPU merge to TOL after each block, and
+ *     the CUDA chain (CUDA blocks, CUDA merge) over the chunk's key chunks equals the rows of the
+ *     whole-sequence CPU attention_forward to TOL;
+ *   - block backward, from the merged out and lse, dq, dk, dv starting from random values (the
+ *     contract is +=): equal the CPU block backward's to TOL;
+ * and the keep bits: with V one-hot (key j of the block has v_j = e_(j - jk0)), out_i[j - jk0] is
+ * zero exactly where the keep bit of the global (g, h, i, j) is 0 (scores kept small, so no
+ * visible weight underflows): compared bit for bit with philox_attn_draw and with the CPU. */
+
+typedef struct {
+    int N, B, Tc, NH, NKV, HD;
+    double p;
+    uint32_t g0;
+} CpShape;
+
+/* max |a - ref| / max |ref| where ref is finite; a -inf in either must be a -inf in both */
+static double lse_err(const float* a, const float* ref, size_t n, size_t* bad) {
+    double num = 0, den = 0;
+    *bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ref[i] == -INFINITY || a[i] == -INFINITY) {
+            *bad += !(ref[i] == -INFINITY && a[i] == -INFINITY);
+            continue;
+        }
+        if (!isfinite(a[i])) { (*bad)++; continue; }
+        const double d = fabs((double)a[i] - (double)ref[i]);
+        if (d > num) num = d;
+        if (fabs((double)ref[i]) > den) den = fabs((double)ref[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+
+static void test_cp_blocks(const CpShape* s) {
+    const int N = s->N, B = s->B, Tc = s->Tc, NH = s->NH, NKV = s->NKV, HD = s->HD, T = 2 * N * Tc;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
+    const size_t n_cq = (size_t)B * Tc * QKV, n_co = (size_t)B * Tc * C, n_cl = (size_t)B * NH * Tc;
+    const Dropout drop = dropout_make(s->p);
+    char tag[96], name[200];
+    snprintf(tag, sizeof(tag), "N%d_B%d_Tc%d_NH%d_NKV%d_HD%d_p%g_g0_%u", N, B, Tc, NH, NKV, HD, s->p,
+             s->g0);
+    int nthreads = 1;
+#ifdef _OPENMP
+    nthreads = omp_get_max_threads();
+#endif
+
+    /* the whole sequence, and its chunks */
+    float* qkv = (float*)malloc((size_t)B * T * QKV * sizeof(float));
+    for (size_t i = 0; i < (size_t)B * T * QKV; i++) qkv[i] = (float)test_normal();
+    float* whole_out = (float*)malloc((size_t)B * T * C * sizeof(float));
+    float* whole_lse = (float*)malloc((size_t)B * NH * T * sizeof(float));
+    attention_forward(whole_out, whole_lse, qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    float** chunk = (float**)malloc(2 * N * sizeof(float*));
+    float** d_chunk = (float**)malloc(2 * N * sizeof(float*));
+    for (int c = 0; c < 2 * N; c++) {
+        chunk[c] = (float*)malloc(n_cq * sizeof(float));
+        for (int b = 0; b < B; b++)
+            memcpy(chunk[c] + (size_t)b * Tc * QKV, qkv + ((size_t)b * T + (size_t)c * Tc) * QKV,
+                   Tc * QKV * sizeof(float));
+        d_chunk[c] = dev_alloc(n_cq);
+        to_dev(d_chunk[c], chunk[c], n_cq);
+    }
+
+    const size_t n_cs = attention_backward_scratch_floats(B, Tc, NH, NKV, HD, nthreads);
+    const size_t n_gs = attention_backward_scratch_floats_cuda(B, Tc, NH, NKV, HD, 1);
+    float* scr_c = (float*)malloc(n_cs * sizeof(float));
+    float *d_out = dev_alloc(n_co), *d_lse = dev_alloc(n_cl), *d_acc = dev_alloc(n_co);
+    float *d_lacc = dev_alloc(n_cl), *d_acc2 = dev_alloc(n_co), *d_lacc2 = dev_alloc(n_cl);
+    float *d_dout = dev_alloc(n_co), *d_mo = dev_alloc(n_co), *d_ml = dev_alloc(n_cl);
+    float *d_dq = dev_alloc(n_cq), *d_dkv = dev_alloc(n_cq), *d_scr = dev_alloc(n_gs);
+    float *o_c = (float*)malloc(n_co * sizeof(float)), *l_c = (float*)malloc(n_cl * sizeof(float));
+    float *o_g = (float*)malloc(n_co * sizeof(float)), *l_g = (float*)malloc(n_cl * sizeof(float));
+    float *acc_c = (float*)malloc(n_co * sizeof(float)), *lacc_c = (float*)malloc(n_cl * sizeof(float));
+    float* ninf = (float*)malloc(n_cl * sizeof(float));
+    for (size_t i = 0; i < n_cl; i++) ninf[i] = -INFINITY;
+    float* dout = (float*)malloc(n_co * sizeof(float));
+    float* dq0 = (float*)malloc(n_cq * sizeof(float));
+    float* dkv0 = (float*)malloc(n_cq * sizeof(float));
+
+    double e_fo = 0, e_fl = 0, e_m = 0, e_w = 0, e_dq = 0, e_dk = 0, e_dv = 0;
+    size_t bad_f = 0, bad_m = 0, bad_w = 0, bad_b = 0, n_blocks = 0, n_none = 0;
+    for (int qc = 0; qc < 2 * N; qc++) {
+        /* merged: CPU blocks by the CPU merge (acc_c), CPU blocks by the CUDA merge (d_acc), CUDA
+         * blocks by the CUDA merge (d_acc2) */
+        memset(acc_c, 0, n_co * sizeof(float));
+        memcpy(lacc_c, ninf, n_cl * sizeof(float));
+        SG_CHECK(cudaMemset(d_acc, 0, n_co * sizeof(float)));
+        SG_CHECK(cudaMemset(d_acc2, 0, n_co * sizeof(float)));
+        to_dev(d_lacc, ninf, n_cl);
+        to_dev(d_lacc2, ninf, n_cl);
+        const float* q = chunk[qc];
+        for (int kc = 0; kc <= qc; kc++) {
+            const float* k = chunk[kc] + (size_t)NH * HD;
+            const float* v = k + (size_t)NKV * HD;
+            attention_block_forward(o_c, l_c, q, QKV, Tc, qc * Tc, k, v, QKV, Tc, kc * Tc, B, NH, NKV,
+                                    HD, s->g0, SEED, drop);
+            dev_poison(d_out, n_co);
+            dev_poison(d_lse, n_cl);
+            attention_block_forward_cuda(d_out, d_lse, d_chunk[qc], QKV, Tc, qc * Tc,
+                                         d_chunk[kc] + (size_t)NH * HD,
+                                         d_chunk[kc] + (size_t)(NH + NKV) * HD, QKV, Tc, kc * Tc, B,
+                                         NH, NKV, HD, s->g0, SEED, drop);
+            to_host(o_g, d_out, n_co);
+            to_host(l_g, d_lse, n_cl);
+            size_t b1, b2;
+            double e = max_rel_err(o_g, o_c, n_co, &b1);
+            e_fo = e > e_fo ? e : e_fo;
+            e = lse_err(l_g, l_c, n_cl, &b2);
+            e_fl = e > e_fl ? e : e_fl;
+            bad_f += b1 + b2;
+            n_blocks++;
+
+            /* the CUDA chain */
+            attention_merge_cuda(d_acc2, d_lacc2, d_out, d_lse, B, Tc, NH, HD);
+            /* the CUDA merge of the CPU block against the CPU merge */
+            to_dev(d_out, o_c, n_co);
+            to_dev(d_lse, l_c, n_cl);
+            attention_merge_cuda(d_acc, d_lacc, d_out, d_lse, B, Tc, NH, HD);
+            attention_merge(acc_c, lacc_c, o_c, l_c, B, Tc, NH, HD);
+            to_host(o_g, d_acc, n_co);
+            to_host(l_g, d_lacc, n_cl);
+            e = max_rel_err(o_g, acc_c, n_co, &b1);
+            e_m = e > e_m ? e : e_m;
+            e = lse_err(l_g, lacc_c, n_cl, &b2);
+            e_m = e > e_m ? e : e_m;
+            bad_m += b1 + b2;
+        }
+        /* a block whose keys start mid-chunk (jk0 = qc Tc + Tc/2 + 1): the queries before it see
+         * none of its keys and must get lse -inf and a zero row, as on the CPU */
+        {
+            const int jk0 = qc * Tc + Tc / 2 + 1;
+            attention_block_forward(o_c, l_c, q, QKV, Tc, qc * Tc, q + C, q + C + (size_t)NKV * HD,
+                                    QKV, Tc, jk0, B, NH, NKV, HD, s->g0, SEED, drop);
+            dev_poison(d_out, n_co);
+            dev_poison(d_lse, n_cl);
+            attention_block_forward_cuda(d_out, d_lse, d_chunk[qc], QKV, Tc, qc * Tc,
+                                         d_chunk[qc] + C, d_chunk[qc] + C + (size_t)NKV * HD, QKV, Tc,
+                                         jk0, B, NH, NKV, HD, s->g0, SEED, drop);
+            to_host(o_g, d_out, n_co);
+            to_host(l_g, d_lse, n_cl);
+            size_t b1, b2;
+            double e = max_rel_err(o_g, o_c, n_co, &b1);
+            e_fo = e > e_fo ? e : e_fo;
+            e = lse_err(l_g, l_c, n_cl, &b2);
+            e_fl = e > e_fl ? e : e_fl;
+            bad_f += b1 + b2;
+            for (size_t i = 0; i < n_cl; i++) n_none += l_g[i] == -INFINITY;
+            n_blocks++;
+        }
+        /* the CUDA chain against the whole sequence's rows */
+        to_host(o_g, d_acc2, n_co);
+        to_host(l_g, d_lacc2, n_cl);
+        float* wo = (float*)malloc(n_co * sizeof(float));
+        float* wl = (float*)malloc(n_cl * sizeof(float));
+        for (int b = 0; b < B; b++) {
+            memcpy(wo + (size_t)b * Tc * C, whole_out + ((size_t)b * T + (size_t)qc * Tc) * C,
+                   Tc * C * sizeof(float));
+            for (int h = 0; h < NH; h++)
+                memcpy(wl + ((size_t)b * NH + h) * Tc, whole_lse + ((size_t)b * NH + h) * T + (size_t)qc * Tc,
+                       Tc * sizeof(float));
+        }
+        size_t b1, b2;
+        double e = max_rel_err(o_g, wo, n_co, &b1);
+        e_w = e > e_w ? e : e_w;
+        e = lse_err(l_g, wl, n_cl, &b2);
+        e_w = e > e_w ? e : e_w;
+        bad_w += b1 + b2;
+        free(wo); free(wl);
+
+        /* the backward of every block of this query chunk, from the CPU's merged out and lse */
+        for (size_t i = 0; i < n_co; i++) dout[i] = (float)test_normal();
+        to_dev(d_dout, dout, n_co);
+        to_dev(d_mo, acc_c, n_co);
+        to_dev(d_ml, lacc_c, n_cl);
+        for (int kc = 0; kc <= qc; kc++) {
+            const float* k = chunk[kc] + (size_t)NH * HD;
+            const float* v = k + (size_t)NKV * HD;
+            for (size_t i = 0; i < n_cq; i++) dq0[i] = (float)test_normal();
+            for (size_t i = 0; i < n_cq; i++) dkv0[i] = (float)test_normal();
+            to_dev(d_dq, dq0, n_cq);
+            to_dev(d_dkv, dkv0, n_cq);
+            dev_poison(d_scr, n_gs);
+            /* dq in the q rows' own columns, dk and dv in the k and v columns of a qkv-shaped buffer */
+            attention_block_backward(dq0, QKV, dkv0 + (size_t)NH * HD, dkv0 + (size_t)(NH + NKV) * HD,
+                                     QKV, scr_c, dout, acc_c, lacc_c, q, QKV, Tc, qc * Tc, k, v, QKV,
+                                     Tc, kc * Tc, B, NH, NKV, HD, s->g0, SEED, drop);
+            attention_block_backward_cuda(d_dq, QKV, d_dkv + (size_t)NH * HD,
+                                          d_dkv + (size_t)(NH + NKV) * HD, QKV, d_scr, d_dout, d_mo,
+                                          d_ml, d_chunk[qc], QKV, Tc, qc * Tc,
+                                          d_chunk[kc] + (size_t)NH * HD,
+                                          d_chunk[kc] + (size_t)(NH + NKV) * HD, QKV, Tc, kc * Tc, B,
+                                          NH, NKV, HD, s->g0, SEED, drop);
+            float* dq_g = (float*)malloc(n_cq * sizeof(float));
+            float* dkv_g = (float*)malloc(n_cq * sizeof(float));
+            to_host(dq_g, d_dq, n_cq);
+            to_host(dkv_g, d_dkv, n_cq);
+            /* per part: the q columns of dq, the k and v columns of dkv */
+            double num[3] = {0, 0, 0}, den[3] = {0, 0, 0};
+            for (size_t r = 0; r < (size_t)B * Tc; r++)
+                for (size_t x = 0; x < QKV; x++) {
+                    const int part = x < C ? 0 : x < C + (size_t)NKV * HD ? 1 : 2;
+                    const float* g = part == 0 ? dq_g : dkv_g;
+                    const float* c = part == 0 ? dq0 : dkv0;
+                    const float gv = g[r * QKV + x], cv = c[r * QKV + x];
+                    if (!isfinite(gv)) { bad_b++; continue; }
+                    const double d = fabs((double)gv - cv);
+                    num[part] = d > num[part] ? d : num[part];
+                    den[part] = fabs((double)cv) > den[part] ? fabs((double)cv) : den[part];
+                }
+            e_dq = fmax(e_dq, num[0] / den[0]);
+            e_dk = fmax(e_dk, num[1] / den[1]);
+            e_dv = fmax(e_dv, num[2] / den[2]);
+            free(dq_g); free(dkv_g);
+        }
+    }
+    snprintf(name, sizeof(name), "block_forward_matches_cpu_at_global_positions_%s", tag);
+    expect(e_fo <= TOL && e_fl <= TOL && bad_f == 0 && n_none > 0, name,
+           "%zu blocks: out rel err %.2e, lse rel err %.2e (tol %.0e); %zu non-finite or -inf "
+           "rows unlike the CPU's; %zu rows that see no key (lse -inf)", n_blocks, e_fo, e_fl, TOL,
+           bad_f, n_none);
+    snprintf(name, sizeof(name), "merge_matches_cpu_%s", tag);
+    expect(e_m <= TOL && bad_m == 0, name, "out and lse rel err %.2e (tol %.0e); %zu bad", e_m, TOL,
+           bad_m);
+    snprintf(name, sizeof(name), "merged_blocks_equal_whole_sequence_attention_%s", tag);
+    expect(e_w <= TOL && bad_w == 0, name,
+           "the chunks' merged CUDA blocks against the CPU's whole-sequence rows: rel err %.2e (tol "
+           "%.0e); %zu bad", e_w, TOL, bad_w);
+    snprintf(name, sizeof(name), "block_backward_accumulates_as_cpu_%s", tag);
+    expect(e_dq <= TOL && e_dk <= TOL && e_dv <= TOL && bad_b == 0, name,
+           "rel err dq %.2e dk %.2e dv %.2e (tol %.0e); %zu non-finite", e_dq, e_dk, e_dv, TOL, bad_b);
+
+    for (int c = 0; c < 2 * N; c++) { free(chunk[c]); SG_CHECK(cudaFree(d_chunk[c])); }
+    free(chunk); free(d_chunk); free(qkv); free(whole_out); free(whole_lse); free(scr_c);
+    float* dev[] = {d_out, d_lse, d_acc, d_lacc, d_acc2, d_lacc2, d_dout, d_mo, d_ml, d_dq, d_dkv, d_scr};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) SG_CHECK(cudaFree(dev[i]));
+    free(o_c); free(l_c); free(o_g); free(l_g); free(acc_c); free(lacc_c); free(ninf); free(dout);
+    free(dq0); free(dkv0);
+}
+
+/* The keep bits of every block of a zigzag split, read off a one-hot V (HD >= Tc). */
+static void test_cp_keep_bits(int N, int Tc, int NH, int HD, double p, uint32_t g0) {
+    const int B = 2, NKV = 1, T = 2 * N * Tc;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
+    const size_t n_cq = (size_t)B * Tc * QKV, n_co = (size_t)B * Tc * C, n_cl = (size_t)B * NH * Tc;
+    const Dropout drop = dropout_make(p);
+    float* q = (float*)malloc(n_cq * sizeof(float));
+    float* kv = (float*)calloc(n_cq, sizeof(float));
+    float *o_c = (float*)malloc(n_co * sizeof(float)), *o_g = (float*)malloc(n_co * sizeof(float));
+    float* l_c = (float*)malloc(n_cl * sizeof(float));
+    float *d_q = dev_alloc(n_cq), *d_kv = dev_alloc(n_cq), *d_out = dev_alloc(n_co), *d_lse = dev_alloc(n_cl);
+    size_t cells = 0, dropped = 0, bad_g = 0, bad_c = 0;
+    for (int qc = 0; qc < 2 * N; qc++)
+        for (int kc = 0; kc <= qc; kc++) {
+            /* small scores: every visible weight is far from underflow */
+            for (size_t i = 0; i < n_cq; i++) q[i] = (float)(0.3 * test_normal());
+            memset(kv, 0, n_cq * sizeof(float));
+            for (int b = 0; b < B; b++)
+                for (int j = 0; j < Tc; j++) {
+                    float* row = kv + ((size_t)b * Tc + j) * QKV;
+                    for (int d = 0; d < HD; d++) row[C + d] = (float)(0.3 * test_normal());
+                    row[C + (size_t)NKV * HD + j] = 1.0f;   /* v_j = e_j */
+                }
+            to_dev(d_q, q, n_cq);
+            to_dev(d_kv, kv, n_cq);
+            attention_block_forward(o_c, l_c, q, QKV, Tc, qc * Tc, kv + C, kv + C + (size_t)NKV * HD,
+                                    QKV, Tc, kc * Tc, B, NH, NKV, HD, g0, SEED, drop);
+            dev_poison(d_out, n_co);
+            attention_block_forward_cuda(d_out, d_lse, d_q, QKV, Tc, qc * Tc, d_kv + C,
+                                         d_kv + C + (size_t)NKV * HD, QKV, Tc, kc * Tc, B, NH, NKV,
+                                         HD, g0, SEED, drop);
+            to_host(o_g, d_out, n_co);
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < NH; h++)
+                    for (int r = 0; r < Tc; r++)
+                        for (int c = 0; c < Tc; c++) {
+                            const int i = qc * Tc + r, j = kc * Tc + c;
+                            if (j > i) continue;
+                            const int keep = !dropout_active(drop) ||
+                                             philox_attn_draw(SEED, g0 + (uint32_t)b, (uint32_t)h,
+                                                              (uint32_t)i, (uint32_t)j) >= drop.thr;
+                            const size_t at = ((size_t)b * Tc + r) * C + (size_t)h * HD + c;
+                            cells++;
+                            dropped += !keep;
+                            bad_g += (o_g[at] != 0.0f) != keep;
+                            bad_c += (o_c[at] != 0.0f) != keep;
+                        }
+        }
+    char name[160];
+    snprintf(name, sizeof(name), "block_keep_bits_are_global_philox_and_cpu_N%d_T%d_HD%d_p%g", N, T, HD, p);
+    expect(cells > 0 && bad_g == 0 && bad_c == 0 && (p == 0 || dropped > 0), name,
+           "%zu visible (i, j) cells, %zu dropped: CUDA keep bits differ from philox_attn_draw at "
+           "%zu, the CPU's at %zu", cells, dropped, bad_g, bad_c);
+    free(q); free(kv); free(o_c); free(o_g); free(l_c);
+    SG_CHECK(cudaFree(d_q)); SG_CHECK(cudaFree(d_kv)); SG_CHECK(cudaFree(d_out)); SG_CHECK(cudaFree(d_lse));
+}
+
 int main(int argc, char** argv) {
     if (argc == 3 && strcmp(argv[1], "--refuse") == 0) return refuse_child(argv[2]);
 
@@ -227,5 +528,17 @@ int main(int argc, char** argv) {
         {{1, 33, 1, 1, 100, 0.5, 4}, 0},   /* two strips of head dims, the second partial */
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) test_case(&cases[c].s, cases[c].rerun);
+
+    /* context parallelism: zigzag splits of 2 and 3 (N, B, Tc, NH, NKV, HD, p, g0); chunks of 5
+     * and 3 start off the Philox blocks of 32, chunks of 40 cross the key tiles of 64 */
+    const CpShape cp[] = {
+        {2, 2, 5, 2, 1, 16, 0.1, 3},    /* grouped-query heads */
+        {3, 1, 3, 2, 2, 16, 0.5, 0},
+        {2, 1, 40, 2, 2, 16, 0.1, 7},
+        {3, 1, 4, 1, 1, 100, 0.0, 1},   /* two strips of head dims, no dropout */
+    };
+    for (size_t c = 0; c < sizeof(cp) / sizeof(cp[0]); c++) test_cp_blocks(&cp[c]);
+    test_cp_keep_bits(3, 6, 2, 16, 0.5, 4);    /* keys up to 35: two Philox blocks of 32 */
+    test_cp_keep_bits(2, 40, 1, 64, 0.1, 2);   /* keys up to 159: three key tiles of 64 */
     return test_finish();
 }

@@ -754,6 +754,107 @@ static void test_column_sums_grid_capped(int N, int C) {
 #endif
 }
 
+/* ---- context parallelism: the ops at global positions and the strided copy ------------------ */
+
+/* A zigzag split of a sequence of T = 2 N Tc positions over N ranks: rank r's chunks r and
+ * 2N-1-r, each Tc positions at t0 = chunk * Tc. Every _at op on a chunk must give the CPU _at op's
+ * bits (elementwise, the same expressions) and the rows of the whole-sequence op at those global
+ * positions (so a kernel that used the local t would fail both). */
+static void test_ops_at(int N, int B, int Tc, int C, uint32_t g0, double p) {
+    char name[200];
+    const Dropout drop = dropout_make(p);
+    const int T = 2 * N * Tc, V = 11;
+    const uint64_t es = philox_site_seed(MASTER, 3, 0, SITE_EMBD, PASS_FORWARD);
+    const uint64_t rs = philox_site_seed(MASTER, 3, 1, SITE_ATTN_RESID, PASS_FORWARD);
+    const size_t n = (size_t)B * T * C, nc = (size_t)B * Tc * C;
+    int* inp = rand_tokens((size_t)B * T, V);
+    float *wte = hrand((size_t)V * C, 1.0), *wpe = hrand((size_t)T * C, 1.0);
+    float *x = hrand(n, 1.0), *br = hrand(n, 1.0), *dout = hrand(n, 1.0);
+    float* whole_e = (float*)malloc(n * sizeof(float));
+    float* whole_r = (float*)malloc(n * sizeof(float));
+    float* whole_d = (float*)malloc(n * sizeof(float));
+    encoder_forward(whole_e, inp, wte, wpe, B, T, C, g0, es, drop);
+    residual_dropout_forward(whole_r, x, br, B, T, C, g0, rs, drop);
+    dropout_backward(whole_d, dout, B, T, C, g0, rs, drop);
+    float *d_wte = up(wte, (size_t)V * C), *d_wpe = up(wpe, (size_t)T * C);
+    size_t bad_cpu = 0, bad_whole = 0, total = 0;
+    for (int r = 0; r < N; r++)
+        for (int a = 0; a < 2; a++) {
+            const int chunk = a == 0 ? r : 2 * N - 1 - r, t0 = chunk * Tc;
+            /* the chunk's rows, (B, Tc) contiguous, as a rank holds them */
+            int* ci = (int*)malloc((size_t)B * Tc * sizeof(int));
+            float *cx = (float*)malloc(nc * sizeof(float)), *cb = (float*)malloc(nc * sizeof(float));
+            float* cd = (float*)malloc(nc * sizeof(float));
+            float *we = (float*)malloc(nc * sizeof(float)), *wr = (float*)malloc(nc * sizeof(float));
+            float* wd = (float*)malloc(nc * sizeof(float));
+            for (int b = 0; b < B; b++) {
+                const size_t src = ((size_t)b * T + t0) * C, dst = (size_t)b * Tc * C;
+                memcpy(ci + (size_t)b * Tc, inp + (size_t)b * T + t0, Tc * sizeof(int));
+                memcpy(cx + dst, x + src, Tc * C * sizeof(float));
+                memcpy(cb + dst, br + src, Tc * C * sizeof(float));
+                memcpy(cd + dst, dout + src, Tc * C * sizeof(float));
+                memcpy(we + dst, whole_e + src, Tc * C * sizeof(float));
+                memcpy(wr + dst, whole_r + src, Tc * C * sizeof(float));
+                memcpy(wd + dst, whole_d + src, Tc * C * sizeof(float));
+            }
+            float* ce = (float*)malloc(nc * sizeof(float));
+            float* cr = (float*)malloc(nc * sizeof(float));
+            float* cg = (float*)malloc(nc * sizeof(float));
+            encoder_forward_at(ce, ci, wte, wpe, B, Tc, t0, C, g0, es, drop);
+            residual_dropout_forward_at(cr, cx, cb, B, Tc, t0, C, g0, rs, drop);
+            dropout_backward_at(cg, cd, B, Tc, t0, C, g0, rs, drop);
+            int* d_ci = up_int(ci, (size_t)B * Tc);
+            float *d_cx = up(cx, nc), *d_cb = up(cb, nc), *d_cd = up(cd, nc);
+            float *d_e = dpoison(nc), *d_r = dpoison(nc), *d_g = dpoison(nc);
+            encoder_forward_at_cuda(d_e, d_ci, d_wte, d_wpe, B, Tc, t0, C, g0, es, drop);
+            residual_dropout_forward_at_cuda(d_r, d_cx, d_cb, B, Tc, t0, C, g0, rs, drop);
+            dropout_backward_at_cuda(d_g, d_cd, B, Tc, t0, C, g0, rs, drop);
+            float *ge = down(d_e, nc), *gr = down(d_r, nc), *gg = down(d_g, nc);
+            const float* got[3] = {ge, gr, gg};
+            const float* cpu[3] = {ce, cr, cg};
+            const float* whole[3] = {we, wr, wd};
+            for (int o = 0; o < 3; o++)
+                for (size_t i = 0; i < nc; i++) {
+                    bad_cpu += memcmp(&got[o][i], &cpu[o][i], sizeof(float)) != 0;
+                    bad_whole += memcmp(&got[o][i], &whole[o][i], sizeof(float)) != 0;
+                }
+            total += 3 * nc;
+            free(ci); free(cx); free(cb); free(cd); free(we); free(wr); free(wd); free(ce); free(cr);
+            free(cg); free(ge); free(gr); free(gg);
+            device_free_cuda(d_ci); device_free_cuda(d_cx); device_free_cuda(d_cb);
+            device_free_cuda(d_cd); device_free_cuda(d_e); device_free_cuda(d_r); device_free_cuda(d_g);
+        }
+    snprintf(name, sizeof(name),
+             "ops_at_global_t_equal_cpu_and_whole_sequence_bitwise_N%d_B%d_Tc%d_C%d_p%.1f_g0_%u", N, B,
+             Tc, C, p, g0);
+    expect(bad_cpu == 0 && bad_whole == 0, name,
+           "encoder, residual dropout, dropout backward on %zu floats: %zu differ from the CPU _at "
+           "ops, %zu from the whole sequence's rows", total, bad_cpu, bad_whole);
+    free(inp); free(wte); free(wpe); free(x); free(br); free(dout); free(whole_e); free(whole_r);
+    free(whole_d);
+    device_free_cuda(d_wte); device_free_cuda(d_wpe);
+}
+
+/* copy_rows_cuda: rows of one stride into rows of another, bit for bit; the gaps untouched */
+static void test_copy_rows(size_t rows, size_t width, size_t src_stride, size_t dst_stride) {
+    char name[160];
+    float* src = hrand(rows * src_stride, 1.0);
+    float* dst0 = hrand(rows * dst_stride, 1.0);
+    float* want = hcopy(dst0, rows * dst_stride);
+    for (size_t r = 0; r < rows; r++) memcpy(want + r * dst_stride, src + r * src_stride, width * sizeof(float));
+    float *d_src = up(src, rows * src_stride), *d_dst = up(dst0, rows * dst_stride);
+    copy_rows_cuda(d_dst, dst_stride, d_src, src_stride, rows, width);
+    float* got = down(d_dst, rows * dst_stride);
+    size_t differ = 0;
+    for (size_t i = 0; i < rows * dst_stride; i++) differ += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    snprintf(name, sizeof(name), "copy_rows_bitwise_rows%zu_width%zu_strides_%zu_%zu", rows, width,
+             src_stride, dst_stride);
+    expect(differ == 0, name, "%zu of %zu floats differ from the expected rows and gaps", differ,
+           rows * dst_stride);
+    free(src); free(dst0); free(want); free(got);
+    device_free_cuda(d_src); device_free_cuda(d_dst);
+}
+
 int main(void) {
     test_memory();   /* first: its peak figures assume nothing else has been allocated */
 
@@ -800,5 +901,11 @@ int main(void) {
     test_scale(1003);
     test_adamw(1003, 1);
     test_adamw(1003, 7);
+
+    test_ops_at(2, 2, 3, 13, 5u, 0.1);     /* zigzag split of 2: chunks 0 3 | 1 2 */
+    test_ops_at(3, 1, 2, 37, 0u, 0.5);     /* zigzag split of 3 */
+    test_ops_at(2, 1, 2, 8, 9u, 0.0);
+    test_copy_rows(7, 12, 20, 12);        /* the K, V columns out of qkv rows */
+    test_copy_rows(5, 3, 3, 9);
     return test_finish();
 }
