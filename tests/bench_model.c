@@ -33,9 +33,13 @@
  * JSON name OpenBLAS's threading build and the wait-policy environment variables that were set.
  *
  * usage: bench_model [--threads N] [--blas-threads N] [--steps N] [--warmup N] [config...]
- *   config: 124m | small | recompute | a row spec such as
+ *   config: 124m | small | recompute | classifier | a row spec such as
  *           L=8,H=4,KV=4,C=256,V=257,maxT=256,B=8,T=256,p=0.1,recompute=every:2
- *           (chunk=N: the classifier in chunks of N rows; B*T: the whole logits at once)
+ *           (chunk=N: the classifier in chunks of N rows; B*T: the whole logits at once;
+ *           prec=bf16: the CPU's --precision bf16 table)
+ *   124m, small and recompute run each row in fp32 and again in bf16 (prec=bf16); a bf16 row's
+ *   %peak divides by the bf16 dot-product peak where the CPU has one, and the bf16 section sets it
+ *   beside its fp32 twin and beside PyTorch's torch.autocast("cpu", dtype=torch.bfloat16).
  *   default: 124m small recompute. Prints a table and one JSON line per row ({"bench":"model",..}),
  *   plus one {"bench":"sgemm",...} line.
  */
@@ -54,6 +58,7 @@
 #include "model/mem.h"
 #include "model/peak.h"
 #include "model/profile.h"
+#include "model/gemm_cpu.h"
 
 /* OpenBLAS's own; not in every cblas.h */
 void openblas_set_num_threads(int num_threads);
@@ -76,6 +81,7 @@ typedef struct {
     char policy[32];       /* none | layer | every:K | selective[+...] */
     int chunk;             /* classifier rows per chunk; 0: gpt_classifier_rows's (B*T: the
                               whole logits at once) */
+    char prec[8];          /* fp32 | bf16 (the CPU's --precision bf16 table, backend_cpu_bf16) */
 } RowSpec;
 
 /* What a row's process measures. */
@@ -93,8 +99,10 @@ typedef struct {
     double peak_rss;                      /* the process's peak resident set (ru_maxrss), bytes */
     double sgemm;                         /* GFLOP/s of the sgemm reference, in this process
                                              right after its steps (the row's % of sgemm) */
-    double peak;                          /* GFLOP/s of the fp32 FMA peak (model/peak.h), in this
-                                             process right after its steps (the row's % of peak) */
+    double peak;                          /* GFLOP/s of the peak of the row's precision
+                                             (model/peak.h: the fp32 FMA, or the bf16 dot product
+                                             where the CPU has one), in this process right after
+                                             its steps (the row's % of peak) */
     double prof_step_ms;                  /* the profiler's ms per timed step */
     double prof_ms[NUM_PROF_CLASSES];     /* ms per timed step of each op class */
     double prof_flops[NUM_PROF_CLASSES];  /* FLOPs per step of each class (0: not defined) */
@@ -141,15 +149,25 @@ static RowSpec row_make(const char* group, int L, int H, int C, int V, int maxT,
     r.T = T;
     r.p = p;
     snprintf(r.policy, sizeof(r.policy), "%s", policy);
+    snprintf(r.prec, sizeof(r.prec), "fp32");
     return r;
 }
+
+/* The row r in bf16. */
+static RowSpec row_bf16(RowSpec r) {
+    snprintf(r.prec, sizeof(r.prec), "bf16");
+    return r;
+}
+
+static int row_is_bf16(const RowSpec* r) { return strcmp(r->prec, "bf16") == 0; }
 
 /* The row spec as a string, the form --row and the config argument read. */
 static void row_format(const RowSpec* r, char* buf, size_t n) {
     int w = snprintf(buf, n, "L=%d,H=%d,KV=%d,C=%d,V=%d,maxT=%d,B=%d,T=%d,p=%.17g,recompute=%s",
                      r->cfg.num_layers, r->cfg.num_heads, r->cfg.num_kv_heads, r->cfg.channels,
                      r->cfg.vocab_size, r->cfg.max_seq_len, r->B, r->T, r->p, r->policy);
-    if (r->chunk > 0 && w > 0 && (size_t)w < n) snprintf(buf + w, n - (size_t)w, ",chunk=%d", r->chunk);
+    if (r->chunk > 0 && w > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, ",chunk=%d", r->chunk);
+    if (row_is_bf16(r) && w > 0 && (size_t)w < n) snprintf(buf + w, n - (size_t)w, ",prec=bf16");
 }
 
 /* Parses "L=8,H=4,...". Returns 0, or -1 with one line in err. */
@@ -167,6 +185,14 @@ static int row_parse(const char* s, RowSpec* r, char err[256]) {
             RecomputePolicy pol;
             if (recompute_parse(val, &pol, err) != 0) return -1;
             snprintf(r->policy, sizeof(r->policy), "%s", val);
+            continue;
+        }
+        if (!strcmp(key, "prec")) {
+            if (strcmp(val, "fp32") != 0 && strcmp(val, "bf16") != 0) {
+                snprintf(err, 256, "prec=%s: expected fp32 or bf16", val);
+                return -1;
+            }
+            snprintf(r->prec, sizeof(r->prec), "%s", val);
             continue;
         }
         char* end;
@@ -195,7 +221,7 @@ static int row_parse(const char* s, RowSpec* r, char err[256]) {
         else if (!strcmp(key, "B")) r->B = iv;
         else if (!strcmp(key, "T")) r->T = iv;
         else if (!strcmp(key, "chunk")) r->chunk = iv;
-        else { snprintf(err, 256, "unknown key '%s' (L H KV C V maxT B T p recompute chunk)", key); return -1; }
+        else { snprintf(err, 256, "unknown key '%s' (L H KV C V maxT B T p recompute chunk prec)", key); return -1; }
     }
     r->cfg.num_kv_heads = kv ? kv : r->cfg.num_heads;
     r->cfg.padded_vocab_size = gpt_pad_vocab(r->cfg.vocab_size);
@@ -255,8 +281,9 @@ static int run_row(const char* spec, int warmup, int steps) {
     if (recompute_parse(r.policy, &pol, err) != 0) { fprintf(stderr, "bench_model: %s\n", err); return 2; }
     pol.check = CHECK_WARN;   /* train.c's default: the check is a memcmp per segment */
 
+    const Backend* be = backend_lookup("cpu", r.prec);
     GPT m;
-    if (gpt_build_rows(&m, &r.cfg, r.B, r.T, &pol, &backend_cpu, r.chunk, err) != 0) {
+    if (gpt_build_rows(&m, &r.cfg, r.B, r.T, &pol, be, r.chunk, err) != 0) {
         fprintf(stderr, "bench_model: %s\n", err);
         return 2;
     }
@@ -329,7 +356,9 @@ static int run_row(const char* spec, int warmup, int steps) {
     getrusage(RUSAGE_SELF, &ru);
     res.peak_rss = (double)ru.ru_maxrss * 1024.0;
     res.sgemm = sgemm_gflops();   /* after getrusage: its buffers are not the row's peak */
-    res.peak = peak_fp32_gflops(omp_get_max_threads(), 0.2);
+    res.peak = row_is_bf16(&r) && peak_path_supported(PEAK_AVX512_BF16)
+                   ? peak_bf16_gflops(omp_get_max_threads(), 0.2)
+                   : peak_fp32_gflops(omp_get_max_threads(), 0.2);
     ProfileTotals pt = profile_totals();
     res.prof_step_ms = pt.step_ms / (pt.steps > 0 ? pt.steps : 1);
     for (int c = 0; c < NUM_PROF_CLASSES; c++) {
@@ -559,8 +588,28 @@ static const char* thread_env(void) {
     return buf;
 }
 
-static void print_json(const Row* row, const Row* none, int threads, int blas_threads, int warmup,
-                       int steps, int reps, double sgemm, double peak_start, double load1) {
+/* The row's peak path: the bf16 dot product for a bf16 row where the CPU has it, else the fp32 FMA. */
+static PeakPath row_peak_path(const RowSpec* r) {
+    return row_is_bf16(r) && peak_path_supported(PEAK_AVX512_BF16) ? PEAK_AVX512_BF16
+                                                                   : peak_fp32_path();
+}
+
+/* Two rows that differ in their precision alone. */
+static int same_but_precision(const RowSpec* a, const RowSpec* b) {
+    RowSpec x = *a, y = *b;
+    char fx[512], fy[512];
+    snprintf(x.prec, sizeof(x.prec), "fp32");
+    snprintf(y.prec, sizeof(y.prec), "fp32");
+    row_format(&x, fx, sizeof(fx));
+    row_format(&y, fy, sizeof(fy));
+    return strcmp(fx, fy) == 0 && strcmp(a->group, b->group) == 0;
+}
+
+/* print_json: none, the same group's none row of the same precision (recompute rows only);
+ * fp32, the fp32 twin of a bf16 row (NULL if there is none). */
+static void print_json(const Row* row, const Row* none, const Row* fp32, int threads,
+                       int blas_threads, int warmup, int steps, int reps, double sgemm,
+                       double peak_start, double load1) {
     const RowSpec* r = &row->spec;
     const RowResult* x = &row->res;
     Flops f = flops_of(r);
@@ -588,11 +637,18 @@ static void print_json(const Row* row, const Row* none, int threads, int blas_th
            f.per_token, gflops, sgemm, 100.0 * gflops / sgemm, x->peak_bytes, x->act_bytes,
            x->recompute_bytes, x->allocs_after_step0, x->check_mismatches, x->loss, load1);
     printf(",\"classifier_rows\":%d", r->chunk > 0 ? r->chunk : gpt_classifier_rows(&r->cfg, r->B, r->T));
+    printf(",\"precision\":\"%s\"", r->prec);
+    if (fp32 != NULL && fp32->ok)
+        printf(",\"fp32_median_ms\":%.3f,\"bf16_speedup_vs_fp32\":%.4f,\"fp32_peak_bytes\":%.0f,"
+               "\"bf16_peak_ratio_to_fp32\":%.4f,\"bf16_act_ratio_to_fp32\":%.4f",
+               fp32->res.median_ms, fp32->res.median_ms / x->median_ms, fp32->res.peak_bytes,
+               x->peak_bytes / fp32->res.peak_bytes,
+               (x->act_bytes + x->recompute_bytes) / (fp32->res.act_bytes + fp32->res.recompute_bytes));
     printf(",\"reps\":%d,\"peak_rss\":%.0f,\"loadavg1_end\":%.2f,\"sgemm_gflops_start\":%.3f", reps,
            x->peak_rss, loadavg1(), sgemm_start);
     printf(",\"peak_gflops\":%.3f,\"pct_of_peak\":%.3f,\"peak_gflops_start\":%.3f,\"peak_path\":\"%s\"",
            x->peak, x->peak > 0 ? 100.0 * gflops / x->peak : 0.0, peak_start,
-           peak_path_name(peak_fp32_path()));
+           peak_path_name(row_peak_path(r)));
     if (row->tok) {
         const TorchResult* t = &row->tres;
         double tg = f.per_token * tokens / (t->median_ms * 1e-3) * 1e-9;
@@ -638,9 +694,14 @@ static void usage(FILE* f) {
 "  config        124m       L12 H12 C768 V50257 maxT1024, B4 T64\n"
 "                small      L4 H4 C256 V257 maxT256, B8 T256, dropout 0 and 0.1, and 0.1 with\n"
 "                           recompute=layer\n"
-"                recompute  L8 H4 C256 V257 maxT256, B8 T256, dropout 0.1, policies\n"
-"                           none, layer, every:2, every:4\n"
-"                L=..,H=..,KV=..,C=..,V=..,maxT=..,B=..,T=..,p=..,recompute=..   one row\n"
+"                recompute  L8 H4 C256 V257 maxT256, B8 T256, dropout 0.1, every policy of\n"
+"                           ./train plan (none, layer, every:2, every:4, selective and its\n"
+"                           combinations)\n"
+"                           (124m, small and recompute: each row in fp32 and in bf16)\n"
+"                classifier 124M at B4 T1024 and T64: the chunked classifier against the\n"
+"                           whole logits (not in the default; ~10 min)\n"
+"                L=..,H=..,KV=..,C=..,V=..,maxT=..,B=..,T=..,p=..,recompute=..[,chunk=N][,prec=bf16]\n"
+"                           one row\n"
 "                (default: 124m small recompute)\n");
 }
 
@@ -688,20 +749,38 @@ int main(int argc, char** argv) {
     int nrows = 0;
     for (int i = 0; i < nconfigs; i++) {
         const char* c = configs[i];
-        if (nrows + 8 > BENCH_MAX_ROWS) break;
+        if (nrows + 16 > BENCH_MAX_ROWS) break;
         if (!strcmp(c, "124m")) {
+            /* each fp32 row is followed by its bf16 twin */
             rows[nrows++].spec = row_make("124m", 12, 12, 768, 50257, 1024, 4, 64, 0.0, "none");
+            rows[nrows].spec = row_bf16(rows[nrows - 1].spec); nrows++;
         } else if (!strcmp(c, "small")) {
-            rows[nrows++].spec = row_make("small", 4, 4, 256, 257, 256, 8, 256, 0.0, "none");
-            rows[nrows++].spec = row_make("small", 4, 4, 256, 257, 256, 8, 256, 0.1, "none");
-            rows[nrows++].spec = row_make("small", 4, 4, 256, 257, 256, 8, 256, 0.1, "layer");
+            static const double ps[] = {0.0, 0.1, 0.1};
+            static const char* pols[] = {"none", "none", "layer"};
+            for (int k = 0; k < 3; k++) {
+                rows[nrows++].spec = row_make("small", 4, 4, 256, 257, 256, 8, 256, ps[k], pols[k]);
+                rows[nrows].spec = row_bf16(rows[nrows - 1].spec); nrows++;
+            }
         } else if (!strcmp(c, "recompute")) {
-            /* the memory/time frontier: every policy of ./train plan at this shape */
+            /* the memory/time frontier: every policy of ./train plan at this shape, fp32 then bf16 */
             static const char* pols[] = {"none", "layer", "every:2", "every:4", "selective",
                                          "selective+layer", "selective+every:2",
                                          "selective+every:4"};
             for (int k = 0; k < 8; k++)
                 rows[nrows++].spec = row_make("recompute", 8, 4, 256, 257, 256, 8, 256, 0.1, pols[k]);
+            for (int k = 0; k < 8; k++) { rows[nrows].spec = row_bf16(rows[nrows - 8].spec); nrows++; }
+        } else if (!strcmp(c, "classifier")) {
+            /* the chunked classifier against the whole logits at 124M: at T 1024 the planner's
+             * chunk (1024 of the 4096 rows) against chunk=4096; at T 64 the planner takes the
+             * whole 256 rows, so chunk=64 shows what chunking costs there */
+            rows[nrows].spec = row_make("classifier", 12, 12, 768, 50257, 1024, 4, 1024, 0.0, "none");
+            rows[nrows++].spec.chunk = 4096;
+            rows[nrows].spec = row_make("classifier", 12, 12, 768, 50257, 1024, 4, 1024, 0.0, "none");
+            nrows++;
+            rows[nrows].spec = row_make("classifier", 12, 12, 768, 50257, 1024, 4, 64, 0.0, "none");
+            rows[nrows++].spec.chunk = 256;
+            rows[nrows].spec = row_make("classifier", 12, 12, 768, 50257, 1024, 4, 64, 0.0, "none");
+            rows[nrows++].spec.chunk = 64;
         } else {
             char err[256];
             if (row_parse(c, &rows[nrows].spec, err) != 0) {
@@ -732,8 +811,9 @@ int main(int argc, char** argv) {
     if (has_bf16) snprintf(bf16_text, sizeof(bf16_text), "%.1f GFLOP/s (VDPBF16PS)", peak_bf16);
     else snprintf(bf16_text, sizeof(bf16_text), "- (no AVX512_BF16)");
     printf("# measured peak (model/peak.h, ./train peak), %d threads: fp32 FMA %.1f GFLOP/s (%s), bf16\n"
-           "#   dot product %s; each row's %%peak divides by the fp32 peak measured in the row's own\n"
-           "#   processes right after their steps\n", threads, peak, peak_path_name(ppath), bf16_text);
+           "#   dot product %s; each row's %%peak divides by the peak of its precision (a bf16 row's\n"
+           "#   by the bf16 one where the CPU has it) measured in the row's own processes right after\n"
+           "#   their steps\n", threads, peak, peak_path_name(ppath), bf16_text);
     printf("{\"bench\":\"peak\",\"threads\":%d,\"fp32_path\":\"%s\",\"fp32_gflops\":%.3f,"
            "\"bf16_gflops\":%.3f,\"loadavg1\":%.2f}\n", threads, peak_path_name(ppath), peak, peak_bf16,
            load[0]);
@@ -755,8 +835,8 @@ int main(int argc, char** argv) {
                "#   alternating with seedgpt's, %d of each per row; every time is the median over the\n"
                "#   processes of each one's median step; x torch = torch ms / seedgpt ms; RSS = ru_maxrss\n",
                torch_cmd, threads, reps);
-    printf("%-9s %-24s %4s %-17s %8s %7s %7s %6s %8s %7s %6s %6s %5s %8s %8s", "config", "shape", "p",
-           "recomp", "ms/step", "fwd", "bwd", "opt", "tok/s", "GFLOP/s", "%peak", "%sgemm", "sys%",
+    printf("%-10s %-24s %4s %-4s %-17s %8s %7s %7s %6s %8s %7s %6s %6s %5s %8s %8s", "config", "shape",
+           "p", "prec", "recomp", "ms/step", "fwd", "bwd", "opt", "tok/s", "GFLOP/s", "%peak", "%sgemm", "sys%",
            "peak MiB", "RSS MiB");
     if (torch_cmd != NULL) printf(" %9s %8s %7s", "torch ms", "torchRSS", "x torch");
     printf("\n");
@@ -798,8 +878,11 @@ int main(int argc, char** argv) {
         if (r->cfg.num_kv_heads != r->cfg.num_heads) snprintf(kv, sizeof(kv), "/%d", r->cfg.num_kv_heads);
         snprintf(shape, sizeof(shape), "L%d H%d%s C%d V%d B%d T%d", r->cfg.num_layers,
                  r->cfg.num_heads, kv, r->cfg.channels, r->cfg.vocab_size, r->B, r->T);
-        printf("%-9s %-24s %4.2f %-17s %8.1f %7.1f %7.1f %6.1f %8.0f %7.1f %5.1f%% %5.1f%% %4.1f%% %8.1f %8.1f",
-               r->group, shape, r->p, r->policy, x->median_ms, x->fwd_ms, x->bwd_ms,
+        char recomp[40];
+        if (r->chunk > 0) snprintf(recomp, sizeof(recomp), "%s chunk=%d", r->policy, r->chunk);
+        else snprintf(recomp, sizeof(recomp), "%s", r->policy);
+        printf("%-10s %-24s %4.2f %-4s %-17s %8.1f %7.1f %7.1f %6.1f %8.0f %7.1f %5.1f%% %5.1f%% %4.1f%% %8.1f %8.1f",
+               r->group, shape, r->p, r->prec, recomp, x->median_ms, x->fwd_ms, x->bwd_ms,
                x->opt_ms, r->B * r->T / (x->median_ms * 1e-3), gflops,
                x->peak > 0 ? 100.0 * gflops / x->peak : 0.0, 100.0 * gflops / x->sgemm,
                100.0 * x->sys_s / (x->user_s + x->sys_s), x->peak_bytes / 1048576.0,
@@ -813,14 +896,19 @@ int main(int argc, char** argv) {
         if (x->allocs_after_step0 > 0 || x->check_mismatches > 0)
             printf("#   note: %.0f allocations after step 0, %.0f recompute check mismatches\n",
                    x->allocs_after_step0, x->check_mismatches);
-        /* ratios: against the none row of the same group, if there is one before this row */
-        const Row* none = NULL;
-        for (int j = 0; j < i; j++)
-            if (!strcmp(rows[j].spec.group, r->group) && !strcmp(rows[j].spec.policy, "none") &&
-                rows[j].spec.p == r->p && rows[j].ok)
+        /* ratios: against the none row of the same group and precision, if there is one before
+         * this row; a bf16 row also against its fp32 twin */
+        const Row *none = NULL, *fp32 = NULL;
+        for (int j = 0; j < i; j++) {
+            const RowSpec* o = &rows[j].spec;
+            if (!strcmp(o->group, r->group) && !strcmp(o->policy, "none") && o->p == r->p &&
+                !strcmp(o->prec, r->prec) && rows[j].ok)
                 none = &rows[j];
-        print_json(row, strcmp(r->group, "recompute") == 0 ? (none ? none : row) : NULL, threads,
-                   blas_threads, warmup, steps, reps, sgemm, peak, load[0]);
+            if (row_is_bf16(r) && !row_is_bf16(o) && same_but_precision(o, r)) fp32 = &rows[j];
+        }
+        print_json(row, strcmp(r->group, "recompute") == 0 ? (none ? none : row) : NULL, fp32,
+                   threads, blas_threads, warmup, steps, reps, sgemm,
+                   row_peak_path(r) == PEAK_AVX512_BF16 ? peak_bf16 : peak, load[0]);
         fflush(stdout);
     }
 
@@ -831,7 +919,7 @@ int main(int argc, char** argv) {
     static const char* const short_names[NUM_PROF_CLASSES] = {
         "mm fwd", "mm bwd", "at fwd", "at bwd", "LN", "GELU", "res+drp", "xent", "optim",
         "recomp", "other"};
-    printf("%-9s %-8s %4s", "config", "recomp", "p");
+    printf("%-10s %-17s %4s %-4s", "config", "recomp", "p", "prec");
     for (int c = 0; c < NUM_PROF_CLASSES; c++) printf(" %7s", short_names[c]);
     printf(" %7s %8s\n", "host", "step");
     for (int i = 0; i < nrows; i++) {
@@ -844,7 +932,7 @@ int main(int argc, char** argv) {
         t.step_ms = x->prof_step_ms * steps;
         t.timer = "wall clock";
         double sum = 0;
-        printf("%-9s %-8s %4.2f", row->spec.group, row->spec.policy, row->spec.p);
+        printf("%-10s %-17s %4.2f %-4s", row->spec.group, row->spec.policy, row->spec.p, row->spec.prec);
         for (int c = 0; c < NUM_PROF_CLASSES; c++) {
             t.ms[c] = x->prof_ms[c] * steps;
             t.flops[c] = x->prof_flops[c] * steps;
@@ -854,40 +942,51 @@ int main(int argc, char** argv) {
         printf(" %7.1f %8.1f\n", x->prof_step_ms > sum ? x->prof_step_ms - sum : 0.0, x->prof_step_ms);
         const RowSpec* r = &row->spec;
         printf("{\"bench\":\"profile\",\"config\":\"%s\",\"L\":%d,\"NH\":%d,\"C\":%d,\"V\":%d,\"B\":%d,"
-               "\"T\":%d,\"dropout\":%g,\"recompute\":\"%s\",\"threads\":%d", r->group,
-               r->cfg.num_layers, r->cfg.num_heads, r->cfg.channels, r->cfg.vocab_size, r->B, r->T, r->p,
-               r->policy, threads);
+               "\"T\":%d,\"dropout\":%g,\"recompute\":\"%s\",\"precision\":\"%s\",\"chunk\":%d,"
+               "\"threads\":%d", r->group, r->cfg.num_layers, r->cfg.num_heads, r->cfg.channels,
+               r->cfg.vocab_size, r->B, r->T, r->p, r->policy, r->prec, r->chunk, threads);
         profile_json_fields(stdout, &t);
         printf("}\n");
     }
     fflush(stdout);
 
-    /* the recompute section: ratios to none and the arithmetic floor */
-    const Row* none = NULL;
+    /* the recompute section: ratios to the none row of the same precision and the arithmetic
+     * floor; the last column against fp32's none */
+    const Row* none32 = NULL;
     for (int i = 0; i < nrows; i++)
-        if (rows[i].ok && !strcmp(rows[i].spec.group, "recompute") && !strcmp(rows[i].spec.policy, "none"))
-            none = &rows[i];
-    if (none != NULL) {
+        if (rows[i].ok && !strcmp(rows[i].spec.group, "recompute") &&
+            !strcmp(rows[i].spec.policy, "none") && !row_is_bf16(&rows[i].spec))
+            none32 = &rows[i];
+    for (int pass = 0; pass < 2; pass++) {
+        const char* prec = pass ? "bf16" : "fp32";
+        const Row* none = NULL;
+        for (int i = 0; i < nrows; i++)
+            if (rows[i].ok && !strcmp(rows[i].spec.group, "recompute") &&
+                !strcmp(rows[i].spec.policy, "none") && !strcmp(rows[i].spec.prec, prec))
+                none = &rows[i];
+        if (none == NULL) continue;
         Flops f = flops_of(&none->spec);
-        printf("\n# recompute: L%d H%d C%d V%d B%d T%d, dropout %g; act = kept activations + recompute\n"
-               "#   scratch (gpt_memory); peak = mem_stats().peak_bytes after the steps. Every policy\n"
-               "#   recomputes each block's forward once, so the time ratio has two references:\n"
+        printf("\n# recompute, %s: L%d H%d C%d V%d B%d T%d, dropout %g; act = kept activations +\n"
+               "#   recompute scratch (gpt_memory); peak = mem_stats().peak_bytes after the steps;\n"
+               "#   ratios to %s's none, peak/fp32 to fp32's none. Every policy recomputes each\n"
+               "#   block's forward once, so the time ratio has two references:\n"
                "#   floor  = 1 + (2 N_blk + 2 L T C) / (6 N + 6 L T C) = 1 + %.3g / %.3g FLOPs/token\n"
                "#   1+fwd  = 1 + forward ms / step ms of none (the forward's measured speed)\n",
-               none->spec.cfg.num_layers, none->spec.cfg.num_heads, none->spec.cfg.channels,
-               none->spec.cfg.vocab_size, none->spec.B, none->spec.T, none->spec.p,
+               prec, none->spec.cfg.num_layers, none->spec.cfg.num_heads, none->spec.cfg.channels,
+               none->spec.cfg.vocab_size, none->spec.B, none->spec.T, none->spec.p, prec,
                f.recompute_per_token, f.per_token);
-        printf("%-8s %9s %7s %7s %7s %9s %7s %9s %7s %9s %7s %9s %7s\n", "policy", "ms/step", "ratio",
-               "floor", "1+fwd", "peak MiB", "ratio", "act MiB", "ratio", "torch ms", "ratio",
-               "torchRSS", "ratio");
+        printf("%-17s %9s %7s %7s %7s %9s %7s %9s %7s %9s %7s %9s %7s %9s\n", "policy", "ms/step",
+               "ratio", "floor", "1+fwd", "peak MiB", "ratio", "act MiB", "ratio", "torch ms", "ratio",
+               "torchRSS", "ratio", "peak/fp32");
         double none_act = none->res.act_bytes + none->res.recompute_bytes;
         for (int i = 0; i < nrows; i++) {
             const Row* row = &rows[i];
-            if (!row->ok || strcmp(row->spec.group, "recompute") != 0) continue;
+            if (!row->ok || strcmp(row->spec.group, "recompute") != 0 || strcmp(row->spec.prec, prec) != 0)
+                continue;
             double flop_floor, fwd_ref;
             recompute_refs(row, none, &flop_floor, &fwd_ref);
             double act = row->res.act_bytes + row->res.recompute_bytes;
-            printf("%-8s %9.1f %7.3f %7.3f %7.3f %9.1f %7.3f %9.1f %7.3f", row->spec.policy,
+            printf("%-17s %9.1f %7.3f %7.3f %7.3f %9.1f %7.3f %9.1f %7.3f", row->spec.policy,
                    row->res.median_ms, row->res.median_ms / none->res.median_ms, flop_floor,
                    fwd_ref, row->res.peak_bytes / 1048576.0,
                    row->res.peak_bytes / none->res.peak_bytes, act / 1048576.0, act / none_act);
@@ -895,8 +994,73 @@ int main(int argc, char** argv) {
                 printf(" %9.1f %7.3f %9.1f %7.3f", row->tres.median_ms,
                        row->tres.median_ms / none->tres.median_ms, row->tres.peak_rss / 1048576.0,
                        row->tres.peak_rss / none->tres.peak_rss);
+            else
+                printf(" %9s %7s %9s %7s", "-", "-", "-", "-");
+            if (none32 != NULL) printf(" %9.3f", row->res.peak_bytes / none32->res.peak_bytes);
             printf("\n");
         }
+    }
+
+    /* the bf16 section: every bf16 row beside its fp32 twin, and PyTorch's autocast beside both */
+    int header = 0;
+    for (int i = 0; i < nrows; i++) {
+        const Row* row = &rows[i];
+        if (!row->ok || !row_is_bf16(&row->spec)) continue;
+        const Row* fp32 = NULL;
+        for (int j = 0; j < nrows; j++)
+            if (rows[j].ok && !row_is_bf16(&rows[j].spec) && same_but_precision(&rows[j].spec, &row->spec))
+                fp32 = &rows[j];
+        if (fp32 == NULL) continue;
+        if (!header) {
+            printf("\n# bf16 (the CPU's --precision bf16: %s) beside fp32; x fp32 = fp32 ms / bf16 ms;\n"
+                   "#   act = kept activations + recompute scratch; torch32 = PyTorch fp32 ms / seedgpt\n"
+                   "#   fp32 ms; torch16 = PyTorch under torch.autocast(\"cpu\", dtype=torch.bfloat16)\n"
+                   "#   ms / seedgpt bf16 ms\n",
+                   gemm_bf16_path_name(gemm_bf16_path_selected()));
+            printf("%-10s %-17s %4s %9s %9s %7s %9s %9s %7s %9s %9s %7s %7s\n", "config", "recomp", "p",
+                   "fp32 ms", "bf16 ms", "x fp32", "fp32 act", "bf16 act", "ratio", "fp32 peak",
+                   "bf16 peak", "torch32", "torch16");
+            header = 1;
+        }
+        double a32 = fp32->res.act_bytes + fp32->res.recompute_bytes;
+        double a16 = row->res.act_bytes + row->res.recompute_bytes;
+        printf("%-10s %-17s %4.2f %9.1f %9.1f %6.2fx %9.1f %9.1f %7.3f %9.1f %9.1f", row->spec.group,
+               row->spec.policy, row->spec.p, fp32->res.median_ms, row->res.median_ms,
+               fp32->res.median_ms / row->res.median_ms, a32 / 1048576.0, a16 / 1048576.0, a16 / a32,
+               fp32->res.peak_bytes / 1048576.0, row->res.peak_bytes / 1048576.0);
+        if (fp32->tok) printf(" %6.2fx", fp32->tres.median_ms / fp32->res.median_ms);
+        else printf(" %7s", "-");
+        if (row->tok) printf(" %6.2fx", row->tres.median_ms / row->res.median_ms);
+        else printf(" %7s", "-");
+        printf("\n");
+    }
+
+    /* the classifier section: each chunked row against the whole-logits row of its shape (the
+     * first row of the classifier group at that T) */
+    header = 0;
+    for (int i = 0; i < nrows; i++) {
+        const Row* row = &rows[i];
+        if (!row->ok || strcmp(row->spec.group, "classifier") != 0) continue;
+        const Row* whole = NULL;
+        for (int j = 0; j < nrows && whole == NULL; j++)
+            if (rows[j].ok && !strcmp(rows[j].spec.group, "classifier") && rows[j].spec.T == row->spec.T &&
+                rows[j].spec.B == row->spec.B && rows[j].spec.chunk == row->spec.B * row->spec.T)
+                whole = &rows[j];
+        if (whole == NULL) continue;
+        if (!header) {
+            printf("\n# classifier: the LM head and loss in chunks of rows against the whole B*T logits\n"
+                   "#   (chunk = B*T); rows = classifier rows per chunk (0 in the spec: the planner's)\n");
+            printf("%-24s %6s %9s %7s %10s %7s\n", "shape", "rows", "ms/step", "ratio", "peak MiB", "ratio");
+            header = 1;
+        }
+        const RowSpec* r = &row->spec;
+        char shape[64];
+        snprintf(shape, sizeof(shape), "L%d C%d V%d B%d T%d", r->cfg.num_layers, r->cfg.channels,
+                 r->cfg.vocab_size, r->B, r->T);
+        printf("%-24s %6d %9.1f %7.3f %10.1f %7.3f\n", shape,
+               r->chunk > 0 ? r->chunk : gpt_classifier_rows(&r->cfg, r->B, r->T), row->res.median_ms,
+               row->res.median_ms / whole->res.median_ms, row->res.peak_bytes / 1048576.0,
+               row->res.peak_bytes / whole->res.peak_bytes);
     }
     return failures ? 1 : 0;
 }

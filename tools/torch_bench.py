@@ -24,9 +24,12 @@ What it builds is what model/gpt.c computes (DESIGN §2), written the nanoGPT wa
     of K blocks (torch restores the RNG state, so the recomputed dropout masks are the same).
 Tokens are random in [0, V), fresh for every step, as in bench_model.
 
+--precision bf16 (or prec=bf16 in the row, bench_model's bf16 rows) runs the forward under
+torch.autocast(device_type, dtype=torch.bfloat16): bf16 matmuls (and attention where autocast
+casts it), fp32 weights and AdamW state, as seedgpt's --precision bf16; on the CPU that is
+torch.autocast("cpu", dtype=torch.bfloat16), which runs its bf16 products through oneDNN.
 On a GPU (--device cuda, the GPU check's side-by-side): the model and batches live on the GPU,
---precision bf16 runs the step under torch.autocast(bfloat16) (bf16 matmuls and attention, fp32
-weights and AdamW state, as seedgpt's --precision bf16), --compile wraps the model in
+--compile wraps the model in
 torch.compile, AdamW is the fused CUDA one, each phase is timed after torch.cuda.synchronize(),
 and peak_rss reports torch.cuda.max_memory_allocated() (the device's peak) instead.
 
@@ -111,14 +114,17 @@ def rss_bytes():
 
 
 def parse_row(spec):
-    r = dict(L=4, H=4, KV=0, C=256, V=257, maxT=256, B=8, T=256, p=0.0, recompute="none")
+    r = dict(L=4, H=4, KV=0, C=256, V=257, maxT=256, B=8, T=256, p=0.0, recompute="none",
+             prec="")
     for tok in spec.split(","):
         if "=" not in tok:
             sys.exit(f"torch_bench: row '{tok}': expected KEY=VALUE")
         k, v = tok.split("=", 1)
         if k not in r:
             sys.exit(f"torch_bench: row: unknown key '{k}'")
-        r[k] = v if k == "recompute" else (float(v) if k == "p" else int(v))
+        r[k] = v if k in ("recompute", "prec") else (float(v) if k == "p" else int(v))
+    if r["prec"] not in ("", "fp32", "bf16"):
+        sys.exit(f"torch_bench: row: prec={r['prec']}: expected fp32 or bf16")
     if r["KV"] == 0:
         r["KV"] = r["H"]
     return r
@@ -139,6 +145,8 @@ def main():
     a = ap.parse_args()
     run_without_blas_pins()
     r = parse_row(a.row)
+    if r["prec"]:
+        a.precision = r["prec"]   # the row's prec= (bench_model's bf16 rows) wins
     try:
         import torch
         import torch.nn as nn
@@ -153,8 +161,8 @@ def main():
     if a.device == "cuda" and not torch.cuda.is_available():
         print("TORCH_SKIP torch has no CUDA device here")
         return 0
-    if a.device == "cpu" and (a.precision != "fp32" or a.compile):
-        sys.exit("torch_bench: --precision bf16 and --compile are for --device cuda")
+    if a.device == "cpu" and a.compile:
+        sys.exit("torch_bench: --compile is for --device cuda")
     cuda = a.device == "cuda"
     if cuda:
         # plain fp32 products in the fp32 rows, as seedgpt's (no TF32)
@@ -257,7 +265,7 @@ def main():
 
     def forward(idx, tgt):
         if a.precision == "bf16":
-            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            with torch.autocast(device_type=a.device, dtype=torch.bfloat16):
                 return run(idx, tgt)
         return run(idx, tgt)
 
