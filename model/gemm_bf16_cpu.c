@@ -150,7 +150,8 @@ int gemm_bf16_path_supported(GemmBf16Path p) {
 #if BF16_X86
     __builtin_cpu_init();
     if (p == GEMM_BF16_AVX512BF16)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 #endif
     return 0;
 }
@@ -190,8 +191,8 @@ static inline uint32_t pair_word_f32(const float* x, size_t stride, int k, int K
 
 /* dst (kp pairs, MR) = rows [i0, i0+mr) of A (bf16, or fp32 rounded as packed), pairs
  * [p0, p0+kp); rows mr..MR-1 zero */
-static void pack_a(uint32_t* dst, const void* A, int a_f32, size_t rsa, size_t csa, int i0, int mr,
-                   int p0, int kp, int K, int MR) {
+static void pack_a_scalar(uint32_t* dst, const void* A, int a_f32, size_t rsa, size_t csa, int i0,
+                          int mr, int p0, int kp, int K, int MR) {
     for (int p = 0; p < kp; p++) {
         uint32_t* d = dst + (size_t)p * MR;
         int k = 2 * (p0 + p);
@@ -203,14 +204,174 @@ static void pack_a(uint32_t* dst, const void* A, int a_f32, size_t rsa, size_t c
 }
 
 /* dst (kp pairs, NR) = columns [j0, j0+nr) of B, pairs [p0, p0+kp); columns nr..NR-1 zero */
-static void pack_b(uint32_t* dst, const uint16_t* B, size_t rsb, size_t csb, int j0, int nr,
-                   int p0, int kp, int K, int NR) {
+static void pack_b_scalar(uint32_t* dst, const uint16_t* B, size_t rsb, size_t csb, int j0, int nr,
+                          int p0, int kp, int K, int NR) {
     for (int p = 0; p < kp; p++) {
         uint32_t* d = dst + (size_t)p * NR;
         int k = 2 * (p0 + p);
         for (int j = 0; j < nr; j++) d[j] = pair_word(B + (size_t)(j0 + j) * csb, rsb, k, K);
         for (int j = nr; j < NR; j++) d[j] = 0u;
     }
+}
+
+#if BF16_X86
+/* ---- packing with AVX-512: the words of pack_a_scalar / pack_b_scalar, 16 at a time ------------
+ * Where the pairs of a line (a row of A, a column of B) are adjacent in memory (a unit stride
+ * along k), 16 lines' words are loaded as 16 vectors of 16 pairs and transposed in registers.
+ * Where the lines are adjacent instead (a unit stride along the panel), the two halves of a pair
+ * come from two rows of memory and are interleaved lane by lane. Pairs that run past K, and
+ * every other stride, take the scalar path. The words are the same bits either way (the fp32
+ * rounding below is sg_bf16_from_float's, lane by lane), so neither the path nor the result
+ * depends on which packing ran. */
+#define AVX512_PACK __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+/* 16 fp32 rounded to bf16 (nearest even; NaN to SG_BF16_NAN), each in the low half of its lane */
+AVX512_PACK static inline __m512i round16(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(SG_BF16_NAN));
+}
+
+/* the 16 words of pairs 0..15 of a line with adjacent pairs: bf16 as they are, fp32 rounded */
+AVX512_PACK static inline __m512i line_words(const void* x, int f32) {
+    if (!f32) return _mm512_loadu_si512(x);
+    const float* f = x;
+    __m256i lo = _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(f)));
+    __m256i hi = _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(f + 16)));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* r[i][j] -> r[j][i], 16 x 16 32-bit words */
+AVX512_PACK static inline void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4g + c], lane L: rows 4g..4g+3 at column 4L + c */
+    for (int g = 0; g < 4; g++) {
+        u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g + 0], t[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g + 0], t[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512i v01 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+        __m512i v23 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+        __m512i w01 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+        __m512i w23 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+        r[c] = _mm512_shuffle_i32x4(v01, w01, 0x88);
+        r[4 + c] = _mm512_shuffle_i32x4(v01, w01, 0xdd);
+        r[8 + c] = _mm512_shuffle_i32x4(v23, w23, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(v23, w23, 0xdd);
+    }
+}
+
+/* dst[p * ld + l] = word p of line l, l < nl <= 16, for the first `full` pairs (a multiple of 16)
+ * of lines with adjacent pairs (line l at base + l * ls elements; esize 2 or 4); lanes nl..w-1 of
+ * each stored row (w = 16, or 12 and less for A's panels) zero */
+AVX512_PACK static void pack_adjacent_pairs(uint32_t* dst, size_t ld, int w, const char* base,
+                                            size_t ls, int esize, int nl, int full) {
+    const __mmask16 keep = (__mmask16)((1u << w) - 1u);
+    for (int p = 0; p < full; p += 16) {
+        __m512i r[16];
+        for (int l = 0; l < 16; l++)
+            r[l] = l < nl ? line_words(base + ((size_t)l * ls + 2 * (size_t)p) * esize, esize == 4)
+                          : _mm512_setzero_si512();
+        transpose16(r);
+        for (int t = 0; t < 16; t++) _mm512_mask_storeu_epi32(dst + (size_t)(p + t) * ld, keep, r[t]);
+    }
+}
+
+/* the 16-lane words of pair (k, k+1) of lines adjacent in memory: elements lo[0..n), hi[0..n)
+ * (bf16, or fp32 rounded), lanes n..15 zero */
+AVX512_PACK static inline __m512i interleave_words(const void* lo, const void* hi, int f32, int n) {
+    const __mmask16 m = (__mmask16)((1u << n) - 1u);
+    __m512i a, b;
+    if (f32) {
+        a = round16(_mm512_maskz_loadu_ps(m, lo));
+        b = round16(_mm512_maskz_loadu_ps(m, hi));
+        a = _mm512_maskz_mov_epi32(m, a);
+        b = _mm512_maskz_mov_epi32(m, b);
+    } else {
+        a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo));
+        b = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi));
+    }
+    return _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
+}
+
+/* dst[p * ld + l] = the word of pair p0 + p of line l (l < nl; lanes nl..w-1 zero), for kp pairs
+ * that all lie below K, of lines adjacent in memory (element k of line l at base + k *
+ * pair_stride + l) */
+AVX512_PACK static void pack_adjacent_lines(uint32_t* dst, size_t ld, int w, const char* base,
+                                            size_t pair_stride, int esize, int nl, int p0, int kp,
+                                            int K) {
+    for (int p = 0; p < kp; p++) {
+        int k = 2 * (p0 + p);
+        const char* lo = base + (size_t)k * pair_stride * esize;
+        const char* hi = lo + pair_stride * esize;
+        for (int l0 = 0; l0 < w; l0 += 16) {
+            int n = nl - l0 < 16 ? (nl - l0 > 0 ? nl - l0 : 0) : 16;
+            int wn = w - l0 < 16 ? w - l0 : 16;
+            __m512i v = interleave_words(lo + (size_t)l0 * esize, hi + (size_t)l0 * esize, esize == 4, n);
+            _mm512_mask_storeu_epi32(dst + (size_t)p * ld + l0, (__mmask16)((1u << wn) - 1u), v);
+        }
+    }
+}
+#endif
+
+/* the packing routines: a fast path where the layout allows one (AVX-512 machines), else the
+ * scalar words; both write every word of the panel */
+static void pack_a(uint32_t* dst, const void* A, int a_f32, size_t rsa, size_t csa, int i0, int mr,
+                   int p0, int kp, int K, int MR, int fast) {
+#if BF16_X86
+    const int esize = a_f32 ? 4 : 2;
+    if (fast && MR <= 16 && csa == 1) {           /* rows with adjacent pairs */
+        int full = 0;
+        while (full + 16 <= kp && 2 * (p0 + full + 16) <= K) full += 16;
+        pack_adjacent_pairs(dst, (size_t)MR, MR, (const char*)A + ((size_t)i0 * rsa + 2 * (size_t)p0) * esize,
+                            rsa, esize, mr, full);
+        pack_a_scalar(dst + (size_t)full * MR, A, a_f32, rsa, csa, i0, mr, p0 + full, kp - full, K, MR);
+        return;
+    }
+    if (fast && MR <= 16 && rsa == 1) {           /* rows adjacent, pairs csa apart */
+        int done = K / 2 - p0 < kp ? (K / 2 - p0 > 0 ? K / 2 - p0 : 0) : kp;
+        pack_adjacent_lines(dst, (size_t)MR, MR, (const char*)A + (size_t)i0 * esize, csa, esize, mr,
+                            p0, done, K);
+        pack_a_scalar(dst + (size_t)done * MR, A, a_f32, rsa, csa, i0, mr, p0 + done, kp - done, K, MR);
+        return;
+    }
+#endif
+    (void)fast;
+    pack_a_scalar(dst, A, a_f32, rsa, csa, i0, mr, p0, kp, K, MR);
+}
+
+static void pack_b(uint32_t* dst, const uint16_t* B, size_t rsb, size_t csb, int j0, int nr,
+                   int p0, int kp, int K, int NR, int fast) {
+#if BF16_X86
+    if (fast && NR % 16 == 0 && rsb == 1) {       /* columns with adjacent pairs */
+        int full = 0;
+        while (full + 16 <= kp && 2 * (p0 + full + 16) <= K) full += 16;
+        for (int h = 0; h < NR; h += 16) {
+            int n = nr - h < 16 ? (nr - h > 0 ? nr - h : 0) : 16;
+            pack_adjacent_pairs(dst + h, (size_t)NR, 16,
+                                (const char*)(B + (size_t)(j0 + h) * csb + 2 * (size_t)p0), csb, 2, n, full);
+        }
+        pack_b_scalar(dst + (size_t)full * NR, B, rsb, csb, j0, nr, p0 + full, kp - full, K, NR);
+        return;
+    }
+    if (fast && NR % 16 == 0 && csb == 1) {       /* columns adjacent, pairs rsb apart */
+        int done = K / 2 - p0 < kp ? (K / 2 - p0 > 0 ? K / 2 - p0 : 0) : kp;
+        pack_adjacent_lines(dst, (size_t)NR, NR, (const char*)(B + j0), rsb, 2, nr, p0, done, K);
+        pack_b_scalar(dst + (size_t)done * NR, B, rsb, csb, j0, nr, p0 + done, kp - done, K, NR);
+        return;
+    }
+#endif
+    (void)fast;
+    pack_b_scalar(dst, B, rsb, csb, j0, nr, p0, kp, K, NR);
 }
 
 /* Packed panels of one pair chunk, grown to the largest call seen and kept (64-byte aligned). */
@@ -246,7 +407,9 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
             }
         return;
     }
-    Bf16PathDesc pd = path_desc(gemm_bf16_path_selected());
+    const GemmBf16Path path = gemm_bf16_path_selected();
+    Bf16PathDesc pd = path_desc(path);
+    const int fast = path == GEMM_BF16_AVX512BF16;   /* the AVX-512 packing (same words) */
     const int MR = pd.mr, NR = pd.nr;
     const int mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR, KP = (K + 1) / 2;
     const size_t per_pair = (size_t)mp * MR + (size_t)np * NR;
@@ -281,12 +444,12 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
         #pragma omp for schedule(dynamic) nowait
         for (int i = 0; i < mp; i++) {
             int mr = M - i * MR < MR ? M - i * MR : MR;
-            pack_a(Ap + (size_t)i * MR * pn, A, a_f32, rsa, csa, i * MR, mr, p0, pn, K, MR);
+            pack_a(Ap + (size_t)i * MR * pn, A, a_f32, rsa, csa, i * MR, mr, p0, pn, K, MR, fast);
         }
         #pragma omp for schedule(dynamic)
         for (int q = 0; q < np; q++) {
             int nr = N - q * NR < NR ? N - q * NR : NR;
-            pack_b(Bp + (size_t)q * NR * pn, B, rsb, csb, q * NR, nr, p0, pn, K, NR);
+            pack_b(Bp + (size_t)q * NR * pn, B, rsb, csb, q * NR, nr, p0, pn, K, NR, fast);
         }
         /* tiles in any order on any thread: each output element's chain is walked by one call */
         #pragma omp for schedule(dynamic)

@@ -347,7 +347,26 @@ static void test_ex_options(void) {
     float* A32 = fbuf((size_t)M * K);
     uint16_t *A16 = bbuf((size_t)M * K), *B16 = bbuf((size_t)K * N);
     float* bias = fbuf(N);
-    for (size_t i = 0; i < (size_t)M * K; i++) { A32[i] = frand(); A16[i] = sg_bf16_from_float(A32[i]); }
+    /* A among random values: the rounding's edge cases (ties to even both ways, a carry into the
+     * exponent, past the largest bf16, denormals, signed zero, infinities, NaNs) */
+    static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu,
+                                       0x7f7fffffu, 0xff7fffffu, 0x00000001u, 0x807fffffu,
+                                       0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                       0xffc00001u, 0x7f800001u};
+    const int nspecial = (int)(sizeof(special) / sizeof(special[0]));
+    for (size_t i = 0; i < (size_t)M * K; i++) {
+        A32[i] = frand();
+        if (i % 97 == 5) memcpy(&A32[i], &special[(i / 97) % (size_t)nspecial], sizeof(float));
+        A16[i] = sg_bf16_from_float(A32[i]);
+    }
+    /* the same A stored transposed (K, M): the dW product's layout */
+    float* A32t = fbuf((size_t)M * K);
+    uint16_t* A16t = bbuf((size_t)M * K);
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < K; k++) {
+            A32t[(size_t)k * M + i] = A32[(size_t)i * K + k];
+            A16t[(size_t)k * M + i] = A16[(size_t)i * K + k];
+        }
     for (size_t i = 0; i < (size_t)K * N; i++) B16[i] = sg_bf16_from_float(frand());
     for (int j = 0; j < N; j++) bias[j] = frand();
     float *c_ref = fbuf((size_t)M * ldc), *c_f32 = fbuf((size_t)M * ldc);
@@ -363,6 +382,12 @@ static void test_ex_options(void) {
             for (int i = 0; i < M; i++)
                 for (int j = 0; j < N; j++)
                     d_a += memcmp(&c_ref[i * ldc + j], &c_f32[i * ldc + j], sizeof(float)) != 0;
+            gemm_bf16(M, N, K, A16t, 1, M, B16, N, 1, 0, c_ref, ldc);
+            gemm_bf16_ex(M, N, K, A32t, 1, 1, M, B16, N, 1, 0, c_f32, ldc, NULL, NULL);
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++)
+                    d_a += memcmp(&c_ref[i * ldc + j], &c_f32[i * ldc + j], sizeof(float)) != 0;
+            gemm_bf16(M, N, K, A16, K, 1, B16, N, 1, 0, c_ref, ldc);
             for (size_t i = 0; i < (size_t)M * ldc; i++) cb[i] = 0xabcd;
             gemm_bf16_ex(M, N, K, A16, 0, K, 1, B16, N, 1, 0, NULL, ldc, cb, bias);
             for (int i = 0; i < M; i++)
@@ -388,11 +413,13 @@ static void test_ex_options(void) {
         free(A2); free(B2); free(cb2); free(c2);
     }
     expect(d_a == 0, "fp32_a_rounded_in_packing_equals_the_rounded_operand",
-           "%zu elements differ (M %d N %d K %d, both paths, 1 and 3 threads)", d_a, M, N, K);
+           "%zu elements differ (M %d N %d K %d, A by rows and transposed, with rounding edge "
+           "cases and NaNs, both paths, 1 and 3 threads)", d_a, M, N, K);
     expect(d_b == 0 && outside == 0, "bf16_result_is_the_fp32_result_plus_bias_rounded_once",
            "%zu elements differ, %zu written outside the block (also at M 8300 K 2048, in row "
            "blocks)", d_b, outside);
-    free(A32); free(A16); free(B16); free(bias); free(c_ref); free(c_f32); free(cb);
+    free(A32); free(A16); free(A32t); free(A16t); free(B16); free(bias); free(c_ref); free(c_f32);
+    free(cb);
 }
 
 int main(void) {
