@@ -139,6 +139,7 @@ const Backend* backend_cpu_bf16(void) {
         t.precision = "bf16";
         t.act_dtype = DT_BF16;
         t.round_to_act = round_to_bf16_cpu;
+        t.adamw_update_act = adamw_update_bf16;
         t.layernorm_forward = layernorm_forward_bf16;
         t.matmul_forward = matmul_forward_bf16;
         t.matmul_backward = matmul_backward_bf16;

@@ -119,6 +119,12 @@ typedef struct Backend {
     void (*scale_inplace)(float* x, size_t n, float s);
     void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n,
                          float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+    /* optional (NULL: adamw_update, then round_to_act over the whole block): adamw_update that
+     * also writes each updated parameter rounded to act_dtype into params_act, the weights'
+     * operand copy, in the same pass (the same bits as the two steps) */
+    void (*adamw_update_act)(float* params, void* params_act, const float* grads, float* m,
+                             float* v, size_t n, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, int t);
     void (*attention_forward)(void* out, float* lse, const void* qkv,
                               int B, int T, int NH, int NKV, int HD,
                               uint32_t g0, uint64_t attn_seed, Dropout drop);

@@ -1349,10 +1349,18 @@ void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weig
     float *p[NUM_PARAMETER_TENSORS], *g[NUM_PARAMETER_TENSORS];
     memcpy(p, &m->params, sizeof(p));
     memcpy(g, &m->grads, sizeof(g));
+    /* the products' bf16 copy, once per update: in AdamW's own pass where the table can */
+    int fused = m->wop_memory != NULL && m->be->adamw_update_act != NULL;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         size_t off = (size_t)(p[k] - m->params_memory);
-        m->be->adamw_update(p[k], g[k], m->m_memory + off, m->v_memory + off, m->param_sizes[k], lr,
-                     beta1, beta2, eps, gpt_param_decay[k] ? weight_decay : 0.0f, t);
+        float wd = gpt_param_decay[k] ? weight_decay : 0.0f;
+        if (fused)
+            m->be->adamw_update_act(p[k], (char*)m->wop_memory + off * dtype_bytes(m->act_dtype),
+                                    g[k], m->m_memory + off, m->v_memory + off, m->param_sizes[k],
+                                    lr, beta1, beta2, eps, wd, t);
+        else
+            m->be->adamw_update(p[k], g[k], m->m_memory + off, m->v_memory + off,
+                                m->param_sizes[k], lr, beta1, beta2, eps, wd, t);
     }
-    round_weights(m);   /* the products' bf16 copy, once per update */
+    if (!fused) round_weights(m);
 }

@@ -170,6 +170,16 @@ static void w_adamw_update(float* params, const float* grads, float* m, float* v
     TIMED(PROF_OPTIMIZER, 0,
           inner->adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t));
 }
+static void w_adamw_update_act(float* params, void* params_act, const float* grads, float* m,
+                               float* v, size_t n, float lr, float beta1, float beta2, float eps,
+                               float weight_decay, int t) {
+    TIMED(PROF_OPTIMIZER, 0,
+          inner->adamw_update_act(params, params_act, grads, m, v, n, lr, beta1, beta2, eps,
+                                  weight_decay, t));
+}
+static void w_round_to_act(void* dst, const float* src, size_t n) {
+    TIMED(PROF_OPTIMIZER, 0, inner->round_to_act(dst, src, n));
+}
 /* causal attention: QK^T and PV over the T (T + 1) / 2 pairs, counted as T^2 / 2 */
 static double attention_flops(int B, int T, int NH, int HD) {
     return 4.0 * B * NH * (double)T * T * HD / 2.0;
@@ -220,6 +230,8 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.sum_squares = w_sum_squares;
     outer.scale_inplace = w_scale_inplace;
     outer.adamw_update = w_adamw_update;
+    outer.adamw_update_act = in->adamw_update_act ? w_adamw_update_act : NULL;
+    outer.round_to_act = in->round_to_act ? w_round_to_act : NULL;
     outer.attention_forward = w_attention_forward;
     outer.attention_backward = w_attention_backward;
     outer.attention_forward_stats = in->attention_forward_stats ? w_attention_forward_stats : NULL;
