@@ -28,7 +28,7 @@ model = [r for r in rows if r.get("bench") == "model"]
 with open(f"{out}/speedup.dat", "w") as f:
     for r in model:
         if "speedup_vs_torch" in r:
-            label = f'{r["config"]} p{r["dropout"]:g} {r["recompute"]} {r.get("precision", "fp32")}'
+            label = f'{r["config"][:5]} p{r["dropout"]:g} {r["recompute"]} {r.get("precision", "fp32")}'
             f.write(f'"{label}" {r["speedup_vs_torch"]:.4f}\n')
 def prec(r):
     return r.get("precision", "fp32")
@@ -91,15 +91,15 @@ set style data histograms
 set style fill solid 0.8 border -1
 set boxwidth 0.8
 
-set title "speed-up over PyTorch (torch ms / seedgpt ms)"
+set title "speed-up over PyTorch (torch ms / seedgpt ms; bf16 rows against torch.autocast)"
 set style histogram clustered gap 1
-set xtics rotate by -30 scale 0
+set xtics rotate by -45 scale 0 font ",8"
 set yrange [0:*]
 plot "$tmp/speedup.dat" using 2:xtic(1) lc rgb "#1f77b4" title "seedgpt", 1.5 with lines lw 2 dt 2 lc rgb "#d62728" title "1.5x"
 
 set title "step time per recompute policy (L8 H4 C256 V257 B8 T256, dropout 0.1)"
 set ylabel "ms / step"
-set xtics norotate
+set xtics rotate by -30 font ",8"
 plot "$tmp/policy.dat" using 2:xtic(1) lc rgb "#1f77b4" title "seedgpt fp32", "" using 7 lc rgb "#2ca02c" title "seedgpt bf16", "" using 3 lc rgb "#ff7f0e" title "PyTorch fp32"
 
 set title "peak memory per recompute policy"
@@ -136,7 +136,7 @@ set title "recompute policies x precision, L8 H4 C256 V257 B8 T256, dropout 0.1:
 set xlabel "ms / step (median)"
 set ylabel "MiB"
 set grid
-set key left bottom
+set key right top
 set offsets graph 0.08, graph 0.2, graph 0.1, graph 0.1
 plot "$tmp/frontier_fp32.dat" using 1:2 with points pt 7 ps 1.6 lc rgb "#1f77b4" title "fp32 counted peak (model/mem.h)", \
      "" using 1:3 with points pt 6 ps 1.6 lc rgb "#1f77b4" title "fp32 peak RSS", \
