@@ -111,6 +111,40 @@ static inline qkv_t out_st(float x) { return x; }
  * scratch does. */
 static size_t flash_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
+#if FLASH_ROWBUFS
+/* x[0..n) = OPERAND(x[i]): each value rounded to bf16 (nearest even, NaN to bf16's NaN) and kept
+ * as the fp32 it now equals. The AVX-512 lanes compute sg_bf16_round's bits (attention/attention.h
+ * exports it as attention_round_operands_bf16 for test_bf16). */
+void attention_round_operands_bf16(float* restrict x, size_t n) {
+    size_t i = 0;
+#if FLASH_AVX512
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u), abs = _mm512_set1_epi32(0x7fffffff);
+    const __m512i inf = _mm512_set1_epi32(0x7f800000), nan = _mm512_set1_epi32((int)(SG_BF16_NAN << 16));
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x + i));
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+        __m512i r = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, half), lsb), hi);
+        __mmask16 isnan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+        _mm512_storeu_ps(x + i, _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, isnan, nan)));
+    }
+#endif
+    for (; i < n; i++) x[i] = OPERAND(x[i]);
+}
+
+/* dst[0..n) = the fp32 values of bf16 src[0..n) (exact: the bits shifted up) */
+static void widen_bf16(float* restrict dst, const uint16_t* restrict src, size_t n) {
+    size_t i = 0;
+#if FLASH_AVX512
+    for (; i + 16 <= n; i += 16) {
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(src + i)));
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+#endif
+    for (; i < n; i++) dst[i] = sg_bf16_to_float(src[i]);
+}
+#endif
+
 /* ---- tile product ---------------------------------------------------------------------------- */
 
 /* C (M x N, row stride ldc) = (accumulate ? C : 0) + sum_k A(m, k) B(k, n), with
@@ -246,8 +280,7 @@ static void transpose_qkv(float* restrict dst, int width, const qkv_t* restrict 
 static const float* rows_f32(float* restrict buf, const qkv_t* src, size_t ld, int n, int HD,
                              int* ld_out) {
 #if FLASH_ROWBUFS
-    for (int j = 0; j < n; j++)
-        for (int d = 0; d < HD; d++) buf[(size_t)j * HD + d] = qkv_ld(src[(size_t)j * ld + d]);
+    for (int j = 0; j < n; j++) widen_bf16(buf + (size_t)j * HD, src + (size_t)j * ld, (size_t)HD);
     *ld_out = HD;
     return buf;
 #else
@@ -261,8 +294,10 @@ static const float* rows_f32(float* restrict buf, const qkv_t* src, size_t ld, i
 static const float* operand_rows(float* restrict buf, const float* src, size_t ld, int n, int HD,
                                  int* ld_out) {
 #if FLASH_ROWBUFS
-    for (int j = 0; j < n; j++)
-        for (int d = 0; d < HD; d++) buf[(size_t)j * HD + d] = OPERAND(src[(size_t)j * ld + d]);
+    for (int j = 0; j < n; j++) {
+        memcpy(buf + (size_t)j * HD, src + (size_t)j * ld, sizeof(float) * (size_t)HD);
+        attention_round_operands_bf16(buf + (size_t)j * HD, (size_t)HD);
+    }
     *ld_out = HD;
     return buf;
 #else
@@ -432,8 +467,7 @@ static void flash_forward(qkv_t* out, float* lse, const qkv_t* qkv, int B, int T
                 }
 #if FLASH_ROWBUFS
                 /* the weights as P.V's operands: rounded after the sum and the dropout */
-                for (int c = 0; c < nk; c++)
-                    for (int r = 0; r < BQ; r++) St[c * BQ + r] = OPERAND(St[c * BQ + r]);
+                attention_round_operands_bf16(St, (size_t)nk * BQ);
 #endif
                 for (int r = 0; r < nq; r++) {
                     float* a = acc + (size_t)r * HD;
@@ -680,10 +714,9 @@ void FLASH_NAME(attention_backward)(float* dqkv, float* scratch, const float* do
                                        t.dS + (size_t)r * BK, dropping ? t.keep + (size_t)r * BK : NULL,
                                        i0 + r, j0, nk, sigma, lse_bh[i0 + r], D_bh[i0 + r], drop.scale);
 #if FLASH_ROWBUFS
-                    for (int x = 0; x < nq * BK; x++) {   /* m p scale and ds as operands */
-                        t.Pd[x] = OPERAND(t.Pd[x]);
-                        t.dS[x] = OPERAND(t.dS[x]);
-                    }
+                    /* m p scale and ds as operands */
+                    attention_round_operands_bf16(t.Pd, (size_t)nq * BK);
+                    attention_round_operands_bf16(t.dS, (size_t)nq * BK);
 #endif
                     /* dK += dS^T Q, dV += Pd^T dO: A(c, r) = X[r * BK + c] */
                     tile_mm(t.acc1, HD, 1, t.dS, 1, BK, q_rows, ldq, nk, HD, nq);
@@ -716,7 +749,7 @@ void FLASH_NAME(attention_backward)(float* dqkv, float* scratch, const float* do
             transpose_qkv(Qt, BQ, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, HD);
             transpose_rows(dOt, BQ, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq, HD);
 #if FLASH_ROWBUFS
-            for (int x = 0; x < HD * BQ; x++) dOt[x] = OPERAND(dOt[x]);   /* dO as an operand */
+            attention_round_operands_bf16(dOt, (size_t)HD * BQ);   /* dO as an operand */
 #endif
             for (int r = 0; r < BQ; r++) {
                 t.Lt[r] = r < nq ? lse[(size_t)bh * T + i0 + r] : 0.0f;
@@ -740,7 +773,7 @@ void FLASH_NAME(attention_backward)(float* dqkv, float* scratch, const float* do
                                  dropping ? t.keep + (size_t)c * BQ : NULL, t.Lt, t.Dt,
                                  j0 + c, i0, nq, sigma, drop.scale);
 #if FLASH_ROWBUFS
-                for (int x = 0; x < nk * BQ; x++) t.dS[x] = OPERAND(t.dS[x]);   /* ds as an operand */
+                attention_round_operands_bf16(t.dS, (size_t)nk * BQ);   /* ds as an operand */
 #endif
                 /* dQ += dS K: A(r, c) = dS[c * BQ + r] */
                 tile_mm(t.acc1, HD, 1, t.dS, 1, BQ, k_rows, ldk, nq, HD, nk);

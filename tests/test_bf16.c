@@ -431,7 +431,37 @@ static void test_attn_stats(const Case* k, const float* w) {
     gpt_free(&m);
 }
 
+/* ---- 8. the attention's operand rounding ------------------------------------------------------ */
+
+/* attention_round_operands_bf16 (the bf16 twin's P, dO, m p scale and dS roundings, 16 lanes at a
+ * time where the CPU can) against sg_bf16_round element by element: the rounding's edge cases at
+ * every position of a vector and in the scalar tail, among random values */
+static void test_operand_rounding(void) {
+    static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f807fffu,
+                                       0x7f7fffffu, 0xff7fffffu, 0x00000001u, 0x807fffffu,
+                                       0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                       0xffc00001u, 0x7f800001u, 0x00008000u, 0x00018000u};
+    const size_t ns = sizeof(special) / sizeof(special[0]);
+    size_t bad = 0, total = 0;
+    uint32_t rng = 12345;
+    for (size_t n = 1; n <= 70; n++) {
+        float x[70], want[70];
+        for (size_t i = 0; i < n; i++) {
+            rng = rng * 1664525u + 1013904223u;
+            uint32_t bits = (i + n) % 3 == 0 ? special[(i * 7 + n) % ns] : rng;
+            memcpy(&x[i], &bits, 4);
+            want[i] = sg_bf16_round(x[i]);
+        }
+        attention_round_operands_bf16(x, n);
+        for (size_t i = 0; i < n; i++, total++) bad += memcmp(&x[i], &want[i], 4) != 0;
+    }
+    expect(bad == 0, "bf16_attention_operand_rounding_is_sg_bf16_round",
+           "%zu of %zu elements differ (lengths 1..70: whole vectors and tails; ties both ways, "
+           "carries, overflow, denormals, infinities, NaNs)", bad, total);
+}
+
 int main(void) {
+    test_operand_rounding();
     Case k = make_case("L3_NH4_KV2_C32_T24", 3, 4, 2, 32, 70, 2, 24);
     float* w = random_weights(&k);
     test_policies(&k, w);
