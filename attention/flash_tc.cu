@@ -13,8 +13,9 @@
  *   o_i  = sum_j (m_ij p_ij scale) v_j
  *   dv_j = sum_i (m p scale)_ij do_i     dp_ij = m_ij scale do_i.v_j     ds_ij = p_ij (dp_ij - D_i)
  *   dq_i = sigma sum_j ds_ij k_j          dk_j  = sigma sum_i ds_ij q_i   D_i = do_i.o_i
- * Outputs: o in fp32 (B, T, NH*HD), LSE in fp32 (B, NH, T), dqkv in fp32 (B, T, (NH+2NKV) HD), as
- * attention_forward / attention_backward write them. Head dims 16, 32, 64, 128 (k-steps of 16).
+ * Outputs: o (B, T, NH*HD) in fp32, or in bf16 for the bf16 table (rounded once), LSE in fp32
+ * (B, NH, T), dqkv in fp32 (B, T, (NH+2NKV) HD), as attention_forward / attention_backward write
+ * them. Head dims 16, 32, 64, 128 (k-steps of 16).
  *
  * Tiling (forward). A block of 4 warps takes 64 queries of one (sequence, query head); warp w owns query
  * rows 16 w .. 16 w + 15 of the tile and walks the key tiles of 64 from the left. Q, K and V tiles

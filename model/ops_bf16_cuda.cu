@@ -1,8 +1,11 @@
 /* model/ops_bf16_cuda.cu — the matmuls with bf16 operands through cuBLASLt (declared in
- * model/ops_bf16_cuda.h): twins of matmul_forward_cuda / matmul_backward_cuda with the operands of
- * every product rounded to bf16, fp32 sums, fp32 outputs.
+ * model/ops_bf16_cuda.h): the bf16 table's products on the operands as the activations store them
+ * (at the end of the file: matmul_forward_bf16_act_cuda, matmul_backward_bf16_act_cuda), and the
+ * fp32-interface twins of matmul_forward_cuda / matmul_backward_cuda with the operands of every
+ * product rounded to bf16 at each call, fp32 sums, fp32 outputs. Both share lt_gemm below: the
+ * cuBLASLt problem, its cached algorithm, its refusals.
  *
- * Each call:
+ * Each call of the fp32-interface twins:
  *   1. rounds its two GEMM operands to bf16 (round to nearest even, __float2bfloat16_rn) into a
  *      grow-only device scratch, padding every dimension with zeros to a multiple of LT_PAD = 8
  *      elements (16 bytes). The zeros add exact zero products, and they make every bf16 leading
