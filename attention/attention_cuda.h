@@ -44,6 +44,9 @@ void attention_block_backward_cuda(float* dq, size_t dq_stride, float* dk, float
  * head order, dk times sigma. Shared by the fp32 and the tensor-core backward. */
 void attention_backward_dot_cuda(float* D, const float* dout, const float* out, int B, int T, int NH,
                                  int HD);
+/* the same with the bf16 o (bits) of the bf16 table's activations, each read exactly */
+void attention_backward_dot_bf16_cuda(float* D, const float* dout, const void* out, int B, int T,
+                                      int NH, int HD);
 void attention_group_sum_cuda(float* dqkv, const float* dKp, const float* dVp, int B, int T, int NH,
                               int NKV, int HD, float sigma);
 

@@ -45,6 +45,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "attention/attention_cuda.h"
+#include "cuda/act.h"
 
 #define FBQ 64                  /* queries per tile */
 #define FBK 64                  /* keys per tile (a multiple of 32: whole Philox blocks) */
@@ -251,8 +252,10 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
 /* ---- backward -------------------------------------------------------------------------------- */
 
 /* Pass 0: D_i = do_i . o_i for every row (b, h, i) of D (B, NH, T); one warp a row, the lanes'
- * partial sums over d = lane, lane + 32, ... then a butterfly, a fixed order. */
-__global__ void flash_dot_kernel(float* D, const float* dout, const float* out, int B, int T, int NH,
+ * partial sums over d = lane, lane + 32, ... then a butterfly, a fixed order. o is fp32, or the
+ * bf16 o of the bf16 table (cuda/act.h: read exactly). */
+template <typename OutT>
+__global__ void flash_dot_kernel(float* D, const float* dout, const OutT* out, int B, int T, int NH,
                                  int HD) {
     const int lane = threadIdx.x & 31;
     const long row = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -261,7 +264,7 @@ __global__ void flash_dot_kernel(float* D, const float* dout, const float* out, 
     if (row < rows) {
         const long bh = row / T, i = row % T, b = bh / NH, h = bh % NH;
         const size_t at = ((size_t)b * T + (size_t)i) * NH * HD + (size_t)h * HD;
-        for (int d = lane; d < HD; d += 32) s = fmaf(dout[at + d], out[at + d], s);
+        for (int d = lane; d < HD; d += 32) s = fmaf(dout[at + d], act_load(out, at + d), s);
     }
     for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(FULL_MASK, s, off);
     if (row < rows && lane == 0) D[row] = s;
@@ -412,8 +415,17 @@ extern "C" void attention_backward_dot_cuda(float* D, const float* dout, const f
                                             int NH, int HD) {
     const long rows = (long)B * NH * T;
     if (rows <= 0) return;
-    SG_LAUNCH(flash_dot_kernel, dim3(sg_ceil_div((size_t)rows, 8)), dim3(256), 0, D, dout, out, B, T,
+    SG_LAUNCH(flash_dot_kernel<float>, dim3(sg_ceil_div((size_t)rows, 8)), dim3(256), 0, D, dout, out, B, T,
               NH, HD);
+    SG_CHECK_LAUNCH();
+}
+
+extern "C" void attention_backward_dot_bf16_cuda(float* D, const float* dout, const void* out, int B, int T,
+                                                 int NH, int HD) {
+    const long rows = (long)B * NH * T;
+    if (rows <= 0) return;
+    SG_LAUNCH(flash_dot_kernel<uint16_t>, dim3(sg_ceil_div((size_t)rows, 8)), dim3(256), 0, D, dout,
+              (const uint16_t*)out, B, T, NH, HD);
     SG_CHECK_LAUNCH();
 }
 

@@ -13,8 +13,9 @@
  *   o_i  = sum_j (m_ij p_ij scale) v_j
  *   dv_j = sum_i (m p scale)_ij do_i     dp_ij = m_ij scale do_i.v_j     ds_ij = p_ij (dp_ij - D_i)
  *   dq_i = sigma sum_j ds_ij k_j          dk_j  = sigma sum_i ds_ij q_i   D_i = do_i.o_i
- * Outputs: o in fp32 (B, T, NH*HD), LSE in fp32 (B, NH, T), dqkv in fp32 (B, T, (NH+2NKV) HD), as
- * attention_forward / attention_backward write them. Head dims 16, 32, 64, 128 (k-steps of 16).
+ * Outputs: o (B, T, NH*HD) in fp32, or in bf16 for the bf16 table (rounded once), LSE in fp32
+ * (B, NH, T), dqkv in fp32 (B, T, (NH+2NKV) HD), as attention_forward / attention_backward write
+ * them. Head dims 16, 32, 64, 128 (k-steps of 16).
  *
  * Tiling (forward). A block of 4 warps takes 64 queries of one (sequence, query head); warp w owns query
  * rows 16 w .. 16 w + 15 of the tile and walks the key tiles of 64 from the left. Q, K and V tiles
@@ -76,6 +77,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "cuda/mma.h"
+#include "cuda/act.h"
 #include "attention/attention_cuda.h"
 #include "attention/flash_tc.h"
 #include "cuda/device_memory.h"   /* device_alloc_cuda, device_free_cuda: the counted allocator */
@@ -114,9 +116,10 @@ __device__ __forceinline__ void tc_load_tile(uint16_t* dst, const uint16_t* src,
     }
 }
 
-/* Block (b * NH + h, query tile): the last query tiles (the longest rows) get the first indices. */
-template <int HD>
-__global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel(float* out, float* lse, const uint16_t* qkv,
+/* Block (b * NH + h, query tile): the last query tiles (the longest rows) get the first indices.
+ * o is written as OutT (cuda/act.h): fp32, or bf16 rounded once (the bf16 table's activation). */
+template <int HD, typename OutT>
+__global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel(OutT* out, float* lse, const uint16_t* qkv,
                                                                        int T, int NH, int NKV, uint32_t g0,
                                                                        uint64_t seed, uint32_t thr, float scale,
                                                                        float sigma) {
@@ -251,11 +254,11 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel(float* out
         const int i = row_i[rr];
         if (i >= T) continue;
         const float rs = scale / lrun[rr];
-        float* orow = out + ((size_t)b * T + i) * C + (size_t)h * HD;
+        OutT* orow = out + ((size_t)b * T + i) * C + (size_t)h * HD;
         #pragma unroll
         for (int nd = 0; nd < NDT; nd++)
             #pragma unroll
-            for (int e = 0; e < 2; e++) orow[8 * nd + 2 * tq + e] = o[nd][2 * rr + e] * rs;
+            for (int e = 0; e < 2; e++) act_store(orow, 8 * nd + 2 * tq + e, o[nd][2 * rr + e] * rs);
         if (tq == 0) lse[((size_t)b * NH + h) * T + i] = mrun[rr] + logf(lrun[rr]);
     }
 }
@@ -600,32 +603,40 @@ extern "C" int attention_tc_supports_hd(int HD) { return HD == 16 || HD == 32 ||
 /* attention_cuda_check_T (flash_cuda.cu) refuses a T whose tiles of 64 do not fit the grid's y */
 static_assert(TC_BQ == 64 && TC_BK == 64, "attention_cuda_check_T counts tiles of 64 positions");
 
-template <int HD>
-static void flash_tc_launch(float* out, float* lse, const uint16_t* qkv, int B, int T, int NH, int NKV,
+template <int HD, typename OutT>
+static void flash_tc_launch(OutT* out, float* lse, const uint16_t* qkv, int B, int T, int NH, int NKV,
                             uint32_t g0, uint64_t seed, Dropout drop) {
+    /* through a pointer: a template-id with two arguments would split SG_LAUNCH's arguments */
+    void (*kernel)(OutT*, float*, const uint16_t*, int, int, int, uint32_t, uint64_t, uint32_t, float, float) =
+        flash_tc_forward_kernel<HD, OutT>;
     const size_t smem = (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8) * sizeof(uint16_t);
     if (smem > 48 * 1024)
-        SG_CHECK(cudaFuncSetAttribute(flash_tc_forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)smem));
+        SG_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const float sigma = 1.0f / sqrtf((float)HD);
     dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BQ));
-    SG_LAUNCH(flash_tc_forward_kernel<HD>, grid, dim3(TC_THREADS), smem, out, lse, qkv, T, NH, NKV, g0, seed,
-              drop.thr, drop.scale, sigma);
+    SG_LAUNCH(kernel, grid, dim3(TC_THREADS), smem, out, lse, qkv, T, NH, NKV, g0, seed, drop.thr, drop.scale,
+              sigma);
     SG_CHECK_LAUNCH();
 }
 
-extern "C" void attention_forward_tc_cuda(float* out, float* lse, const uint16_t* qkv_bf16,
-                                          int B, int T, int NH, int NKV, int HD,
-                                          uint32_t g0, uint64_t attn_seed, Dropout drop) {
-    tc_check_shapes("attention_forward_tc_cuda", qkv_bf16, NH, NKV, HD);
+template <typename OutT>
+static void flash_tc_forward(const char* fn, OutT* out, float* lse, const uint16_t* qkv_bf16, int B, int T,
+                             int NH, int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    tc_check_shapes(fn, qkv_bf16, NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
-    attention_cuda_check_T("attention_forward_tc_cuda", T);
+    attention_cuda_check_T(fn, T);
     switch (HD) {
     case 16: flash_tc_launch<16>(out, lse, qkv_bf16, B, T, NH, NKV, g0, attn_seed, drop); break;
     case 32: flash_tc_launch<32>(out, lse, qkv_bf16, B, T, NH, NKV, g0, attn_seed, drop); break;
     case 64: flash_tc_launch<64>(out, lse, qkv_bf16, B, T, NH, NKV, g0, attn_seed, drop); break;
     default: flash_tc_launch<128>(out, lse, qkv_bf16, B, T, NH, NKV, g0, attn_seed, drop); break;
     }
+}
+
+extern "C" void attention_forward_tc_cuda(float* out, float* lse, const uint16_t* qkv_bf16,
+                                          int B, int T, int NH, int NKV, int HD,
+                                          uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    flash_tc_forward("attention_forward_tc_cuda", out, lse, qkv_bf16, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }
 
 static size_t tc_round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -674,6 +685,18 @@ static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* d
     SG_CHECK_LAUNCH();
 }
 
+/* passes 1 and 2, after pass 0 has left D at the start of the scratch */
+static void flash_tc_backward_passes(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_bf16,
+                                     const float* lse, int B, int T, int NH, int NKV, int HD, uint32_t g0,
+                                     uint64_t attn_seed, Dropout drop) {
+    switch (HD) {
+    case 16: flash_tc_backward_launch<16>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+    case 32: flash_tc_backward_launch<32>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+    case 64: flash_tc_backward_launch<64>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+    default: flash_tc_backward_launch<128>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+    }
+}
+
 extern "C" void attention_backward_tc_cuda(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_bf16,
                                            const float* out, const float* lse, int B, int T, int NH, int NKV, int HD,
                                            uint32_t g0, uint64_t attn_seed, Dropout drop) {
@@ -681,12 +704,7 @@ extern "C" void attention_backward_tc_cuda(float* dqkv, float* scratch, const fl
     if (B <= 0 || T <= 0) return;
     attention_cuda_check_T("attention_backward_tc_cuda", T);
     attention_backward_dot_cuda(scratch, dout, out, B, T, NH, HD);
-    switch (HD) {
-    case 16: flash_tc_backward_launch<16>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
-    case 32: flash_tc_backward_launch<32>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
-    case 64: flash_tc_backward_launch<64>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
-    default: flash_tc_backward_launch<128>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
-    }
+    flash_tc_backward_passes(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }
 
 /* ---- the fp32 interface (attention/attention_cuda.h's signatures) ---------------------------- */
@@ -774,4 +792,87 @@ extern "C" void attention_backward_bf16_cuda(float* dqkv, float* scratch, const 
         tc_round_f32(rounded, qkv, n_qkv);
         attention_backward_cuda(dqkv, scratch, dout, rounded, out, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
     }
+}
+
+/* ---- the bf16 table's attention: q, k, v and o stored in bf16 ----------------------------------- */
+/* Under --precision bf16 the CUDA table stores qkv and the attention's output in bf16
+ * (model/backend.h's act_dtype), so the tensor-core kernels read qkv where it lies, with no copy,
+ * and the forward writes o rounded once to bf16 (flash_tc_forward_kernel<HD, uint16_t>; the same
+ * arithmetic as the fp32-output kernel, only the store rounds). The backward reads that bf16 o for
+ * D_i = do_i . o_i (attention_backward_dot_bf16_cuda) and qkv for its tiles. The CPU's twin is
+ * attention/flash_bf16_cpu.c, which stores the same way.
+ * A head dim the tensor-core kernels do not take goes through the fp32 kernels on the bf16 values,
+ * widened to fp32 into scratch (the forward's grow-only block, reserved at build; the backward's
+ * part of its `scratch`), the forward's fp32 o rounded into out: the same stored bf16 inputs and
+ * outputs, fp32 products (P is not rounded before P V there). */
+
+__global__ void flash_tc_widen_kernel(float* dst, const uint16_t* src, size_t n) {
+    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < n) dst[e] = act_load(src, e);
+}
+static void tc_widen(float* dst, const void* src, size_t n) {
+    if (n == 0) return;
+    SG_LAUNCH(flash_tc_widen_kernel, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dst, (const uint16_t*)src, n);
+    SG_CHECK_LAUNCH();
+}
+
+extern "C" size_t attention_forward_act_scratch_bytes_bf16_cuda(int B, int T, int NH, int NKV, int HD) {
+    if (B <= 0 || T <= 0 || attention_tc_supports_hd(HD)) return 0;
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    return (tc_round16(n_qkv) + tc_round16(n_out)) * sizeof(float);
+}
+
+extern "C" void attention_reserve_forward_act_scratch_bf16_cuda(int B, int T, int NH, int NKV, int HD) {
+    const size_t bytes = attention_forward_act_scratch_bytes_bf16_cuda(B, T, NH, NKV, HD);
+    if (bytes > 0) (void)tc_forward_scratch(bytes);
+}
+
+extern "C" void attention_forward_bf16_act_cuda(void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                                int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    if (attention_tc_supports_hd(HD)) {
+        flash_tc_forward("attention_forward_bf16_act_cuda", (uint16_t*)out, lse, (const uint16_t*)qkv, B, T, NH,
+                         NKV, HD, g0, attn_seed, drop);
+        return;
+    }
+    if (B <= 0 || T <= 0) return;
+    attention_cuda_check_T("attention_forward_bf16_act_cuda", T);   /* before the scratch */
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    float* q32 = (float*)tc_forward_scratch(attention_forward_act_scratch_bytes_bf16_cuda(B, T, NH, NKV, HD));
+    float* o32 = q32 + tc_round16(n_qkv);
+    tc_widen(q32, qkv, n_qkv);
+    attention_forward_cuda(o32, lse, q32, B, T, NH, NKV, HD, g0, attn_seed, drop);
+    tc_round_bits((uint16_t*)out, o32, n_out);
+}
+
+/* tensor-core path: the tc scratch; fallback: [the fp32 kernel's scratch][qkv as fp32][o as fp32] */
+extern "C" size_t attention_backward_act_scratch_floats_bf16_cuda(int B, int T, int NH, int NKV, int HD,
+                                                                  int nthreads) {
+    (void)nthreads;   /* no per-thread tiles on the GPU */
+    if (attention_tc_supports_hd(HD)) return attention_backward_tc_scratch_floats(B, T, NH, NKV, HD);
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    return tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1)) + tc_round16(n_qkv) +
+           tc_round16(n_out);
+}
+
+extern "C" void attention_backward_bf16_act_cuda(float* dqkv, float* scratch, const float* dout, const void* qkv,
+                                                 const void* out, const float* lse, int B, int T, int NH, int NKV,
+                                                 int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    const char* fn = "attention_backward_bf16_act_cuda";
+    if (attention_tc_supports_hd(HD)) {
+        tc_check_shapes(fn, (const uint16_t*)qkv, NH, NKV, HD);
+        if (B <= 0 || T <= 0) return;
+        attention_cuda_check_T(fn, T);
+        attention_backward_dot_bf16_cuda(scratch, dout, out, B, T, NH, HD);
+        flash_tc_backward_passes(dqkv, scratch, dout, (const uint16_t*)qkv, lse, B, T, NH, NKV, HD, g0, attn_seed,
+                                 drop);
+        return;
+    }
+    if (B <= 0 || T <= 0) return;
+    attention_cuda_check_T(fn, T);
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    float* q32 = scratch + tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1));
+    float* o32 = q32 + tc_round16(n_qkv);
+    tc_widen(q32, qkv, n_qkv);
+    tc_widen(o32, out, n_out);
+    attention_backward_cuda(dqkv, scratch, dout, q32, o32, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }

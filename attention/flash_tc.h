@@ -1,6 +1,7 @@
 /* attention/flash_tc.h — the bf16 tensor-core fused causal attention with dropout
- * (attention/flash_tc.cu): forward and backward, and drop-in fp32-interface wrappers with the
- * signatures of attention/attention_cuda.h for the trainer's bf16 precision. Held to
+ * (attention/flash_tc.cu): forward and backward; the bf16 table's entries, on bf16 qkv and o as
+ * the trainer's bf16 precision stores them; and fp32-interface wrappers with the signatures of
+ * attention/attention_cuda.h (fp32 qkv rounded at each call: the kernel benchmarks' and tests'). Held to
  * attention/flash_cpu.c by tests/cuda/test_cuda_flash_tc.cu.
  *
  * The layouts of attention/attention.h, every pointer device memory:
@@ -56,6 +57,23 @@ void attention_backward_bf16_cuda(float* dqkv, float* scratch, const float* dout
                                   const float* out, const float* lse,
                                   int B, int T, int NH, int NKV, int HD,
                                   uint32_t g0, uint64_t attn_seed, Dropout drop);
+
+/* The bf16 table's attention (model/backend.c): qkv (bf16 bits) and out (bf16 bits) as the
+ * activations store them, lse fp32; the signatures of model/backend.h's attention entries. The
+ * tensor-core kernels read qkv in place (it must start on 16 bytes) and the forward writes o
+ * rounded once to bf16; the backward reads that o for D. Any other head dim up to 128: the fp32
+ * kernels on the bf16 values widened into scratch, the forward's o rounded into out. */
+void attention_forward_bf16_act_cuda(void* out, float* lse, const void* qkv,
+                                     int B, int T, int NH, int NKV, int HD,
+                                     uint32_t g0, uint64_t attn_seed, Dropout drop);
+/* The forward's scratch (0 on the tensor-core path) and its allocation now, at build. */
+size_t attention_forward_act_scratch_bytes_bf16_cuda(int B, int T, int NH, int NKV, int HD);
+void attention_reserve_forward_act_scratch_bf16_cuda(int B, int T, int NH, int NKV, int HD);
+size_t attention_backward_act_scratch_floats_bf16_cuda(int B, int T, int NH, int NKV, int HD, int nthreads);
+void attention_backward_bf16_act_cuda(float* dqkv, float* scratch, const float* dout, const void* qkv,
+                                      const void* out, const float* lse,
+                                      int B, int T, int NH, int NKV, int HD,
+                                      uint32_t g0, uint64_t attn_seed, Dropout drop);
 
 #ifdef __cplusplus
 }

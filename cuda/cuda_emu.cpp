@@ -1074,7 +1074,8 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 /* The subset model/ops_bf16_cuda.cu uses (cuda_emu.h lists it). Descriptors hold what was set;
  * cublasLtMatmul checks the whole problem, as the library would, then computes on the CPU: each
  * element of D is the fp32 sum of the bf16 products (exact in fp32) in ascending k, then
- * alpha * sum + beta * C, then + bias[row]. The heuristic offers one algorithm, this loop.
+ * alpha * sum + beta * C, then + bias[row], stored as D's type (fp32, or bf16 rounded to nearest
+ * even once). The heuristic offers one algorithm, this loop.
  *
  * Refusals. The real library may have no algorithm for a problem (its kernels need an alignment,
  * a shape, a workspace the problem does not offer), and it says so in one of two ways: the
@@ -1253,8 +1254,8 @@ static cublasStatus_t lt_check(const sg_emu_lt_desc* d, const sg_emu_lt_layout* 
         why = "compute and scale types other than CUBLAS_COMPUTE_32F / CUDA_R_32F";
     else if (A->type != CUDA_R_16BF || B->type != CUDA_R_16BF)
         why = "A and B other than CUDA_R_16BF";
-    else if (C->type != CUDA_R_32F || D->type != CUDA_R_32F)
-        why = "C and D other than CUDA_R_32F";
+    else if (C->type != D->type || (D->type != CUDA_R_32F && D->type != CUDA_R_16BF))
+        why = "C and D other than both CUDA_R_32F or both CUDA_R_16BF";
     else if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS)
         why = "epilogues other than DEFAULT and BIAS";
     else if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && d->bias_type != -1 && d->bias_type != CUDA_R_32F)
@@ -1342,14 +1343,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (refuse == LT_REFUSE_MATMUL) return CUBLAS_STATUS_NOT_SUPPORTED;   /* D untouched */
     if (refuse == LT_REFUSE_ALIGN16) {
         uintptr_t bits = (uintptr_t)A | (uintptr_t)B | (uintptr_t)D | (uintptr_t)bias;
-        bits |= (uintptr_t)Adesc->ld * 2 | (uintptr_t)Bdesc->ld * 2 | (uintptr_t)Ddesc->ld * 4;
-        if (b != 0.0f) bits |= (uintptr_t)C | (uintptr_t)Cdesc->ld * 4;
+        bits |= (uintptr_t)Adesc->ld * 2 | (uintptr_t)Bdesc->ld * 2 | (uintptr_t)Ddesc->ld * lt_type_bytes(Ddesc->type);
+        if (b != 0.0f) bits |= (uintptr_t)C | (uintptr_t)Cdesc->ld * lt_type_bytes(Cdesc->type);
         if (bits % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     const uint16_t* Ab = (const uint16_t*)A;
     const uint16_t* Bb = (const uint16_t*)B;
+    const bool d16 = Ddesc->type == CUDA_R_16BF;   /* C and D bf16: read exactly, written rounded once */
     const float* Cf = (const float*)C;
     float* Df = (float*)D;
+    const uint16_t* Cb = (const uint16_t*)C;
+    uint16_t* Db = (uint16_t*)D;
     const size_t lda = (size_t)Adesc->ld, ldb = (size_t)Bdesc->ld, ldc = (size_t)Cdesc->ld, ldd = (size_t)Ddesc->ld;
     for (uint64_t j = 0; j < n; j++)
         for (uint64_t i = 0; i < m; i++) {
@@ -1361,9 +1365,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                 acc = acc + prod;
             }
             float t = a * acc;
-            if (b != 0.0f) t = t + b * Cf[i + j * ldc];   /* beta 0: C is not read (may hold NaN) */
+            if (b != 0.0f) t = t + b * (d16 ? sg_bf16_to_float(Cb[i + j * ldc]) : Cf[i + j * ldc]);   /* beta 0: C is not read */
             if (bias) t = t + bias[i];
-            Df[i + j * ldd] = t;
+            if (d16) Db[i + j * ldd] = sg_bf16_from_float(t);
+            else Df[i + j * ldd] = t;
         }
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -37,7 +37,7 @@
  *     (the emulation runs them on the CPU, column-major as cuBLAS defines them); cuBLASLt for
  *     the bf16 matmuls (model/ops_bf16_cuda.cu): cublasLtCreate/Destroy, cublasLtMatmulDesc*,
  *     cublasLtMatrixLayout*, cublasLtMatmulPreference*, cublasLtMatmulAlgoGetHeuristic,
- *     cublasLtMatmul with bf16 A and B, fp32 C and D, CUBLAS_COMPUTE_32F, the DEFAULT and BIAS
+ *     cublasLtMatmul with bf16 A and B, fp32 or bf16 C and D, CUBLAS_COMPUTE_32F, the DEFAULT and BIAS
  *     epilogues (the emulation sums the exact products in ascending k in fp32 and refuses the
  *     rest; docs/cuda-emulation.md);
  *   - every CUDA / cuBLAS call wrapped in SG_CHECK / SG_CUBLAS_CHECK.

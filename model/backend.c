@@ -165,11 +165,11 @@ const Backend* backend_cpu_bf16(void) {
 
 #ifdef SEEDGPT_CUDA
 FP32_ACT_ADAPTERS(cuda, _cuda)
-FP32_PRODUCT_ADAPTERS(cudabf16, _bf16_cuda)
 
 /* The CUDA tables' scratch beside the arena: the ops' shared block and the value check's counts;
- * under bf16 also the products' operand copies with cuBLASLt's workspace, and the attention
- * forward's bf16 copy of qkv. */
+ * under bf16 also the products' scratch (the backward's bf16 dout, padded operand copies where C
+ * is not a multiple of 8) with cuBLASLt's workspace, and, for a head dim the tensor cores do not
+ * take, the attention forward's fp32 view of qkv and o. */
 static size_t cuda_scratch_bytes(const OpCalls* k) {
     return ops_scratch_bytes_cuda(k) + device_differ_scratch_bytes_cuda();
 }
@@ -178,13 +178,13 @@ static void cuda_reserve_scratch(const OpCalls* k) {
     device_reserve_differ_cuda();
 }
 static size_t cuda_bf16_scratch_bytes(const OpCalls* k) {
-    return cuda_scratch_bytes(k) + matmul_scratch_bytes_bf16_cuda(k) +
-           attention_forward_scratch_bytes_bf16_cuda(k->B, k->T, k->NH, k->NKV, k->HD);
+    return cuda_scratch_bytes(k) + matmul_act_scratch_bytes_bf16_cuda(k) +
+           attention_forward_act_scratch_bytes_bf16_cuda(k->B, k->T, k->NH, k->NKV, k->HD);
 }
 static void cuda_bf16_reserve_scratch(const OpCalls* k) {
     cuda_reserve_scratch(k);
-    matmul_reserve_scratch_bf16_cuda(k);
-    attention_reserve_forward_scratch_bf16_cuda(k->B, k->T, k->NH, k->NKV, k->HD);
+    matmul_act_reserve_scratch_bf16_cuda(k);
+    attention_reserve_forward_act_scratch_bf16_cuda(k->B, k->T, k->NH, k->NKV, k->HD);
 }
 
 static const Backend backend_cuda = {
@@ -232,25 +232,40 @@ static const Backend backend_cuda = {
     .attention_block_backward = attention_block_backward_cuda,
 };
 
-/* --precision bf16: the CUDA table with the dense products (cuBLASLt, bf16 operands, fp32
- * accumulation, the bias in the GEMM's epilogue) and attention (tensor cores, bf16 q, k, v, fp32
- * softmax statistics) swapped in, with the scratch they keep. Everything else, and the arena, is the fp32 table's: weights,
- * gradients, AdamW state and activations stay fp32. Made once, from the fp32 table. */
+/* --precision bf16 on CUDA, the twin of backend_cpu_bf16(): bf16 operand activations (ln1, qkv,
+ * atty, ln2, fch, fch_gelu, lnf) and a bf16 copy of the weights in the arena, each rounded once by
+ * the op that produces it; the dense products through cuBLASLt on those bf16 operands (fp32
+ * accumulation, the bias in the GEMM's epilogue), the attention on tensor cores reading bf16 qkv
+ * and writing bf16 o (fp32 softmax statistics and LSE). The memory ops and every fp32-only op
+ * (residual stream, LayerNorm backward, dropout, cross-entropy, AdamW) are the fp32 table's. Made
+ * once, from the fp32 table. */
 static const Backend* backend_cuda_bf16(void) {
     static Backend t;
     static int ready = 0;
     if (!ready) {
         t = backend_cuda;
         t.precision = "bf16";
+        t.act_dtype = DT_BF16;
+        t.round_to_act = round_to_bf16_cuda;
         t.scratch_bytes = cuda_bf16_scratch_bytes;
         t.reserve_scratch = cuda_bf16_reserve_scratch;
-        t.matmul_forward = cudabf16_matmul_forward;
-        t.matmul_backward = cudabf16_matmul_backward;
-        t.attention_forward = cudabf16_attention_forward;
-        t.attention_backward_scratch_floats = attention_backward_scratch_floats_bf16_cuda;
-        t.attention_backward = cudabf16_attention_backward;
-        /* no bf16 block attention yet: gpt_build_cp refuses context parallelism under bf16 */
+        t.layernorm_forward = layernorm_forward_bf16_cuda;
+        t.matmul_forward = matmul_forward_bf16_act_cuda;
+        t.matmul_backward = matmul_backward_bf16_act_cuda;
+        t.gelu_forward = gelu_forward_bf16_cuda;
+        t.gelu_backward = gelu_backward_bf16_cuda;
+        t.rope_forward = rope_forward_bf16_cuda;
+        t.attention_forward = attention_forward_bf16_act_cuda;
+        t.attention_backward_scratch_floats = attention_backward_act_scratch_floats_bf16_cuda;
+        t.attention_backward = attention_backward_bf16_act_cuda;
+        /* context parallelism's blocks read fp32 q, k, v: not under bf16 activations (yet), so
+         * gpt_build_cp refuses it */
+        t.encoder_forward_at = NULL;
+        t.residual_dropout_forward_at = NULL;
+        t.dropout_backward_at = NULL;
         t.attention_block_forward = NULL;
+        t.attention_merge = NULL;
+        t.copy_rows = NULL;
         t.attention_block_backward = NULL;
         ready = 1;
     }

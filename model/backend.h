@@ -5,7 +5,8 @@
  *
  * Under --precision bf16 a table may store the activations that are operands of products in
  * bf16 (act_dtype): the orchestrator carves them by the table's act_dtype and hands them on as
- * void*, never reading them (the CPU's bf16 table does; the CUDA one keeps them fp32).
+ * void*, never reading them. Both bf16 tables do (the CPU's and the CUDA one), with the weights'
+ * operand copy in bf16 too, made once per update through round_to_act.
  *
  * The orchestrator never asks which backend it holds, except for the host mirrors of the weights
  * and optimizer state (the CPU backend's memory is host memory, so its mirrors are the memory

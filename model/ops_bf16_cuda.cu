@@ -1,8 +1,11 @@
 /* model/ops_bf16_cuda.cu — the matmuls with bf16 operands through cuBLASLt (declared in
- * model/ops_bf16_cuda.h): twins of matmul_forward_cuda / matmul_backward_cuda with the operands of
- * every product rounded to bf16, fp32 sums, fp32 outputs.
+ * model/ops_bf16_cuda.h): the bf16 table's products on the operands as the activations store them
+ * (at the end of the file: matmul_forward_bf16_act_cuda, matmul_backward_bf16_act_cuda), and the
+ * fp32-interface twins of matmul_forward_cuda / matmul_backward_cuda with the operands of every
+ * product rounded to bf16 at each call, fp32 sums, fp32 outputs. Both share lt_gemm below: the
+ * cuBLASLt problem, its cached algorithm, its refusals.
  *
- * Each call:
+ * Each call of the fp32-interface twins:
  *   1. rounds its two GEMM operands to bf16 (round to nearest even, __float2bfloat16_rn) into a
  *      grow-only device scratch, padding every dimension with zeros to a multiple of LT_PAD = 8
  *      elements (16 bytes). The zeros add exact zero products, and they make every bf16 leading
@@ -58,6 +61,7 @@
 #include <string.h>
 #include "model/ops_bf16_cuda.h"
 #include "model/ops_cuda.h"   /* device_alloc_cuda, device_free_cuda, bias_backward_cuda */
+#include "cuda/act.h"
 
 #define LT_PAD 8                /* bf16 elements: 16 bytes */
 #define LT_ALIGN_CAP 16         /* alignment classes of the algorithm cache, in bytes */
@@ -158,6 +162,7 @@ typedef struct {
     int64_t lda, ldb, ldd;
     uint32_t epilogue;
     int beta_one;
+    int d_bf16;   /* D (and C) bf16, else fp32 */
     unsigned align_a, align_b, align_d, align_bias;
     int refused;   /* no algorithm, or cublasLtMatmul said NOT_SUPPORTED: the fp32 op computes it */
     cublasLtMatmulAlgo_t algo;
@@ -168,30 +173,34 @@ static int n_plans = 0;
 static int same_problem(const LtPlan* a, const LtPlan* b) {
     return a->transa == b->transa && a->transb == b->transb && a->m == b->m && a->n == b->n &&
            a->k == b->k && a->lda == b->lda && a->ldb == b->ldb && a->ldd == b->ldd &&
-           a->epilogue == b->epilogue && a->beta_one == b->beta_one && a->align_a == b->align_a &&
+           a->epilogue == b->epilogue && a->beta_one == b->beta_one && a->d_bf16 == b->d_bf16 &&
+           a->align_a == b->align_a &&
            a->align_b == b->align_b && a->align_d == b->align_d && a->align_bias == b->align_bias;
 }
 
 /* The one line a refused problem prints, when it is refused: the plan remembers the refusal, so
  * each problem says it once, not at every call. */
-static void lt_note_refusal(const LtPlan* p, const char* what, const char* why) {
+static void lt_note_refusal(const LtPlan* p, const char* what, const char* why, const char* instead) {
     fprintf(stderr, "seedgpt: note: %s for the bf16 %s GEMM (m %d n %d k %d, ld %lld %lld %lld, alignment A %u "
-            "B %u D %u bias %u bytes, %s epilogue, beta %d): this product runs in fp32 through cuBLAS "
-            "(the fp32 matmul's) from now on\n", why, what, p->m, p->n, p->k, (long long)p->lda,
-            (long long)p->ldb, (long long)p->ldd, p->align_a, p->align_b, p->align_d, p->align_bias,
-            p->epilogue == CUBLASLT_EPILOGUE_BIAS ? "bias" : "no", p->beta_one);
+            "B %u D %u bias %u bytes, %s epilogue, beta %d, D %s): this product runs %s from now on\n", why,
+            what, p->m, p->n, p->k, (long long)p->lda, (long long)p->ldb, (long long)p->ldd, p->align_a,
+            p->align_b, p->align_d, p->align_bias, p->epilogue == CUBLASLT_EPILOGUE_BIAS ? "bias" : "no",
+            p->beta_one, p->d_bf16 ? "bf16" : "fp32", instead);
 }
+#define LT_INSTEAD_FP32 "in fp32 through cuBLAS (the fp32 matmul's)"
+#define LT_INSTEAD_OWN "through seedgpt's own bf16 GEMM kernel (fp32 sums in ascending k)"
 
 /* D (m,n) column-major, ld ldd = op(A) (m,k) . op(B) (k,n) + beta D [+ bias (m)], A and B bf16
- * stored column-major (ld lda, ldb) before their transposes; beta is 0 or 1. Returns 1 when done,
+ * stored column-major (ld lda, ldb) before their transposes; beta is 0 or 1; D fp32, or bf16 when
+ * d_bf16 (the fp32 result rounded once, as cuBLASLt converts to D's type). Returns 1 when done,
  * 0 when cuBLASLt refuses the problem (no algorithm from the heuristic, or cublasLtMatmul returns
  * CUBLAS_STATUS_NOT_SUPPORTED, which launches nothing): D is then untouched and the caller
  * computes the product with the fp32 op. The real heuristic's choice depends on alignments and
  * shapes it does not document (C and OC odd make a 4-byte fp32 D), so a refusal is a slower
  * product, not the end of the run. Any other failure still ends the run with one line. */
-static int lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                   int k, const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
-                   float beta, float* D, int64_t ldd, const float* bias) {
+static int lt_gemm(const char* what, const char* instead, cublasOperation_t transa, cublasOperation_t transb,
+                   int m, int n, int k, const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
+                   float beta, void* D, int d_bf16, int64_t ldd, const float* bias) {
     cublasLtHandle_t h = lt();
     const float alpha = 1.0f;
     LtPlan want;
@@ -206,9 +215,10 @@ static int lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_t
     want.ldd = ldd;
     want.epilogue = bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     want.beta_one = beta != 0.0f;
+    want.d_bf16 = d_bf16;
     want.align_a = align_class(A, (size_t)lda * 2);
     want.align_b = align_class(B, (size_t)ldb * 2);
-    want.align_d = align_class(D, (size_t)ldd * 4);
+    want.align_d = align_class(D, (size_t)ldd * (d_bf16 ? 2 : 4));
     want.align_bias = bias != NULL ? align_class(bias, 0) : 0;
 
     LtPlan* plan = NULL;
@@ -236,7 +246,7 @@ static int lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_t
                                                transa == CUBLAS_OP_N ? k : m, lda));
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, transb == CUBLAS_OP_N ? k : n,
                                                transb == CUBLAS_OP_N ? n : k, ldb));
-    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
+    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, d_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldd));
 
     if (plan == NULL) {
         if (n_plans == LT_MAX_PLANS) {
@@ -277,7 +287,7 @@ static int lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_t
         SG_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
         if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
             want.refused = 1;
-            lt_note_refusal(&want, what, "cuBLASLt's heuristic has no algorithm");
+            lt_note_refusal(&want, what, "cuBLASLt's heuristic has no algorithm", instead);
         } else {
             SG_CUBLAS_CHECK(st);
             want.algo = result.algo;
@@ -290,7 +300,7 @@ static int lt_gemm(const char* what, cublasOperation_t transa, cublasOperation_t
                                            lt_workspace, SG_LT_WORKSPACE_BYTES, 0);
         if (st == CUBLAS_STATUS_NOT_SUPPORTED) {   /* nothing ran: D is as it was */
             plan->refused = 1;
-            lt_note_refusal(plan, what, "cublasLtMatmul returned CUBLAS_STATUS_NOT_SUPPORTED");
+            lt_note_refusal(plan, what, "cublasLtMatmul returned CUBLAS_STATUS_NOT_SUPPORTED", instead);
         } else {
             SG_CUBLAS_CHECK(st);
         }
@@ -319,7 +329,8 @@ void matmul_forward_bf16_cuda(float* out, const float* inp, const float* weight,
     __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OC, Cp);
     __nv_bfloat16* x16 = round_pad_bf16(base, ox, inp, N, C, N, Cp);
     /* out^T (OC,N) = weight (OC,Cp) . inp^T (Cp,N): weight is stored column-major as (Cp,OC) */
-    if (!lt_gemm("forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, Cp, w16, Cp, x16, Cp, 0.0f, out, OC, bias))
+    if (!lt_gemm("forward", LT_INSTEAD_FP32, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, Cp, w16, Cp, x16, Cp, 0.0f, out, 0,
+                 OC, bias))
         matmul_forward_cuda(out, inp, weight, bias, N, C, OC);   /* refused: the fp32 op */
 }
 
@@ -339,11 +350,13 @@ void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const 
      * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OCp) . dout^T */
     if (dinp != NULL) {
         __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OCp, Cp);
-        if (!lt_gemm("dinp", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OCp, w16, Cp, g16, OCp, 0.0f, dinp, C, NULL))
+        if (!lt_gemm("dinp", LT_INSTEAD_FP32, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OCp, w16, Cp, g16, OCp, 0.0f, dinp, 0,
+                     C, NULL))
             matmul_backward_dinp_cuda(dinp, dout, weight, N, C, OC);   /* refused: the fp32 op's */
     }
     /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T (C,Np) . dout */
-    if (!lt_gemm("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, Np, x16, Cp, g16, OCp, 1.0f, dweight, C, NULL))
+    if (!lt_gemm("dweight", LT_INSTEAD_FP32, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, Np, x16, Cp, g16, OCp, 1.0f, dweight,
+                 0, C, NULL))
         matmul_backward_dweight_cuda(dweight, dout, inp, N, C, OC);   /* refused: the fp32 op's */
     /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
     if (dbias != NULL) bias_backward_cuda(dbias, dout, N, OC);
@@ -369,4 +382,160 @@ size_t matmul_scratch_bytes_bf16_cuda(const OpCalls* k) {
 void matmul_reserve_scratch_bf16_cuda(const OpCalls* k) {
     (void)lt();   /* the handle and its workspace */
     (void)lt_scratch(matmul_scratch_bytes_bf16_cuda(k) - SG_LT_WORKSPACE_BYTES);
+}
+
+/* ---- the backend table's products: the bf16 operands as the activations store them ---------- */
+/* The bf16 table (model/backend.c) keeps its operand activations and the weights' operand copy in
+ * bf16, so these products read them where they lie: no rounding and no copy when C (the leading
+ * dimension of inp and weight, and the forward's k) is a multiple of LT_PAD, as the trainer's
+ * channel counts are; otherwise inp and weight are copied into the scratch with their rows padded
+ * to Cp with zeros (bf16 to bf16: no rounding). The backward's dout is fp32 and is rounded into
+ * the scratch (N, OCp) as the products take it, the one operand rounded here. The forward writes
+ * fp32 (a residual branch, the logits) or bf16 (qkv, fch: cuBLASLt converts the fp32 sum plus the
+ * bias to D's type, rounding once). dinp's k is OC and dweight's is N, unpadded: a padded k would
+ * read past the weight's rows or the activation's.
+ * A problem cuBLASLt refuses runs through gemm_bf16_own_kernel below: the same problem, the same
+ * operands, fp32 sums in ascending k; no scratch of its own. */
+
+/* C is a leading dimension cuBLASLt reads whole 16-byte pieces of (the operands are used as stored) */
+static int act_direct(int C) { return C > 0 && C % LT_PAD == 0; }
+
+/* dst (rows, cols_p) = src (rows, cols), zeros in columns cols .. cols_p - 1; bf16 bits copied */
+__global__ void pad_cols_bf16_kernel(uint16_t* dst, const uint16_t* src, int rows, int cols, int cols_p) {
+    size_t n = (size_t)rows * cols_p;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int r = (int)(i / (size_t)cols_p), c = (int)(i % (size_t)cols_p);
+        dst[i] = c < cols ? src[(size_t)r * cols + c] : (uint16_t)0;
+    }
+}
+
+static const __nv_bfloat16* pad_cols_bf16(void* base, size_t off, const void* src, int rows, int cols,
+                                          int cols_p) {
+    uint16_t* dst = (uint16_t*)((unsigned char*)base + off);
+    size_t n = (size_t)rows * cols_p;
+    if (n == 0) return (const __nv_bfloat16*)dst;
+    unsigned blocks = sg_ceil_div(n, EW_THREADS);
+    if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
+    SG_LAUNCH(pad_cols_bf16_kernel, blocks, EW_THREADS, 0, dst, (const uint16_t*)src, rows, cols, cols_p);
+    SG_CHECK_LAUNCH();
+    return (const __nv_bfloat16*)dst;
+}
+
+/* lt_gemm's problem without cuBLASLt: D (m,n) column-major = op(A) . op(B) [+ beta D] [+ bias],
+ * one thread an element, the k products (exact in fp32) summed in ascending k */
+__global__ void gemm_bf16_own_kernel(void* D, int d_bf16, int64_t ldd, int ta, const uint16_t* A, int64_t lda,
+                                     int tb, const uint16_t* B, int64_t ldb, int m, int n, int k, float beta,
+                                     const float* bias) {
+    size_t total = (size_t)m * n;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(e % (size_t)m), j = (int)(e / (size_t)m);
+        float acc = 0.0f;
+        for (int p = 0; p < k; p++) {
+            float x = act_load(A, ta ? (size_t)p + (size_t)i * lda : (size_t)i + (size_t)p * lda);
+            float y = act_load(B, tb ? (size_t)j + (size_t)p * ldb : (size_t)p + (size_t)j * ldb);
+            acc = acc + x * y;
+        }
+        size_t at = (size_t)i + (size_t)j * ldd;
+        float t = acc;
+        if (beta != 0.0f) t = t + beta * (d_bf16 ? act_load((const uint16_t*)D, at) : act_load((const float*)D, at));
+        if (bias != NULL) t = t + bias[i];
+        if (d_bf16) act_store((uint16_t*)D, at, t);
+        else act_store((float*)D, at, t);
+    }
+}
+
+static void lt_gemm_or_own(const char* what, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
+                           float beta, void* D, int d_bf16, int64_t ldd, const float* bias) {
+    if (lt_gemm(what, LT_INSTEAD_OWN, transa, transb, m, n, k, A, lda, B, ldb, beta, D, d_bf16, ldd, bias)) return;
+    size_t total = (size_t)m * n;
+    if (total == 0) return;
+    unsigned blocks = sg_ceil_div(total, EW_THREADS);
+    if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
+    SG_LAUNCH(gemm_bf16_own_kernel, blocks, EW_THREADS, 0, D, d_bf16, ldd, transa == CUBLAS_OP_T,
+              (const uint16_t*)A, lda, transb == CUBLAS_OP_T, (const uint16_t*)B, ldb, m, n, k, beta, bias);
+    SG_CHECK_LAUNCH();
+}
+
+/* the scratch's pieces (the ops below carve the same): the forward's padded weight and inp when C
+ * is not used as stored; the backward's rounded dout, then the padded inp and weight likewise */
+static void act_forward_carve(Carve* cv, int N, int C, int OC) {
+    if (act_direct(C)) return;
+    size_t Cp = pad_to((size_t)C, LT_PAD);
+    carve(cv, 0, sizeof(uint16_t) * (size_t)OC * Cp);
+    carve(cv, 1, sizeof(uint16_t) * (size_t)N * Cp);
+}
+static void act_backward_carve(Carve* cv, int N, int C, int OC, int dinp) {
+    size_t Cp = pad_to((size_t)C, LT_PAD), OCp = pad_to((size_t)OC, LT_PAD);
+    carve(cv, 0, sizeof(uint16_t) * (size_t)N * OCp);
+    if (act_direct(C)) return;
+    carve(cv, 1, sizeof(uint16_t) * (size_t)N * Cp);
+    carve(cv, 2, dinp ? sizeof(uint16_t) * (size_t)OC * Cp : 0);
+}
+
+void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
+                                  const float* bias, int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+    const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
+    const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
+    int K = C;
+    if (!act_direct(C)) {   /* C = 0 gives k = LT_PAD zeros: out = bias (or 0) */
+        K = (int)pad_to((size_t)C, LT_PAD);
+        Carve cv = {{0}, 0};
+        act_forward_carve(&cv, N, C, OC);
+        void* base = lt_scratch(cv.total);
+        w = pad_cols_bf16(base, cv.off[0], weight, OC, C, K);
+        x = pad_cols_bf16(base, cv.off[1], inp, N, C, K);
+    }
+    /* out^T (OC,N) = weight (OC,K) . inp^T (K,N): weight is stored column-major as (K,OC) */
+    lt_gemm_or_own("forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, K, w, K, x, K, 0.0f, out, out_dtype == DT_BF16,
+                   OC, bias);
+}
+
+void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const void* inp, const void* weight, int N, int C, int OC) {
+    if (N == 0 || C == 0 || OC == 0) return;
+    int OCp = (int)pad_to((size_t)OC, LT_PAD);
+    Carve cv = {{0}, 0};
+    act_backward_carve(&cv, N, C, OC, dinp != NULL);
+    void* base = lt_scratch(cv.total);
+    __nv_bfloat16* g16 = round_pad_bf16(base, cv.off[0], dout, N, OC, N, OCp);
+    const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
+    const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
+    int ldx = C;
+    if (!act_direct(C)) {
+        ldx = (int)pad_to((size_t)C, LT_PAD);
+        x = pad_cols_bf16(base, cv.off[1], inp, N, C, ldx);
+        if (dinp != NULL) w = pad_cols_bf16(base, cv.off[2], weight, OC, C, ldx);
+    }
+    /* in the forward, out = inp . weight^T + bias, so:
+     * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OC) . dout^T */
+    if (dinp != NULL)
+        lt_gemm_or_own("dinp", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, OCp, 0.0f, dinp, 0, C, NULL);
+    /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T (C,N) . dout */
+    lt_gemm_or_own("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, OCp, 1.0f, dweight, 0, C, NULL);
+    /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
+    if (dbias != NULL) bias_backward_cuda(dbias, dout, N, OC);
+}
+
+size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* k) {
+    size_t need = 0;
+    for (int i = 0; i < k->n_matmul; i++) {
+        const MatmulCall* c = &k->matmul[i];
+        if (c->N == 0 || c->OC == 0) continue;
+        Carve f = {{0}, 0}, b = {{0}, 0};
+        act_forward_carve(&f, c->N, c->C, c->OC);
+        if (f.total > need) need = f.total;
+        if (c->C == 0) continue;   /* the backward returns before its scratch */
+        act_backward_carve(&b, c->N, c->C, c->OC, c->dinp);
+        if (b.total > need) need = b.total;
+    }
+    return need + SG_LT_WORKSPACE_BYTES;
+}
+
+void matmul_act_reserve_scratch_bf16_cuda(const OpCalls* k) {
+    (void)lt();   /* the handle and its workspace */
+    (void)lt_scratch(matmul_act_scratch_bytes_bf16_cuda(k) - SG_LT_WORKSPACE_BYTES);
 }

@@ -1,5 +1,14 @@
-/* model/ops_bf16_cuda.h — the matmuls of model/ops.h with bf16 operands, through cuBLASLt
- * (model/ops_bf16_cuda.cu), for the trainer's bf16 precision. Drop-in twins of
+/* model/ops_bf16_cuda.h — the CUDA ops of --precision bf16.
+ *
+ * The backend table's ops (model/backend.c's CUDA bf16 table): the contracts of model/ops.h with
+ * the table's types (model/backend.h), the arguments typed void* bf16 bits in device memory, every
+ * other tensor fp32; the twins of the CPU bf16 table's (model/ops_bf16_cpu.h), rounding where they
+ * round: a bf16 output is rounded once, to nearest even, by the op that produces it. The
+ * element-wise ones live in model/ops_cuda.cu beside their fp32 kernels (one template each), the
+ * products in model/ops_bf16_cuda.cu, the attention in attention/flash_tc.h.
+ *
+ * Below them, the fp32-interface matmuls (fp32 tensors in memory, the operands rounded at each
+ * call), which the kernel benchmarks of dev/cuda and the tests call. Drop-in twins of
  * matmul_forward_cuda / matmul_backward_cuda (model/ops_cuda.h): the same signatures and the same
  * contracts (model/ops.h: what is written, what is accumulated, which pointers may be NULL), every
  * pointer device memory, every tensor fp32 in memory. What changes is the arithmetic of the
@@ -17,11 +26,38 @@
 #ifndef SEEDGPT_OPS_BF16_CUDA_H
 #define SEEDGPT_OPS_BF16_CUDA_H
 
-#include "model/backend.h"   /* OpCalls */
+#include <stddef.h>
+#include "model/backend.h"   /* OpCalls, DT_BF16 */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* dst (n) = src (n) rounded to bf16: the weights' operand copy, made once per update */
+void round_to_bf16_cuda(void* dst, const float* src, size_t n);
+/* layernorm_forward_cuda's arithmetic, each output rounded (mean, rstd fp32) */
+void layernorm_forward_bf16_cuda(void* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C);
+/* GELU of bf16 inputs, gelu_forward_cuda's arithmetic, the forward's output rounded */
+void gelu_forward_bf16_cuda(void* out, const void* inp, size_t n);
+void gelu_backward_bf16_cuda(float* dinp, const void* inp, const float* dout, size_t n);
+/* RoPE on bf16 q and k heads: each pair read, rotated in fp32, rounded again */
+void rope_forward_bf16_cuda(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                            int NKV, int HD, int layout, int pos0);
+/* out (N, OC) = inp (N, C) . weight (OC, C)^T + bias, inp and weight bf16 as stored, fp32 sums,
+ * the bias in the GEMM's epilogue; out in out_dtype: DT_FP32 (float*) or DT_BF16 (the sum plus
+ * the bias rounded once) */
+void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
+                                  const float* bias, int N, int C, int OC);
+/* dinp = bf16(dout) . weight (skipped if NULL) and dweight += bf16(dout)^T . inp, inp and weight
+ * bf16 as stored; dout stays fp32 in memory and is rounded into the products' scratch; dbias +=
+ * the column sums of the fp32 dout (bias_backward_cuda's, may be NULL) */
+void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const void* inp, const void* weight, int N, int C, int OC);
+/* The device memory those two keep (the padded operand copies they need, cuBLASLt's workspace)
+ * for a model's calls, and its allocation now. */
+size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* calls);
+void matmul_act_reserve_scratch_bf16_cuda(const OpCalls* calls);
 
 /* cuBLASLt's workspace, allocated once through device_alloc_cuda (counted in the peak) */
 #define SG_LT_WORKSPACE_BYTES ((size_t)32 << 20)

@@ -22,6 +22,8 @@
 #include <math.h>
 #include <string.h>
 #include "model/ops_cuda.h"
+#include "model/ops_bf16_cuda.h"
+#include "cuda/act.h"
 #include "model/adamw.h"
 #include "model/ops.h"   /* ROPE_NEOX, ROPE_GPTJ */
 
@@ -302,8 +304,10 @@ __global__ void column_sum_finish_kernel(float* dst, const float* partial, int n
 
 /* ---- layernorm ---------------------------------------------------------------------------- */
 
-/* one warp per row: mean, then the variance around it (two passes, as the CPU) */
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+/* one warp per row: mean, then the variance around it (two passes, as the CPU); out is an
+ * operand activation (cuda/act.h: fp32, or bf16 rounded once from the same fp32 value) */
+template <typename ActT>
+__global__ void layernorm_forward_kernel(ActT* out, float* mean, float* rstd, const float* inp,
                                          const float* weight, const float* bias, int N, int C) {
     int lane = threadIdx.x % 32;
     int n = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
@@ -317,8 +321,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
     for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
     v = warp_sum(v) / C;
     float r = 1.0f / sqrtf(v + eps);
-    float* o = out + (size_t)n * C;
-    for (int c = lane; c < C; c += 32) o[c] = (r * (x[c] - m)) * weight[c] + bias[c];
+    ActT* o = out + (size_t)n * C;
+    for (int c = lane; c < C; c += 32) act_store(o, c, (r * (x[c] - m)) * weight[c] + bias[c]);
     if (lane == 0) {
         mean[n] = m;
         rstd[n] = r;
@@ -328,8 +332,16 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
 void layernorm_forward_cuda(float* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int N, int C) {
     if (N == 0 || C == 0) return;
-    SG_LAUNCH(layernorm_forward_kernel, sg_ceil_div((size_t)N, LN_ROWS_PER_BLOCK),
+    SG_LAUNCH(layernorm_forward_kernel<float>, sg_ceil_div((size_t)N, LN_ROWS_PER_BLOCK),
               32 * LN_ROWS_PER_BLOCK, 0, out, mean, rstd, inp, weight, bias, N, C);
+    SG_CHECK_LAUNCH();
+}
+
+void layernorm_forward_bf16_cuda(void* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C) {
+    if (N == 0 || C == 0) return;
+    SG_LAUNCH(layernorm_forward_kernel<uint16_t>, sg_ceil_div((size_t)N, LN_ROWS_PER_BLOCK),
+              32 * LN_ROWS_PER_BLOCK, 0, (uint16_t*)out, mean, rstd, inp, weight, bias, N, C);
     SG_CHECK_LAUNCH();
 }
 
@@ -483,19 +495,23 @@ void bias_backward_cuda(float* dbias, const float* dout, int N, int OC) {
 /* the CPU's formula: tanh(u) = 1 - 2 / (1 + e^(2u)); saturates to +-1 at both ends */
 static __device__ inline float gelu_tanh(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+/* inp and out are operand activations (cuda/act.h): the fp32 arithmetic on the value read, the
+ * output rounded once under bf16 */
+template <typename ActT>
+__global__ void gelu_forward_kernel(ActT* out, const ActT* inp, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
+        float x = act_load(inp, i);
         float cube = 0.044715f * x * x * x;
-        out[i] = 0.5f * x * (1.0f + gelu_tanh(GELU_SCALING_FACTOR * (x + cube)));
+        act_store(out, i, 0.5f * x * (1.0f + gelu_tanh(GELU_SCALING_FACTOR * (x + cube))));
     }
 }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t n) {
+template <typename ActT>
+__global__ void gelu_backward_kernel(float* dinp, const ActT* inp, const float* dout, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
+        float x = act_load(inp, i);
         float cube = 0.044715f * x * x * x;
         float th = gelu_tanh(GELU_SCALING_FACTOR * (x + cube));
         float sech2 = 1.0f - th * th;
@@ -507,13 +523,41 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
 
 void gelu_forward_cuda(float* out, const float* inp, size_t n) {
     if (n == 0) return;
-    SG_LAUNCH(gelu_forward_kernel, ew_blocks(n), EW_THREADS, 0, out, inp, n);
+    SG_LAUNCH(gelu_forward_kernel<float>, ew_blocks(n), EW_THREADS, 0, out, inp, n);
     SG_CHECK_LAUNCH();
 }
 
 void gelu_backward_cuda(float* dinp, const float* inp, const float* dout, size_t n) {
     if (n == 0) return;
-    SG_LAUNCH(gelu_backward_kernel, ew_blocks(n), EW_THREADS, 0, dinp, inp, dout, n);
+    SG_LAUNCH(gelu_backward_kernel<float>, ew_blocks(n), EW_THREADS, 0, dinp, inp, dout, n);
+    SG_CHECK_LAUNCH();
+}
+
+void gelu_forward_bf16_cuda(void* out, const void* inp, size_t n) {
+    if (n == 0) return;
+    SG_LAUNCH(gelu_forward_kernel<uint16_t>, ew_blocks(n), EW_THREADS, 0, (uint16_t*)out,
+              (const uint16_t*)inp, n);
+    SG_CHECK_LAUNCH();
+}
+
+void gelu_backward_bf16_cuda(float* dinp, const void* inp, const float* dout, size_t n) {
+    if (n == 0) return;
+    SG_LAUNCH(gelu_backward_kernel<uint16_t>, ew_blocks(n), EW_THREADS, 0, dinp,
+              (const uint16_t*)inp, dout, n);
+    SG_CHECK_LAUNCH();
+}
+
+/* ---- the weights' bf16 operand copy --------------------------------------------------------- */
+
+__global__ void round_to_bf16_kernel(uint16_t* dst, const float* src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        act_store(dst, i, src[i]);
+}
+
+void round_to_bf16_cuda(void* dst, const float* src, size_t n) {
+    if (n == 0) return;
+    SG_LAUNCH(round_to_bf16_kernel, ew_blocks(n), EW_THREADS, 0, (uint16_t*)dst, src, n);
     SG_CHECK_LAUNCH();
 }
 
@@ -605,8 +649,10 @@ void copy_rows_cuda(float* dst, size_t dst_stride, const float* src, size_t src_
 /* ---- rotary position embedding ----------------------------------------------------------- */
 
 /* one thread per (row, q-or-k head, pair): the CPU's rope_rotate, pair for pair; sign = +1 the
- * forward, -1 the backward (the inverse rotation) */
-__global__ void rope_rotate_kernel(float* qkv, const float* cos, const float* sin, int T,
+ * forward, -1 the backward (the inverse rotation). qkv is an operand activation in the forward
+ * (cuda/act.h: under bf16 each rotated value is rounded again), the fp32 dqkv in the backward. */
+template <typename ActT>
+__global__ void rope_rotate_kernel(ActT* qkv, const float* cos, const float* sin, int T,
                                    int heads, int QKV, int HD, int layout, int pos0, float sign,
                                    size_t n) {
     int H2 = HD / 2;
@@ -616,23 +662,29 @@ __global__ void rope_rotate_kernel(float* qkv, const float* cos, const float* si
         int h = (int)((i / (size_t)H2) % (size_t)heads);
         size_t bt = i / ((size_t)H2 * heads);
         int t = (int)(bt % (size_t)T);
-        float* x = qkv + bt * (size_t)QKV + (size_t)h * HD;
+        ActT* x = qkv + bt * (size_t)QKV + (size_t)h * HD;
         int i0 = layout == ROPE_GPTJ ? 2 * d : d;
         int i1 = layout == ROPE_GPTJ ? 2 * d + 1 : d + H2;
         float c = cos[(size_t)(pos0 + t) * H2 + d], s = sign * sin[(size_t)(pos0 + t) * H2 + d];
-        float x0 = x[i0], x1 = x[i1];
-        x[i0] = x0 * c - x1 * s;
-        x[i1] = x0 * s + x1 * c;
+        float x0 = act_load(x, i0), x1 = act_load(x, i1);
+        act_store(x, i0, x0 * c - x1 * s);
+        act_store(x, i1, x0 * s + x1 * c);
     }
 }
 
-static void rope_rotate_cuda(float* qkv, const float* cos, const float* sin, int B, int T, int NH,
+template <typename ActT>
+static void rope_rotate_cuda(ActT* qkv, const float* cos, const float* sin, int B, int T, int NH,
                              int NKV, int HD, int layout, int pos0, float sign) {
     size_t n = (size_t)B * T * (NH + NKV) * (HD / 2);
     if (n == 0) return;
-    SG_LAUNCH(rope_rotate_kernel, ew_blocks(n), EW_THREADS, 0, qkv, cos, sin, T, NH + NKV,
+    SG_LAUNCH(rope_rotate_kernel<ActT>, ew_blocks(n), EW_THREADS, 0, qkv, cos, sin, T, NH + NKV,
               (NH + 2 * NKV) * HD, HD, layout, pos0, sign, n);
     SG_CHECK_LAUNCH();
+}
+
+void rope_forward_bf16_cuda(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                            int NKV, int HD, int layout, int pos0) {
+    rope_rotate_cuda((uint16_t*)qkv, cos, sin, B, T, NH, NKV, HD, layout, pos0, 1.0f);
 }
 
 void rope_forward_cuda(float* qkv, const float* cos, const float* sin, int B, int T, int NH,

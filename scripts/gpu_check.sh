@@ -10,7 +10,9 @@
 #   correctness: cuBLAS conventions; the device Philox draws; the tensor-core mma wrapper, bf16
 #     conversions, the tensor-core attention and the cuBLASLt bf16 GEMMs against float64 and the
 #     CPU; the trainer's parity (cpu, cuda fp32, cuda bf16: every loss within 1e-2) and bf16
-#     recompute layer == none; compute-sanitizer racecheck on a tiny attention; make test-cuda.
+#     recompute layer == none; bf16 memory (a small run in fp32 and bf16: device peaks and the
+#     layers' kept bytes, at most 0.55x in bf16); compute-sanitizer racecheck on a tiny attention;
+#     make test-cuda.
 #   benchmarks: GPT-2 124M B16 T1024 dropout 0.1 in bf16 beside torch.compile (bf16 autocast, the
 #     same dropout), attention fwd+bwd TFLOP/s beside torch's SDPA, then fp32, recompute layer,
 #     a small model, the other attention shapes, and dev/cuda's micro-benchmarks.
@@ -108,6 +110,7 @@ if [ $DRY = 1 ]; then
     SMALL=(--layers 2 --heads 2 --embd 64 --seq-len 64 --batch 2 --steps 4 --dropout 0.1); TOKS=$((2 * 64))
     ATT_B=1; ATT_C=128; ATT_T="128 256"; ATT_ITERS=1
     PARITY_SHAPE=(--embd 128 --seq-len 32 --batch 2 --steps 6)
+    MEM_SHAPE=(--layers 2 --heads 1 --embd 64 --seq-len 32 --batch 2 --steps 2); MEM_DESC="L2 C64 B2 T32"
 else
     TRAINER=./train_cuda
     TESTS=build/cuda/tests
@@ -120,6 +123,7 @@ else
     SMALL=(--layers 4 --heads 4 --embd 256 --seq-len 256 --batch 8 --steps 20 --dropout 0.1); TOKS=$((8 * 256))
     ATT_B=8; ATT_C=768; ATT_T="1024 4096"; ATT_ITERS=
     PARITY_SHAPE=(--embd 128 --seq-len 128 --batch 4 --steps 20)
+    MEM_SHAPE=(--layers 4 --heads 4 --embd 256 --seq-len 256 --batch 8 --steps 3); MEM_DESC="L4 C256 B8 T256"
 fi
 
 # ---- build
@@ -147,6 +151,7 @@ tbin "mma.sync bf16 wrapper" test_cuda_mma 60 "(the bound assumes an accumulatio
 tbin "bf16 conversions" test_cuda_bf16 60
 tbin "tensor-core attention vs CPU" test_cuda_flash_tc 120
 tbin "cuBLASLt bf16 GEMMs" test_cuda_lt 60
+tbin "bf16 storage ops vs CPU bf16" test_cuda_bf16_ops 60
 
 # the trainer's parity: the same run on the CPU, CUDA fp32 and CUDA bf16 (head dim 64)
 mkdir -p build/gpu_check
@@ -187,6 +192,39 @@ elif [ "$(plosses build/gpu_check/parity_bf16.jsonl | wc -l)" = "$NSTEPS" ] && \
     row "bf16 recompute layer == none" "ok: $NSTEPS losses identical"
 else
     row "bf16 recompute layer == none" "DIFFERS: $(diff <(plosses build/gpu_check/parity_bf16.jsonl) <(plosses build/gpu_check/parity_bf16_layer.jsonl) | head -2 | tr '\n' ' ')"
+fi
+
+# bf16 memory: the same small run in fp32 and in bf16 on the device; each run's counted device
+# peak (its last step row) and the layers' kept activation bytes of its plan (./train plan, which
+# test_cross_backend holds to the counted peak), and the bf16/fp32 ratios. bf16 stores the operand
+# activations in bf16: the layers' bytes must come to at most 0.55x; the peak also holds the
+# weights' bf16 copy and cuBLASLt's 32 MiB workspace, so at a small shape it may not shrink.
+declare -A MRC MPEAK MLAYER MPLAN
+for prec in fp32 bf16; do
+    log=build/gpu_check/memory_$prec.jsonl
+    rm -f "$log"
+    step "memory $prec" 60 $TRAINER --device cuda --precision "$prec" --train 'build/gpu_check/data/train_*.bin' \
+        "${MEM_SHAPE[@]}" --dropout 0.1 --eval-every 0 --log-every 0 --seed 11 --log-json "$log" > /dev/null
+    MRC[$prec]=$?
+    MPEAK[$prec]=$(grep '"type":"train"' "$log" 2>/dev/null | tail -1 | grep -o '"device_peak_bytes":[0-9]*' | cut -d: -f2)
+    pl=$($TRAINER plan --device cuda --precision "$prec" --train 'build/gpu_check/data/train_*.bin' "${MEM_SHAPE[@]}" \
+         --dropout 0.1 --eval-every 0 --format json 2>/dev/null | grep '"policy":"none"')
+    MLAYER[$prec]=$(echo "$pl" | grep -o '"layer_activation_bytes":[0-9]*' | cut -d: -f2)
+    MPLAN[$prec]=$(echo "$pl" | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
+done
+if [ "${MRC[fp32]}" -ne 0 ] || [ "${MRC[bf16]}" -ne 0 ] || [ -z "${MPEAK[fp32]}" ] || [ -z "${MPEAK[bf16]}" ] ||
+   [ -z "${MLAYER[fp32]}" ] || [ -z "${MLAYER[bf16]}" ]; then
+    row "bf16 memory ($MEM_DESC)" "FAILED: the fp32 run $(verdict "${MRC[fp32]}"), the bf16 run $(verdict "${MRC[bf16]}"); peaks '${MPEAK[fp32]}' '${MPEAK[bf16]}', layers '${MLAYER[fp32]}' '${MLAYER[bf16]}'"
+else
+    mrow=$(awk -v lf="${MLAYER[fp32]}" -v lb="${MLAYER[bf16]}" -v pf="${MPEAK[fp32]}" -v pb="${MPEAK[bf16]}" \
+        'BEGIN{printf "layers kept fp32 %d B, bf16 %d B: %.3fx; device peak fp32 %d B, bf16 %d B: %.3fx", lf, lb, lb/lf, pf, pb, pb/pf}')
+    same="planned peaks = counted"
+    [ "${MPLAN[fp32]}" = "${MPEAK[fp32]}" ] && [ "${MPLAN[bf16]}" = "${MPEAK[bf16]}" ] || same="planned peaks ${MPLAN[fp32]}, ${MPLAN[bf16]} B DIFFER from the counted"
+    if awk -v lf="${MLAYER[fp32]}" -v lb="${MLAYER[bf16]}" 'BEGIN{exit !(lb <= 0.55 * lf)}'; then
+        row "bf16 memory ($MEM_DESC)" "ok: $mrow; $same"
+    else
+        row "bf16 memory ($MEM_DESC)" "FAILED (layers above 0.55x): $mrow; $same"
+    fi
 fi
 
 # racecheck on a tiny attention case

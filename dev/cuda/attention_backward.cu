@@ -10,10 +10,11 @@
  *   2. attention_backward_tc_cuda (attention/flash_tc.cu): q, k, v as bf16 bits, the five products
  *      (S, dP, dV, dQ, dK) on the tensor cores (mma.sync m16n8k16, fp32 accumulators), P and dS
  *      rounded to bf16 between them. HD 16, 32, 64 or 128.
- *   3. attention_backward_bf16_cuda (attention/flash_tc.h), what `--precision bf16` runs: fp32
+ *   3. attention_backward_bf16_cuda (attention/flash_tc.h), the fp32-interface wrapper: fp32
  *      qkv in, rounded to bf16 into the scratch (a kernel per call), then variant 2 (or variant 1
- *      on the rounded values for a head dim the tensor cores do not take). The difference of 3 and
- *      2 is the price of the rounding copy per call.
+ *      on the rounded values for a head dim the tensor cores do not take). `--precision bf16`
+ *      stores qkv in bf16 and runs variant 2 on it directly, so the difference of 3 and 2 is the
+ *      rounding copy that storage saves per call.
  * The reference is attention/flash_cpu.c's attention_backward, from the CPU forward's out and lse
  * (given to the variant too, so only the backward is measured), with the same keep bits:
  *   1. on the fp32 inputs: max |dqkv - ref| / max |ref| <= 1e-5;

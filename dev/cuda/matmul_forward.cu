@@ -18,12 +18,11 @@
  *   4. the same SGEMM with CUBLAS_TF32_TENSOR_OP_MATH: the inputs rounded to TF32 (10-bit
  *      mantissa) and multiplied on the tensor cores, accumulated in fp32. Faster, and no longer
  *      within fp32 tolerance of the CPU, which is why the trainer does not use it (model/ops_cuda.cu).
- *   5. the bf16 trainer's call, matmul_forward_bf16_cuda of model/ops_bf16_cuda.cu (linked): both
- *      operands rounded to bf16 (to nearest even) into zero-padded copies, one cuBLASLt GEMM on
- *      the tensor cores with fp32 accumulation and output, the fp32 bias added in its epilogue.
- *      The time includes the two rounding copies, as every call of the trainer pays them. (A
- *      variant of the GEMM alone on operands already in bf16 would need cuBLASLt set up here the
- *      way ops_bf16_cuda.cu does it, a copy of its internals; the public API has no such entry.)
+ *   5. matmul_forward_bf16_cuda of model/ops_bf16_cuda.cu (linked), the fp32-interface bf16
+ *      product: both operands rounded to bf16 (to nearest even) into zero-padded copies, one
+ *      cuBLASLt GEMM on the tensor cores with fp32 accumulation and output, the fp32 bias added in
+ *      its epilogue. The time includes the two rounding copies. (The trainer's bf16 table stores
+ *      its operands in bf16 and calls matmul_forward_bf16_act_cuda, the same GEMM without them.)
  * Validation against a float64 reference, elementwise, with the standard bound for a dot product
  * of length C plus the bias: |out - ref| <= tol (sum_k |inp_k weight_k| + |bias|), tol = (C + 2)
  * 2^-24 for fp32 and 2^-9 + (C + 2) 2^-24 for TF32 (each of the two inputs rounded by up to

@@ -37,6 +37,12 @@
  * backward (the kernel given the twin's o and LSE): ||dqkv_tc - dqkv_twin|| / ||dqkv|| at most
  * TWIN_BWD_REL, an order below one bf16 rounding of P (2^-9): a twin that left out a rounding
  * (P, dO, m p scale or ds) differs by about that much and fails.
+ * The bf16 table's entries (attention_forward_bf16_act_cuda, attention_backward_bf16_act_cuda: qkv
+ * and o stored in bf16): the forward's o is the kernel's rounded once, bit for bit (so the same
+ * keep bits and LSE), and within the twin bound above of the twin's stored o; the backward on the
+ * twin's bf16 o is the kernel on the same values, bit for bit, and within TWIN_BWD_REL of the
+ * twin's. At head dim 24 (no tensor cores) they are the fp32 kernels on the widened values, bit
+ * for bit, their reserved scratch not growing.
  * A T whose tiles of 64 do not fit the grid's 65535 blocks in y (T > 4194240) is refused with one
  * line and a non-zero exit, by the kernels' entry points and by the wrappers (child processes).
  * Builds two ways: nvcc (make test-cuda) and C++ against the emulation (make test-cuda-emu).
@@ -73,6 +79,10 @@
 extern "C"
 #endif
 size_t device_peak_bytes_cuda(void);
+#ifdef __cplusplus
+extern "C"
+#endif
+size_t device_live_bytes_cuda(void);
 
 #define LSE_TOL 1e-5
 #define O_TOL_FACTOR (0x1p-8 + 0x1p-11)
@@ -666,9 +676,132 @@ static void run_twin(const Shape* s, double p, uint64_t data_seed) {
     expect(ge <= TWIN_BWD_REL, name, "%s: ||dqkv_tc - dqkv_twin|| / ||dqkv|| = %.2e (bound 2^-13 = %.2e)",
            shape, ge, TWIN_BWD_REL);
 
+    /* The bf16 table's entries (qkv read where it lies, o stored in bf16): the forward is the
+     * kernel above with its output rounded once (the same keep bits, the same LSE, bit for bit),
+     * so against the twin it stands as the kernel does; the backward given the twin's bf16 o is the
+     * kernel given the same o as fp32 values, bit for bit. */
+    uint16_t *d_o16, *o16_act = (uint16_t*)malloc(n_out * sizeof(uint16_t));
+    float *l_act = (float*)malloc(n_lse * sizeof(float)), *g_act = (float*)malloc(n_qkv * sizeof(float));
+    SG_CHECK(cudaMalloc((void**)&d_o16, n_out * sizeof(uint16_t)));
+    SG_CHECK(cudaMemset(d_o16, 0xff, n_out * sizeof(uint16_t)));   /* NaN: unwritten fails */
+    SG_CHECK(cudaMemset(d_lse, 0xff, n_lse * sizeof(float)));
+    attention_forward_bf16_act_cuda(d_o16, d_lse, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    SG_CHECK(cudaMemcpy(o16_act, d_o16, n_out * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemcpy(l_act, d_lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+    size_t rounded_differ = 0, act_flips = 0, act_far = 0;
+    for (size_t e = 0; e < n_out; e++) {
+        const uint16_t a = o16_act[e], b = o16[e];
+        rounded_differ += a != sg_bf16_from_float(o_tc[e]);
+        if (a == b) continue;
+        act_flips++;
+        const int d = (int)(a & 0x7fff) - (int)(b & 0x7fff);
+        if ((a ^ b) & 0x8000 ? (a & 0x7fff) + (b & 0x7fff) > 1 : (d > 1 || d < -1)) act_far++;
+    }
+    const size_t lse_differ = bits_differ(l_act, l_tc, n_lse);
+    snprintf(name, sizeof(name), "flash_bf16_act_forward_is_the_tc_kernel_rounded_once_hd%d_p%g", HD, p);
+    expect(rounded_differ == 0 && lse_differ == 0, name, "%s: %zu of %zu bf16 outputs differ from the fp32-output "
+           "kernel's rounded, %zu of %zu LSEs differ", shape, rounded_differ, n_out, lse_differ, n_lse);
+    snprintf(name, sizeof(name), "flash_bf16_act_forward_matches_cpu_twin_hd%d_p%g", HD, p);
+    expect(act_far == 0 && act_flips <= TWIN_FLIPS * n_out, name, "%s: the stored bf16 o differs from the twin's "
+           "in %zu of %zu elements (at most %.0f%%), %zu by more than one bf16 step", shape, act_flips, n_out,
+           100 * TWIN_FLIPS, act_far);
+    SG_CHECK(cudaMemcpy(d_o16, o16, n_out * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_lse, l_cpu, n_lse * sizeof(float), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));
+    attention_backward_bf16_act_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_o16, d_lse, B, T, NH, NKV, HD, s->g0,
+                                     SEED, drop);
+    SG_CHECK(cudaMemcpy(g_act, d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+    const size_t gd = bits_differ(g_act, g_tc, n_qkv);
+    const double gae = rel_err_ff(g_act, g_cpu, n_qkv);
+    snprintf(name, sizeof(name), "flash_bf16_act_backward_is_the_tc_kernel_on_the_bf16_o_hd%d_p%g", HD, p);
+    expect(gd == 0, name, "%s: %zu of %zu elements of dqkv differ in any bit", shape, gd, n_qkv);
+    snprintf(name, sizeof(name), "flash_bf16_act_backward_matches_cpu_twin_hd%d_p%g", HD, p);
+    expect(gae <= TWIN_BWD_REL, name, "%s: ||dqkv - dqkv_twin|| / ||dqkv|| = %.2e (bound 2^-13 = %.2e)", shape, gae,
+           TWIN_BWD_REL);
+    SG_CHECK(cudaFree(d_o16));
+    free(o16_act); free(l_act); free(g_act);
+
     SG_CHECK(cudaFree(d_qkv)); SG_CHECK(cudaFree(d_out)); SG_CHECK(cudaFree(d_dout));
     SG_CHECK(cudaFree(d_lse)); SG_CHECK(cudaFree(d_dqkv)); SG_CHECK(cudaFree(d_scratch));
     free(bits); free(dout); free(o16); free(o_tc); free(o_vals); free(l_tc); free(l_cpu); free(g_tc); free(g_cpu);
+}
+
+/* The bf16 table's entries at a head dim the tensor cores do not take (24): the fp32 kernels on
+ * the stored bf16 values widened, the forward's o rounded into the bf16 output. Bit for bit
+ * attention_forward_cuda / attention_backward_cuda on the widened values, the forward's scratch
+ * reserved beforehand (nothing grows), and the output within the wrappers' forward tolerance of
+ * the CPU twin's in norm (the fp32 kernels do not round P: about 2^-9 of o). */
+static void run_act_fallback(const Shape* s, double p, uint64_t data_seed) {
+    test_rng_state = data_seed;
+    const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, n_qkv = (size_t)B * T * QKV;
+    const size_t n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
+    const Dropout drop = dropout_make(p);
+    uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
+    float* vals = (float*)malloc(n_qkv * sizeof(float));
+    for (size_t e = 0; e < n_qkv; e++) {
+        bits[e] = sg_bf16_from_float((float)(4.0 * test_uniform() - 2.0));
+        vals[e] = sg_bf16_to_float(bits[e]);
+    }
+    float* dout = (float*)malloc(n_out * sizeof(float));
+    for (size_t e = 0; e < n_out; e++) dout[e] = (float)(2.0 * test_uniform() - 1.0);
+    uint16_t *o16 = (uint16_t*)malloc(n_out * 2), *o_twin = (uint16_t*)malloc(n_out * 2);
+    float *o32 = (float*)malloc(n_out * 4), *o16v = (float*)malloc(n_out * 4), *otv = (float*)malloc(n_out * 4);
+    float *l16 = (float*)malloc(n_lse * 4), *l32 = (float*)malloc(n_lse * 4), *lt = (float*)malloc(n_lse * 4);
+    float *g16 = (float*)malloc(n_qkv * 4), *g32 = (float*)malloc(n_qkv * 4);
+    uint16_t *d_bits, *d_o16;
+    float *d_vals, *d_o32, *d_lse, *d_dout, *d_dqkv, *d_scratch;
+    const size_t n_scratch = attention_backward_act_scratch_floats_bf16_cuda(B, T, NH, NKV, HD, 1);
+    SG_CHECK(cudaMalloc((void**)&d_bits, n_qkv * 2));
+    SG_CHECK(cudaMalloc((void**)&d_o16, n_out * 2));
+    SG_CHECK(cudaMalloc((void**)&d_vals, n_qkv * 4));
+    SG_CHECK(cudaMalloc((void**)&d_o32, n_out * 4));
+    SG_CHECK(cudaMalloc((void**)&d_lse, n_lse * 4));
+    SG_CHECK(cudaMalloc((void**)&d_dout, n_out * 4));
+    SG_CHECK(cudaMalloc((void**)&d_dqkv, n_qkv * 4));
+    SG_CHECK(cudaMalloc((void**)&d_scratch, n_scratch * 4));
+    SG_CHECK(cudaMemcpy(d_bits, bits, n_qkv * 2, cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_vals, vals, n_qkv * 4, cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_dout, dout, n_out * 4, cudaMemcpyHostToDevice));
+    char name[160], shape[96];
+    snprintf(shape, sizeof(shape), "B %d T %d NH %d NKV %d HD %d p %g", B, T, NH, NKV, HD, p);
+
+    attention_reserve_forward_act_scratch_bf16_cuda(B, T, NH, NKV, HD);
+    const size_t live0 = device_live_bytes_cuda();
+    attention_forward_bf16_act_cuda(d_o16, d_lse, d_bits, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    const size_t grown = device_live_bytes_cuda() - live0;
+    SG_CHECK(cudaMemcpy(o16, d_o16, n_out * 2, cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemcpy(l16, d_lse, n_lse * 4, cudaMemcpyDeviceToHost));
+    attention_forward_cuda(d_o32, d_lse, d_vals, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    SG_CHECK(cudaMemcpy(o32, d_o32, n_out * 4, cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemcpy(l32, d_lse, n_lse * 4, cudaMemcpyDeviceToHost));
+    size_t od = 0;
+    for (size_t e = 0; e < n_out; e++) od += o16[e] != sg_bf16_from_float(o32[e]);
+    snprintf(name, sizeof(name), "flash_bf16_act_fallback_forward_is_the_fp32_kernel_rounded_hd%d", HD);
+    expect(od == 0 && bits_differ(l16, l32, n_lse) == 0 && grown == 0, name, "%s: %zu of %zu outputs, %zu LSEs "
+           "differ; device memory grew by %zu B past the reserved scratch", shape, od, n_out,
+           bits_differ(l16, l32, n_lse), grown);
+    attention_forward_bf16(o_twin, lt, bits, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    for (size_t e = 0; e < n_out; e++) { o16v[e] = sg_bf16_to_float(o16[e]); otv[e] = sg_bf16_to_float(o_twin[e]); }
+    const double oe = rel_err_ff(o16v, otv, n_out);
+    snprintf(name, sizeof(name), "flash_bf16_act_fallback_forward_near_cpu_twin_hd%d", HD);
+    expect(oe <= 0x1p-7, name, "%s: ||o - o_twin|| / ||o|| %.2e (<= 2^-7: P unrounded against rounded)", shape, oe);
+
+    /* the backward on the stored o: the fp32 kernel on the widened o and qkv */
+    SG_CHECK(cudaMemcpy(d_lse, l16, n_lse * 4, cudaMemcpyHostToDevice));
+    attention_backward_bf16_act_cuda(d_dqkv, d_scratch, d_dout, d_bits, d_o16, d_lse, B, T, NH, NKV, HD, s->g0, SEED,
+                                     drop);
+    SG_CHECK(cudaMemcpy(g16, d_dqkv, n_qkv * 4, cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemcpy(d_o32, o16v, n_out * 4, cudaMemcpyHostToDevice));
+    attention_backward_cuda(d_dqkv, d_scratch, d_dout, d_vals, d_o32, d_lse, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    SG_CHECK(cudaMemcpy(g32, d_dqkv, n_qkv * 4, cudaMemcpyDeviceToHost));
+    snprintf(name, sizeof(name), "flash_bf16_act_fallback_backward_is_the_fp32_kernel_on_bf16_values_hd%d", HD);
+    expect(bits_differ(g16, g32, n_qkv) == 0, name, "%s: %zu of %zu elements of dqkv differ", shape,
+           bits_differ(g16, g32, n_qkv), n_qkv);
+    SG_CHECK(cudaFree(d_bits)); SG_CHECK(cudaFree(d_o16)); SG_CHECK(cudaFree(d_vals)); SG_CHECK(cudaFree(d_o32));
+    SG_CHECK(cudaFree(d_lse)); SG_CHECK(cudaFree(d_dout)); SG_CHECK(cudaFree(d_dqkv)); SG_CHECK(cudaFree(d_scratch));
+    free(bits); free(vals); free(dout); free(o16); free(o_twin); free(o32); free(o16v); free(otv); free(l16);
+    free(l32); free(lt); free(g16); free(g32);
 }
 
 static int refuse_T_child(const char* which) {
@@ -682,6 +815,10 @@ static int refuse_T_child(const char* which) {
         attention_forward_bf16_cuda(NULL, NULL, NULL, 1, T, 2, 1, 64, 0, 1, drop);
     else if (!strcmp(which, "backward_bf16"))
         attention_backward_bf16_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, T, 2, 1, 64, 0, 1, drop);
+    else if (!strcmp(which, "forward_bf16_act"))
+        attention_forward_bf16_act_cuda(NULL, NULL, NULL, 1, T, 2, 1, 64, 0, 1, drop);
+    else if (!strcmp(which, "backward_bf16_act"))
+        attention_backward_bf16_act_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, T, 2, 1, 64, 0, 1, drop);
     return 0;
 }
 
@@ -697,6 +834,8 @@ int main(int argc, char** argv) {
     test_refuses_T("backward_tc");
     test_refuses_T("forward_bf16");
     test_refuses_T("backward_bf16");
+    test_refuses_T("forward_bf16_act");
+    test_refuses_T("backward_bf16_act");
 
     const Shape shapes[] = {
         {1, 133, 4, 2, 64, 7},    /* GPT-2's head size, two query heads per kv head, odd T, g0 != 0 */
@@ -722,5 +861,7 @@ int main(int argc, char** argv) {
     const Shape twin[] = {{2, 70, 4, 2, 16, 5}, {1, 67, 2, 2, 64, 3}};
     run_twin(&twin[0], 0.2, 0x7e1a0001ull);
     run_twin(&twin[1], 0.0, 0x7e1a0002ull);
+    const Shape act_fallback = {1, 37, 2, 1, 24, 2};
+    run_act_fallback(&act_fallback, 0.1, 0x7e1a0003ull);
     return test_finish();
 }

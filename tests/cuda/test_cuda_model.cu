@@ -14,7 +14,12 @@
  *      with the same masks, while the CPU step with other dropout seeds is clearly further off
  *      (so the comparison does see a wrong mask); recompute policies bitwise equal to `none` and
  *      the fresh-seed control caught, as in fp32. Head dim 64 (the tensor-core attention) and 16
- *      (attention on bf16-rounded operands in the fp32 kernel).
+ *      (attention on bf16-rounded operands in the fp32 kernel);
+ *   5. bf16 storage (the bf16 table keeps ln1, qkv, atty, ln2, fch, fch_gelu, lnf in bf16): three
+ *      AdamW steps against the CPU's bf16 table with dropout at distinct rates per site, losses
+ *      and gradients close while other masks are far; every recompute policy bitwise equal to
+ *      `none` with the model options too (RoPE, parallel block, drop-path); the layers' kept
+ *      bytes at most 0.55x fp32's, and the plan the counted build.
  * It builds two ways (tests/cuda/): with nvcc for a GPU (make test-cuda) and as C++ against the
  * emulation (make test-cuda-emu), where it is kept small.
  */
@@ -291,6 +296,109 @@ static void test_bf16_step_matches_cpu(const Case* k, const char* name) {
     gpt_free(&cpu); gpt_free(&dev); gpt_free(&other);
 }
 
+/* CUDA bf16 against the CPU bf16 table: both store the same activations in bf16, rounded by the
+ * same producers, and sum every product in fp32, in other orders. An fp32 sum's last bits then
+ * decide a bf16 rounding now and then (one bf16 step, 2^-8 of the value, in a small fraction of
+ * the elements), so the two runs stay within a few 1e-4 of each other where a different mask
+ * moves them by the dropout's own size. Dropout at distinct rates per site (embedding 0.05,
+ * attention 0.15, residual 0.25): a site's keep bits drawn under another site's rate would show.
+ * Three AdamW steps: the losses at every step within BF16_TWIN_LOSS_TOL, the first step's
+ * gradient tensors within BF16_TWIN_GRAD_TOL, and the CPU run with other seeds well outside. */
+#define BF16_TWIN_LOSS_TOL 1e-3
+#define BF16_TWIN_GRAD_TOL 1e-2
+static GPT build_rates(const Case* k, const Backend* be, uint64_t seed) {
+    GPT m;
+    char err[256];
+    RecomputePolicy p = {0, 0, CHECK_OFF, 0};
+    if (gpt_build_on(&m, &k->c, k->B, k->T, &p, be, err) != 0) {
+        fprintf(stderr, "test_cuda_model: build: %s\n", err);
+        exit(1);
+    }
+    gpt_init_weights(&m, 1234);
+    gpt_set_dropout(&m, seed, 0.05, 0.15, 0.25);
+    gpt_set_drop_path(&m, k->drop_path);
+    return m;
+}
+static void test_bf16_matches_cpu_bf16(const Case* k, const char* name) {
+    const Backend* cuda = backend_lookup("cuda", "bf16");
+    const Backend* cpu_be = backend_lookup("cpu", "bf16");
+    GPT dev = build_rates(k, cuda, 99), cpu = build_rates(k, cpu_be, 99), other = build_rates(k, cpu_be, 100);
+    double worst_loss = 0, worst_grad = 0, other_grad = 0;
+    const char *which = "-", *which_o = "-";
+    float ld[3], lc[3];
+    for (int t = 1; t <= 3; t++) {
+        ld[t - 1] = step(&dev, k, NULL);
+        lc[t - 1] = step(&cpu, k, NULL);
+        double le = fabs((double)ld[t - 1] - lc[t - 1]) / fabs((double)lc[t - 1]);
+        if (le > worst_loss) worst_loss = le;
+        if (t == 1) {
+            step(&other, k, NULL);
+            float *gd = grads_host(&dev), *gc = grads_host(&cpu), *go = grads_host(&other);
+            worst_grad = worst_tensor_err(&cpu, gd, gc, &which);
+            other_grad = worst_tensor_err(&cpu, go, gc, &which_o);
+            free(gd); free(gc); free(go);
+        }
+        gpt_clip_grads(&dev, 1.0f);
+        gpt_clip_grads(&cpu, 1.0f);
+        gpt_adamw(&dev, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        gpt_adamw(&cpu, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    char tname[128];
+    snprintf(tname, sizeof(tname), "%s_cuda_bf16_steps_match_cpu_bf16", name);
+    expect(worst_loss <= BF16_TWIN_LOSS_TOL && worst_grad <= BF16_TWIN_GRAD_TOL, tname,
+           "losses (cuda, cpu) %.6f %.6f, %.6f %.6f, %.6f %.6f: worst rel %.2e (<= %.0e); step 1's worst "
+           "gradient tensor %s rel err %.2e (<= %.0e)", ld[0], lc[0], ld[1], lc[1], ld[2], lc[2], worst_loss,
+           BF16_TWIN_LOSS_TOL, which, worst_grad, BF16_TWIN_GRAD_TOL);
+    snprintf(tname, sizeof(tname), "%s_cuda_bf16_twin_tolerance_sees_other_masks", name);
+    expect(other_grad > 3 * BF16_TWIN_GRAD_TOL, tname, "the CPU bf16 step with other dropout seeds: worst gradient "
+           "tensor %s rel err %.2e (> %.0e)", which_o, other_grad, 3 * BF16_TWIN_GRAD_TOL);
+    gpt_free(&dev); gpt_free(&cpu); gpt_free(&other);
+}
+
+/* The memory bf16 storage saves on CUDA: the layers' kept activations of the counted build (the
+ * arena's layout, gpt_memory) in bf16 at most 0.55 of fp32's (per position a layer keeps 15C + NH
+ * + 4 floats in fp32, 14C bf16 + (C + NH + 4) floats in bf16: about 0.53), the device arena
+ * counted by the backend's allocator smaller by at least that saving less the weights' bf16 copy,
+ * and the plan's figures the counted ones. */
+static void test_bf16_layer_memory(const Case* k, const char* name) {
+    size_t layer[2], arena[2], planned_layer[2], planned_arena[2], wop = 0;
+    const char* prec[2] = {"fp32", "bf16"};
+    for (int i = 0; i < 2; i++) {
+        const Backend* be = backend_lookup("cuda", prec[i]);
+        RecomputePolicy p = {0, 0, CHECK_OFF, 0};
+        GPTPlan plan;
+        char err[256];
+        if (gpt_plan(&k->c, k->B, k->T, &p, be, omp_get_max_threads(), &plan, err) != 0) {
+            fprintf(stderr, "test_cuda_model: plan: %s\n", err);
+            exit(1);
+        }
+        size_t d0 = device_live_bytes_cuda();
+        GPT m;
+        if (gpt_build_on(&m, &k->c, k->B, k->T, &p, be, err) != 0) {
+            fprintf(stderr, "test_cuda_model: build: %s\n", err);
+            exit(1);
+        }
+        GPTMemory mem = gpt_memory(&m);
+        layer[i] = mem.layer_acts;
+        if (i == 1) wop = mem.weights_op;
+        size_t d1 = device_live_bytes_cuda();
+        gpt_free(&m);
+        arena[i] = d1 - device_live_bytes_cuda();   /* what gpt_free gives back: the arena */
+        (void)d0;
+        planned_layer[i] = plan.layer_acts;
+        planned_arena[i] = plan.arena;
+    }
+    double ratio = (double)layer[1] / (double)layer[0];
+    char tname[128];
+    snprintf(tname, sizeof(tname), "%s_cuda_bf16_keeps_at_most_0.55x_the_layer_bytes", name);
+    expect(ratio <= 0.55 && arena[1] + (layer[0] - layer[1]) <= arena[0] + wop &&
+           planned_layer[0] == layer[0] && planned_layer[1] == layer[1] && planned_arena[0] == arena[0] &&
+           planned_arena[1] == arena[1], tname,
+           "layers' kept activations %zu B (fp32) -> %zu B (bf16): %.3fx; device arena %zu -> %zu B (bf16 weights "
+           "%zu B); planned layers %zu, %zu B, arena %zu, %zu B", layer[0], layer[1], ratio, arena[0], arena[1], wop,
+           planned_layer[0], planned_layer[1], planned_arena[0], planned_arena[1]);
+}
+
 /* The classifier in chunks on a CUDA backend: chunks of 1 and 7 rows, the gradient in the forward
  * (gpt_set_loss_scale) or in the backward, against one chunk (the whole logits): the loss and
  * every gradient tensor within 1e-6 relative. */
@@ -415,5 +523,12 @@ int main(void) {
     test_bf16_step_matches_cpu(&tc, "hd64");
     test_bf16_step_matches_cpu(&mha, "hd16");
     test_policies_on(bf16, &tc, "hd64_bf16");
+    /* bf16 storage against the CPU's bf16 table; the model options under bf16 (RoPE on bf16 q and
+     * k, the parallel block, drop-path; head dim 8: the attention's fp32 fallback on bf16 values) */
+    test_plan_equals_counted(bf16, &tc, "hd64");
+    test_bf16_layer_memory(&tc, "hd64");
+    test_bf16_matches_cpu_bf16(&tc, "hd64");
+    test_bf16_matches_cpu_bf16(&opts, "opts");
+    test_policies_on(bf16, &opts, "opts_bf16");
     return test_finish();
 }
