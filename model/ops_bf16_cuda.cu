@@ -364,19 +364,27 @@ void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const 
 
 /* ---- the scratch a model's calls need --------------------------------------------------------- */
 
-size_t matmul_scratch_bytes_bf16_cuda(const OpCalls* k) {
+/* The largest scratch any of a model's products carves (forward and backward, by the carve
+ * functions of one interface), plus cuBLASLt's workspace. */
+typedef void (*ForwardCarve)(Carve* cv, int N, int C, int OC);
+typedef void (*BackwardCarve)(Carve* cv, int N, int C, int OC, int dinp);
+static size_t products_scratch_bytes(const OpCalls* k, ForwardCarve fwd, BackwardCarve bwd) {
     size_t need = 0;
     for (int i = 0; i < k->n_matmul; i++) {
         const MatmulCall* c = &k->matmul[i];
         if (c->N == 0 || c->OC == 0) continue;
         Carve f = {{0}, 0}, b = {{0}, 0};
-        forward_carve(&f, c->N, c->C, c->OC);
+        fwd(&f, c->N, c->C, c->OC);
         if (f.total > need) need = f.total;
         if (c->C == 0) continue;   /* the backward returns before its scratch */
-        backward_carve(&b, c->N, c->C, c->OC, c->dinp);
+        bwd(&b, c->N, c->C, c->OC, c->dinp);
         if (b.total > need) need = b.total;
     }
     return need + SG_LT_WORKSPACE_BYTES;
+}
+
+size_t matmul_scratch_bytes_bf16_cuda(const OpCalls* k) {
+    return products_scratch_bytes(k, forward_carve, backward_carve);
 }
 
 void matmul_reserve_scratch_bf16_cuda(const OpCalls* k) {
@@ -521,18 +529,7 @@ void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, co
 }
 
 size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* k) {
-    size_t need = 0;
-    for (int i = 0; i < k->n_matmul; i++) {
-        const MatmulCall* c = &k->matmul[i];
-        if (c->N == 0 || c->OC == 0) continue;
-        Carve f = {{0}, 0}, b = {{0}, 0};
-        act_forward_carve(&f, c->N, c->C, c->OC);
-        if (f.total > need) need = f.total;
-        if (c->C == 0) continue;   /* the backward returns before its scratch */
-        act_backward_carve(&b, c->N, c->C, c->OC, c->dinp);
-        if (b.total > need) need = b.total;
-    }
-    return need + SG_LT_WORKSPACE_BYTES;
+    return products_scratch_bytes(k, act_forward_carve, act_backward_carve);
 }
 
 void matmul_act_reserve_scratch_bf16_cuda(const OpCalls* k) {
