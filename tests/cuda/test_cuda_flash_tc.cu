@@ -123,6 +123,15 @@ static double lse_error(const float* lse, const float* ref, size_t n, size_t* no
     return worst;
 }
 
+/* n random qkv values in [-2, 2) rounded to bf16 (test_uniform's stream): bits for the device and,
+ * unless vals is NULL, their exact values for the CPU */
+static void random_bf16_qkv(size_t n, uint16_t* bits, float* vals) {
+    for (size_t e = 0; e < n; e++) {
+        bits[e] = sg_bf16_from_float((float)(4.0 * test_uniform() - 2.0));
+        if (vals != NULL) vals[e] = sg_bf16_to_float(bits[e]);
+    }
+}
+
 static void run_shape(const Shape* s, uint64_t data_seed) {
     test_rng_state = data_seed;
     const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
@@ -131,10 +140,7 @@ static void run_shape(const Shape* s, uint64_t data_seed) {
     /* random qkv rounded to bf16: the bits for the device, their exact values for the CPU */
     uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
     float* qkv = (float*)malloc(n_qkv * sizeof(float));
-    for (size_t e = 0; e < n_qkv; e++) {
-        bits[e] = sg_bf16_from_float((float)(4.0 * test_uniform() - 2.0));
-        qkv[e] = sg_bf16_to_float(bits[e]);
-    }
+    random_bf16_qkv(n_qkv, bits, qkv);
     float *o_tc = (float*)malloc(n_out * sizeof(float)), *o_cpu = (float*)malloc(n_out * sizeof(float));
     float *o_off = (float*)malloc(n_out * sizeof(float)), *o_other = (float*)malloc(n_out * sizeof(float));
     float *l_tc = (float*)malloc(n_lse * sizeof(float)), *l_cpu = (float*)malloc(n_lse * sizeof(float));
@@ -371,10 +377,7 @@ static void run_backward(const Shape* s, uint64_t data_seed) {
     /* qkv and dout hold bf16 values: the kernel's only roundings are then those of P and dS */
     uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
     float* qkv = (float*)malloc(n_qkv * sizeof(float));
-    for (size_t e = 0; e < n_qkv; e++) {
-        bits[e] = sg_bf16_from_float((float)(4.0 * test_uniform() - 2.0));
-        qkv[e] = sg_bf16_to_float(bits[e]);
-    }
+    random_bf16_qkv(n_qkv, bits, qkv);
     float* dout = (float*)malloc(n_out * sizeof(float));
     for (size_t e = 0; e < n_out; e++) dout[e] = sg_bf16_round((float)(2.0 * test_uniform() - 1.0));
     float *out = (float*)malloc(n_out * sizeof(float)), *lse = (float*)malloc(n_lse * sizeof(float));
@@ -616,7 +619,7 @@ static void run_twin(const Shape* s, double p, uint64_t data_seed) {
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD, n_qkv = (size_t)B * T * QKV;
     const size_t n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
     uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
-    for (size_t e = 0; e < n_qkv; e++) bits[e] = sg_bf16_from_float((float)(4.0 * test_uniform() - 2.0));
+    random_bf16_qkv(n_qkv, bits, NULL);
     float* dout = (float*)malloc(n_out * sizeof(float));
     for (size_t e = 0; e < n_out; e++) dout[e] = (float)(2.0 * test_uniform() - 1.0);
     uint16_t* o16 = (uint16_t*)malloc(n_out * sizeof(uint16_t));
@@ -739,10 +742,7 @@ static void run_act_fallback(const Shape* s, double p, uint64_t data_seed) {
     const Dropout drop = dropout_make(p);
     uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
     float* vals = (float*)malloc(n_qkv * sizeof(float));
-    for (size_t e = 0; e < n_qkv; e++) {
-        bits[e] = sg_bf16_from_float((float)(4.0 * test_uniform() - 2.0));
-        vals[e] = sg_bf16_to_float(bits[e]);
-    }
+    random_bf16_qkv(n_qkv, bits, vals);
     float* dout = (float*)malloc(n_out * sizeof(float));
     for (size_t e = 0; e < n_out; e++) dout[e] = (float)(2.0 * test_uniform() - 1.0);
     uint16_t *o16 = (uint16_t*)malloc(n_out * 2), *o_twin = (uint16_t*)malloc(n_out * 2);
