@@ -33,6 +33,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define BF16_X86 1
+#include "model/transpose16.h"
 #else
 #define BF16_X86 0
 #endif
@@ -242,32 +243,6 @@ AVX512_PACK static inline __m512i line_words(const void* x, int f32) {
     __m256i lo = _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(f)));
     __m256i hi = _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(f + 16)));
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-/* r[i][j] -> r[j][i], 16 x 16 32-bit words */
-AVX512_PACK static inline void transpose16(__m512i r[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4g + c], lane L: rows 4g..4g+3 at column 4L + c */
-    for (int g = 0; g < 4; g++) {
-        u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g + 0], t[4 * g + 2]);
-        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g + 0], t[4 * g + 2]);
-        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-    }
-    for (int c = 0; c < 4; c++) {
-        __m512i v01 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
-        __m512i v23 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
-        __m512i w01 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-        __m512i w23 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
-        r[c] = _mm512_shuffle_i32x4(v01, w01, 0x88);
-        r[4 + c] = _mm512_shuffle_i32x4(v01, w01, 0xdd);
-        r[8 + c] = _mm512_shuffle_i32x4(v23, w23, 0x88);
-        r[12 + c] = _mm512_shuffle_i32x4(v23, w23, 0xdd);
-    }
 }
 
 /* dst[p * ld + l] = word p of line l, l < nl <= 16, for the first `full` pairs (a multiple of 16)

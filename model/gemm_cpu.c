@@ -33,6 +33,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define GEMM_X86 1
+#include "model/transpose16.h"
 #else
 #define GEMM_X86 0
 #endif
@@ -171,8 +172,8 @@ GemmPath gemm_path_selected(void) {
 /* ---- packing ------------------------------------------------------------------------------- */
 
 /* dst (kc, MR) = rows [i0, i0+mr) of A, k in [k0, k0+kc); rows mr..MR-1 zero. */
-static void pack_a(float* dst, const float* A, size_t rsa, size_t csa, int i0, int mr, int k0,
-                   int kc, int MR) {
+static void pack_a_scalar(float* dst, const float* A, size_t rsa, size_t csa, int i0, int mr, int k0,
+                          int kc, int MR) {
     if (mr < MR) memset(dst, 0, sizeof(float) * (size_t)kc * MR);
     if (csa == 1) {
         for (int r = 0; r < mr; r++) {
@@ -188,8 +189,8 @@ static void pack_a(float* dst, const float* A, size_t rsa, size_t csa, int i0, i
 }
 
 /* dst (kc, NR) = columns [j0, j0+nr) of B, k in [k0, k0+kc); columns nr..NR-1 zero. */
-static void pack_b(float* dst, const float* B, size_t rsb, size_t csb, int j0, int nr, int k0,
-                   int kc, int NR) {
+static void pack_b_scalar(float* dst, const float* B, size_t rsb, size_t csb, int j0, int nr, int k0,
+                          int kc, int NR) {
     if (nr < NR) memset(dst, 0, sizeof(float) * (size_t)kc * NR);
     if (csb == 1) {
         for (int k = 0; k < kc; k++)
@@ -200,6 +201,67 @@ static void pack_b(float* dst, const float* B, size_t rsb, size_t csb, int j0, i
             for (int k = 0; k < kc; k++) dst[(size_t)k * NR + j] = src[k * rsb];
         }
     }
+}
+
+#if GEMM_X86
+/* Where a panel's lines (rows of A, columns of B) each run along k with a unit stride, the scalar
+ * packing writes one float per cache line it touches. Here 16 lines x 16 k are loaded as 16
+ * vectors and transposed in registers: dst[k * ld + l] = line l's element k, l < nl <= 16, for
+ * the first `full` k (a multiple of 16); lanes nl..w-1 of each stored row zero. Copies only:
+ * the packed floats, and so the product's bits, are the scalar packing's. */
+__attribute__((target("avx512f")))
+static void pack_lines_avx512(float* dst, size_t ld, int w, const float* base, size_t ls, int nl,
+                              int full) {
+    const __mmask16 keep = (__mmask16)((1u << w) - 1u);
+    for (int k = 0; k < full; k += 16) {
+        __m512i r[16];
+        for (int l = 0; l < 16; l++)
+            r[l] = l < nl ? _mm512_loadu_si512(base + (size_t)l * ls + k) : _mm512_setzero_si512();
+        transpose16(r);
+        for (int t = 0; t < 16; t++) _mm512_mask_storeu_epi32(dst + (size_t)(k + t) * ld, keep, r[t]);
+    }
+}
+#endif
+
+/* the packing of a panel: 16 x 16 transposes where the path is AVX-512 and the lines run along
+ * k, the scalar loops for the rest (both write every float of the panel) */
+static void pack_a(float* dst, const float* A, size_t rsa, size_t csa, int i0, int mr, int k0,
+                   int kc, int MR, int fast) {
+#if GEMM_X86
+    if (fast && csa == 1 && MR <= 16) {
+        const int full = kc / 16 * 16;
+        pack_lines_avx512(dst, (size_t)MR, MR, A + (size_t)i0 * rsa + k0, rsa, mr, full);
+        if (full < kc) {
+            float tail[MR_MAX * 16];
+            pack_a_scalar(tail, A, rsa, csa, i0, mr, k0 + full, kc - full, MR);
+            memcpy(dst + (size_t)full * MR, tail, sizeof(float) * (size_t)(kc - full) * MR);
+        }
+        return;
+    }
+#endif
+    (void)fast;
+    pack_a_scalar(dst, A, rsa, csa, i0, mr, k0, kc, MR);
+}
+
+static void pack_b(float* dst, const float* B, size_t rsb, size_t csb, int j0, int nr, int k0,
+                   int kc, int NR, int fast) {
+#if GEMM_X86
+    if (fast && rsb == 1 && csb != 1 && NR % 16 == 0) {
+        const int full = kc / 16 * 16;
+        for (int h = 0; h < NR; h += 16) {
+            const int n = nr - h < 16 ? (nr - h > 0 ? nr - h : 0) : 16;
+            pack_lines_avx512(dst + h, (size_t)NR, 16, B + (size_t)(j0 + h) * csb + k0, csb, n, full);
+        }
+        if (full < kc) {
+            float tail[NR_MAX * 16];
+            pack_b_scalar(tail, B, rsb, csb, j0, nr, k0 + full, kc - full, NR);
+            memcpy(dst + (size_t)full * NR, tail, sizeof(float) * (size_t)(kc - full) * NR);
+        }
+        return;
+    }
+#endif
+    (void)fast;
+    pack_b_scalar(dst, B, rsb, csb, j0, nr, k0, kc, NR);
 }
 
 /* ---- driver -------------------------------------------------------------------------------- */
@@ -267,7 +329,9 @@ void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
         gemm_direct(M, N, K, A, rsa, csa, B, rsb, csb, accumulate, C, ldc);
         return;
     }
-    PathDesc pd = path_desc(gemm_path_selected());
+    const GemmPath path = gemm_path_selected();
+    const int fast = path == GEMM_AVX512;
+    PathDesc pd = path_desc(path);
     const int MR = pd.mr, NR = pd.nr;
     const int mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
     /* k is packed in chunks as long as PACK_FLOATS allows (whole K at GPT-2 shapes): each chunk
@@ -287,12 +351,12 @@ void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
         #pragma omp for schedule(dynamic) nowait
         for (int p = 0; p < mp; p++) {
             int mr = M - p * MR < MR ? M - p * MR : MR;
-            pack_a(Ap + (size_t)p * MR * kn, A, rsa, csa, p * MR, mr, k0, kn, MR);
+            pack_a(Ap + (size_t)p * MR * kn, A, rsa, csa, p * MR, mr, k0, kn, MR, fast);
         }
         #pragma omp for schedule(dynamic)
         for (int q = 0; q < np; q++) {
             int nr = N - q * NR < NR ? N - q * NR : NR;
-            pack_b(Bp + (size_t)q * NR * kn, B, rsb, csb, q * NR, nr, k0, kn, NR);
+            pack_b(Bp + (size_t)q * NR * kn, B, rsb, csb, q * NR, nr, k0, kn, NR, fast);
         }
         /* tiles in any order on any thread: each output element's chain is walked by one call */
         #pragma omp for schedule(dynamic)
