@@ -332,15 +332,41 @@ void drop_path(float* y, const float* x, int B, int T, int C, uint32_t g0, uint6
 
 /* ---- cross-entropy over the real vocabulary ----------------------------------------------- */
 
+/* The softmax of a row of logits: its max, and the sum of e^(l - max) in double. Both run over
+ * interleaved lanes combined in a fixed order (so gcc vectorises them, vexpd included, and the
+ * bits do not depend on the threads); the max is exact in any order. */
+enum { XENT_MAX_LANES = 16, XENT_SUM_LANES = 16 };
+
+static float row_max(const float* l, int V) {
+    float mx[XENT_MAX_LANES];
+    for (int j = 0; j < XENT_MAX_LANES; j++) mx[j] = -INFINITY;
+    int v = 0;
+    for (; v + XENT_MAX_LANES <= V; v += XENT_MAX_LANES)
+        for (int j = 0; j < XENT_MAX_LANES; j++) mx[j] = l[v + j] > mx[j] ? l[v + j] : mx[j];
+    for (; v < V; v++) mx[0] = l[v] > mx[0] ? l[v] : mx[0];
+    float maxv = -INFINITY;
+    for (int j = 0; j < XENT_MAX_LANES; j++) maxv = mx[j] > maxv ? mx[j] : maxv;
+    return maxv;
+}
+
+static double row_exp_sum(const float* l, int V, float maxv) {
+    double acc[XENT_SUM_LANES] = {0};
+    int v = 0;
+    for (; v + XENT_SUM_LANES <= V; v += XENT_SUM_LANES)
+        for (int j = 0; j < XENT_SUM_LANES; j++) acc[j] += vexpd((double)(l[v + j] - maxv));
+    for (; v < V; v++) acc[0] += vexpd((double)(l[v] - maxv));
+    double sum = 0.0;
+    for (int j = 0; j < XENT_SUM_LANES; j++) sum += acc[j];
+    return sum;
+}
+
 void crossentropy_forward(float* losses, const float* logits, const int* targets,
                           int N, int V, int Vp) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* l = logits + (size_t)n * Vp;
-        float maxv = -INFINITY;
-        for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
-        double sum = 0.0;
-        for (int v = 0; v < V; v++) sum += exp((double)(l[v] - maxv));
+        float maxv = row_max(l, V);
+        double sum = row_exp_sum(l, V, maxv);
         losses[n] = (float)((double)maxv + log(sum) - (double)l[targets[n]]);
     }
 }
@@ -349,15 +375,12 @@ void crossentropy_backward(float* logits, const int* targets, float dloss, int N
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* l = logits + (size_t)n * Vp;
-        float maxv = -INFINITY;
-        for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
-        double sum = 0.0;
-        for (int v = 0; v < V; v++) sum += exp((double)(l[v] - maxv));
-        double inv = 1.0 / sum;
-        for (int v = 0; v < V; v++) {
-            float p = (float)(exp((double)(l[v] - maxv)) * inv);
-            l[v] = (p - (v == targets[n] ? 1.0f : 0.0f)) * dloss;
-        }
+        float maxv = row_max(l, V);
+        double inv = 1.0 / row_exp_sum(l, V, maxv);
+        const float lt = l[targets[n]];
+        for (int v = 0; v < V; v++) l[v] = (float)(vexpd((double)(l[v] - maxv)) * inv) * dloss;
+        /* the target's (p - 1) * dloss, as one expression: not p * dloss - dloss */
+        l[targets[n]] = ((float)(vexpd((double)(lt - maxv)) * inv) - 1.0f) * dloss;
         for (int v = V; v < Vp; v++) l[v] = 0.0f;
     }
 }

@@ -21,6 +21,7 @@
 #include <math.h>
 #include <omp.h>
 #include "tests/test.h"
+#include "util/vexp.h"
 #include "tests/ref_ops.h"
 #include "model/ops.h"
 
@@ -216,6 +217,24 @@ static void test_residual_dropout_vs_ref(void) {
         expect(eb < TOL_ELEM, name, "rel err %.2e (bound %.0e)", eb, TOL_ELEM);
     }
     free(x); free(br); free(out); free(dy); free(x_d); free(br_d); free(out_d); free(dy_d);
+}
+
+/* vexpd (util/vexp.h), the cross-entropy's exponential, against long double expl over the
+ * softmax's range; its edges: -inf and below -708 give 0, 0 gives 1, NaN stays NaN */
+static void test_vexpd_accuracy(void) {
+    double worst = 0, worst_x = 0;
+    for (int n = 0; n <= 2000000; n++) {
+        const double x = -708.0 + 709.0 * n / 2000000.0;
+        const long double ref = expl((long double)x);
+        const double e = (double)(fabsl((long double)vexpd(x) - ref) / ref);
+        if (e > worst) { worst = e; worst_x = x; }
+    }
+    const int edges = vexpd(-INFINITY) == 0.0 && vexpd(-1000.0) == 0.0 && vexpd(0.0) == 1.0
+                   && isnan(vexpd(NAN));
+    expect(worst < 4e-16 && edges, "vexpd_within_4e-16_relative",
+           "max relative error %.2e at x = %.4f over [-708, 1] (bound 4e-16); exp(-inf) = %g, "
+           "exp(-1000) = %g, exp(0) = %g, exp(NaN) = %g", worst, worst_x, vexpd(-INFINITY),
+           vexpd(-1000.0), vexpd(0.0), vexpd(NAN));
 }
 
 static void test_crossentropy_vs_ref(void) {
@@ -992,6 +1011,7 @@ int main(void) {
     test_matmul_vs_ref();
     test_gelu_vs_ref();
     test_residual_dropout_vs_ref();
+    test_vexpd_accuracy();
     test_crossentropy_vs_ref();
     test_norm_adamw_vs_ref();
 
