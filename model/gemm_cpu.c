@@ -223,6 +223,25 @@ static void pack_lines_avx512(float* dst, size_t ld, int w, const float* base, s
 }
 #endif
 
+#if GEMM_X86
+/* element k of every A panel (kn k values each, MR rows) from one line of A that holds the M
+ * rows adjacent: a masked copy of MR floats per panel, zeros past row M */
+__attribute__((target("avx512f")))
+static void pack_a_line(float* Ap, size_t a_ld, const float* line, int k, int M, int mp, int MR) {
+    const __mmask16 full = (__mmask16)((1u << MR) - 1u);
+    for (int p = 0; p < mp; p++) {
+        const int mr = M - p * MR < MR ? M - p * MR : MR;
+        const __mmask16 m = mr == MR ? full : (__mmask16)((1u << mr) - 1u);
+        __m512 v = _mm512_maskz_loadu_ps(m, line + (size_t)p * MR);
+        _mm512_mask_storeu_ps(Ap + (size_t)p * a_ld + (size_t)k * MR, full, v);
+    }
+}
+#else
+static void pack_a_line(float* Ap, size_t a_ld, const float* line, int k, int M, int mp, int MR) {
+    (void)Ap; (void)a_ld; (void)line; (void)k; (void)M; (void)mp; (void)MR;   /* AVX-512 only */
+}
+#endif
+
 /* the packing of a panel: 16 x 16 transposes where the path is AVX-512 and the lines run along
  * k, the scalar loops for the rest (both write every float of the panel) */
 static void pack_a(float* dst, const float* A, size_t rsa, size_t csa, int i0, int mr, int k0,
@@ -340,18 +359,29 @@ void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
     int kchunk = (int)(PACK_FLOATS / per_k) / KC * KC;
     if (kchunk < KC) kchunk = KC;
     if (kchunk > K) kchunk = K;
-    const size_t a_floats = ((size_t)mp * MR * kchunk + 15) & ~(size_t)15;
+    /* A's panels a_ld floats apart: MR * kchunk and 16 more, so that the same k of successive
+     * panels does not fall in one L1 set (a power-of-two stride did: its writes by line missed) */
+    const size_t a_ld = (((size_t)MR * kchunk + 15) & ~(size_t)15) + 16;
+    const size_t a_floats = (size_t)mp * a_ld;
     float* Ap = pack_buffer(a_floats + (size_t)np * NR * kchunk);
     float* Bp = Ap + a_floats;
     const int mb = (mp + MC_PANELS - 1) / MC_PANELS, nb = (np + NC_PANELS - 1) / NC_PANELS;
+    const int a_by_k = fast && rsa == 1 && csa != 1 && MR <= 16;
 
     #pragma omp parallel
     for (int k0 = 0; k0 < K; k0 += kchunk) {
         const int kn = K - k0 < kchunk ? K - k0 : kchunk;
-        #pragma omp for schedule(dynamic) nowait
-        for (int p = 0; p < mp; p++) {
-            int mr = M - p * MR < MR ? M - p * MR : MR;
-            pack_a(Ap + (size_t)p * MR * kn, A, rsa, csa, p * MR, mr, k0, kn, MR, fast);
+        if (a_by_k) {
+            /* A's rows adjacent, k strided (dout^T of a weight gradient): each k's line of A is
+             * read once, left to right, and cut into the panels' k slots */
+            #pragma omp for schedule(static) nowait
+            for (int k = 0; k < kn; k++) pack_a_line(Ap, a_ld, A + (size_t)(k0 + k) * csa, k, M, mp, MR);
+        } else {
+            #pragma omp for schedule(dynamic) nowait
+            for (int p = 0; p < mp; p++) {
+                int mr = M - p * MR < MR ? M - p * MR : MR;
+                pack_a(Ap + (size_t)p * a_ld, A, rsa, csa, p * MR, mr, k0, kn, MR, fast);
+            }
         }
         #pragma omp for schedule(dynamic)
         for (int q = 0; q < np; q++) {
@@ -371,7 +401,7 @@ void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
                     const float* bp = Bp + (size_t)q * NR * kn + (size_t)kk * NR;
                     const int nr = N - q * NR < NR ? N - q * NR : NR;
                     for (int p = p0; p < p1; p++) {
-                        const float* ap = Ap + (size_t)p * MR * kn + (size_t)kk * MR;
+                        const float* ap = Ap + (size_t)p * a_ld + (size_t)kk * MR;
                         const int mr = M - p * MR < MR ? M - p * MR : MR;
                         float* c = C + (size_t)p * MR * ldc + (size_t)q * NR;
                         if (mr == MR && nr == NR) {
