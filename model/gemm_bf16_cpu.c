@@ -408,7 +408,10 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
     /* a bf16 result is rounded once, at the end of its chain: the whole chain in one chunk, its
      * partial sums in a tile of fp32 on the thread's stack */
     if (pchunk > KP || Cb != NULL) pchunk = KP;
-    const size_t a_words = ((size_t)mp * MR * pchunk + 15) & ~(size_t)15;
+    /* A's panels a_ld words apart, 16 more than they hold (as gemm_f32's: a power-of-two stride
+     * puts the same pair of every panel in one L1 set) */
+    const size_t a_ld = (((size_t)MR * pchunk + 15) & ~(size_t)15) + 16;
+    const size_t a_words = (size_t)mp * a_ld;
     uint32_t* Ap = pack_buffer(a_words + (size_t)np * NR * pchunk);
     uint32_t* Bp = Ap + a_words;
     const int mb = (mp + MC_PANELS - 1) / MC_PANELS, nb = (np + NC_PANELS - 1) / NC_PANELS;
@@ -419,7 +422,7 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
         #pragma omp for schedule(dynamic) nowait
         for (int i = 0; i < mp; i++) {
             int mr = M - i * MR < MR ? M - i * MR : MR;
-            pack_a(Ap + (size_t)i * MR * pn, A, a_f32, rsa, csa, i * MR, mr, p0, pn, K, MR, fast);
+            pack_a(Ap + (size_t)i * a_ld, A, a_f32, rsa, csa, i * MR, mr, p0, pn, K, MR, fast);
         }
         #pragma omp for schedule(dynamic)
         for (int q = 0; q < np; q++) {
@@ -442,7 +445,7 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
                     const uint32_t* bp = Bp + (size_t)q * NR * pn + (size_t)pp * NR;
                     const int nr = N - q * NR < NR ? N - q * NR : NR;
                     for (int i = i0; i < i1; i++) {
-                        const uint32_t* ap = Ap + (size_t)i * MR * pn + (size_t)pp * MR;
+                        const uint32_t* ap = Ap + (size_t)i * a_ld + (size_t)pp * MR;
                         const int mr = M - i * MR < MR ? M - i * MR : MR;
                         if (Cb != NULL) {
                             pd.kernel(kp, ap, bp, tile + (size_t)(i - i0) * MR * ldt +
