@@ -366,6 +366,7 @@ void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
     float* Ap = pack_buffer(a_floats + (size_t)np * NR * kchunk);
     float* Bp = Ap + a_floats;
     const int mb = (mp + MC_PANELS - 1) / MC_PANELS, nb = (np + NC_PANELS - 1) / NC_PANELS;
+    const int rows_fast = nb > mb;
     const int a_by_k = fast && rsa == 1 && csa != 1 && MR <= 16;
 
     #pragma omp parallel
@@ -391,7 +392,10 @@ void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
         /* tiles in any order on any thread: each output element's chain is walked by one call */
         #pragma omp for schedule(dynamic)
         for (int t = 0; t < mb * nb; t++) {
-            const int p0 = (t / nb) * MC_PANELS, q0 = (t % nb) * NC_PANELS;
+            /* consecutive tiles share the operand with more blocks: a wide B (the LM head's
+             * wte^T) is walked a column block at a time over all row blocks, while it is hot */
+            const int pb = rows_fast ? t % mb : t / nb, qb = rows_fast ? t / mb : t % nb;
+            const int p0 = pb * MC_PANELS, q0 = qb * NC_PANELS;
             const int p1 = p0 + MC_PANELS < mp ? p0 + MC_PANELS : mp;
             const int q1 = q0 + NC_PANELS < np ? q0 + NC_PANELS : np;
             for (int kk = 0; kk < kn; kk += KC) {
