@@ -298,6 +298,22 @@ AVX512_PACK static void pack_adjacent_lines(uint32_t* dst, size_t ld, int w, con
 }
 #endif
 
+#if BF16_X86
+/* pair p of every A panel (MR rows each, a_ld words apart) from two lines of A that hold the M
+ * rows adjacent (elements 2p and 2p + 1 of each row, both below K): one interleave per panel,
+ * the words of pack_a_scalar */
+AVX512_PACK static void pack_a_pairline(uint32_t* Ap, size_t a_ld, const char* lo, const char* hi,
+                                        int esize, int p, int M, int mp, int MR) {
+    const __mmask16 full = (__mmask16)((1u << MR) - 1u);
+    for (int i = 0; i < mp; i++) {
+        const int mr = M - i * MR < MR ? M - i * MR : MR;
+        __m512i v = interleave_words(lo + (size_t)i * MR * esize, hi + (size_t)i * MR * esize,
+                                     esize == 4, mr);
+        _mm512_mask_storeu_epi32(Ap + (size_t)i * a_ld + (size_t)p * MR, full, v);
+    }
+}
+#endif
+
 /* the packing routines: a fast path where the layout allows one (AVX-512 machines), else the
  * scalar words; both write every word of the panel */
 static void pack_a(uint32_t* dst, const void* A, int a_f32, size_t rsa, size_t csa, int i0, int mr,
@@ -415,14 +431,40 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
     uint32_t* Ap = pack_buffer(a_words + (size_t)np * NR * pchunk);
     uint32_t* Bp = Ap + a_words;
     const int mb = (mp + MC_PANELS - 1) / MC_PANELS, nb = (np + NC_PANELS - 1) / NC_PANELS;
+    const int a_by_pair = fast && rsa == 1 && csa != 1 && MR <= 16;
+    (void)a_by_pair;
 
     #pragma omp parallel
     for (int p0 = 0; p0 < KP; p0 += pchunk) {
         const int pn = KP - p0 < pchunk ? KP - p0 : pchunk;
-        #pragma omp for schedule(dynamic) nowait
-        for (int i = 0; i < mp; i++) {
-            int mr = M - i * MR < MR ? M - i * MR : MR;
-            pack_a(Ap + (size_t)i * a_ld, A, a_f32, rsa, csa, i * MR, mr, p0, pn, K, MR, fast);
+#if BF16_X86
+        if (a_by_pair) {
+            /* A's rows adjacent, k strided (dout^T of a weight gradient): each pair of A's lines
+             * is read once, left to right, and cut into the panels' pair slots */
+            const size_t esize = a_f32 ? sizeof(float) : sizeof(uint16_t);
+            #pragma omp for schedule(static) nowait
+            for (int p = 0; p < pn; p++) {
+                const int k = 2 * (p0 + p);
+                if (k + 1 < K) {
+                    const char* lo = (const char*)A + (size_t)k * csa * esize;
+                    pack_a_pairline(Ap, a_ld, lo, lo + csa * esize, (int)esize, p, M, mp, MR);
+                } else {
+                    for (int i = 0; i < mp; i++) {   /* the last pair of an odd K: one word */
+                        uint32_t w[MR_MAX];
+                        int mr = M - i * MR < MR ? M - i * MR : MR;
+                        pack_a_scalar(w, A, a_f32, rsa, csa, i * MR, mr, p0 + p, 1, K, MR);
+                        memcpy(Ap + (size_t)i * a_ld + (size_t)p * MR, w, sizeof(uint32_t) * MR);
+                    }
+                }
+            }
+        } else
+#endif
+        {
+            #pragma omp for schedule(dynamic) nowait
+            for (int i = 0; i < mp; i++) {
+                int mr = M - i * MR < MR ? M - i * MR : MR;
+                pack_a(Ap + (size_t)i * a_ld, A, a_f32, rsa, csa, i * MR, mr, p0, pn, K, MR, fast);
+            }
         }
         #pragma omp for schedule(dynamic)
         for (int q = 0; q < np; q++) {
