@@ -37,6 +37,10 @@
 #include <omp.h>
 #endif
 #include "attention/attention.h"
+#include "random/philox_x16.h"
+#if PHILOX_X16
+#include "util/transpose16.h"
+#endif
 #include "util/vexp.h"
 
 /* The element of qkv and out. This file is also compiled as attention/flash_bf16_cpu.c with
@@ -317,42 +321,123 @@ static int visible_keys(int i, int j0, int nk) {
  * sequence g. keep[r * rs + c * cs] = 1.0f if kept (draw >= thr), else 0.0f; every entry of the
  * rows x cols tile is written (0 for the future j > i, where nothing is drawn, and for padding
  * r >= nq or c >= nk), so the loops that read it need no branch. One Philox call gives keys j,
- * j+8, j+16, j+24 of an aligned block of 32; a block's eight calls are independent, and gcc runs
- * the sixteen calls of two blocks side by side in vector lanes. */
-static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
-                      int i0, int nq, int j0, int nk,
-                      uint64_t seed, uint32_t g, uint32_t h, uint32_t thr) {
-    for (int r = 0; r < rows; r++) {
-        const int i = i0 + r, nv = r < nq ? visible_keys(i, j0, nk) : 0;
-        float* kr = keep + (size_t)r * rs;
-        for (int c = nv; c < cols; c++) kr[(size_t)c * cs] = 0.0f;
-        if (nv == 0) continue;
-        /* two blocks of 32 keys per batch: sixteen independent calls fill a 512-bit vector's
-         * lanes (eight calls left half of them idle); a batch's second block may lie past the last
-         * visible key, its draws are then unused */
-        for (int blk = j0 >> 5; blk <= (j0 + nv - 1) >> 5; blk += 2) {
-            uint32_t draw[16][4];
-            for (int k = 0; k < 16; k++)
-                philox_attn_draw4(seed, g, h, (uint32_t)i, (uint32_t)(blk + (k >> 3)), (uint32_t)(k & 7),
-                                  draw[k]);
-            for (int half = 0; half < 2; half++) {
-                const int cb = ((blk + half) << 5) - j0;   /* tile column of the block's key 0 */
-                if (cb >= 0 && cb + 32 <= nv) {             /* the whole block visible: no test */
-                    for (int w = 0; w < 4; w++)
-                        for (int lo = 0; lo < 8; lo++)
-                            kr[(size_t)(cb + 8 * w + lo) * cs] =
-                                draw[8 * half + lo][w] >= thr ? 1.0f : 0.0f;
-                    continue;
+ * j+8, j+16, j+24 of an aligned block of 32, and keys are drawn two blocks (sixteen calls) at a
+ * time: in the lanes of AVX-512 registers where the CPU has them (random/philox_x16.h, the same
+ * draws; the bits are then set eight lanes at a time, a row at a time, and a tile stored by
+ * columns is transposed 16 x 16), else call by call. */
+
+/* row r's keep bits, one float each, kr[c * cs] for c < cols, the scalar way */
+static void keep_row_scalar(float* restrict kr, int cs, int cols, int i, int j0, int nv,
+                            uint64_t seed, uint32_t g, uint32_t h, uint32_t thr) {
+    for (int c = nv; c < cols; c++) kr[(size_t)c * cs] = 0.0f;
+    if (nv == 0) return;
+    for (int blk = j0 >> 5; blk <= (j0 + nv - 1) >> 5; blk += 2) {
+        uint32_t draw[4][16];   /* draw[w][8 half + lo]: key 32 (blk + half) + 8 w + lo */
+        for (int k = 0; k < 16; k++) {
+            uint32_t d4[4];
+            philox_attn_draw4(seed, g, h, (uint32_t)i, (uint32_t)(blk + (k >> 3)), (uint32_t)(k & 7), d4);
+            for (int w = 0; w < 4; w++) draw[w][k] = d4[w];
+        }
+        for (int half = 0; half < 2; half++) {
+            const int cb = ((blk + half) << 5) - j0;   /* tile column of the block's key 0 */
+            for (int w = 0; w < 4; w++)
+                for (int lo = 0; lo < 8; lo++) {
+                    const int c = cb + 8 * w + lo;
+                    if (c >= 0 && c < nv) kr[(size_t)c * cs] = draw[w][8 * half + lo] >= thr ? 1.0f : 0.0f;
                 }
+        }
+    }
+}
+
+#if PHILOX_X16
+/* keep[r * rs + c * cs] = rowm[r * ld + c] for r < rows, c < cols: 16 x 16 blocks in registers
+ * where whole, the rest one by one */
+__attribute__((target("avx512f")))
+static void keep_transpose(float* restrict keep, int rs, int cs, const float* restrict rowm, int ld,
+                           int rows, int cols) {
+    const int rw = rows / 16 * 16, cw = cols / 16 * 16;
+    for (int r0 = 0; r0 < rw; r0 += 16)
+        for (int c0 = 0; c0 < cw; c0 += 16) {
+            __m512i v[16];
+            for (int r = 0; r < 16; r++) v[r] = _mm512_loadu_si512(rowm + (size_t)(r0 + r) * ld + c0);
+            transpose16(v);   /* v[c] lane r: row r0 + r, column c0 + c */
+            if (rs == 1)
+                for (int c = 0; c < 16; c++) _mm512_storeu_si512(keep + (size_t)(c0 + c) * cs + r0, v[c]);
+            else
+                for (int c = 0; c < 16; c++) {
+                    float t[16];
+                    _mm512_storeu_si512(t, v[c]);
+                    for (int r = 0; r < 16; r++) keep[(size_t)(r0 + r) * rs + (size_t)(c0 + c) * cs] = t[r];
+                }
+        }
+    for (int r = 0; r < rows; r++)
+        for (int c = r < rw ? cw : 0; c < cols; c++)
+            keep[(size_t)r * rs + (size_t)c * cs] = rowm[(size_t)r * ld + c];
+}
+
+/* the same row, contiguous (kr[c], c < cols), with philox_x16.h's sixteen calls at a time */
+__attribute__((target("avx512f,avx512vl")))
+static void keep_row_x16(float* restrict kr, int cols, int i, int j0, int nv, uint64_t seed,
+                         uint32_t g, uint32_t h, uint32_t thr) {
+    for (int c = nv; c < cols; c++) kr[c] = 0.0f;
+    if (nv == 0) return;
+    const __m512i vthr = _mm512_set1_epi32((int)thr);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int blk = j0 >> 5; blk <= (j0 + nv - 1) >> 5; blk += 2) {
+        uint32_t draw[4][16];
+        philox_attn_draw64_x16(seed, g, h, (uint32_t)i, (uint32_t)blk, draw);
+        for (int half = 0; half < 2; half++) {
+            const int cb = ((blk + half) << 5) - j0;
+            if (cb >= nv) break;
+            if (cb < 0 || cb + 32 > cols) {            /* a block cut by the tile: key by key */
                 for (int w = 0; w < 4; w++)
                     for (int lo = 0; lo < 8; lo++) {
                         const int c = cb + 8 * w + lo;
-                        if (c >= 0 && c < nv)
-                            kr[(size_t)c * cs] = draw[8 * half + lo][w] >= thr ? 1.0f : 0.0f;
+                        if (c >= 0 && c < nv) kr[c] = draw[w][8 * half + lo] >= thr ? 1.0f : 0.0f;
                     }
+                continue;
+            }
+            for (int w = 0; w < 4; w++) {
+                const int c0 = cb + 8 * w;             /* keys c0 .. c0 + 7: lanes 8 half .. */
+                if (c0 >= nv) break;
+                const __mmask16 kept = _mm512_cmpge_epu32_mask(_mm512_loadu_si512(draw[w]), vthr);
+                const int nvis = nv - c0 < 8 ? nv - c0 : 8;
+                const __mmask8 m = (__mmask8)((kept >> (8 * half)) & ((1u << nvis) - 1u));
+                _mm256_storeu_ps(kr + c0, _mm256_maskz_mov_ps(m, one));   /* 0 past nv, as it was */
             }
         }
     }
+}
+#endif
+
+static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
+                      int i0, int nq, int j0, int nk,
+                      uint64_t seed, uint32_t g, uint32_t h, uint32_t thr) {
+    (void)nk;
+#if PHILOX_X16
+    if (philox_x16_supported()) {
+        if (cs == 1) {
+            for (int r = 0; r < rows; r++)
+                keep_row_x16(keep + (size_t)r * rs, cols, i0 + r, j0,
+                             r < nq ? visible_keys(i0 + r, j0, nk) : 0, seed, g, h, thr);
+            return;
+        }
+        /* stored by columns: the rows here, then transposed (16 x 16 where whole); a tile
+         * larger than the buffer (the tests' odd shapes only) goes the scalar way */
+        enum { ROWM = 64 * 64 };
+        if ((size_t)rows * cols <= ROWM) {
+            float rowm[ROWM] __attribute__((aligned(64)));
+            for (int r = 0; r < rows; r++)
+                keep_row_x16(rowm + (size_t)r * cols, cols, i0 + r, j0,
+                             r < nq ? visible_keys(i0 + r, j0, nk) : 0, seed, g, h, thr);
+            keep_transpose(keep, rs, cs, rowm, cols, rows, cols);
+            return;
+        }
+    }
+#endif
+    for (int r = 0; r < rows; r++)
+        keep_row_scalar(keep + (size_t)r * rs, cs, cols, i0 + r, j0,
+                        r < nq ? visible_keys(i0 + r, j0, nk) : 0, seed, g, h, thr);
 }
 
 #ifdef SEEDGPT_TEST_BUILD

@@ -33,7 +33,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define BF16_X86 1
-#include "model/transpose16.h"
+#include "util/transpose16.h"
 #else
 #define BF16_X86 0
 #endif

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 #include "model/ops.h"
+#include "random/philox_x16.h"
 #include "model/gemm_cpu.h"
 #include "model/adamw.h"
 #include "util/vexp.h"
@@ -18,9 +19,9 @@
 
 /* ---- dropout of one (b, t) row ------------------------------------------------------------ */
 
-/* Philox calls per batch in dropout_row: DROP_QUADS independent calls (4 channels each) written
- * as one loop, which gcc runs side by side in vector lanes (one scalar call at a time spent ~20
- * cycles per 4 channels on the multiply chain). The draws are the same ones, in any batching. */
+/* Philox calls per batch in dropout_row: DROP_QUADS independent calls (4 channels each), in the
+ * lanes of AVX-512 registers where the CPU has them (random/philox_x16.h), else one loop of
+ * scalar calls. The draws are the same ones, in any batching. */
 #define DROP_QUADS 16
 
 /* y[c] = res[c] + x[c] * keep(g, t, c) * scale over one row of C channels (res NULL: no residual
@@ -33,8 +34,14 @@ static inline void dropout_row(float* y, const float* x, const float* res, int C
         else for (int c = 0; c < C; c++) y[c] = x[c] * drop.scale;
         return;
     }
+    const int x16 = philox_x16_supported();
+    (void)x16;
     for (int c0 = 0; c0 < C; c0 += 4 * DROP_QUADS) {
         uint32_t r[DROP_QUADS][4];   /* r[q][w]: channel c0 + 4 q + w */
+#if PHILOX_X16
+        if (x16) philox_elem_draw64_x16(seed, g, t, (uint32_t)c0 >> 2, r);
+        else
+#endif
         for (int q = 0; q < DROP_QUADS; q++)
             philox_elem_draw4(seed, g, t, ((uint32_t)c0 >> 2) + (uint32_t)q, r[q]);
         const uint32_t* rk = &r[0][0];   /* rk[k]: channel c0 + k */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include "tests/test.h"
 #include "random/philox.h"
+#include "random/philox_x16.h"
 
 static void known_answers(void) {
     /* DESIGN §3's vectors (Random123's published known answers for Philox4x32-10) */
@@ -133,8 +134,70 @@ static void seeds(void) {
     expect(clash == 0, "stream_seeds_differ_from_dropout_seeds", "%d clashes", clash);
 }
 
+/* random/philox_x16.h: sixteen calls in vector lanes against the scalar generator, lane for lane
+ * (the known answers among the counters), and its two draw layouts against philox.h's mappings */
+static void x16_lanes_equal_the_scalar_generator(void) {
+#if PHILOX_X16
+    if (!philox_x16_supported()) {
+        printf("SKIP philox_x16_lanes_equal_philox4x32_10: this CPU has no AVX-512F\n");
+        return;
+    }
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    int differ = 0, calls = 0;
+    for (int rep = 0; rep < 4096; rep++) {
+        uint32_t ctr[16][4], k[2];
+        for (int l = 0; l < 16; l++)
+            for (int w = 0; w < 4; w++) {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                ctr[l][w] = (uint32_t)(state >> 32);
+            }
+        k[0] = (uint32_t)state; k[1] = (uint32_t)(state >> 17);
+        if (rep == 0) {   /* known answer 1 and 0 in lanes 0 and 1 */
+            for (int w = 0; w < 4; w++) { ctr[0][w] = 0xffffffffu; ctr[1][w] = 0; }
+        }
+        uint32_t in[4][16], out[4][16];
+        for (int w = 0; w < 4; w++)
+            for (int l = 0; l < 16; l++) in[w][l] = ctr[l][w];
+        __m512i c[4];
+        for (int w = 0; w < 4; w++) c[w] = _mm512_loadu_si512(in[w]);
+        philox4x32_10_x16(c, rep == 0 ? 0xffffffffu : k[0], rep == 0 ? 0xffffffffu : k[1]);
+        for (int w = 0; w < 4; w++) _mm512_storeu_si512(out[w], c[w]);
+        for (int l = 0; l < 16; l++) {
+            uint32_t want[4];
+            philox4x32_10(ctr[l], rep == 0 ? 0xffffffffu : k[0], rep == 0 ? 0xffffffffu : k[1], want);
+            for (int w = 0; w < 4; w++) differ += out[w][l] != want[w];
+            calls++;
+        }
+    }
+    expect(differ == 0, "philox_x16_lanes_equal_philox4x32_10", "%d of %d words differ over %d calls",
+           differ, 4 * calls, calls);
+    int bad_attn = 0, bad_elem = 0, n = 0;
+    const uint64_t seed = 0x0123456789abcdefull;
+    /* key blocks up to the last one a 32-bit position has (j >> 5 < 2^27), channel quads past 2^29 */
+    const uint32_t blks[] = {0, 1, 7, 0x07fffffeu, 0x07fffffeu}, quads[] = {0, 1, 7, 0x1fffffffu, 0x3ffffff0u};
+    for (int b = 0; b < 5; b++)
+        for (uint32_t i = 0; i < 40; i += 13) {
+            uint32_t dr[4][16], r[16][4];
+            philox_attn_draw64_x16(seed, 5, 3, i, blks[b], dr);
+            for (int half = 0; half < 2; half++)
+                for (int w = 0; w < 4; w++)
+                    for (int lo = 0; lo < 8; lo++)
+                        bad_attn += dr[w][8 * half + lo] !=
+                                    philox_attn_draw(seed, 5, 3, i, 32u * (blks[b] + half) + 8u * w + lo);
+            philox_elem_draw64_x16(seed, 9, i, quads[b], r);
+            for (int k = 0; k < 64; k++) bad_elem += r[k >> 2][k & 3] != philox_elem_draw(seed, 9, i, 4u * quads[b] + k);
+            n += 64;
+        }
+    expect(bad_attn == 0 && bad_elem == 0, "philox_x16_draw_layouts_are_the_documented_mappings",
+           "attention %d, element %d of %d draws differ", bad_attn, bad_elem, n);
+#else
+    printf("SKIP philox_x16_lanes_equal_philox4x32_10: not an x86-64 build\n");
+#endif
+}
+
 int main(void) {
     known_answers();
+    x16_lanes_equal_the_scalar_generator();
     mappings_are_one_to_one();
     thresholds();
     seeds();

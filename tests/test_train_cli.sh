@@ -104,6 +104,20 @@ if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q 'precision bf16' "$W/pb.out" && [
 else
     fail precision_bf16_runs_on_cpu_and_names_its_gemm_path "statuses $rc1 $rc2: '$line'; $(head -c 300 "$W/pbp.out")"
 fi
+# ---- the keep bits drawn sixteen Philox calls at a time (random/philox_x16.h) are the scalar
+# calls' bits: the same losses with SEEDGPT_PHILOX=scalar, dropout at every site
+"$TRAIN" "${BASE[@]}" --batch 2 --steps 3 --dropout 0.2 --log-json "$W/px16.jsonl" > /dev/null 2>&1
+rc1=$?
+SEEDGPT_PHILOX=scalar "$TRAIN" "${BASE[@]}" --batch 2 --steps 3 --dropout 0.2 --log-json "$W/pscal.jsonl" > /dev/null 2>&1
+rc2=$?
+"$TRAIN" "${BASE[@]}" --batch 2 --steps 3 --dropout 0.21 --log-json "$W/pctl.jsonl" > /dev/null 2>&1
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(train_losses "$W/px16.jsonl" | wc -l)" -eq 3 ] &&
+   diff <(train_losses "$W/px16.jsonl") <(train_losses "$W/pscal.jsonl") > /dev/null &&
+   ! diff <(train_losses "$W/px16.jsonl") <(train_losses "$W/pctl.jsonl") > /dev/null; then
+    ok vector_philox_gives_the_scalar_calls_masks "statuses 0 0: 3 losses the same bits (dropout 0.21 changes them)"
+else
+    fail vector_philox_gives_the_scalar_calls_masks "statuses $rc1 $rc2: $(paste -d' ' <(train_losses "$W/px16.jsonl") <(train_losses "$W/pscal.jsonl") | head -3)"
+fi
 "$TRAIN" "${BASE[@]}" --batch 2 --steps 2 --precision fp32 --log-json "$W/p32.jsonl" > "$W/p32.out" 2>&1
 rc=$?
 "$TRAIN" "${BASE[@]}" --batch 2 --steps 2 --log-json "$W/pdef.jsonl" > /dev/null 2>&1
