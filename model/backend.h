@@ -118,13 +118,15 @@ typedef struct Backend {
                                   int Vp);
     double (*sum_squares)(const float* x, size_t n);
     void (*scale_inplace)(float* x, size_t n, float s);
-    void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+    /* the gradient grads[i] * grad_scale (model/ops.h) */
+    void (*adamw_update)(float* params, const float* grads, float grad_scale, float* m, float* v,
+                         size_t n, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, int t);
     /* optional (NULL: adamw_update, then round_to_act over the whole block): adamw_update that
      * also writes each updated parameter rounded to act_dtype into params_act, the weights'
      * operand copy, in the same pass (the same bits as the two steps) */
-    void (*adamw_update_act)(float* params, void* params_act, const float* grads, float* m,
-                             float* v, size_t n, float lr, float beta1, float beta2, float eps,
+    void (*adamw_update_act)(float* params, void* params_act, const float* grads,
+                             float grad_scale, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
                              float weight_decay, int t);
     void (*attention_forward)(void* out, float* lse, const void* qkv,
                               int B, int T, int NH, int NKV, int HD,

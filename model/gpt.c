@@ -431,6 +431,7 @@ int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
                  const Backend* be, const ContextParallel* cp, char err[256]) {
     if (cp == NULL || cp->size <= 1) return gpt_build_on(m, c, B, T, policy, be, err);
     memset(m, 0, sizeof(*m));
+    m->grad_scale = 1.0f;
     if (check_build_args(c, B, T, err) != 0) return -1;
     if (T % (2 * cp->size) != 0) {
         snprintf(err, 256, "--context-parallel %d: the sequence length %d must be a multiple of "
@@ -458,6 +459,7 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
                        const Backend* be, int classifier_rows, const ContextParallel* cp,
                        char err[256]) {
     memset(m, 0, sizeof(*m));
+    m->grad_scale = 1.0f;
     if (check_build_args(c, B, T, err) != 0) return -1;
     m->cp.size = 1;
     if (cp != NULL) m->cp = *cp;
@@ -1139,6 +1141,7 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
 
 void gpt_zero_grad(GPT* m) {
     set_phase(m, BE_PHASE_OPTIMIZER);
+    m->grad_scale = 1.0f;
     m->be->fill(m->grads_memory, param_block_floats(m), 0.0f);
 }
 
@@ -1332,17 +1335,15 @@ float gpt_grad_norm(GPT* m) {
 
 float gpt_clip_grads(GPT* m, float max_norm) {
     float norm = gpt_grad_norm(m);
+    m->grad_scale = 1.0f;
     if (max_norm > 0.0f && isfinite(norm)) {
         float coef = max_norm / (norm + 1e-6f);   /* as torch.nn.utils.clip_grad_norm_ */
-        if (coef < 1.0f) {
-            float* g[NUM_PARAMETER_TENSORS];
-            memcpy(g, &m->grads, sizeof(g));
-            for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
-                m->be->scale_inplace(g[k], m->param_sizes[k], coef);
-        }
+        if (coef < 1.0f) m->grad_scale = coef;    /* applied by gpt_adamw as it reads each gradient */
     }
     return norm;
 }
+
+float gpt_grad_scale(const GPT* m) { return m->grad_scale; }
 
 void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     set_phase(m, BE_PHASE_OPTIMIZER);
@@ -1356,11 +1357,13 @@ void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weig
         float wd = gpt_param_decay[k] ? weight_decay : 0.0f;
         if (fused)
             m->be->adamw_update_act(p[k], (char*)m->wop_memory + off * dtype_bytes(m->act_dtype),
-                                    g[k], m->m_memory + off, m->v_memory + off, m->param_sizes[k],
+                                    g[k], m->grad_scale, m->m_memory + off, m->v_memory + off,
+                                    m->param_sizes[k],
                                     lr, beta1, beta2, eps, wd, t);
         else
-            m->be->adamw_update(p[k], g[k], m->m_memory + off, m->v_memory + off,
+            m->be->adamw_update(p[k], g[k], m->grad_scale, m->m_memory + off, m->v_memory + off,
                                 m->param_sizes[k], lr, beta1, beta2, eps, wd, t);
     }
     if (!fused) round_weights(m);
+    m->grad_scale = 1.0f;   /* the clip's coefficient is this update's */
 }

@@ -194,6 +194,8 @@ typedef struct {
                                     B*T <= classifier_rows) */
     float* losses;               /* (B, T) */
     float* dlnf;                 /* (B, T, C) gradient of the final LayerNorm's output */
+    float grad_scale;            /* the clip's coefficient for the next AdamW (1: none); the
+                                    clipped gradient is grads * grad_scale */
     float loss_scale;            /* the next backward's dloss, told before a training forward (0:
                                     not told); the forward then computes the classifier's
                                     gradient chunk by chunk */
@@ -309,8 +311,14 @@ int gpt_backward(GPT* m, float dloss);
 
 /* Global L2 norm of the gradients (deterministic: fixed partition, fixed order). */
 float gpt_grad_norm(GPT* m);
-/* Scales the gradients so their norm is at most max_norm (0 disables); returns the norm before. */
+/* Clips the gradients' norm to at most max_norm (0 disables); returns the norm before. The
+ * gradient buffers are left as they are: the coefficient min(1, max_norm / (norm + 1e-6)) is kept
+ * (gpt_grad_scale) and gpt_adamw applies it as it reads each gradient, the same float product
+ * an in-place scaling would have stored, so the update's bits are the same without that pass
+ * over the gradients. Until the next gpt_adamw or gpt_zero_grad, the clipped gradient is
+ * grads * gpt_grad_scale(m). */
 float gpt_clip_grads(GPT* m, float max_norm);
+float gpt_grad_scale(const GPT* m);
 /* AdamW with bias correction (t: the updates applied so far, this one included; a step skipped
  * as non-finite is not counted) and decoupled weight decay on decaying tensors. */
 void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay, int t);

@@ -101,8 +101,10 @@ double sum_squares(const float* x, size_t n);
 void scale_inplace(float* x, size_t n, float s);
 
 /* AdamW on one tensor: decoupled weight decay p -= lr*wd*p, then the bias-corrected Adam step.
- * t = optimizer step + 1. */
-void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+ * t = optimizer step + 1. The gradient is grads[i] * grad_scale, one float product (the clip's
+ * coefficient, 1 where clipping did not bite): what scaling grads in place and then updating
+ * would use, without that pass. */
+void adamw_update(float* params, const float* grads, float grad_scale, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t);
 
 #ifdef __cplusplus

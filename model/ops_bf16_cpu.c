@@ -22,16 +22,16 @@ void round_to_bf16_cpu(void* dst, const float* src, size_t n) {
     for (size_t i = 0; i < n; i++) d[i] = sg_bf16_from_float(src[i]);
 }
 
-void adamw_update_bf16(float* params, void* params_act, const float* grads, float* m, float* v,
-                       size_t n, float lr, float beta1, float beta2, float eps,
+void adamw_update_bf16(float* params, void* params_act, const float* grads, float grad_scale,
+                       float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int t) {
     float bc1 = 1.0f - powf(beta1, (float)t);   /* as adamw_update (model/ops_cpu.c) */
     float bc2 = 1.0f - powf(beta2, (float)t);
     uint16_t* pa = params_act;
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
-        adamw_element(&params[i], grads[i], &m[i], &v[i], lr, beta1, beta2, eps, weight_decay, bc1,
-                      bc2);
+        adamw_element(&params[i], grads[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps,
+                      weight_decay, bc1, bc2);
         pa[i] = sg_bf16_from_float(params[i]);
     }
 }

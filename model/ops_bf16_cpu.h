@@ -18,8 +18,8 @@ extern "C" {
 void round_to_bf16_cpu(void* dst, const float* src, size_t n);
 /* adamw_update (model/ops.h) that also writes params_act (n, bf16) = the updated params rounded:
  * the weights' operand copy made in the optimizer's pass, not in a second one */
-void adamw_update_bf16(float* params, void* params_act, const float* grads, float* m, float* v,
-                       size_t n, float lr, float beta1, float beta2, float eps,
+void adamw_update_bf16(float* params, void* params_act, const float* grads, float grad_scale,
+                       float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int t);
 
 /* layernorm_forward with a bf16 out: the fp32 arithmetic of model/ops_cpu.c, each output rounded */

@@ -428,13 +428,13 @@ void scale_inplace(float* x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+void adamw_update(float* params, const float* grads, float grad_scale, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     float bc1 = 1.0f - powf(beta1, (float)t);
     float bc2 = 1.0f - powf(beta2, (float)t);
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
-        adamw_element(&params[i], grads[i], &m[i], &v[i], lr, beta1, beta2, eps, weight_decay, bc1,
-                      bc2);
+        adamw_element(&params[i], grads[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps,
+                      weight_decay, bc1, bc2);
     }
 }

@@ -836,22 +836,22 @@ void scale_inplace_cuda(float* x, size_t n, float s) {
 }
 
 /* model/adamw.h, the CPU's formula; bc1, bc2 computed on the host as the CPU does */
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
-                             float lr, float beta1, float beta2, float eps, float weight_decay,
+__global__ void adamw_kernel(float* params, const float* grads, float grad_scale, float* m, float* v,
+                             size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                              float bc1, float bc2) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        adamw_element(&params[i], grads[i], &m[i], &v[i], lr, beta1, beta2, eps, weight_decay, bc1,
-                      bc2);
+        adamw_element(&params[i], grads[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps,
+                      weight_decay, bc1, bc2);
     }
 }
 
-void adamw_update_cuda(float* params, const float* grads, float* m, float* v, size_t n,
+void adamw_update_cuda(float* params, const float* grads, float grad_scale, float* m, float* v, size_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     if (n == 0) return;
     float bc1 = 1.0f - powf(beta1, (float)t);
     float bc2 = 1.0f - powf(beta2, (float)t);
-    SG_LAUNCH(adamw_kernel, ew_blocks(n), EW_THREADS, 0, params, grads, m, v, n, lr, beta1, beta2,
+    SG_LAUNCH(adamw_kernel, ew_blocks(n), EW_THREADS, 0, params, grads, grad_scale, m, v, n, lr, beta1, beta2,
               eps, weight_decay, bc1, bc2);
     SG_CHECK_LAUNCH();
 }

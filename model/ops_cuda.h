@@ -72,7 +72,7 @@ double sum_squares_cuda(const float* x, size_t n);
 size_t ops_scratch_bytes_cuda(const OpCalls* calls);
 void ops_reserve_scratch_cuda(const OpCalls* calls);
 void scale_inplace_cuda(float* x, size_t n, float s);
-void adamw_update_cuda(float* params, const float* grads, float* m, float* v, size_t n,
+void adamw_update_cuda(float* params, const float* grads, float grad_scale, float* m, float* v, size_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay, int t);
 
 #ifdef __cplusplus

@@ -164,18 +164,19 @@ static double w_sum_squares(const float* x, size_t n) {
 static void w_scale_inplace(float* x, size_t n, float s) {
     TIMED(PROF_OPTIMIZER, 0, inner->scale_inplace(x, n, s));
 }
-static void w_adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
-                           float lr, float beta1, float beta2, float eps, float weight_decay,
-                           int t) {
+static void w_adamw_update(float* params, const float* grads, float grad_scale, float* m, float* v,
+                           size_t n, float lr, float beta1, float beta2, float eps,
+                           float weight_decay, int t) {
     TIMED(PROF_OPTIMIZER, 0,
-          inner->adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t));
+          inner->adamw_update(params, grads, grad_scale, m, v, n, lr, beta1, beta2, eps,
+                              weight_decay, t));
 }
-static void w_adamw_update_act(float* params, void* params_act, const float* grads, float* m,
-                               float* v, size_t n, float lr, float beta1, float beta2, float eps,
-                               float weight_decay, int t) {
+static void w_adamw_update_act(float* params, void* params_act, const float* grads,
+                               float grad_scale, float* m, float* v, size_t n, float lr,
+                               float beta1, float beta2, float eps, float weight_decay, int t) {
     TIMED(PROF_OPTIMIZER, 0,
-          inner->adamw_update_act(params, params_act, grads, m, v, n, lr, beta1, beta2, eps,
-                                  weight_decay, t));
+          inner->adamw_update_act(params, params_act, grads, grad_scale, m, v, n, lr, beta1, beta2,
+                                  eps, weight_decay, t));
 }
 static void w_round_to_act(void* dst, const float* src, size_t n) {
     TIMED(PROF_OPTIMIZER, 0, inner->round_to_act(dst, src, n));

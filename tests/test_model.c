@@ -548,9 +548,13 @@ static void test_adamw_and_clip(void) {
            "max_norm %.4f > norm %.4f: returned %.7f", 2 * norm_ref, norm_ref, ret_big);
     double max_norm = 0.25 * norm_ref;
     float ret = gpt_clip_grads(&m, (float)max_norm);
+    const float gs = gpt_grad_scale(&m);   /* the clipped gradient is grads * gs */
     ss = 0;
     for (int k = 0; k < NT; k++)
-        for (size_t i = 0; i < m.param_sizes[k]; i++) ss += (double)G[k][i] * G[k][i];
+        for (size_t i = 0; i < m.param_sizes[k]; i++) {
+            const double gi = G[k][i] * gs;
+            ss += gi * gi;
+        }
     double after = sqrt(ss);
     expect(fabs(ret - norm_ref) / norm_ref < 1e-6, "clip_returns_pre_clip_norm",
            "returned %.8f, float64 norm %.8f, rel %.2e", ret, norm_ref,
@@ -558,6 +562,35 @@ static void test_adamw_and_clip(void) {
     expect(fabs(after - max_norm) / max_norm < 1e-6, "clip_scales_norm_to_max_norm",
            "norm after clipping %.8f, max_norm %.8f, rel %.2e", after, max_norm,
            fabs(after - max_norm) / max_norm);
+    /* the clip's coefficient applied inside AdamW gives the bits of scaling the gradients in
+     * place and then updating with them */
+    size_t np = m.num_parameters;
+    float *p0 = malloc(np * sizeof(float)), *m0 = malloc(np * sizeof(float));
+    float *v0 = malloc(np * sizeof(float)), *g0 = malloc(np * sizeof(float));
+    float *pa = malloc(np * sizeof(float)), *ma = malloc(np * sizeof(float)), *va = malloc(np * sizeof(float));
+    memcpy(g0, before, nb * sizeof(float));
+    memcpy(m.grads_memory, g0, np * sizeof(float));
+    memcpy(p0, m.params_memory, np * sizeof(float));
+    memcpy(m0, m.m_memory, np * sizeof(float));
+    memcpy(v0, m.v_memory, np * sizeof(float));
+    gpt_clip_grads(&m, (float)max_norm);
+    const float coef = gpt_grad_scale(&m);
+    gpt_adamw(&m, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, 3);
+    memcpy(pa, m.params_memory, np * sizeof(float));
+    memcpy(ma, m.m_memory, np * sizeof(float));
+    memcpy(va, m.v_memory, np * sizeof(float));
+    memcpy(m.params_memory, p0, np * sizeof(float));
+    memcpy(m.m_memory, m0, np * sizeof(float));
+    memcpy(m.v_memory, v0, np * sizeof(float));
+    for (size_t i = 0; i < np; i++) m.grads_memory[i] = g0[i] * coef;   /* scaled in place */
+    const float scale_after = gpt_grad_scale(&m);                        /* 1 after an update */
+    gpt_adamw(&m, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, 3);
+    int same = !memcmp(pa, m.params_memory, np * sizeof(float)) &&
+               !memcmp(ma, m.m_memory, np * sizeof(float)) && !memcmp(va, m.v_memory, np * sizeof(float));
+    expect(same && coef < 1.0f && scale_after == 1.0f, "clip_inside_adamw_is_scaling_then_adamw_bitwise",
+           "coefficient %.6f; weights, m and v %s those of scaling the gradients first",
+           coef, same ? "equal" : "DIFFER from");
+    free(p0); free(m0); free(v0); free(g0); free(pa); free(ma); free(va);
     free(before); free(p); free(mm); free(vv); free(upd_ref); free(upd);
     gpt_free(&m);
 }

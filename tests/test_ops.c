@@ -282,7 +282,7 @@ static void test_norm_adamw_vs_ref(void) {
     memcpy(p0, p_d, n * sizeof(double));
     float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     int t = 5;
-    adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, t);
+    adamw_update(p, g, 1.0f, m, v, n, lr, b1, b2, eps, wd, t);
     ref_adamw_update(p_d, g_d, m_d, v_d, n, lr, b1, b2, eps, wd, t);
     double ep = rel_err_fd(p, p_d, n), em = rel_err_fd(m, m_d, n), ev = rel_err_fd(v, v_d, n);
     /* the update itself, p_new - p_old, is a small difference of O(1) numbers: it carries
@@ -690,7 +690,7 @@ static void th_run(const ThIn* in, ThOut* o) {
     memcpy(o->p, in->p0, TH_ADAM_N * 4);
     memcpy(o->m, in->m0, TH_ADAM_N * 4);
     memcpy(o->v, in->v0, TH_ADAM_N * 4);
-    adamw_update(o->p, in->gr, o->m, o->v, TH_ADAM_N, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    adamw_update(o->p, in->gr, 1.0f, o->m, o->v, TH_ADAM_N, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
     o->ss = sum_squares(in->big, TH_NORM_N);
     memcpy(o->scaled, in->big, TH_NORM_N * 4);
     scale_inplace(o->scaled, TH_NORM_N, 0.731f);

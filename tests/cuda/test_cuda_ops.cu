@@ -657,15 +657,15 @@ static void test_scale(size_t n) {
     device_free_cuda(dx);
 }
 
-static void test_adamw(size_t n, int t) {
+static void test_adamw(size_t n, int t, float gs) {
     char name[160];
     const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     float *p = hrand(n, 0.1), *g = hrand(n, 1.0), *m = hrand(n, 0.1), *v = hrand(n, 0.1);
     for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];      /* v >= 0 */
     float *dp = up(p, n), *dg = up(g, n), *dm = up(m, n), *dv = up(v, n);
     float *cp = hcopy(p, n), *cm = hcopy(m, n), *cv = hcopy(v, n);
-    adamw_update(cp, g, cm, cv, n, lr, b1, b2, eps, wd, t);
-    adamw_update_cuda(dp, dg, dm, dv, n, lr, b1, b2, eps, wd, t);
+    adamw_update(cp, g, gs, cm, cv, n, lr, b1, b2, eps, wd, t);
+    adamw_update_cuda(dp, dg, gs, dm, dv, n, lr, b1, b2, eps, wd, t);
     float *gp = down(dp, n), *gm = down(dm, n), *gv = down(dv, n);
     /* the update itself (new - old), not only the parameters it is small against */
     double num = 0, den = 0;
@@ -676,7 +676,7 @@ static void test_adamw(size_t n, int t) {
     }
     double eu = sqrt(num / den), em = rel_err_ff(gm, cm, n), ev = rel_err_ff(gv, cv, n),
            ep = rel_err_ff(gp, cp, n);
-    snprintf(name, sizeof(name), "adamw_update_matches_cpu_n%zu_t%d", n, t);
+    snprintf(name, sizeof(name), "adamw_update_matches_cpu_n%zu_t%d_gradscale%g", n, t, gs);
     expect(eu <= TOL && em <= TOL && ev <= TOL && ep <= TOL, name,
            "rel err: update %.2e, params %.2e, m %.2e, v %.2e", eu, ep, em, ev);
     free(p); free(g); free(m); free(v); free(cp); free(cm); free(cv); free(gp); free(gm); free(gv);
@@ -899,8 +899,8 @@ int main(void) {
     test_sum_squares(5);
     test_sum_squares(3 * 16384 + 7);
     test_scale(1003);
-    test_adamw(1003, 1);
-    test_adamw(1003, 7);
+    test_adamw(1003, 1, 1.0f);
+    test_adamw(1003, 7, 0.37f);
 
     test_ops_at(2, 2, 3, 13, 5u, 0.1);     /* zigzag split of 2: chunks 0 3 | 1 2 */
     test_ops_at(3, 1, 2, 37, 0u, 0.5);     /* zigzag split of 3 */
