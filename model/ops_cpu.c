@@ -12,6 +12,7 @@
 #include "random/philox_x16.h"
 #include "model/gemm_cpu.h"
 #include "model/adamw.h"
+#include "model/ln_rows.h"
 #include "util/vexp.h"
 
 /* Columns per block in column-partitioned reductions (a multiple of 16 floats = 64 bytes). */
@@ -110,23 +111,20 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
 
 /* ---- layernorm ---------------------------------------------------------------------------- */
 
+/* Rows in groups of 16: their means and rstds side by side (model/ln_rows.h: each the sequential
+ * sum of llm.c's loop, bit for bit), then each row's output. */
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int N, int C) {
-    const float eps = 1e-5f;
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float* x = inp + (size_t)n * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++) m += x[c];
-        m /= C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) { float d = x[c] - m; v += d * d; }
-        v /= C;
-        float s = 1.0f / sqrtf(v + eps);
-        float* o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) o[c] = (s * (x[c] - m)) * weight[c] + bias[c];
-        mean[n] = m;
-        rstd[n] = s;
+    for (int n0 = 0; n0 < N; n0 += 16) {
+        const int rows = N - n0 < 16 ? N - n0 : 16;
+        ln_stats_rows(inp, n0, rows, C, mean, rstd);
+        for (int n = n0; n < n0 + rows; n++) {
+            const float* x = inp + (size_t)n * C;
+            const float m = mean[n], s = rstd[n];
+            float* o = out + (size_t)n * C;
+            for (int c = 0; c < C; c++) o[c] = (s * (x[c] - m)) * weight[c] + bias[c];
+        }
     }
 }
 
@@ -135,25 +133,31 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* rstd, int N, int C) {
     /* in the forward, out = norm * w + b with norm = (x - mean) * rstd, so per row:
      * dnorm = dout * w, and dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) */
+    /* rows in groups of 16, their two sums side by side where the CPU can (model/ln_rows.h) */
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float* x = inp + (size_t)n * C;
-        const float* d = dout + (size_t)n * C;
-        float m = mean[n], s = rstd[n];
-        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s;
-            float dnorm = weight[c] * d[c];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
-        dnorm_mean /= C;
-        dnorm_norm_mean /= C;
-        float* dx = dinp + (size_t)n * C;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s;
-            float dnorm = weight[c] * d[c];
-            dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    for (int n0 = 0; n0 < N; n0 += 16) {
+        const int rows = N - n0 < 16 ? N - n0 : 16;
+        float dm[16], dnm[16];
+#if LN_ROWS_X16
+        if (rows == 16 && ln_rows_x16())
+            ln_bwd_sums16(inp + (size_t)n0 * C, dout + (size_t)n0 * C, weight, C, mean + n0,
+                          rstd + n0, dm, dnm);
+        else
+#endif
+        for (int r = 0; r < rows; r++)
+            ln_row_bwd_sums(inp + (size_t)(n0 + r) * C, dout + (size_t)(n0 + r) * C, weight, C,
+                            mean[n0 + r], rstd[n0 + r], &dm[r], &dnm[r]);
+        for (int r = 0; r < rows; r++) {
+            const int n = n0 + r;
+            const float* x = inp + (size_t)n * C;
+            const float* d = dout + (size_t)n * C;
+            const float m = mean[n], s = rstd[n], dnorm_mean = dm[r], dnorm_norm_mean = dnm[r];
+            float* dx = dinp + (size_t)n * C;
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s;
+                float dnorm = weight[c] * d[c];
+                dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+            }
         }
     }
     /* dweight[c] = sum_n dout[n,c] * norm[n,c]; dbias[c] = sum_n dout[n,c]: one thread per block

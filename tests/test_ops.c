@@ -114,6 +114,59 @@ static void test_encoder_vs_ref(void) {
     free(dout); free(dwte); free(dwpe); free(dout_d); free(dwte_d); free(dwpe_d);
 }
 
+/* The LayerNorm's row sums run sixteen rows side by side (model/ln_rows.h); each must be llm.c's
+ * sequential loop, bit for bit. Written out here as llm.c writes it, at shapes with a last partial
+ * group of rows and a C that is not a multiple of 16. */
+static void test_layernorm_is_the_sequential_loop_bitwise(void) {
+    const int shapes[][2] = {{37, 200}, {48, 768}, {5, 33}, {19, 16}};
+    long differ = 0, values = 0;
+    for (int k = 0; k < 4; k++) {
+        const int N = shapes[k][0], C = shapes[k][1];
+        const size_t n = (size_t)N * C;
+        float *x = falloc(n), *d = falloc(n), *w = falloc(C), *b = falloc(C), *out = falloc(n);
+        float *mean = falloc(N), *rstd = falloc(N), *dx = falloc(n), *dw = falloc(C), *db = falloc(C);
+        fill_fd(x, NULL, n, 0.3, 2.0);
+        fill_fd(d, NULL, n, 0.0, 1.0);
+        fill_fd(w, NULL, C, 1.0, 0.5);
+        fill_fd(b, NULL, C, 0.0, 0.5);
+        memset(dx, 0, n * sizeof(float)); memset(dw, 0, C * sizeof(float)); memset(db, 0, C * sizeof(float));
+        layernorm_forward(out, mean, rstd, x, w, b, N, C);
+        layernorm_backward(dx, dw, db, d, x, w, mean, rstd, N, C);
+        for (int r = 0; r < N; r++) {
+            const float* xr = x + (size_t)r * C;
+            const float* dr = d + (size_t)r * C;
+            float m = 0.0f;
+            for (int c = 0; c < C; c++) m += xr[c];
+            m = m / C;
+            float v = 0.0f;
+            for (int c = 0; c < C; c++) { float t = xr[c] - m; v += t * t; }
+            v = v / C;
+            const float s = 1.0f / sqrtf(v + 1e-5f);
+            differ += mean[r] != m || rstd[r] != s;
+            float dm = 0.0f, dnm = 0.0f;
+            for (int c = 0; c < C; c++) {
+                float norm = (xr[c] - m) * s, dnorm = w[c] * dr[c];
+                dm += dnorm;
+                dnm += dnorm * norm;
+            }
+            dm = dm / C;
+            dnm = dnm / C;
+            for (int c = 0; c < C; c++) {
+                float norm = (xr[c] - m) * s, dnorm = w[c] * dr[c];
+                float want_out = (s * (xr[c] - m)) * w[c] + b[c];
+                float want_dx = 0.0f + (dnorm - dm - norm * dnm) * s;
+                differ += memcmp(&out[(size_t)r * C + c], &want_out, 4) != 0;
+                differ += memcmp(&dx[(size_t)r * C + c], &want_dx, 4) != 0;
+            }
+            values += 2 + 2 * C;
+        }
+        free(x); free(d); free(w); free(b); free(out); free(mean); free(rstd); free(dx); free(dw); free(db);
+    }
+    expect(differ == 0, "layernorm_rows_are_the_sequential_loop_bitwise",
+           "%ld of %ld means, rstds, outputs and input gradients differ (N 37, 48, 5, 19; C 200, 768, 33, 16)",
+           differ, values);
+}
+
 static void test_layernorm_vs_ref(void) {
     int N = 96, C = 768;
     size_t n = (size_t)N * C;
@@ -1012,6 +1065,7 @@ int main(void) {
     test_gelu_vs_ref();
     test_residual_dropout_vs_ref();
     test_vexpd_accuracy();
+    test_layernorm_is_the_sequential_loop_bitwise();
     test_crossentropy_vs_ref();
     test_norm_adamw_vs_ref();
 
