@@ -250,11 +250,8 @@ static void pack_a(float* dst, const float* A, size_t rsa, size_t csa, int i0, i
     if (fast && csa == 1 && MR <= 16) {
         const int full = kc / 16 * 16;
         pack_lines_avx512(dst, (size_t)MR, MR, A + (size_t)i0 * rsa + k0, rsa, mr, full);
-        if (full < kc) {
-            float tail[MR_MAX * 16];
-            pack_a_scalar(tail, A, rsa, csa, i0, mr, k0 + full, kc - full, MR);
-            memcpy(dst + (size_t)full * MR, tail, sizeof(float) * (size_t)(kc - full) * MR);
-        }
+        /* the last kc % 16 k: a panel's k rows are contiguous, so they are a panel of their own */
+        pack_a_scalar(dst + (size_t)full * MR, A, rsa, csa, i0, mr, k0 + full, kc - full, MR);
         return;
     }
 #endif
@@ -271,11 +268,7 @@ static void pack_b(float* dst, const float* B, size_t rsb, size_t csb, int j0, i
             const int n = nr - h < 16 ? (nr - h > 0 ? nr - h : 0) : 16;
             pack_lines_avx512(dst + h, (size_t)NR, 16, B + (size_t)(j0 + h) * csb + k0, csb, n, full);
         }
-        if (full < kc) {
-            float tail[NR_MAX * 16];
-            pack_b_scalar(tail, B, rsb, csb, j0, nr, k0 + full, kc - full, NR);
-            memcpy(dst + (size_t)full * NR, tail, sizeof(float) * (size_t)(kc - full) * NR);
-        }
+        pack_b_scalar(dst + (size_t)full * NR, B, rsb, csb, j0, nr, k0 + full, kc - full, NR);
         return;
     }
 #endif
