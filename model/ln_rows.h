@@ -51,12 +51,14 @@ static inline void ln_row_bwd_sums(const float* x, const float* d, const float* 
 #include "util/transpose16.h"
 
 static inline int ln_rows_x16(void) {
-    static int known = -1;
-    if (known < 0) {
+    static int known = -1;   /* asked from inside parallel regions: atomic, every thread the same */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k < 0) {
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        k = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
     }
-    return known;
+    return k;
 }
 
 /* columns c0 .. c0 + 15 of the 16 rows x + r * ld: col[c] lane r = x[r * ld + c0 + c] */

@@ -24,13 +24,15 @@
 /* 1 where the CPU runs AVX-512F, unless SEEDGPT_PHILOX=scalar asks for the scalar calls (the
  * tests' way to hold the two to the same masks); asked once per process */
 static inline int philox_x16_supported(void) {
-    static int known = -1;
-    if (known < 0) {
+    static int known = -1;   /* asked from inside parallel regions: atomic, every thread the same */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k < 0) {
         const char* s = getenv("SEEDGPT_PHILOX");
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") && !(s != NULL && strcmp(s, "scalar") == 0);
+        k = __builtin_cpu_supports("avx512f") && !(s != NULL && strcmp(s, "scalar") == 0);
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
     }
-    return known;
+    return k;
 }
 
 /* hi and lo 32 bits of m * c in every lane: the even lanes' products from one unsigned multiply,
