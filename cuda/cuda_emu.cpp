@@ -1258,7 +1258,11 @@ static cublasStatus_t lt_check(const sg_emu_lt_desc* d, const sg_emu_lt_layout* 
         why = "C and D other than both CUDA_R_32F or both CUDA_R_16BF";
     else if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS)
         why = "epilogues other than DEFAULT and BIAS";
-    else if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && d->bias_type != -1 && d->bias_type != CUDA_R_32F)
+    else if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && D->type == CUDA_R_16BF && d->bias_type == CUDA_R_32F)
+        /* cublasLt.h: the bias has D's type (its exceptions are integer and fp8 kernels); the real
+         * library answers an fp32 bias with a bf16 D with INVALID_VALUE (seen on an H200, 13.0) */
+        return CUBLAS_STATUS_INVALID_VALUE;
+    else if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && (D->type != CUDA_R_32F || (d->bias_type != -1 && d->bias_type != CUDA_R_32F)))
         why = "a bias type other than CUDA_R_32F";
     if (why) {
         fprintf(stderr, "seedgpt: CUDA emulation: cublasLtMatmul: %s is not emulated (epilogue %u, types "

@@ -98,7 +98,8 @@ static size_t carve(Carve* c, int i, size_t bytes) {
 }
 
 /* The scratch's pieces for one product, forward and backward (the ops below carve the same) */
-static void forward_carve(Carve* cv, int N, int C, int OC) {
+static void forward_carve(Carve* cv, int N, int C, int OC, int bias) {
+    (void)bias;   /* the fp32 twins' output is fp32: cuBLASLt adds the fp32 bias itself */
     size_t Cp = pad_to((size_t)C, LT_PAD);
     carve(cv, 0, sizeof(__nv_bfloat16) * (size_t)OC * Cp);
     carve(cv, 1, sizeof(__nv_bfloat16) * (size_t)N * Cp);
@@ -323,7 +324,7 @@ void matmul_forward_bf16_cuda(float* out, const float* inp, const float* weight,
     int Cp = (int)pad_to((size_t)C, LT_PAD);
     /* weight (OC, Cp) and inp (N, Cp) in bf16; C = 0 gives k = LT_PAD zeros: out = bias (or 0) */
     Carve cv = {{0}, 0};
-    forward_carve(&cv, N, C, OC);
+    forward_carve(&cv, N, C, OC, bias != NULL);
     size_t ow = cv.off[0], ox = cv.off[1];
     void* base = lt_scratch(cv.total);
     __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OC, Cp);
@@ -366,7 +367,7 @@ void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const 
 
 /* The largest scratch any of a model's products carves (forward and backward, by the carve
  * functions of one interface), plus cuBLASLt's workspace. */
-typedef void (*ForwardCarve)(Carve* cv, int N, int C, int OC);
+typedef void (*ForwardCarve)(Carve* cv, int N, int C, int OC, int bias);
 typedef void (*BackwardCarve)(Carve* cv, int N, int C, int OC, int dinp);
 static size_t products_scratch_bytes(const OpCalls* k, ForwardCarve fwd, BackwardCarve bwd) {
     size_t need = 0;
@@ -374,7 +375,7 @@ static size_t products_scratch_bytes(const OpCalls* k, ForwardCarve fwd, Backwar
         const MatmulCall* c = &k->matmul[i];
         if (c->N == 0 || c->OC == 0) continue;
         Carve f = {{0}, 0}, b = {{0}, 0};
-        fwd(&f, c->N, c->C, c->OC);
+        fwd(&f, c->N, c->C, c->OC, c->bias);
         if (f.total > need) need = f.total;
         if (c->C == 0) continue;   /* the backward returns before its scratch */
         bwd(&b, c->N, c->C, c->OC, c->dinp);
@@ -399,8 +400,8 @@ void matmul_reserve_scratch_bf16_cuda(const OpCalls* k) {
  * channel counts are; otherwise inp and weight are copied into the scratch with their rows padded
  * to Cp with zeros (bf16 to bf16: no rounding). The backward's dout is fp32 and is rounded into
  * the scratch (N, OCp) as the products take it, the one operand rounded here. The forward writes
- * fp32 (a residual branch, the logits) or bf16 (qkv, fch: cuBLASLt converts the fp32 sum plus the
- * bias to D's type, rounding once). dinp's k is OC and dweight's is N, unpadded: a padded k would
+ * fp32 (a residual branch, the logits) or bf16 (qkv, fch: the fp32 sum plus the fp32 bias, rounded
+ * once; with a bias through an fp32 result in the scratch, since cuBLASLt's bias has D's type). dinp's k is OC and dweight's is N, unpadded: a padded k would
  * read past the weight's rows or the activation's.
  * A problem cuBLASLt refuses runs through gemm_bf16_own_kernel below: the same problem, the same
  * operands, fp32 sums in ascending k; no scratch of its own. */
@@ -468,12 +469,21 @@ static void lt_gemm_or_own(const char* what, cublasOperation_t transa, cublasOpe
 }
 
 /* the scratch's pieces (the ops below carve the same): the forward's padded weight and inp when C
- * is not used as stored; the backward's rounded dout, then the padded inp and weight likewise */
-static void act_forward_carve(Carve* cv, int N, int C, int OC) {
-    if (act_direct(C)) return;
-    size_t Cp = pad_to((size_t)C, LT_PAD);
-    carve(cv, 0, sizeof(uint16_t) * (size_t)OC * Cp);
-    carve(cv, 1, sizeof(uint16_t) * (size_t)N * Cp);
+ * is not used as stored, and with a bias its fp32 result before the one rounding to bf16 (below);
+ * the backward's rounded dout, then the padded inp and weight likewise */
+static void act_forward_carve(Carve* cv, int N, int C, int OC, int bias) {
+    if (!act_direct(C)) {
+        size_t Cp = pad_to((size_t)C, LT_PAD);
+        carve(cv, 0, sizeof(uint16_t) * (size_t)OC * Cp);
+        carve(cv, 1, sizeof(uint16_t) * (size_t)N * Cp);
+    }
+    if (bias) carve(cv, 2, sizeof(float) * (size_t)N * OC);
+}
+
+/* dst (n) bf16 = src (n) fp32, rounded to nearest even once */
+__global__ void round_bf16_kernel(uint16_t* dst, const float* src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        act_store(dst, i, src[i]);
 }
 static void act_backward_carve(Carve* cv, int N, int C, int OC, int dinp) {
     size_t Cp = pad_to((size_t)C, LT_PAD), OCp = pad_to((size_t)OC, LT_PAD);
@@ -489,17 +499,30 @@ void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, con
     const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
     const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
     int K = C;
+    Carve cv = {{0}, 0};
+    act_forward_carve(&cv, N, C, OC, bias != NULL);
+    void* base = cv.total > 0 ? lt_scratch(cv.total) : NULL;
     if (!act_direct(C)) {   /* C = 0 gives k = LT_PAD zeros: out = bias (or 0) */
         K = (int)pad_to((size_t)C, LT_PAD);
-        Carve cv = {{0}, 0};
-        act_forward_carve(&cv, N, C, OC);
-        void* base = lt_scratch(cv.total);
         w = pad_cols_bf16(base, cv.off[0], weight, OC, C, K);
         x = pad_cols_bf16(base, cv.off[1], inp, N, C, K);
     }
+    /* cuBLASLt takes a bias of D's type only (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: an
+     * fp32 bias with a bf16 D is CUBLAS_STATUS_INVALID_VALUE on the GPU), and a bf16 bias would be
+     * a rounding the CPU twin does not make. So a bf16 result with a bias is the fp32 product plus
+     * the fp32 bias in the scratch, then rounded once into out: the same bits as the fused form. */
+    int stage = out_dtype == DT_BF16 && bias != NULL;
+    void* d = stage ? (void*)((unsigned char*)base + cv.off[2]) : out;
     /* out^T (OC,N) = weight (OC,K) . inp^T (K,N): weight is stored column-major as (K,OC) */
-    lt_gemm_or_own("forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, K, w, K, x, K, 0.0f, out, out_dtype == DT_BF16,
-                   OC, bias);
+    lt_gemm_or_own("forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, K, w, K, x, K, 0.0f, d,
+                   out_dtype == DT_BF16 && !stage, OC, bias);
+    if (stage) {
+        size_t n = (size_t)N * OC;
+        unsigned blocks = sg_ceil_div(n, EW_THREADS);
+        if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
+        SG_LAUNCH(round_bf16_kernel, blocks, EW_THREADS, 0, (uint16_t*)out, (const float*)d, n);
+        SG_CHECK_LAUNCH();
+    }
 }
 
 void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
