@@ -945,8 +945,11 @@ static void print_run(const Run* r, int threads) {
         GemmBf16Path gp = gemm_bf16_path_selected();
         printf("bf16: products through gemm_bf16 on the %s path (%s), activations that are "
                "operands in bf16\n", gemm_bf16_path_name(gp),
-               gp == GEMM_BF16_AVX512BF16 ? "VDPBF16PS" : "this CPU has no AVX512_BF16, or "
-               "SEEDGPT_GEMM_BF16 chose it; the same bits");
+               gp == GEMM_BF16_AVX512BF16 ? "VDPBF16PS"
+               : gp == GEMM_BF16_AVX512F ? "the bf16 widened to fp32 FMAs, where VDPBF16PS is absent "
+                                           "or half the FMA rate; the same bits"
+                                         : "this CPU has no AVX-512, or SEEDGPT_GEMM_BF16 chose it; "
+                                           "the same bits");
     }
     printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f", mem.params / 1048576.0,
            mem.grads / 1048576.0, mem.optimizer / 1048576.0);

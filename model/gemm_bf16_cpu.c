@@ -1,6 +1,7 @@
 /* model/gemm_bf16_cpu.c — seedgpt's bf16 matrix product on the CPU: bf16 operands, fp32
- * accumulation, with AVX512_BF16's VDPBF16PS where the CPU has it and a portable C twin that
- * gives the same bits.
+ * accumulation, with AVX512_BF16's VDPBF16PS where the CPU has it and runs it fast, the bf16
+ * widened to fp32 FMAs on AVX-512 CPUs where it is slow (Intel's) or absent, and a portable C
+ * twin; all three give the same bits.
  *
  * The order, fixed (the instruction's own): k is taken in pairs (2p, 2p+1), and output element
  * (i, j) is one chain over p = 0, 1, ..., ceil(K/2)-1,
@@ -130,39 +131,132 @@ static void kernel_avx512bf16(int kp, const uint32_t* ap, const uint32_t* bp, fl
 }
 #endif
 
+#if BF16_X86
+/* The same chains with fp32 FMAs, for CPUs where VDPBF16PS is slow or absent (on Intel's server
+ * cores it issues on one port, so it does 32 FLOPs a cycle against the two FMA ports' 64). A's
+ * panel comes widened (gemm_bf16_ex's widen_panel): per pair, MR floats of the odd elements, then
+ * MR of the even ones. B's words are widened here: the odd element is the word's high half with
+ * the low half cleared, the even one the low half shifted up. A bf16 times a bf16 is exact in
+ * fp32, so the FMA adds the exact product with one rounding, as the instruction does; the
+ * instruction's zeroing of denormal inputs and tiny results is the MXCSR's DAZ and FTZ, which
+ * the caller sets around the call (enter_ftz_daz). Each element's chain: odd, then even, pair by
+ * pair: the bits of the other paths (tests/test_gemm_bf16.c checks them over the whole exponent
+ * range). */
+__attribute__((target("avx512f")))
+static void kernel_avx512f(int kp, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc,
+                           int load_c) {
+    enum { MR = 12 };
+    const float* a = (const float*)ap;
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 acc[MR][2];
+    #pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        acc[r][0] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
+        acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int p = 0; p < kp; p++) {
+        __m512i w0 = _mm512_loadu_si512((const void*)(bp + (size_t)p * 32));
+        __m512i w1 = _mm512_loadu_si512((const void*)(bp + (size_t)p * 32 + 16));
+        const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(w0, hi));
+        const __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(w1, hi));
+        const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
+        const __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
+        const float* ar = a + (size_t)p * 2 * MR;
+        #pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            __m512 x = _mm512_set1_ps(ar[r]);
+            acc[r][0] = _mm512_fmadd_ps(x, o0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(x, o1, acc[r][1]);
+        }
+        #pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            __m512 x = _mm512_set1_ps(ar[MR + r]);
+            acc[r][0] = _mm512_fmadd_ps(x, e0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(x, e1, acc[r][1]);
+        }
+    }
+    #pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
+    }
+}
+#endif
+
+/* MXCSR with DAZ (bit 6) and FTZ (bit 15) set for kernel_avx512f; returns the old value for
+ * leave_ftz_daz. The kernel is called through a pointer, so its arithmetic stays between the two. */
+static unsigned enter_ftz_daz(void) {
+#if BF16_X86
+    unsigned old = _mm_getcsr();
+    _mm_setcsr(old | 0x8040u);
+    return old;
+#else
+    return 0;
+#endif
+}
+static void leave_ftz_daz(unsigned old) {
+#if BF16_X86
+    _mm_setcsr(old);
+#else
+    (void)old;
+#endif
+}
+
+/* A's panel words (kp pairs x MR) as kernel_avx512f reads them: per pair, the MR odd elements as
+ * fp32, then the MR even ones */
+static void widen_panel(float* dst, const uint32_t* src, int kp, int MR) {
+    for (int p = 0; p < kp; p++) {
+        const uint32_t* w = src + (size_t)p * MR;
+        uint32_t* d = (uint32_t*)(dst + (size_t)p * 2 * MR);
+        for (int r = 0; r < MR; r++) {
+            d[r] = w[r] & 0xffff0000u;
+            d[MR + r] = w[r] << 16;
+        }
+    }
+}
+
 /* ---- paths --------------------------------------------------------------------------------- */
 
-typedef struct { int mr, nr; Bf16Kernel kernel; } Bf16PathDesc;
+typedef struct { int mr, nr; Bf16Kernel kernel; int wide; } Bf16PathDesc;
 
 static Bf16PathDesc path_desc(GemmBf16Path p) {
 #if BF16_X86
-    if (p == GEMM_BF16_AVX512BF16) return (Bf16PathDesc){12, 32, kernel_avx512bf16};
+    if (p == GEMM_BF16_AVX512BF16) return (Bf16PathDesc){12, 32, kernel_avx512bf16, 0};
+    if (p == GEMM_BF16_AVX512F) return (Bf16PathDesc){12, 32, kernel_avx512f, 1};
 #endif
     (void)p;
-    return (Bf16PathDesc){4, 16, kernel_portable};
+    return (Bf16PathDesc){4, 16, kernel_portable, 0};
 }
 
 const char* gemm_bf16_path_name(GemmBf16Path p) {
-    return p == GEMM_BF16_AVX512BF16 ? "avx512bf16" : "portable";
+    return p == GEMM_BF16_AVX512BF16 ? "avx512bf16" : p == GEMM_BF16_AVX512F ? "avx512f" : "portable";
 }
 
 int gemm_bf16_path_supported(GemmBf16Path p) {
     if (p == GEMM_BF16_PORTABLE) return 1;
 #if BF16_X86
     __builtin_cpu_init();
-    if (p == GEMM_BF16_AVX512BF16)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+    if (p == GEMM_BF16_AVX512BF16) return avx512 && __builtin_cpu_supports("avx512bf16");
+    if (p == GEMM_BF16_AVX512F) return avx512;
 #endif
     return 0;
 }
 
 GemmBf16Path gemm_bf16_path_selected(void) {
     const char* s = getenv("SEEDGPT_GEMM_BF16");
-    if (s == NULL || s[0] == '\0')
-        return gemm_bf16_path_supported(GEMM_BF16_AVX512BF16) ? GEMM_BF16_AVX512BF16
-                                                               : GEMM_BF16_PORTABLE;
-    for (GemmBf16Path p = GEMM_BF16_PORTABLE; p <= GEMM_BF16_AVX512BF16; p++) {
+    if (s == NULL || s[0] == '\0') {
+#if BF16_X86
+        /* VDPBF16PS does twice an FMA's work per instruction, but Intel's cores issue it on one
+         * port (half the FMA rate in FLOPs): there the widened FMAs are faster */
+        if (gemm_bf16_path_supported(GEMM_BF16_AVX512BF16) && !__builtin_cpu_is("intel"))
+            return GEMM_BF16_AVX512BF16;
+        if (gemm_bf16_path_supported(GEMM_BF16_AVX512F)) return GEMM_BF16_AVX512F;
+#endif
+        return GEMM_BF16_PORTABLE;
+    }
+    for (GemmBf16Path p = GEMM_BF16_PORTABLE; p <= GEMM_BF16_LAST; p++) {
         if (strcmp(s, gemm_bf16_path_name(p)) != 0) continue;
         if (!gemm_bf16_path_supported(p)) {
             fprintf(stderr, "SEEDGPT_GEMM_BF16=%s: this CPU does not support that path\n", s);
@@ -170,7 +264,7 @@ GemmBf16Path gemm_bf16_path_selected(void) {
         }
         return p;
     }
-    fprintf(stderr, "SEEDGPT_GEMM_BF16=%s: expected portable or avx512bf16\n", s);
+    fprintf(stderr, "SEEDGPT_GEMM_BF16=%s: expected portable, avx512bf16 or avx512f\n", s);
     exit(1);
 }
 
@@ -400,7 +494,7 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
     }
     const GemmBf16Path path = gemm_bf16_path_selected();
     Bf16PathDesc pd = path_desc(path);
-    const int fast = path == GEMM_BF16_AVX512BF16;   /* the AVX-512 packing (same words) */
+    const int fast = path != GEMM_BF16_PORTABLE;   /* the AVX-512 packing (same words) */
     const int MR = pd.mr, NR = pd.nr;
     const int mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR, KP = (K + 1) / 2;
     const size_t per_pair = (size_t)mp * MR + (size_t)np * NR;
@@ -428,8 +522,11 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
      * puts the same pair of every panel in one L1 set) */
     const size_t a_ld = (((size_t)MR * pchunk + 15) & ~(size_t)15) + 16;
     const size_t a_words = (size_t)mp * a_ld;
-    uint32_t* Ap = pack_buffer(a_words + (size_t)np * NR * pchunk);
+    /* the widened path: each A panel also as floats, twice the words (aw_ld apart) */
+    const size_t aw_ld = pd.wide ? 2 * a_ld : 0, aw_words = (size_t)mp * aw_ld;
+    uint32_t* Ap = pack_buffer(a_words + (size_t)np * NR * pchunk + aw_words);
     uint32_t* Bp = Ap + a_words;
+    float* Aw = (float*)(Bp + (size_t)np * NR * pchunk);
     const int mb = (mp + MC_PANELS - 1) / MC_PANELS, nb = (np + NC_PANELS - 1) / NC_PANELS;
     const int a_by_pair = fast && rsa == 1 && csa != 1 && MR <= 16;
     (void)a_by_pair;
@@ -471,6 +568,10 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
             int nr = N - q * NR < NR ? N - q * NR : NR;
             pack_b(Bp + (size_t)q * NR * pn, B, rsb, csb, q * NR, nr, p0, pn, K, NR, fast);
         }
+        if (pd.wide) {   /* after the barrier above: every A panel is packed */
+            #pragma omp for schedule(static)
+            for (int i = 0; i < mp; i++) widen_panel(Aw + (size_t)i * aw_ld, Ap + (size_t)i * a_ld, pn, MR);
+        }
         /* tiles in any order on any thread: each output element's chain is walked by one call */
         #pragma omp for schedule(dynamic)
         for (int t = 0; t < mb * nb; t++) {
@@ -480,6 +581,7 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
             /* bf16 result: the tile's chains in fp32 here, rounded once at the end */
             float tile[MC_PANELS * MR_MAX * NC_PANELS * NR_MAX] __attribute__((aligned(64)));
             const size_t ldt = (size_t)NC_PANELS * NR;
+            const unsigned csr = pd.wide ? enter_ftz_daz() : 0u;
             for (int pp = 0; pp < pn; pp += KPC) {
                 const int kp = pn - pp < KPC ? pn - pp : KPC;
                 const int load_c = accumulate || p0 + pp > 0;
@@ -487,7 +589,8 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
                     const uint32_t* bp = Bp + (size_t)q * NR * pn + (size_t)pp * NR;
                     const int nr = N - q * NR < NR ? N - q * NR : NR;
                     for (int i = i0; i < i1; i++) {
-                        const uint32_t* ap = Ap + (size_t)i * a_ld + (size_t)pp * MR;
+                        const uint32_t* ap = pd.wide ? (const uint32_t*)(Aw + (size_t)i * aw_ld + (size_t)pp * 2 * MR)
+                                                     : Ap + (size_t)i * a_ld + (size_t)pp * MR;
                         const int mr = M - i * MR < MR ? M - i * MR : MR;
                         if (Cb != NULL) {
                             pd.kernel(kp, ap, bp, tile + (size_t)(i - i0) * MR * ldt +
@@ -509,6 +612,7 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
                     }
                 }
             }
+            if (pd.wide) leave_ftz_daz(csr);
             if (Cb != NULL) {
                 const int r1 = i1 * MR < M ? i1 * MR : M, j1 = q1 * NR < N ? q1 * NR : N;
                 for (int r = i0 * MR; r < r1; r++) {

@@ -50,8 +50,12 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
  * A[2p]*B[2p], with a_pair = A[2p] | A[2p+1] << 16 and b_pair likewise (for the tests). */
 float gemm_bf16_pair_step(float acc, uint32_t a_pair, uint32_t b_pair);
 
-/* SEEDGPT_GEMM_BF16=portable|avx512bf16 forces a path (read at each call); unset, the CPU's best. */
-typedef enum { GEMM_BF16_PORTABLE = 0, GEMM_BF16_AVX512BF16 = 1 } GemmBf16Path;
+/* SEEDGPT_GEMM_BF16=portable|avx512bf16|avx512f forces a path (read at each call); unset, the
+ * CPU's best: avx512f (the bf16 widened to fp32, FMAs) on Intel CPUs and on AVX-512 CPUs without
+ * AVX512_BF16, avx512bf16 (VDPBF16PS) on the others that have it, else portable. The three give
+ * the same bits. */
+typedef enum { GEMM_BF16_PORTABLE = 0, GEMM_BF16_AVX512BF16 = 1, GEMM_BF16_AVX512F = 2 } GemmBf16Path;
+#define GEMM_BF16_LAST GEMM_BF16_AVX512F
 int gemm_bf16_path_supported(GemmBf16Path p);
 GemmBf16Path gemm_bf16_path_selected(void);
 const char* gemm_bf16_path_name(GemmBf16Path p);

@@ -83,6 +83,7 @@ typedef struct {
                               whole logits at once) */
     char prec[8];          /* fp32 | bf16 (the CPU's --precision bf16 table, backend_cpu_bf16) */
 } RowSpec;
+static PeakPath row_peak_path(const RowSpec* r);
 
 /* What a row's process measures. */
 typedef struct {
@@ -356,7 +357,7 @@ static int run_row(const char* spec, int warmup, int steps) {
     getrusage(RUSAGE_SELF, &ru);
     res.peak_rss = (double)ru.ru_maxrss * 1024.0;
     res.sgemm = sgemm_gflops();   /* after getrusage: its buffers are not the row's peak */
-    res.peak = row_is_bf16(&r) && peak_path_supported(PEAK_AVX512_BF16)
+    res.peak = row_peak_path(&r) == PEAK_AVX512_BF16
                    ? peak_bf16_gflops(omp_get_max_threads(), 0.2)
                    : peak_fp32_gflops(omp_get_max_threads(), 0.2);
     ProfileTotals pt = profile_totals();
@@ -588,10 +589,13 @@ static const char* thread_env(void) {
     return buf;
 }
 
-/* The row's peak path: the bf16 dot product for a bf16 row where the CPU has it, else the fp32 FMA. */
+/* The row's peak path: the bf16 dot product for a bf16 row whose products run VDPBF16PS, else
+ * the fp32 FMA (an fp32 row, or a bf16 row on the widened or portable path) */
 static PeakPath row_peak_path(const RowSpec* r) {
-    return row_is_bf16(r) && peak_path_supported(PEAK_AVX512_BF16) ? PEAK_AVX512_BF16
-                                                                   : peak_fp32_path();
+    return row_is_bf16(r) && peak_path_supported(PEAK_AVX512_BF16) &&
+                   gemm_bf16_path_selected() == GEMM_BF16_AVX512BF16
+               ? PEAK_AVX512_BF16
+               : peak_fp32_path();
 }
 
 /* Two rows that differ in their precision alone. */
@@ -811,9 +815,10 @@ int main(int argc, char** argv) {
     if (has_bf16) snprintf(bf16_text, sizeof(bf16_text), "%.1f GFLOP/s (VDPBF16PS)", peak_bf16);
     else snprintf(bf16_text, sizeof(bf16_text), "- (no AVX512_BF16)");
     printf("# measured peak (model/peak.h, ./train peak), %d threads: fp32 FMA %.1f GFLOP/s (%s), bf16\n"
-           "#   dot product %s; each row's %%peak divides by the peak of its precision (a bf16 row's\n"
-           "#   by the bf16 one where the CPU has it) measured in the row's own processes right after\n"
-           "#   their steps\n", threads, peak, peak_path_name(ppath), bf16_text);
+           "#   dot product %s; each row's %%peak divides by the peak of the instruction its products\n"
+           "#   run (a bf16 row's by the bf16 one when they run VDPBF16PS; bf16 path here: %s),\n"
+           "#   measured in the row's own processes right after their steps\n", threads, peak,
+           peak_path_name(ppath), bf16_text, gemm_bf16_path_name(gemm_bf16_path_selected()));
     printf("{\"bench\":\"peak\",\"threads\":%d,\"fp32_path\":\"%s\",\"fp32_gflops\":%.3f,"
            "\"bf16_gflops\":%.3f,\"loadavg1\":%.2f}\n", threads, peak_path_name(ppath), peak, peak_bf16,
            load[0]);

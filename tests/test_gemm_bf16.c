@@ -256,10 +256,59 @@ static void test_threads_and_pieces(Layout lay) {
     expect(differ == 0, name, "%zu of %zu elements differ", differ, n);
 }
 
-static void test_paths_agree(void) {
-    const char* name = "avx512bf16_path_bitwise_identical_to_portable";
-    if (!gemm_bf16_path_supported(GEMM_BF16_AVX512BF16)) {
-        skip(name, "this CPU has no AVX512_BF16");
+/* The widened path's FMAs under DAZ and FTZ against the specification's chain, with operands and
+ * starting values over the whole exponent range (zeros, denormals, infinities): K = 2 and 4 (one
+ * and two pairs), accumulated onto the starting values, 16 x 16 outputs at a time. */
+static void test_widened_over_the_exponent_range(void) {
+    const char* name = "avx512f_path_gives_the_chain_bits_over_the_whole_exponent_range";
+#if HAVE_X86
+    if (!gemm_bf16_path_supported(GEMM_BF16_AVX512F)) {
+        skip(name, "this CPU has no AVX-512");
+        return;
+    }
+    set_path(GEMM_BF16_AVX512F);
+    size_t n = 0, differ = 0;
+    char first[300] = "";
+    for (int t = 0; t < 3000; t++) {
+        enum { M = 16, N = 16 };
+        const int K = t % 2 ? 4 : 2;
+        uint16_t A[M * 4], B[4 * N];
+        float C[M * N], C0[M * N];
+        int narrow = t % 3 != 0;
+        for (int i = 0; i < M * K; i++) A[i] = any_bf16(narrow);
+        for (int i = 0; i < K * N; i++) B[i] = any_bf16(t % 3 == 1);
+        for (int i = 0; i < M * N; i++) {
+            uint32_t e = t % 5 == 0 ? next_u32() % 3 : next_u32() % 254;
+            uint32_t u = (next_u32() & 1) << 31 | e << 23 | (next_u32() & 0x7fffff);
+            memcpy(&C0[i], &u, 4);
+            C[i] = C0[i];
+        }
+        gemm_bf16(M, N, K, A, K, 1, B, N, 1, 1, C, N);
+        Prob p = {NN, M, N, K, A, B};
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float want = spec_chain(&p, i, j, 1, C0[i * N + j]), got = C[i * N + j];
+                int bad = !(memcmp(&want, &got, 4) == 0 || (isnan(want) && isnan(got)));
+                if (bad && differ == 0)
+                    snprintf(first, sizeof first, "; first: K %d, start %a: chain %a, path %a", K,
+                             C0[i * N + j], want, got);
+                differ += bad;
+                n++;
+            }
+    }
+    unsetenv("SEEDGPT_GEMM_BF16");
+    expect(differ == 0, name, "%zu of %zu elements differ (denormals, zeros, infinities included)%s",
+           differ, n, first);
+#else
+    skip(name, "not an x86-64 build");
+#endif
+}
+
+static void test_paths_agree_one(GemmBf16Path g) {
+    char name[96];
+    snprintf(name, sizeof name, "%s_path_bitwise_identical_to_portable", gemm_bf16_path_name(g));
+    if (!gemm_bf16_path_supported(g)) {
+        skip(name, g == GEMM_BF16_AVX512BF16 ? "this CPU has no AVX512_BF16" : "this CPU has no AVX-512");
         return;
     }
     const int shapes[][3] = {{200, 300, 520}, {7, 33, 65}, {65, 1, 300}, {1, 100, 1001}};
@@ -274,7 +323,7 @@ static void test_paths_agree(void) {
             memcpy(b, a, sizeof(float) * M * N);
             set_path(GEMM_BF16_PORTABLE);
             run_all(&p, lay == TN, a);
-            set_path(GEMM_BF16_AVX512BF16);
+            set_path(g);
             run_all(&p, lay == TN, b);
             differ += count_differ(a, b, (size_t)M * N);
             n += (size_t)M * N;
@@ -319,7 +368,7 @@ static void test_long_k(void) {
     int K = 900001, M = 5;
     Prob p = prob_new(NN, M, 1, K);
     size_t differ = 0, runs = 0;
-    for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_AVX512BF16; g++) {
+    for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_LAST; g++) {
         if (!gemm_bf16_path_supported(g)) continue;
         set_path(g);
         float c[5] = {0.5f, -1, 2, 0, 3};
@@ -372,7 +421,7 @@ static void test_ex_options(void) {
     float *c_ref = fbuf((size_t)M * ldc), *c_f32 = fbuf((size_t)M * ldc);
     uint16_t* cb = bbuf((size_t)M * ldc);
     size_t d_a = 0, d_b = 0, outside = 0;
-    for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_AVX512BF16; g++) {
+    for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_LAST; g++) {
         if (!gemm_bf16_path_supported(g)) continue;
         set_path(g);
         for (int th = 1; th <= 3; th += 2) {
@@ -426,9 +475,11 @@ int main(void) {
     printf("# bf16 gemm path by default: %s\n", gemm_bf16_path_name(gemm_bf16_path_selected()));
     omp_set_num_threads(2);
     test_pair_step_is_the_instruction();
-    for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_AVX512BF16; g++) {
+    for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_LAST; g++) {
         if (!gemm_bf16_path_supported(g)) {
-            skip("avx512bf16_equals_the_pair_chain", "this CPU has no AVX512_BF16");
+            char sname[64];
+            snprintf(sname, sizeof sname, "%s_equals_the_pair_chain", gemm_bf16_path_name(g));
+            skip(sname, g == GEMM_BF16_AVX512BF16 ? "this CPU has no AVX512_BF16" : "this CPU has no AVX-512");
             continue;
         }
         for (Layout lay = NT; lay <= TN; lay++) {
@@ -437,7 +488,9 @@ int main(void) {
         }
     }
     for (Layout lay = NT; lay <= TN; lay++) test_threads_and_pieces(lay);
-    test_paths_agree();
+    test_paths_agree_one(GEMM_BF16_AVX512BF16);
+    test_paths_agree_one(GEMM_BF16_AVX512F);
+    test_widened_over_the_exponent_range();
     test_no_write_outside_and_edges();
     test_long_k();
     test_ex_options();

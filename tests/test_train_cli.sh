@@ -95,14 +95,25 @@ rc1=$?
 SEEDGPT_GEMM_BF16=portable "$TRAIN" "${BASE[@]}" --batch 2 --steps 3 --device cpu --precision bf16 \
     --log-json "$W/pbp.jsonl" > "$W/pbp.out" 2>&1
 rc2=$?
+# every other path this CPU has, by name, gives the same losses too
+others="" rc3=0
+for gp in avx512bf16 avx512f; do
+    grep -q "on the $gp path" "$W/pb.out" && continue
+    grep -q -w avx512f /proc/cpuinfo 2>/dev/null || continue
+    [ $gp = avx512bf16 ] && ! grep -q -w avx512_bf16 /proc/cpuinfo 2>/dev/null && continue
+    SEEDGPT_GEMM_BF16=$gp "$TRAIN" "${BASE[@]}" --batch 2 --steps 3 --device cpu --precision bf16 \
+        --log-json "$W/pb_$gp.jsonl" > "$W/pb_$gp.out" 2>&1 || rc3=$?
+    diff <(train_losses "$W/pb.jsonl") <(train_losses "$W/pb_$gp.jsonl") > /dev/null || rc3=99
+    others="$others $gp"
+done
 line=$(grep '^bf16: products through gemm_bf16 on the' "$W/pb.out")
-if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q 'precision bf16' "$W/pb.out" && [ -n "$line" ] &&
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && grep -q 'precision bf16' "$W/pb.out" && [ -n "$line" ] &&
    grep -q '^bf16: products through gemm_bf16 on the portable path' "$W/pbp.out" &&
    [ "$(train_losses "$W/pb.jsonl" | wc -l)" -eq 3 ] &&
    diff <(train_losses "$W/pb.jsonl") <(train_losses "$W/pbp.jsonl") > /dev/null; then
-    ok precision_bf16_runs_on_cpu_and_names_its_gemm_path "statuses 0 0: '$line'; the portable path's 3 losses are the same bits"
+    ok precision_bf16_runs_on_cpu_and_names_its_gemm_path "statuses 0 0: '$line'; the 3 losses of the portable path${others:+ and of$others} are the same bits"
 else
-    fail precision_bf16_runs_on_cpu_and_names_its_gemm_path "statuses $rc1 $rc2: '$line'; $(head -c 300 "$W/pbp.out")"
+    fail precision_bf16_runs_on_cpu_and_names_its_gemm_path "statuses $rc1 $rc2 $rc3 (paths: portable$others): '$line'; $(head -c 300 "$W/pbp.out")"
 fi
 # ---- the keep bits drawn sixteen Philox calls at a time (random/philox_x16.h) are the scalar
 # calls' bits: the same losses with SEEDGPT_PHILOX=scalar, dropout at every site
