@@ -440,7 +440,7 @@ typedef struct {
 
 /* What the last torch process said of its BLAS (its TORCH_BLAS line): the OpenBLAS kernel family
  * it ran and the pinning variables in its environment ("none": it ran without them). */
-static char torch_blas_core[64] = "", torch_blas_pins[128] = "";
+static char torch_blas_core[64] = "", torch_blas_pins[128] = "", torch_blas_chosen[128] = "";
 
 /* The value of "key=" among the words of line, into out[cap] ("" if absent). */
 static void word_value(const char* line, const char* key, char* out, size_t cap) {
@@ -477,6 +477,7 @@ static int spawn_torch(const char* torch_cmd, const RowSpec* r, int threads, int
             if (strcmp(core, torch_blas_core) != 0) printf("# torch BLAS: %s", line + 11);
             snprintf(torch_blas_core, sizeof(torch_blas_core), "%s", core);
             word_value(line, "pins", torch_blas_pins, sizeof(torch_blas_pins));
+            word_value(line, "chosen", torch_blas_chosen, sizeof(torch_blas_chosen));
             continue;
         }
         if (strncmp(line, "TORCH_ROW ", 10) != 0) { fputs(line, stdout); continue; }
@@ -661,11 +662,12 @@ static void print_json(const Row* row, const Row* none, const Row* fp32, int thr
                "\"torch_tokens_per_s\":%.1f,\"torch_gflops\":%.3f,\"torch_peak_rss\":%.0f,"
                "\"torch_base_rss\":%.0f,\"torch_params\":%.0f,\"torch_loss\":%.6f,"
                "\"speedup_vs_torch\":%.4f,\"torch_env\":\"OMP_WAIT_POLICY=passive\","
-               "\"torch_blas_core\":\"%s\",\"torch_blas_pins\":\"%s\"",
+               "\"torch_blas_core\":\"%s\",\"torch_blas_pins\":\"%s\",\"torch_blas_chosen\":\"%s\"",
                t->median_ms, t->min_ms, t->max_ms, t->fwd_ms, t->bwd_ms, t->opt_ms,
                tokens / (t->median_ms * 1e-3), tg, t->peak_rss, t->base_rss, t->params, t->loss,
                t->median_ms / x->median_ms, torch_blas_core[0] ? torch_blas_core : "unknown",
-               torch_blas_pins[0] ? torch_blas_pins : "unknown");
+               torch_blas_pins[0] ? torch_blas_pins : "unknown",
+               torch_blas_chosen[0] ? torch_blas_chosen : "none");
         if (none != NULL && none->tok)
             printf(",\"torch_time_ratio_to_none\":%.4f,\"torch_peak_rss_ratio_to_none\":%.4f",
                    t->median_ms / none->tres.median_ms, t->peak_rss / none->tres.peak_rss);

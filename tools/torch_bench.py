@@ -40,15 +40,21 @@ A fair peer: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE pin OpenBLAS (and the PyTorc
 to one kernel family, e.g. Haswell's AVX2 kernels on a CPU that has AVX-512. When either is set,
 this script runs itself again with both removed from its own environment, before torch is
 imported (OpenBLAS reads them as it loads), so PyTorch gets the kernels OpenBLAS picks for this
-CPU; --keep-blas-env keeps them. It then reports the kernel family PyTorch's OpenBLAS actually
-runs: threadpoolctl's "architecture" where threadpoolctl is installed, else
+CPU; --keep-blas-env keeps them. An OpenBLAS older than the CPU may not know it and fall back
+to a family of the SSE era (OpenBLAS 0.3.21 runs Prescott's kernels on a Xeon of family 6, model
+207, at a fifth of its SkylakeX kernels' rate): when the family it picked lacks AVX2 on a CPU that
+has AVX2 or AVX-512, the script runs itself again with OPENBLAS_CORETYPE set to the widest family
+the CPU's flags allow (Cooperlake, SkylakeX, Haswell), checks that an fp32 product of
+small-integer matrices (exact in any summation order) equals the integer product, and keeps the
+choice only then. It then reports the kernel family PyTorch's OpenBLAS actually runs: threadpoolctl's "architecture" where threadpoolctl is installed, else
 openblas_get_corename() of the libopenblas this process loaded (found in /proc/self/maps, else
 in torch's lib folder), through ctypes.
 
 Prints one line "TORCH_ROW median_ms min_ms max_ms fwd_ms bwd_ms opt_ms peak_rss_bytes
 base_rss_bytes loss params" (bench_model reads it), one line "TORCH_BLAS core=NAME via=HOW
-lib=PATH pins=VARS dropped=VARS" (the BLAS kernel family; pins: the pinning variables still in
-this process's environment, "none" when it runs without them; dropped: those it removed itself)
+lib=PATH pins=VARS dropped=VARS chosen=WHY" (the BLAS kernel family; pins: the pinning variables
+still in this process's environment, "none" when it runs without them; dropped: those it removed
+itself; chosen: "none", or which family OpenBLAS had picked when the script chose one)
 and, with --json, a JSON line. peak_rss is the
 process's ru_maxrss at the end; base_rss its RSS after importing torch, before the model existed.
 Exits 0 with "TORCH_SKIP reason" when torch cannot be imported.
@@ -64,11 +70,55 @@ import time
 
 BLAS_PIN_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 UNSET_MARK = "SEEDGPT_TORCH_BENCH_UNSET"   # what the re-run removed, for the report
+CHOSEN_MARK = "SEEDGPT_TORCH_BENCH_CHOSEN"   # the family OpenBLAS had picked, when one was chosen
+REJECTED_MARK = "SEEDGPT_TORCH_BENCH_REJECTED"   # a chosen family that failed the product check
+# OpenBLAS's x86-64 kernel families that need no AVX2 (its DYNAMIC_ARCH fallbacks), and the
+# families to choose instead, widest first, with the CPU flags each needs
+SSE_ERA = {"katmai", "coppermine", "northwood", "prescott", "banias", "atom", "core2", "penryn",
+           "dunnington", "nehalem", "sandybridge", "opteron", "opteron_sse3", "barcelona", "bobcat"}
+WIDER = (("Cooperlake", {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}),
+         ("SkylakeX", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+         ("Haswell", {"avx2", "fma"}))
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def choose_wider_blas(torch, core):
+    """Runs this script again with a wider OPENBLAS_CORETYPE if OpenBLAS fell back to an SSE-era
+    family on a CPU with AVX2 or better; rejects the choice if a product is then wrong."""
+    if CHOSEN_MARK in os.environ:   # the re-run: check the chosen family's product
+        a = torch.randint(-8, 9, (192, 160), dtype=torch.int64)
+        b = torch.randint(-8, 9, (160, 224), dtype=torch.int64)
+        wrong = os.environ.get("SEEDGPT_TORCH_BENCH_FAIL_CHECK") == "1"   # tests/test_torch_bench.py
+        if wrong or not torch.equal((a.float() @ b.float()).to(torch.int64), a @ b):
+            env = {k: v for k, v in os.environ.items() if k not in (CHOSEN_MARK, "OPENBLAS_CORETYPE")}
+            env[REJECTED_MARK] = os.environ["OPENBLAS_CORETYPE"]
+            sys.stdout.flush()
+            os.execve(sys.executable, [sys.executable] + sys.argv, env)
+        return
+    if "--keep-blas-env" in sys.argv or REJECTED_MARK in os.environ or core.lower() not in SSE_ERA:
+        return
+    flags = cpu_flags()
+    for family, need in WIDER:
+        if need <= flags:
+            env = dict(os.environ, OPENBLAS_CORETYPE=family)
+            env[CHOSEN_MARK] = core
+            sys.stdout.flush()
+            os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
 def run_without_blas_pins():
     """Runs this script again without the OpenBLAS pinning variables, if any is set."""
-    if "--keep-blas-env" in sys.argv:
+    if "--keep-blas-env" in sys.argv or CHOSEN_MARK in os.environ:   # (a family chosen below)
         return
     pinned = [v for v in BLAS_PIN_VARS if v in os.environ]
     if not pinned:
@@ -156,6 +206,8 @@ def main():
         print(f"TORCH_SKIP cannot import torch with {sys.executable} ({e.__class__.__name__})")
         return 0
     torch.set_num_threads(a.threads)
+    if a.device == "cpu":
+        choose_wider_blas(torch, blas_core(torch)[0])
     base_rss = rss_bytes()
     dev = torch.device(a.device)
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -309,7 +361,12 @@ def main():
     core, via, lib = blas_core(torch)
     dropped = os.environ.get(UNSET_MARK, "none")
     pins = ",".join(f"{v}={os.environ[v]}" for v in BLAS_PIN_VARS if v in os.environ) or "none"
-    print(f"TORCH_BLAS core={core} via={via} lib={lib} pins={pins} dropped={dropped}")
+    chosen = "none"
+    if CHOSEN_MARK in os.environ:
+        chosen = f"{os.environ.get('OPENBLAS_CORETYPE')}:OpenBLAS-picked-{os.environ[CHOSEN_MARK]}"
+    elif REJECTED_MARK in os.environ:
+        chosen = f"none:{os.environ[REJECTED_MARK]}-gave-a-wrong-product"
+    print(f"TORCH_BLAS core={core} via={via} lib={lib} pins={pins} dropped={dropped} chosen={chosen}")
     if a.json:
         import json
         print(json.dumps({"bench": "torch_model", "row": a.row, "torch": torch.__version__,
@@ -318,7 +375,7 @@ def main():
                           "fwd_ms": vals[3], "bwd_ms": vals[4], "opt_ms": vals[5],
                           "peak_rss": peak_rss, "base_rss": base_rss, "loss": loss,
                           "blas_core": core, "blas_core_via": via, "blas_pins": pins,
-                          "blas_pins_dropped": dropped}))
+                          "blas_pins_dropped": dropped, "blas_chosen": chosen}))
     return 0
 
 
