@@ -595,6 +595,33 @@ static void test_adamw_and_clip(void) {
     gpt_free(&m);
 }
 
+/* The CPU backend's fill (zero_grad's): every element of the range, nothing outside it, at the
+ * serial, parallel and streamed sizes, from an address off 16-byte alignment, at 1, 2 and 3 threads. */
+static void test_backend_fill(void) {
+    const size_t sizes[] = {3, 70001, ((size_t)16 << 20) + 37};
+    size_t wrong = 0, outside = 0, checked = 0;
+    for (int s = 0; s < 3; s++)
+        for (int th = 1; th <= 3; th++) {
+            size_t n = sizes[s];
+            float* buf = malloc((n + 8) * sizeof(float));
+            for (size_t i = 0; i < n + 8; i++) buf[i] = -7.0f;
+            float value = th == 2 ? 1.5f : 0.0f;
+            omp_set_num_threads(th);
+            backend_cpu.fill(buf + 3, n, value);   /* 12 bytes past malloc's alignment */
+            for (size_t i = 0; i < n + 8; i++) {
+                int in = i >= 3 && i < n + 3;
+                if (in) wrong += memcmp(&buf[i], &value, sizeof(float)) != 0;
+                else outside += buf[i] != -7.0f;
+            }
+            checked += n;
+            free(buf);
+        }
+    omp_set_num_threads(2);
+    expect(wrong == 0 && outside == 0, "cpu_backend_fill_sets_the_range_and_nothing_else",
+           "%zu of %zu elements wrong, %zu outside the range changed (n 3, 70001, 16 Mi + 37; 1-3 threads)",
+           wrong, checked, outside);
+}
+
 int main(void) {
     double t0 = now();
     test_layout();
@@ -608,6 +635,7 @@ int main(void) {
     test_dropout_paths();
     test_memory();
     test_adamw_and_clip();
+    test_backend_fill();
     double t4 = now();
     printf("# times: reference fd %.1f s, model vs reference %.1f s, threads %.1f s, rest %.1f s"
            " (%d threads)\n", t1 - t0, t2 - t1, t3 - t2, t4 - t3, omp_get_max_threads());
