@@ -8,6 +8,7 @@ A tiny row (L2 C64 T32, 1 step) is run three times through the tool, and its TOR
     OpenBLAS picked a wider family itself, or the tool chose one (chosen=FAMILY:...);
   - no pinning variable (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE) of the caller's environment reaches
     the peer: the only one it may run with is the family the tool chose;
+  - --no-blas-choice runs OpenBLAS's own pick, as it is;
   - a chosen family whose product check fails is dropped (SEEDGPT_TORCH_BENCH_FAIL_CHECK=1 makes
     the check fail): the peer then runs what OpenBLAS picked, and says why. Where OpenBLAS picks a
     wide family itself, nothing is chosen and this check is skipped.
@@ -33,9 +34,9 @@ def report(ok, name, msg):
     failed += not ok
 
 
-def run(extra_env=None):
+def run(extra_env=None, args=()):
     env = dict(os.environ, OMP_WAIT_POLICY="passive", **(extra_env or {}))
-    out = subprocess.run([sys.executable, TOOL, "--row", ROW, "--warmup", "0", "--steps", "1"],
+    out = subprocess.run([sys.executable, TOOL, "--row", ROW, "--warmup", "0", "--steps", "1", *args],
                          env=env, capture_output=True, text=True, timeout=300).stdout
     for line in out.splitlines():
         if line.startswith("TORCH_SKIP"):
@@ -79,13 +80,18 @@ def main():
     report(pins == allowed, "no_pinning_variable_of_the_caller_reaches_the_peer",
            f"pins {pins} (allowed: {allowed}), dropped {b.get('dropped')}, chosen {chosen}")
     if chosen.startswith("none"):
-        print("SKIP a_chosen_family_failing_its_product_check_is_dropped: OpenBLAS picked "
-              f"{core} itself, nothing was chosen")
+        for name in ("no_blas_choice_runs_openblas_own_pick", "a_chosen_family_failing_its_product_check_is_dropped"):
+            print(f"SKIP {name}: OpenBLAS picked {core} itself, nothing was chosen")
     else:
         r = run({"SEEDGPT_TORCH_BENCH_FAIL_CHECK": "1"})
         picked = chosen.split("OpenBLAS-picked-", 1)[-1]
         ok = bool(r) and r.get("core") == picked and r.get("pins") == "none" and \
             r.get("chosen", "").endswith("-gave-a-wrong-product")
+        n = run(args=("--no-blas-choice",))
+        report(bool(n) and n.get("core") == picked and n.get("pins") == "none" and n.get("chosen") == "none",
+               "no_blas_choice_runs_openblas_own_pick",
+               f"core {n.get('core') if n else None} (OpenBLAS's pick {picked}), pins "
+               f"{n.get('pins') if n else None}, chosen {n.get('chosen') if n else None}")
         report(ok, "a_chosen_family_failing_its_product_check_is_dropped",
                f"core {r.get('core') if r else None} (OpenBLAS's pick {picked}), pins "
                f"{r.get('pins') if r else None}, chosen {r.get('chosen') if r else None}")

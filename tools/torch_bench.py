@@ -46,7 +46,7 @@ to a family of the SSE era (OpenBLAS 0.3.21 runs Prescott's kernels on a Xeon of
 has AVX2 or AVX-512, the script runs itself again with OPENBLAS_CORETYPE set to the widest family
 the CPU's flags allow (Cooperlake, SkylakeX, Haswell), checks that an fp32 product of
 small-integer matrices (exact in any summation order) equals the integer product, and keeps the
-choice only then. It then reports the kernel family PyTorch's OpenBLAS actually runs: threadpoolctl's "architecture" where threadpoolctl is installed, else
+choice only then (--no-blas-choice: no choice, OpenBLAS's own pick). It then reports the kernel family PyTorch's OpenBLAS actually runs: threadpoolctl's "architecture" where threadpoolctl is installed, else
 openblas_get_corename() of the libopenblas this process loaded (found in /proc/self/maps, else
 in torch's lib folder), through ctypes.
 
@@ -105,7 +105,8 @@ def choose_wider_blas(torch, core):
             sys.stdout.flush()
             os.execve(sys.executable, [sys.executable] + sys.argv, env)
         return
-    if "--keep-blas-env" in sys.argv or REJECTED_MARK in os.environ or core.lower() not in SSE_ERA:
+    if "--keep-blas-env" in sys.argv or "--no-blas-choice" in sys.argv or REJECTED_MARK in os.environ \
+            or core.lower() not in SSE_ERA:
         return
     flags = cpu_flags()
     for family, need in WIDER:
@@ -192,6 +193,8 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--keep-blas-env", action="store_true",
                     help="keep OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (default: run without them)")
+    ap.add_argument("--no-blas-choice", action="store_true",
+                    help="run the family OpenBLAS picks even when it is of the SSE era on a wider CPU")
     a = ap.parse_args()
     run_without_blas_pins()
     r = parse_row(a.row)
