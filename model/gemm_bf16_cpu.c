@@ -142,7 +142,7 @@ static void kernel_avx512bf16(int kp, const uint32_t* ap, const uint32_t* bp, fl
  * the caller sets around the call (enter_ftz_daz). Each element's chain: odd, then even, pair by
  * pair: the bits of the other paths (tests/test_gemm_bf16.c checks them over the whole exponent
  * range). */
-__attribute__((target("avx512f")))
+__attribute__((target("avx512f"), noinline))
 static void kernel_avx512f(int kp, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc,
                            int load_c) {
     enum { MR = 12 };
@@ -184,7 +184,8 @@ static void kernel_avx512f(int kp, const uint32_t* ap, const uint32_t* bp, float
 #endif
 
 /* MXCSR with DAZ (bit 6) and FTZ (bit 15) set for kernel_avx512f; returns the old value for
- * leave_ftz_daz. The kernel is called through a pointer, so its arithmetic stays between the two. */
+ * leave_ftz_daz. The kernel is never inlined (and is called through a pointer), so its arithmetic
+ * stays between the two. */
 static unsigned enter_ftz_daz(void) {
 #if BF16_X86
     unsigned old = _mm_getcsr();
@@ -204,13 +205,18 @@ static void leave_ftz_daz(unsigned old) {
 
 /* A's panel words (kp pairs x MR) as kernel_avx512f reads them: per pair, the MR odd elements as
  * fp32, then the MR even ones */
+static inline float bits_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
 static void widen_panel(float* dst, const uint32_t* src, int kp, int MR) {
     for (int p = 0; p < kp; p++) {
         const uint32_t* w = src + (size_t)p * MR;
-        uint32_t* d = (uint32_t*)(dst + (size_t)p * 2 * MR);
+        float* d = dst + (size_t)p * 2 * MR;
         for (int r = 0; r < MR; r++) {
-            d[r] = w[r] & 0xffff0000u;
-            d[MR + r] = w[r] << 16;
+            d[r] = bits_float(w[r] & 0xffff0000u);
+            d[MR + r] = bits_float(w[r] << 16);
         }
     }
 }
