@@ -15,15 +15,20 @@
  * consecutive pieces of them.
  *
  * How it is fast: A is packed into panels of MR rows ([k][MR]) and B into panels of NR columns
- * ([k][NR]), zero-padded at the edges, over all of K at once where that fits; the output is cut
- * into tiles of MC_PANELS x NC_PANELS panels shared over the OpenMP threads, each walked in blocks
- * of KC values of k; a micro-kernel keeps an MR x NR block of accumulators in registers, lanes
- * along j (each lane its own element's chain). At most DIRECT_MAX_ROWS rows skip the packing.
+ * ([k][NR]), zero-padded at the edges; a micro-kernel keeps an MR x NR block of accumulators in
+ * registers, lanes along j (each lane its own element's chain), over KC values of k at a time.
+ * Of the two operands, the one with fewer panels (at GPT-2 shapes the activations' rows) is packed
+ * whole, per k chunk as long as PACK_FLOATS allows, into a buffer the threads share. The other
+ * (the weight) is cut into blocks, as many as a multiple of the thread count; the thread that
+ * takes a block packs it KC values of k at a time into a buffer of its own, right before it runs
+ * that slice's products against all of the shared operand, so a packed slice is used while it is
+ * in L2 and never goes back to memory. At most DIRECT_MAX_ROWS rows skip the packing.
  * Paths:
  * AVX-512 (MR 12, NR 32), AVX2+FMA (MR 6, NR 16) and portable C (MR 4, NR 16, fmaf), chosen at run
  * time; all compute the same chains, so they give the same bits (tests/test_gemm.c).
  */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,10 +43,10 @@
 #define GEMM_X86 0
 #endif
 
-#define KC 256         /* k values per packed block: a B micro-panel (KC x 32 floats) fills L1 */
-#define MC_PANELS 8    /* A panels per output tile (96 rows on AVX-512: ~100 KB packed, in L2) */
-#define NC_PANELS 4    /* B panels per output tile */
-#define PACK_FLOATS ((size_t)8 << 20)  /* packed panels of one k chunk: 32 MiB at most */
+#define KC 256         /* k values per packed slice: a B micro-panel (KC x 32 floats) fills L1 */
+#define BLOCK_PANELS 16 /* at most this many panels in one thread's block of the blocked operand */
+#define MC_PANELS 8    /* shared A panels walked per B panel (96 rows on AVX-512: ~100 KB, in L2) */
+#define PACK_FLOATS ((size_t)8 << 20)  /* the shared operand's panels of one k chunk: 32 MiB at most */
 #define MR_MAX 12
 #define NR_MAX 32
 
@@ -121,19 +126,57 @@ static void kernel_avx512(int kc, const float* ap, const float* bp, float* c, si
         _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
     }
 }
+
+/* The last panel of an M that 12 does not divide (256 rows: 21 panels and 4 rows): kernel_avx512
+ * over R < 12 rows of the same packed panel (its rows 12 floats apart), the same chains, without
+ * the 12-row kernel's work on zero rows or a copy of the tile. */
+#define KERNEL_AVX512_ROWS(R)                                                                     \
+    __attribute__((target("avx512f"))) static void kernel_avx512_##R(                            \
+        int kc, const float* ap, const float* bp, float* c, size_t ldc, int load_c) {            \
+        __m512 acc[R][2];                                                                        \
+        for (int r = 0; r < R; r++) {                                                            \
+            acc[r][0] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();             \
+            acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();        \
+        }                                                                                        \
+        for (int k = 0; k < kc; k++) {                                                           \
+            __m512 b0 = _mm512_loadu_ps(bp + (size_t)k * 32);                                    \
+            __m512 b1 = _mm512_loadu_ps(bp + (size_t)k * 32 + 16);                               \
+            for (int r = 0; r < R; r++) {                                                        \
+                __m512 a = _mm512_set1_ps(ap[(size_t)k * 12 + r]);                               \
+                acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);                                   \
+                acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);                                   \
+            }                                                                                    \
+        }                                                                                        \
+        for (int r = 0; r < R; r++) {                                                            \
+            _mm512_storeu_ps(c + r * ldc, acc[r][0]);                                            \
+            _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);                                       \
+        }                                                                                        \
+    }
+KERNEL_AVX512_ROWS(1) KERNEL_AVX512_ROWS(2) KERNEL_AVX512_ROWS(3) KERNEL_AVX512_ROWS(4)
+KERNEL_AVX512_ROWS(5) KERNEL_AVX512_ROWS(6) KERNEL_AVX512_ROWS(7) KERNEL_AVX512_ROWS(8)
+KERNEL_AVX512_ROWS(9) KERNEL_AVX512_ROWS(10) KERNEL_AVX512_ROWS(11)
+
+static const GemmKernel kernel_avx512_rows[12] = {
+    NULL, kernel_avx512_1, kernel_avx512_2, kernel_avx512_3, kernel_avx512_4, kernel_avx512_5,
+    kernel_avx512_6, kernel_avx512_7, kernel_avx512_8, kernel_avx512_9, kernel_avx512_10,
+    kernel_avx512_11};
 #endif
 
 /* ---- paths --------------------------------------------------------------------------------- */
 
-typedef struct { int mr, nr; GemmKernel kernel; } PathDesc;
+typedef struct {
+    int mr, nr;
+    GemmKernel kernel;
+    const GemmKernel* rows;   /* rows[r], r < mr: the kernel over r rows of a panel, or NULL */
+} PathDesc;
 
 static PathDesc path_desc(GemmPath p) {
 #if GEMM_X86
-    if (p == GEMM_AVX512) return (PathDesc){12, 32, kernel_avx512};
-    if (p == GEMM_AVX2) return (PathDesc){6, 16, kernel_avx2};
+    if (p == GEMM_AVX512) return (PathDesc){12, 32, kernel_avx512, kernel_avx512_rows};
+    if (p == GEMM_AVX2) return (PathDesc){6, 16, kernel_avx2, NULL};
 #endif
     (void)p;
-    return (PathDesc){4, 16, kernel_portable};
+    return (PathDesc){4, 16, kernel_portable, NULL};
 }
 
 const char* gemm_path_name(GemmPath p) {
@@ -259,9 +302,25 @@ static void pack_a(float* dst, const float* A, size_t rsa, size_t csa, int i0, i
     pack_a_scalar(dst, A, rsa, csa, i0, mr, k0, kc, MR);
 }
 
+#if GEMM_X86
+/* a whole 32-column panel of B whose rows run along j (csb 1): two vector copies per k */
+__attribute__((target("avx512f")))
+static void pack_b_rows32(float* dst, const float* B, size_t rsb, int j0, int k0, int kc) {
+    const float* src = B + (size_t)k0 * rsb + j0;
+    for (int k = 0; k < kc; k++) {
+        _mm512_storeu_ps(dst + (size_t)k * 32, _mm512_loadu_ps(src + (size_t)k * rsb));
+        _mm512_storeu_ps(dst + (size_t)k * 32 + 16, _mm512_loadu_ps(src + (size_t)k * rsb + 16));
+    }
+}
+#endif
+
 static void pack_b(float* dst, const float* B, size_t rsb, size_t csb, int j0, int nr, int k0,
                    int kc, int NR, int fast) {
 #if GEMM_X86
+    if (fast && csb == 1 && NR == 32 && nr == 32) {
+        pack_b_rows32(dst, B, rsb, j0, k0, kc);
+        return;
+    }
     if (fast && rsb == 1 && csb != 1 && NR % 16 == 0) {
         const int full = kc / 16 * 16;
         for (int h = 0; h < NR; h += 16) {
@@ -311,7 +370,8 @@ static void gemm_direct(int M, int N, int K, const float* A, size_t rsa, size_t 
     }
 }
 
-/* Packed panels of one k block, grown to the largest call seen and kept (64-byte aligned). */
+/* The packing buffer: the shared operand's panels of one k chunk, then each thread's slice of
+ * its block; grown to the largest call seen and kept (64-byte aligned). */
 static float* pack_buf = NULL;
 static size_t pack_cap = 0;
 
@@ -329,6 +389,108 @@ static float* pack_buffer(size_t nfloats) {
     return pack_buf;
 }
 
+/* panels per block when n panels are cut into blocks of at most BLOCK_PANELS, as many blocks as
+ * a multiple of the threads (so that they share them evenly) */
+static int block_panels(int n, int threads) {
+    const int blocks = threads * ((n + threads * BLOCK_PANELS - 1) / (threads * BLOCK_PANELS));
+    return (n + blocks - 1) / blocks;
+}
+
+/* One call's shape, operands and packing, as the parallel region's helpers see them. */
+typedef struct {
+    int M, N, K, accumulate, fast, a_by_k;
+    const float *A, *B;
+    size_t rsa, csa, rsb, csb, ldc;
+    float* C;
+    PathDesc pd;
+    int mp, np;        /* panels of A (MR rows) and of B (NR columns) */
+    int blk;           /* panels per block of the blocked operand */
+    size_t a_ld;       /* floats between the shared A's panels */
+} Gemm;
+
+static int rows_of(const Gemm* g, int p) {
+    return g->M - p * g->pd.mr < g->pd.mr ? g->M - p * g->pd.mr : g->pd.mr;
+}
+static int cols_of(const Gemm* g, int q) {
+    return g->N - q * g->pd.nr < g->pd.nr ? g->N - q * g->pd.nr : g->pd.nr;
+}
+
+/* c (mr x nr of C) = [c +] ap . bp over kc: the path's kernel, its kernel over fewer rows, or
+ * (an N edge, or a path without those) through a full-size copy, so nothing outside C is touched */
+static void tile(const Gemm* g, int kc, const float* ap, const float* bp, float* c, int mr, int nr,
+                 int load_c) {
+    const int MR = g->pd.mr, NR = g->pd.nr;
+    if (nr == NR && (mr == MR || g->pd.rows != NULL)) {
+        (mr == MR ? g->pd.kernel : g->pd.rows[mr])(kc, ap, bp, c, g->ldc, load_c);
+        return;
+    }
+    float tmp[MR_MAX * NR_MAX] = {0};
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j++) tmp[r * NR + j] = c[r * g->ldc + j];
+    g->pd.kernel(kc, ap, bp, tmp, (size_t)NR, load_c);
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j++) c[r * g->ldc + j] = tmp[r * NR + j];
+}
+
+/* A shared (all of its panels, k in [k0, k0+kn), at Ap), B blocked: each thread packs a block of
+ * B's panels KC values of k at a time into `mine` and runs them against every A panel. */
+static void run_b_blocks(const Gemm* g, const float* Ap, float* mine, int k0, int kn) {
+    const int MR = g->pd.mr, NR = g->pd.nr, nb = (g->np + g->blk - 1) / g->blk;
+    #pragma omp for schedule(dynamic)
+    for (int qb = 0; qb < nb; qb++) {
+        const int q0 = qb * g->blk, q1 = q0 + g->blk < g->np ? q0 + g->blk : g->np;
+        for (int kk = 0; kk < kn; kk += KC) {
+            const int kc = kn - kk < KC ? kn - kk : KC;
+            const int load_c = g->accumulate || k0 + kk > 0;
+            for (int q = q0; q < q1; q++)
+                pack_b(mine + (size_t)(q - q0) * NR * kc, g->B, g->rsb, g->csb, q * NR,
+                       cols_of(g, q), k0 + kk, kc, NR, g->fast);
+            /* MC_PANELS of A (in L2) against each B panel of the block (in L1) in turn */
+            for (int pc = 0; pc < g->mp; pc += MC_PANELS) {
+                const int pe = pc + MC_PANELS < g->mp ? pc + MC_PANELS : g->mp;
+                for (int q = q0; q < q1; q++) {
+                    const float* bp = mine + (size_t)(q - q0) * NR * kc;
+                    for (int p = pc; p < pe; p++)
+                        tile(g, kc, Ap + (size_t)p * g->a_ld + (size_t)kk * MR, bp,
+                             g->C + (size_t)p * MR * g->ldc + (size_t)q * NR, rows_of(g, p),
+                             cols_of(g, q), load_c);
+                }
+            }
+        }
+    }
+}
+
+/* B shared (all of its panels, k in [k0, k0+kn), at Bp), A blocked: each thread packs a block of
+ * A's panels KC values of k at a time into `mine` and runs them against every B panel. */
+static void run_a_blocks(const Gemm* g, const float* Bp, float* mine, int k0, int kn) {
+    const int MR = g->pd.mr, NR = g->pd.nr, mb = (g->mp + g->blk - 1) / g->blk;
+    const size_t ld = (size_t)MR * KC + 16;   /* as a_ld: not a power of two */
+    #pragma omp for schedule(dynamic)
+    for (int pb = 0; pb < mb; pb++) {
+        const int p0 = pb * g->blk, p1 = p0 + g->blk < g->mp ? p0 + g->blk : g->mp;
+        for (int kk = 0; kk < kn; kk += KC) {
+            const int kc = kn - kk < KC ? kn - kk : KC;
+            const int load_c = g->accumulate || k0 + kk > 0;
+            if (g->a_by_k) {
+                for (int k = 0; k < kc; k++)
+                    pack_a_line(mine, ld, g->A + (size_t)(k0 + kk + k) * g->csa + (size_t)p0 * MR,
+                                k, g->M - p0 * MR, p1 - p0, MR);
+            } else {
+                for (int p = p0; p < p1; p++)
+                    pack_a(mine + (size_t)(p - p0) * ld, g->A, g->rsa, g->csa, p * MR,
+                           rows_of(g, p), k0 + kk, kc, MR, g->fast);
+            }
+            for (int q = 0; q < g->np; q++) {
+                const float* bp = Bp + (size_t)q * NR * kn + (size_t)kk * NR;
+                for (int p = p0; p < p1; p++)
+                    tile(g, kc, mine + (size_t)(p - p0) * ld, bp,
+                         g->C + (size_t)p * MR * g->ldc + (size_t)q * NR, rows_of(g, p),
+                         cols_of(g, q), load_c);
+            }
+        }
+    }
+}
+
 void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
               const float* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc) {
     if (M <= 0 || N <= 0) return;
@@ -342,78 +504,53 @@ void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
         return;
     }
     const GemmPath path = gemm_path_selected();
-    const int fast = path == GEMM_AVX512;
-    PathDesc pd = path_desc(path);
-    const int MR = pd.mr, NR = pd.nr;
-    const int mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
-    /* k is packed in chunks as long as PACK_FLOATS allows (whole K at GPT-2 shapes): each chunk
-     * costs the threads two barriers, which are dear on a loaded machine. */
-    const size_t per_k = (size_t)mp * MR + (size_t)np * NR;
+    Gemm g = {.M = M, .N = N, .K = K, .accumulate = accumulate, .A = A, .B = B, .rsa = rsa,
+              .csa = csa, .rsb = rsb, .csb = csb, .ldc = ldc, .C = C, .pd = path_desc(path)};
+    const int MR = g.pd.mr, NR = g.pd.nr, threads = omp_get_max_threads();
+    g.fast = path == GEMM_AVX512;
+    g.a_by_k = g.fast && rsa == 1 && csa != 1 && MR <= 16;
+    g.mp = (M + MR - 1) / MR;
+    g.np = (N + NR - 1) / NR;
+    const int b_blocked = g.np >= g.mp;   /* B has the more panels: it is the blocked one */
+    g.blk = block_panels(b_blocked ? g.np : g.mp, threads);
+    /* the shared operand is packed in k chunks as long as PACK_FLOATS allows (all of K at GPT-2
+     * shapes): each chunk costs the threads two barriers, which are dear on a loaded machine */
+    const size_t per_k = b_blocked ? (size_t)g.mp * MR : (size_t)g.np * NR;
     int kchunk = (int)(PACK_FLOATS / per_k) / KC * KC;
     if (kchunk < KC) kchunk = KC;
     if (kchunk > K) kchunk = K;
     /* A's panels a_ld floats apart: MR * kchunk and 16 more, so that the same k of successive
      * panels does not fall in one L1 set (a power-of-two stride did: its writes by line missed) */
-    const size_t a_ld = (((size_t)MR * kchunk + 15) & ~(size_t)15) + 16;
-    const size_t a_floats = (size_t)mp * a_ld;
-    float* Ap = pack_buffer(a_floats + (size_t)np * NR * kchunk);
-    float* Bp = Ap + a_floats;
-    const int mb = (mp + MC_PANELS - 1) / MC_PANELS, nb = (np + NC_PANELS - 1) / NC_PANELS;
-    const int rows_fast = nb > mb;
-    const int a_by_k = fast && rsa == 1 && csa != 1 && MR <= 16;
+    g.a_ld = (((size_t)MR * kchunk + 15) & ~(size_t)15) + 16;
+    const size_t shared = b_blocked ? (size_t)g.mp * g.a_ld : (size_t)g.np * NR * kchunk;
+    const size_t mine = b_blocked ? (size_t)g.blk * NR * KC : (size_t)g.blk * ((size_t)MR * KC + 16);
+    float* buf = pack_buffer(shared + mine * (size_t)threads);
 
     #pragma omp parallel
-    for (int k0 = 0; k0 < K; k0 += kchunk) {
-        const int kn = K - k0 < kchunk ? K - k0 : kchunk;
-        if (a_by_k) {
-            /* A's rows adjacent, k strided (dout^T of a weight gradient): each k's line of A is
-             * read once, left to right, and cut into the panels' k slots */
-            #pragma omp for schedule(static) nowait
-            for (int k = 0; k < kn; k++) pack_a_line(Ap, a_ld, A + (size_t)(k0 + k) * csa, k, M, mp, MR);
-        } else {
-            #pragma omp for schedule(dynamic) nowait
-            for (int p = 0; p < mp; p++) {
-                int mr = M - p * MR < MR ? M - p * MR : MR;
-                pack_a(Ap + (size_t)p * a_ld, A, rsa, csa, p * MR, mr, k0, kn, MR, fast);
-            }
-        }
-        #pragma omp for schedule(dynamic)
-        for (int q = 0; q < np; q++) {
-            int nr = N - q * NR < NR ? N - q * NR : NR;
-            pack_b(Bp + (size_t)q * NR * kn, B, rsb, csb, q * NR, nr, k0, kn, NR, fast);
-        }
-        /* tiles in any order on any thread: each output element's chain is walked by one call */
-        #pragma omp for schedule(dynamic)
-        for (int t = 0; t < mb * nb; t++) {
-            /* consecutive tiles share the operand with more blocks: a wide B (the LM head's
-             * wte^T) is walked a column block at a time over all row blocks, while it is hot */
-            const int pb = rows_fast ? t % mb : t / nb, qb = rows_fast ? t / mb : t % nb;
-            const int p0 = pb * MC_PANELS, q0 = qb * NC_PANELS;
-            const int p1 = p0 + MC_PANELS < mp ? p0 + MC_PANELS : mp;
-            const int q1 = q0 + NC_PANELS < np ? q0 + NC_PANELS : np;
-            for (int kk = 0; kk < kn; kk += KC) {
-                const int kc = kn - kk < KC ? kn - kk : KC;
-                const int load_c = accumulate || k0 + kk > 0;
-                for (int q = q0; q < q1; q++) {
-                    const float* bp = Bp + (size_t)q * NR * kn + (size_t)kk * NR;
-                    const int nr = N - q * NR < NR ? N - q * NR : NR;
-                    for (int p = p0; p < p1; p++) {
-                        const float* ap = Ap + (size_t)p * a_ld + (size_t)kk * MR;
-                        const int mr = M - p * MR < MR ? M - p * MR : MR;
-                        float* c = C + (size_t)p * MR * ldc + (size_t)q * NR;
-                        if (mr == MR && nr == NR) {
-                            pd.kernel(kc, ap, bp, c, ldc, load_c);
-                            continue;
-                        }
-                        /* edge tile: through a full-size copy, so nothing outside C is touched */
-                        float tmp[MR_MAX * NR_MAX] = {0};
-                        for (int r = 0; r < mr; r++)
-                            for (int j = 0; j < nr; j++) tmp[r * NR + j] = c[r * ldc + j];
-                        pd.kernel(kc, ap, bp, tmp, (size_t)NR, load_c);
-                        for (int r = 0; r < mr; r++)
-                            for (int j = 0; j < nr; j++) c[r * ldc + j] = tmp[r * NR + j];
-                    }
+    {
+        float* own = buf + shared + mine * (size_t)omp_get_thread_num();
+        for (int k0 = 0; k0 < K; k0 += kchunk) {
+            const int kn = K - k0 < kchunk ? K - k0 : kchunk;
+            if (b_blocked) {
+                if (g.a_by_k) {
+                    /* A's rows adjacent, k strided (dout^T of a weight gradient): each k's line
+                     * of A is read once, left to right, and cut into the panels' k slots */
+                    #pragma omp for schedule(static)
+                    for (int k = 0; k < kn; k++)
+                        pack_a_line(buf, g.a_ld, A + (size_t)(k0 + k) * csa, k, M, g.mp, MR);
+                } else {
+                    #pragma omp for schedule(dynamic)
+                    for (int p = 0; p < g.mp; p++)
+                        pack_a(buf + (size_t)p * g.a_ld, A, rsa, csa, p * MR, rows_of(&g, p), k0,
+                               kn, MR, g.fast);
                 }
+                run_b_blocks(&g, buf, own, k0, kn);
+            } else {
+                #pragma omp for schedule(dynamic)
+                for (int q = 0; q < g.np; q++)
+                    pack_b(buf + (size_t)q * NR * kn, B, rsb, csb, q * NR, cols_of(&g, q), k0, kn,
+                           NR, g.fast);
+                run_a_blocks(&g, buf, own, k0, kn);
             }
         }
     }

@@ -245,25 +245,37 @@ static void test_empty_k(void) {
            "accumulate kept C: %d, write zeroed C: %d", unchanged, zero);
 }
 
-/* A K long enough that the panels are packed in several chunks (5 x 1 output, K = 450001). */
+/* A K long enough that the shared operand is packed in several k chunks: 5 x 17 written (B has
+ * as many panels as A: A is the shared one; two chunks on the AVX-512 path) and 13 x 1
+ * accumulated (A has more: B is shared; several chunks on every path). Every element equals its
+ * chain. */
 static void test_long_k(void) {
-    int K = 450001, M = 5;
-    Prob p = prob_new(NN, M, 1, K);
-    size_t differ = 0;
-    for (GemmPath g = GEMM_PORTABLE; g <= GEMM_AVX512; g++) {
-        if (!gemm_path_supported(g)) continue;
-        set_path(g);
-        float c[5] = {0.5f, -1, 2, 0, 3};
-        run_all(&p, 1, c);
-        for (int i = 0; i < M; i++) {
-            float chain = i == 0 ? 0.5f : i == 1 ? -1 : i == 2 ? 2 : i == 3 ? 0 : 3;
-            for (int k = 0; k < K; k++) chain = fmaf(p.A[(size_t)i * K + k], p.B[k], chain);
-            differ += memcmp(&c[i], &chain, sizeof chain) != 0;
+    const int shapes[][4] = {{5, 17, 750001, 0}, {13, 1, 1500001, 1}};  /* M, N, K, accumulate */
+    size_t differ = 0, n = 0;
+    for (int s = 0; s < 2; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], acc = shapes[s][3];
+        Prob p = prob_new(NN, M, N, K);
+        float* init = fbuf((size_t)M * N);
+        float* c = malloc(sizeof(float) * M * N);
+        for (GemmPath g = GEMM_PORTABLE; g <= GEMM_AVX512; g++) {
+            if (!gemm_path_supported(g)) continue;
+            set_path(g);
+            memcpy(c, init, sizeof(float) * M * N);
+            run_all(&p, acc, c);
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    float chain = acc ? init[i * N + j] : 0.0f;
+                    for (int k = 0; k < K; k++)
+                        chain = fmaf(p.A[(size_t)i * K + k], p.B[(size_t)k * N + j], chain);
+                    differ += memcmp(&c[i * N + j], &chain, sizeof chain) != 0;
+                    n++;
+                }
         }
+        free(init); free(c); prob_free(&p);
     }
     unsetenv("SEEDGPT_GEMM");
-    prob_free(&p);
-    expect(differ == 0, "long_k_packed_in_chunks_equals_the_chain", "%zu of 5 elements x paths differ", differ);
+    expect(differ == 0, "long_k_packed_in_chunks_equals_the_chain",
+           "%zu of %zu elements x paths differ", differ, n);
 }
 
 int main(void) {
