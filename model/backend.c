@@ -141,6 +141,7 @@ const Backend backend_cpu = {
     .drop_path = drop_path,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
+    .crossentropy_forward_backward = crossentropy_forward_backward,
     .sum_squares = sum_squares,
     .scale_inplace = scale_inplace,
     .adamw_update = adamw_update,

@@ -116,6 +116,10 @@ typedef struct Backend {
                                  int N, int V, int Vp);
     void (*crossentropy_backward)(float* logits, const int* targets, float dloss, int N, int V,
                                   int Vp);
+    /* optional (NULL: crossentropy_forward, then crossentropy_backward): both in one call, the
+     * same bits */
+    void (*crossentropy_forward_backward)(float* losses, float* logits, const int* targets,
+                                          float dloss, int N, int V, int Vp);
     double (*sum_squares)(const float* x, size_t n);
     void (*scale_inplace)(float* x, size_t n, float s);
     /* the gradient grads[i] * grad_scale (model/ops.h) */

@@ -698,14 +698,20 @@ void gpt_rope_table(const GPTConfig* c, float* cos_out, float* sin_out) {
  * forward, loss = crossentropy(logits), logits = lnf . wte^T (the LM head, tied to wte), so now
  * dlogits (in place), wte's gradient += dlogits^T . lnf, and dlnf = dlogits . wte for those rows.
  * The chunks come in row order, so wte's gradient sums its rows in the order one call would. */
-static void classifier_chunk_backward(GPT* m, int r0, int rows, float dloss) {
+/* The LM head's backward for a chunk of rows whose logits already hold dlogits. */
+static void classifier_chunk_head_backward(GPT* m, int r0, int rows) {
     const GPTConfig* c = &m->config;
     int C = c->channels;
-    m->be->crossentropy_backward(m->logits, m->targets + r0, dloss, rows, c->vocab_size,
-                                 c->padded_vocab_size);
     m->be->matmul_backward(m->dlnf + (size_t)r0 * C, m->grads.wte, NULL, m->logits,
                            act_rows(m, m->lnf, (size_t)r0, (size_t)C), wop(m, m->params.wte), rows,
                            C, c->padded_vocab_size);
+}
+
+static void classifier_chunk_backward(GPT* m, int r0, int rows, float dloss) {
+    const GPTConfig* c = &m->config;
+    m->be->crossentropy_backward(m->logits, m->targets + r0, dloss, rows, c->vocab_size,
+                                 c->padded_vocab_size);
+    classifier_chunk_head_backward(m, r0, rows);
 }
 
 void gpt_set_loss_scale(GPT* m, float dloss) { m->loss_scale = dloss; }
@@ -1119,6 +1125,13 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
         int rows = N - r0 < R ? N - r0 : R;
         m->be->matmul_forward(m->logits, DT_FP32, act_rows(m, m->lnf, (size_t)r0, (size_t)C),
                               wop(m, m->params.wte), NULL, rows, C, c->padded_vocab_size);
+        if (fuse && m->be->crossentropy_forward_backward != NULL) {
+            m->be->crossentropy_forward_backward(m->losses + r0, m->logits, m->targets + r0,
+                                                 m->loss_scale, rows, c->vocab_size,
+                                                 c->padded_vocab_size);
+            classifier_chunk_head_backward(m, r0, rows);
+            continue;
+        }
         if (targets != NULL)
             m->be->crossentropy_forward(m->losses + r0, m->logits, m->targets + r0, rows,
                                         c->vocab_size, c->padded_vocab_size);

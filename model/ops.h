@@ -95,6 +95,10 @@ void crossentropy_forward(float* losses, const float* logits, const int* targets
 /* In place: logits (N, Vp) become dlogits = dloss * (softmax - onehot) over the real vocab,
  * 0 on the padded columns. */
 void crossentropy_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp);
+/* crossentropy_forward then crossentropy_backward on the same logits, in one pass over each row
+ * (its softmax evaluated once): the same bits as the two calls. */
+void crossentropy_forward_backward(float* losses, float* logits, const int* targets, float dloss,
+                                   int N, int V, int Vp);
 
 /* Sum of squares in double over a fixed partition of blocks, added in block order. */
 double sum_squares(const float* x, size_t n);

@@ -7,6 +7,9 @@
  * changes a bit. No OpenMP reduction clause on floats.
  */
 #include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "model/ops.h"
 #include "random/philox_x16.h"
@@ -382,45 +385,123 @@ void crossentropy_forward(float* losses, const float* logits, const int* targets
     }
 }
 
-void crossentropy_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp) {
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float* l = logits + (size_t)n * Vp;
-        float maxv = row_max(l, V);
-        double inv = 1.0 / row_exp_sum(l, V, maxv);
-        const float lt = l[targets[n]];
-        for (int v = 0; v < V; v++) l[v] = (float)(vexpd((double)(l[v] - maxv)) * inv) * dloss;
-        /* the target's (p - 1) * dloss, as one expression: not p * dloss - dloss */
-        l[targets[n]] = ((float)(vexpd((double)(lt - maxv)) * inv) - 1.0f) * dloss;
-        for (int v = V; v < Vp; v++) l[v] = 0.0f;
+/* row_exp_sum that also keeps each e^(l - max) in e (V doubles): the same terms in the same
+ * lanes and order, so the same sum; the gradient then reads e instead of evaluating them again */
+static double row_exp_sum_kept(const float* l, int V, float maxv, double* e) {
+    double acc[XENT_SUM_LANES] = {0};
+    int v = 0;
+    for (; v + XENT_SUM_LANES <= V; v += XENT_SUM_LANES)
+        for (int j = 0; j < XENT_SUM_LANES; j++) {
+            e[v + j] = vexpd((double)(l[v + j] - maxv));
+            acc[j] += e[v + j];
+        }
+    for (; v < V; v++) {
+        e[v] = vexpd((double)(l[v] - maxv));
+        acc[0] += e[v];
     }
+    double sum = 0.0;
+    for (int j = 0; j < XENT_SUM_LANES; j++) sum += acc[j];
+    return sum;
+}
+
+/* A row's dlogits in place from its kept e^(l - max) and 1 / their sum (padding: +0). */
+static void row_dlogits(float* l, const double* e, double inv, int target, float dloss, int V,
+                        int Vp) {
+    for (int v = 0; v < V; v++) l[v] = (float)(e[v] * inv) * dloss;
+    /* the target's (p - 1) * dloss, as one expression: not p * dloss - dloss */
+    l[target] = ((float)(e[target] * inv) - 1.0f) * dloss;
+    for (int v = V; v < Vp; v++) l[v] = 0.0f;
+}
+
+/* One buffer of V doubles per thread for the rows' kept exponentials. */
+static double* exp_rows_alloc(int V) {
+    double* e = malloc(sizeof(double) * (size_t)V * (size_t)omp_get_max_threads());
+    if (e == NULL) {
+        fprintf(stderr, "seedgpt: out of memory for the cross-entropy's %d-wide rows\n", V);
+        exit(1);
+    }
+    return e;
+}
+
+void crossentropy_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp) {
+    double* e_all = exp_rows_alloc(V);
+    #pragma omp parallel
+    {
+        double* e = e_all + (size_t)V * omp_get_thread_num();
+        #pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            float* l = logits + (size_t)n * Vp;
+            float maxv = row_max(l, V);
+            double inv = 1.0 / row_exp_sum_kept(l, V, maxv, e);
+            row_dlogits(l, e, inv, targets[n], dloss, V, Vp);
+        }
+    }
+    free(e_all);
+}
+
+void crossentropy_forward_backward(float* losses, float* logits, const int* targets, float dloss,
+                                   int N, int V, int Vp) {
+    double* e_all = exp_rows_alloc(V);
+    #pragma omp parallel
+    {
+        double* e = e_all + (size_t)V * omp_get_thread_num();
+        #pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            float* l = logits + (size_t)n * Vp;
+            float maxv = row_max(l, V);
+            double sum = row_exp_sum_kept(l, V, maxv, e);
+            /* crossentropy_forward's expression, before the row is overwritten */
+            losses[n] = (float)((double)maxv + log(sum) - (double)l[targets[n]]);
+            row_dlogits(l, e, 1.0 / sum, targets[n], dloss, V, Vp);
+        }
+    }
+    free(e_all);
 }
 
 /* ---- norms and the optimizer -------------------------------------------------------------- */
 
 #define NORM_BLOCK 16384
 
+/* A block's sum of squares: 16 lanes, lane l summing (double) x[i]^2 for i = l mod 16 in order
+ * (the products are exact in double), then the lanes added in order 0..15 with the tail (under
+ * 16 values) in lane 0 first. Written as two vectors of 8 doubles so every compiler vectorises
+ * it; the lanes and their order are the specification. */
+typedef float sq_v8f __attribute__((vector_size(32)));
+typedef double sq_v8d __attribute__((vector_size(64)));
+
+static double block_sum_squares(const float* x, size_t n) {
+    sq_v8d lo = {0}, hi = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        sq_v8f a, b;
+        memcpy(&a, x + i, sizeof a);
+        memcpy(&b, x + i + 8, sizeof b);
+        sq_v8d da = __builtin_convertvector(a, sq_v8d), db = __builtin_convertvector(b, sq_v8d);
+        lo += da * da;
+        hi += db * db;
+    }
+    double acc[16];
+    memcpy(acc, &lo, sizeof lo);
+    memcpy(acc + 8, &hi, sizeof hi);
+    for (; i < n; i++) acc[0] += (double)x[i] * (double)x[i];
+    double s = 0.0;
+    for (int l = 0; l < 16; l++) s += acc[l];
+    return s;
+}
+
 double sum_squares(const float* x, size_t n) {
     size_t nblocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
     double total = 0.0;
-    /* one partial per fixed block (16 interleaved accumulators, combined in a fixed order, so the
-     * loop pipelines), then the partials added in block order: the same bits for any number of
-     * threads */
-    enum { STACK_PARTIALS = 4096, LANES = 16 };
+    /* one partial per fixed block, then the partials added in block order: the same bits for
+     * any number of threads */
+    enum { STACK_PARTIALS = 4096 };
     double partial[STACK_PARTIALS];
     for (size_t base = 0; base < nblocks; base += STACK_PARTIALS) {
         size_t nb = nblocks - base < STACK_PARTIALS ? nblocks - base : STACK_PARTIALS;
         #pragma omp parallel for schedule(static)
         for (size_t k = 0; k < nb; k++) {
             size_t i0 = (base + k) * NORM_BLOCK, i1 = i0 + NORM_BLOCK < n ? i0 + NORM_BLOCK : n;
-            double acc[LANES] = {0};
-            size_t i = i0;
-            for (; i + LANES <= i1; i += LANES)
-                for (int l = 0; l < LANES; l++) acc[l] += (double)x[i + l] * (double)x[i + l];
-            for (; i < i1; i++) acc[0] += (double)x[i] * (double)x[i];
-            double s = 0.0;
-            for (int l = 0; l < LANES; l++) s += acc[l];
-            partial[k] = s;
+            partial[k] = block_sum_squares(x + i0, i1 - i0);
         }
         for (size_t k = 0; k < nb; k++) total += partial[k];
     }

@@ -156,6 +156,11 @@ static void w_crossentropy_backward(float* logits, const int* targets, float dlo
                                     int Vp) {
     TIMED(PROF_CROSSENTROPY, 0, inner->crossentropy_backward(logits, targets, dloss, N, V, Vp));
 }
+static void w_crossentropy_forward_backward(float* losses, float* logits, const int* targets,
+                                            float dloss, int N, int V, int Vp) {
+    TIMED(PROF_CROSSENTROPY, 0,
+          inner->crossentropy_forward_backward(losses, logits, targets, dloss, N, V, Vp));
+}
 static double w_sum_squares(const float* x, size_t n) {
     double r = 0;
     TIMED(PROF_OPTIMIZER, 0, r = inner->sum_squares(x, n));
@@ -228,6 +233,8 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.drop_path = w_drop_path;
     outer.crossentropy_forward = w_crossentropy_forward;
     outer.crossentropy_backward = w_crossentropy_backward;
+    outer.crossentropy_forward_backward =
+        in->crossentropy_forward_backward ? w_crossentropy_forward_backward : NULL;
     outer.sum_squares = w_sum_squares;
     outer.scale_inplace = w_scale_inplace;
     outer.adamw_update = w_adamw_update;

@@ -1056,6 +1056,53 @@ static void test_crossentropy_padding(void) {
     free(tgt); free(l); free(lg); free(loss); free(lossg); free(want);
 }
 
+/* The fused classifier op against the two it stands for, bitwise: losses and dlogits, on rows
+ * with a wide range of logits and garbage in the padding. */
+static void test_crossentropy_forward_backward(void) {
+    int N = 37, V = 1000, Vp = 1024;
+    size_t n = (size_t)N * Vp;
+    int* tgt = malloc(sizeof(int) * N);
+    fill_tokens(tgt, N, V);
+    tgt[1] = 0;
+    tgt[2] = V - 1;
+    float *l = falloc(n), *l2 = falloc(n), *loss = falloc(N), *loss2 = falloc(N);
+    fill_f(l, n, 6.0);
+    for (int r = 0; r < N; r++) for (int v = V; v < Vp; v++) l[(size_t)r * Vp + v] = (v & 1) ? NAN : 1e30f;
+    memcpy(l2, l, n * 4);
+    crossentropy_forward(loss, l, tgt, N, V, Vp);
+    crossentropy_backward(l, tgt, 0.3f, N, V, Vp);
+    crossentropy_forward_backward(loss2, l2, tgt, 0.3f, N, V, Vp);
+    expect(same_bits(loss, loss2, N * 4) && same_bits(l, l2, n * 4),
+           "crossentropy_forward_backward_equals_the_two_calls_bitwise",
+           "losses %s, dlogits %s", same_bits(loss, loss2, N * 4) ? "==" : "!=",
+           same_bits(l, l2, n * 4) ? "==" : "!=");
+    free(tgt); free(l); free(l2); free(loss); free(loss2);
+}
+
+/* sum_squares against its specification written out: blocks of 16384 values; in each, 16 lanes,
+ * lane j summing x[i]^2 (in double) for i = j mod 16 in order, the tail under 16 into lane 0,
+ * the lanes added in order 0..15; the blocks' sums added in order. Bitwise. */
+static void test_sum_squares_order(void) {
+    size_t n = 3 * 16384 + 1000 + 7;
+    float* x = falloc(n);
+    fill_f(x, n, 3.0);
+    double total = 0.0;
+    for (size_t b0 = 0; b0 < n; b0 += 16384) {
+        size_t b1 = b0 + 16384 < n ? b0 + 16384 : n, i = b0;
+        double acc[16] = {0};
+        for (; i + 16 <= b1; i += 16)
+            for (int j = 0; j < 16; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
+        for (; i < b1; i++) acc[0] += (double)x[i] * (double)x[i];
+        double s = 0.0;
+        for (int j = 0; j < 16; j++) s += acc[j];
+        total += s;
+    }
+    double got = sum_squares(x, n);
+    expect(memcmp(&got, &total, sizeof got) == 0, "sum_squares_is_its_lane_order_bitwise",
+           "%.17g vs the specification's %.17g", got, total);
+    free(x);
+}
+
 int main(void) {
     int default_threads = omp_get_max_threads();
     printf("# test_ops: %d OpenMP threads by default\n", default_threads);
@@ -1083,5 +1130,7 @@ int main(void) {
     test_matmul_thread_invariance_odd_rows(default_threads);
     test_keep_bits();
     test_crossentropy_padding();
+    test_crossentropy_forward_backward();
+    test_sum_squares_order();
     return test_finish();
 }
