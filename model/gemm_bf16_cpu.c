@@ -19,11 +19,19 @@
  *
  * Layout: A is packed into panels of MR rows, one 32-bit word per (pair, row) holding A[i,2p] in
  * its low half and A[i,2p+1] in its high half; B into panels of NR columns, one word per (pair,
- * column) the same way. A micro-kernel keeps an MR x NR block of fp32 accumulators; on AVX-512 a
- * row's word is broadcast and VDPBF16PS takes 16 columns' words at once.
+ * column) the same way. A micro-kernel keeps an MR x NR block of fp32 accumulators, over KPC pairs
+ * at a time; on AVX-512 a row's word is broadcast and VDPBF16PS takes 16 columns' words at once.
+ * The driver is gemm_f32's (model/gemm_cpu.c): of the two operands, the one with fewer panels is
+ * packed whole, per pair chunk as long as PACK_WORDS allows, into a buffer the threads share; the
+ * other is cut into blocks, as many as a multiple of the thread count, and the thread that takes a
+ * block packs it KPC pairs at a time into a buffer of its own right before it runs that slice's
+ * products against all of the shared operand, so a packed slice is used while it is in L2. A bf16
+ * result (Cb) is rounded once, at the end of its chain: its K is packed in one chunk, and a
+ * block's sums are kept in fp32 beside the thread's slice until the block's last slice is done.
  */
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,10 +47,10 @@
 #define BF16_X86 0
 #endif
 
-#define KPC 128        /* k pairs per block: a B micro-panel (KPC x 32 words) is 16 KiB, in L1 */
-#define MC_PANELS 8    /* A panels per output tile */
-#define NC_PANELS 4    /* B panels per output tile */
-#define PACK_WORDS ((size_t)8 << 20)   /* packed words of one pair chunk: 32 MiB at most */
+#define KPC 128        /* k pairs per packed slice: a B micro-panel (KPC x 32 words) in L1 */
+#define BLOCK_PANELS 16 /* at most this many panels in one thread's block of the blocked operand */
+#define MC_PANELS 8    /* shared A panels walked per B panel (in L2) */
+#define PACK_WORDS ((size_t)8 << 20)   /* the shared operand's words of one pair chunk: 32 MiB */
 #define MR_MAX 12
 #define NR_MAX 32
 
@@ -102,13 +110,16 @@ static inline __m512 load_acc(const float* c) {
     return _mm512_castsi512_ps(_mm512_mask_mov_epi32(bits, tiny, sign));
 }
 
-__attribute__((target("avx512f,avx512bf16")))
-static void kernel_avx512bf16(int kp, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc,
-                              int load_c) {
+/* kernel_avx512bf16 over the first R rows of a panel (its words MR = 12 apart per pair): R < 12
+ * for the last panel of an M that 12 does not divide (256 rows: 21 panels and 4 rows), the same
+ * chains without the work on zero rows or a copy of the tile */
+__attribute__((target("avx512f,avx512bf16"), always_inline))
+static inline void dpbf16_rows(int R, int kp, const uint32_t* ap, const uint32_t* bp, float* c,
+                               size_t ldc, int load_c) {
     enum { MR = 12 };
     __m512 acc[MR][2];
     #pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
+    for (int r = 0; r < R; r++) {
         acc[r][0] = load_c ? load_acc(c + r * ldc) : _mm512_setzero_ps();
         acc[r][1] = load_c ? load_acc(c + r * ldc + 16) : _mm512_setzero_ps();
     }
@@ -117,40 +128,58 @@ static void kernel_avx512bf16(int kp, const uint32_t* ap, const uint32_t* bp, fl
         __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void*)(bp + (size_t)p * 32 + 16));
         const uint32_t* a = ap + (size_t)p * MR;
         #pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) {
+        for (int r = 0; r < R; r++) {
             __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]);
             acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
             acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
         }
     }
     #pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
+    for (int r = 0; r < R; r++) {
         _mm512_storeu_ps(c + r * ldc, acc[r][0]);
         _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
     }
 }
+
+#define KERNEL_AVX512BF16(NAME, R)                                                                \
+    __attribute__((target("avx512f,avx512bf16"), noinline)) static void NAME(                   \
+        int kp, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc, int load_c) {      \
+        dpbf16_rows(R, kp, ap, bp, c, ldc, load_c);                                              \
+    }
+KERNEL_AVX512BF16(kernel_avx512bf16, 12)
+KERNEL_AVX512BF16(kernel_avx512bf16_1, 1) KERNEL_AVX512BF16(kernel_avx512bf16_2, 2)
+KERNEL_AVX512BF16(kernel_avx512bf16_3, 3) KERNEL_AVX512BF16(kernel_avx512bf16_4, 4)
+KERNEL_AVX512BF16(kernel_avx512bf16_5, 5) KERNEL_AVX512BF16(kernel_avx512bf16_6, 6)
+KERNEL_AVX512BF16(kernel_avx512bf16_7, 7) KERNEL_AVX512BF16(kernel_avx512bf16_8, 8)
+KERNEL_AVX512BF16(kernel_avx512bf16_9, 9) KERNEL_AVX512BF16(kernel_avx512bf16_10, 10)
+KERNEL_AVX512BF16(kernel_avx512bf16_11, 11)
+
+static const Bf16Kernel kernel_avx512bf16_rows[12] = {
+    NULL, kernel_avx512bf16_1, kernel_avx512bf16_2, kernel_avx512bf16_3, kernel_avx512bf16_4,
+    kernel_avx512bf16_5, kernel_avx512bf16_6, kernel_avx512bf16_7, kernel_avx512bf16_8,
+    kernel_avx512bf16_9, kernel_avx512bf16_10, kernel_avx512bf16_11};
 #endif
 
 #if BF16_X86
 /* The same chains with fp32 FMAs, for CPUs where VDPBF16PS is slow or absent (on Intel's server
  * cores it issues on one port, so it does 32 FLOPs a cycle against the two FMA ports' 64). A's
- * panel comes widened (gemm_bf16_ex's widen_panel): per pair, MR floats of the odd elements, then
- * MR of the even ones. B's words are widened here: the odd element is the word's high half with
- * the low half cleared, the even one the low half shifted up. A bf16 times a bf16 is exact in
- * fp32, so the FMA adds the exact product with one rounding, as the instruction does; the
- * instruction's zeroing of denormal inputs and tiny results is the MXCSR's DAZ and FTZ, which
- * the caller sets around the call (enter_ftz_daz). Each element's chain: odd, then even, pair by
- * pair: the bits of the other paths (tests/test_gemm_bf16.c checks them over the whole exponent
- * range). */
-__attribute__((target("avx512f"), noinline))
-static void kernel_avx512f(int kp, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc,
-                           int load_c) {
+ * panel comes widened (widen_panel, or pack_a_pairline's wide form): per pair, MR floats of the
+ * odd elements, then MR of the even ones. B's words are widened here: the odd element is the
+ * word's high half with the low half cleared, the even one the low half shifted up. A bf16
+ * times a bf16 is exact in fp32, so the FMA adds the exact product with one rounding, as the
+ * instruction does; the instruction's zeroing of denormal inputs and tiny results is the
+ * MXCSR's DAZ and FTZ, which the caller sets around the call (enter_ftz_daz). Each element's
+ * chain: odd, then even, pair by pair: the bits of the other paths (tests/test_gemm_bf16.c
+ * checks them over the whole exponent range). */
+__attribute__((target("avx512f"), always_inline))
+static inline void wide_rows(int R, int kp, const uint32_t* ap, const uint32_t* bp, float* c,
+                             size_t ldc, int load_c) {
     enum { MR = 12 };
     const float* a = (const float*)ap;
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     __m512 acc[MR][2];
     #pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
+    for (int r = 0; r < R; r++) {
         acc[r][0] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
         acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
     }
@@ -163,29 +192,48 @@ static void kernel_avx512f(int kp, const uint32_t* ap, const uint32_t* bp, float
         const __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
         const float* ar = a + (size_t)p * 2 * MR;
         #pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) {
+        for (int r = 0; r < R; r++) {
             __m512 x = _mm512_set1_ps(ar[r]);
             acc[r][0] = _mm512_fmadd_ps(x, o0, acc[r][0]);
             acc[r][1] = _mm512_fmadd_ps(x, o1, acc[r][1]);
         }
         #pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) {
+        for (int r = 0; r < R; r++) {
             __m512 x = _mm512_set1_ps(ar[MR + r]);
             acc[r][0] = _mm512_fmadd_ps(x, e0, acc[r][0]);
             acc[r][1] = _mm512_fmadd_ps(x, e1, acc[r][1]);
         }
     }
     #pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
+    for (int r = 0; r < R; r++) {
         _mm512_storeu_ps(c + r * ldc, acc[r][0]);
         _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
     }
 }
+
+/* the kernel over all 12 rows, and over the first R < 12 (as kernel_avx512bf16_R) */
+#define KERNEL_AVX512F(NAME, R)                                                                   \
+    __attribute__((target("avx512f"), noinline)) static void NAME(                               \
+        int kp, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc, int load_c) {      \
+        wide_rows(R, kp, ap, bp, c, ldc, load_c);                                                \
+    }
+KERNEL_AVX512F(kernel_avx512f, 12)
+KERNEL_AVX512F(kernel_avx512f_1, 1) KERNEL_AVX512F(kernel_avx512f_2, 2)
+KERNEL_AVX512F(kernel_avx512f_3, 3) KERNEL_AVX512F(kernel_avx512f_4, 4)
+KERNEL_AVX512F(kernel_avx512f_5, 5) KERNEL_AVX512F(kernel_avx512f_6, 6)
+KERNEL_AVX512F(kernel_avx512f_7, 7) KERNEL_AVX512F(kernel_avx512f_8, 8)
+KERNEL_AVX512F(kernel_avx512f_9, 9) KERNEL_AVX512F(kernel_avx512f_10, 10)
+KERNEL_AVX512F(kernel_avx512f_11, 11)
+
+static const Bf16Kernel kernel_avx512f_rows[12] = {
+    NULL, kernel_avx512f_1, kernel_avx512f_2, kernel_avx512f_3, kernel_avx512f_4,
+    kernel_avx512f_5, kernel_avx512f_6, kernel_avx512f_7, kernel_avx512f_8, kernel_avx512f_9,
+    kernel_avx512f_10, kernel_avx512f_11};
 #endif
 
-/* MXCSR with DAZ (bit 6) and FTZ (bit 15) set for kernel_avx512f; returns the old value for
- * leave_ftz_daz. The kernel is never inlined (and is called through a pointer), so its arithmetic
- * stays between the two. */
+/* MXCSR with DAZ (bit 6) and FTZ (bit 15) set for kernel_avx512f and its fewer-row twins; returns
+ * the old value for leave_ftz_daz. The kernels are never inlined (and are called through a
+ * pointer), so their arithmetic stays between the two. */
 static unsigned enter_ftz_daz(void) {
 #if BF16_X86
     unsigned old = _mm_getcsr();
@@ -223,15 +271,22 @@ static void widen_panel(float* dst, const uint32_t* src, int kp, int MR) {
 
 /* ---- paths --------------------------------------------------------------------------------- */
 
-typedef struct { int mr, nr; Bf16Kernel kernel; int wide; } Bf16PathDesc;
+typedef struct {
+    int mr, nr;
+    Bf16Kernel kernel;
+    const Bf16Kernel* rows;   /* rows[r], r < mr: the kernel over r rows of a panel, or NULL */
+    int wide;                 /* A's panels widened to fp32 (kernel_avx512f), under DAZ/FTZ */
+} Bf16PathDesc;
 
 static Bf16PathDesc path_desc(GemmBf16Path p) {
 #if BF16_X86
-    if (p == GEMM_BF16_AVX512BF16) return (Bf16PathDesc){12, 32, kernel_avx512bf16, 0};
-    if (p == GEMM_BF16_AVX512F) return (Bf16PathDesc){12, 32, kernel_avx512f, 1};
+    if (p == GEMM_BF16_AVX512BF16)
+        return (Bf16PathDesc){12, 32, kernel_avx512bf16, kernel_avx512bf16_rows, 0};
+    if (p == GEMM_BF16_AVX512F)
+        return (Bf16PathDesc){12, 32, kernel_avx512f, kernel_avx512f_rows, 1};
 #endif
     (void)p;
-    return (Bf16PathDesc){4, 16, kernel_portable, 0};
+    return (Bf16PathDesc){4, 16, kernel_portable, NULL, 0};
 }
 
 const char* gemm_bf16_path_name(GemmBf16Path p) {
@@ -361,21 +416,18 @@ AVX512_PACK static void pack_adjacent_pairs(uint32_t* dst, size_t ld, int w, con
     }
 }
 
+/* elements x[0..n) (bf16, or fp32 rounded) as bf16 bits in the low halves of 16 lanes, lanes
+ * n..15 zero */
+AVX512_PACK static inline __m512i bf16_lanes(const void* x, int f32, int n) {
+    const __mmask16 m = (__mmask16)((1u << n) - 1u);
+    if (f32) return _mm512_maskz_mov_epi32(m, round16(_mm512_maskz_loadu_ps(m, x)));
+    return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x));
+}
+
 /* the 16-lane words of pair (k, k+1) of lines adjacent in memory: elements lo[0..n), hi[0..n)
  * (bf16, or fp32 rounded), lanes n..15 zero */
 AVX512_PACK static inline __m512i interleave_words(const void* lo, const void* hi, int f32, int n) {
-    const __mmask16 m = (__mmask16)((1u << n) - 1u);
-    __m512i a, b;
-    if (f32) {
-        a = round16(_mm512_maskz_loadu_ps(m, lo));
-        b = round16(_mm512_maskz_loadu_ps(m, hi));
-        a = _mm512_maskz_mov_epi32(m, a);
-        b = _mm512_maskz_mov_epi32(m, b);
-    } else {
-        a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo));
-        b = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi));
-    }
-    return _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
+    return _mm512_or_si512(bf16_lanes(lo, f32, n), _mm512_slli_epi32(bf16_lanes(hi, f32, n), 16));
 }
 
 /* dst[p * ld + l] = the word of pair p0 + p of line l (l < nl; lanes nl..w-1 zero), for kp pairs
@@ -399,17 +451,27 @@ AVX512_PACK static void pack_adjacent_lines(uint32_t* dst, size_t ld, int w, con
 #endif
 
 #if BF16_X86
-/* pair p of every A panel (MR rows each, a_ld words apart) from two lines of A that hold the M
- * rows adjacent (elements 2p and 2p + 1 of each row, both below K): one interleave per panel,
- * the words of pack_a_scalar */
-AVX512_PACK static void pack_a_pairline(uint32_t* Ap, size_t a_ld, const char* lo, const char* hi,
-                                        int esize, int p, int M, int mp, int MR) {
+/* one pair of `panels` A panels (rows in all, the panels MR rows each and ld slots apart, the
+ * pair's slot at dst) from two lines of A that hold the rows adjacent (elements 2p and 2p + 1 of
+ * each row, both below K): the words of pack_a_scalar, one interleave per panel; or (wide) as
+ * widen_panel leaves them, MR floats of the odd elements and then MR of the even ones, which are
+ * the two lines' bf16 shifted up */
+AVX512_PACK static void pack_a_pairline(uint32_t* dst, size_t ld, const char* lo, const char* hi,
+                                        int esize, int rows, int panels, int MR, int wide) {
     const __mmask16 full = (__mmask16)((1u << MR) - 1u);
-    for (int i = 0; i < mp; i++) {
-        const int mr = M - i * MR < MR ? M - i * MR : MR;
-        __m512i v = interleave_words(lo + (size_t)i * MR * esize, hi + (size_t)i * MR * esize,
-                                     esize == 4, mr);
-        _mm512_mask_storeu_epi32(Ap + (size_t)i * a_ld + (size_t)p * MR, full, v);
+    for (int i = 0; i < panels; i++) {
+        const int mr = rows - i * MR < MR ? rows - i * MR : MR;
+        const char* l = lo + (size_t)i * MR * esize;
+        const char* h = hi + (size_t)i * MR * esize;
+        uint32_t* d = dst + (size_t)i * ld;
+        if (wide) {
+            __m512 odd = _mm512_castsi512_ps(_mm512_slli_epi32(bf16_lanes(h, esize == 4, mr), 16));
+            __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(bf16_lanes(l, esize == 4, mr), 16));
+            _mm512_mask_storeu_ps((float*)d, full, odd);
+            _mm512_mask_storeu_ps((float*)d + MR, full, even);
+        } else {
+            _mm512_mask_storeu_epi32(d, full, interleave_words(l, h, esize == 4, mr));
+        }
     }
 }
 #endif
@@ -465,7 +527,9 @@ static void pack_b(uint32_t* dst, const uint16_t* B, size_t rsb, size_t csb, int
     pack_b_scalar(dst, B, rsb, csb, j0, nr, p0, kp, K, NR);
 }
 
-/* Packed panels of one pair chunk, grown to the largest call seen and kept (64-byte aligned). */
+/* The packing buffer: the shared operand's panels of one pair chunk, then each thread's slice of
+ * its block (and, for a bf16 result, its block's fp32 sums); grown to the largest call seen and
+ * kept (64-byte aligned). */
 static uint32_t* pack_buf = NULL;
 static size_t pack_cap = 0;
 
@@ -481,6 +545,187 @@ static uint32_t* pack_buffer(size_t words) {
         pack_cap = words;
     }
     return pack_buf;
+}
+
+/* panels per block when n panels are cut into blocks of at most BLOCK_PANELS, as many blocks as
+ * a multiple of the threads (so that they share them evenly) */
+static int block_panels(int n, int threads) {
+    const int blocks = threads * ((n + threads * BLOCK_PANELS - 1) / (threads * BLOCK_PANELS));
+    return (n + blocks - 1) / blocks;
+}
+
+/* One call's shape, operands and packing, as the parallel region's helpers see them. */
+typedef struct {
+    int M, N, K, KP, accumulate, a_f32, fast, a_by_pair;
+    const void* A;
+    const uint16_t* B;
+    size_t rsa, csa, rsb, csb, ldc, esize;   /* esize: bytes of one element of A */
+    float* C;
+    uint16_t* Cb;
+    const float* bias;
+    Bf16PathDesc pd;
+    int as;            /* 32-bit slots per pair of a packed A panel: MR words, or (wide) 2MR floats */
+    int mp, np;        /* panels of A (MR rows) and of B (NR columns) */
+    int blk;           /* panels per block of the blocked operand */
+    size_t a_ld;       /* slots between the shared A's panels */
+} Gemm;
+
+static int rows_of(const Gemm* g, int p) {
+    return g->M - p * g->pd.mr < g->pd.mr ? g->M - p * g->pd.mr : g->pd.mr;
+}
+static int cols_of(const Gemm* g, int q) {
+    return g->N - q * g->pd.nr < g->pd.nr ? g->N - q * g->pd.nr : g->pd.nr;
+}
+
+/* A panel p's pairs [p0, p0+kp) at dst as the kernel reads them: words, or (wide) packed a KPC
+ * pairs at a time on the stack and widened */
+static void pack_a_panel(const Gemm* g, uint32_t* dst, int p, int p0, int kp) {
+    const int MR = g->pd.mr;
+    if (!g->pd.wide) {
+        pack_a(dst, g->A, g->a_f32, g->rsa, g->csa, p * MR, rows_of(g, p), p0, kp, g->K, MR,
+               g->fast);
+        return;
+    }
+    uint32_t w[KPC * MR_MAX];
+    for (int pp = 0; pp < kp; pp += KPC) {
+        const int n = kp - pp < KPC ? kp - pp : KPC;
+        pack_a(w, g->A, g->a_f32, g->rsa, g->csa, p * MR, rows_of(g, p), p0 + pp, n, g->K, MR,
+               g->fast);
+        widen_panel((float*)dst + (size_t)pp * 2 * MR, w, n, MR);
+    }
+}
+
+/* pairs [p0, p0+kp) of A panels [i0, i1) of an A whose rows are adjacent and k strided (a_by_pair:
+ * dout^T of a weight gradient), as the kernel reads them: panel i's pair p0 + t at
+ * dst + (i - i0) * ld + t * as. Each pair's two lines of A are read once, left to right, and cut
+ * into the panels. */
+static void pack_a_by_pairs(const Gemm* g, uint32_t* dst, size_t ld, int i0, int i1, int p0,
+                            int kp) {
+    const int MR = g->pd.mr;
+    for (int t = 0; t < kp; t++) {
+        const int k = 2 * (p0 + t);
+#if BF16_X86
+        if (k + 1 < g->K) {
+            const char* lo = (const char*)g->A + ((size_t)k * g->csa + (size_t)i0 * MR) * g->esize;
+            pack_a_pairline(dst + (size_t)t * g->as, ld, lo, lo + g->csa * g->esize, (int)g->esize,
+                            g->M - i0 * MR, i1 - i0, MR, g->pd.wide);
+            continue;
+        }
+#endif
+        for (int i = i0; i < i1; i++) {   /* the last pair of an odd K: one word per panel */
+            uint32_t w[MR_MAX];
+            uint32_t* d = dst + (size_t)(i - i0) * ld + (size_t)t * g->as;
+            pack_a_scalar(w, g->A, g->a_f32, g->rsa, g->csa, i * MR, rows_of(g, i), p0 + t, 1,
+                          g->K, MR);
+            if (g->pd.wide) widen_panel((float*)d, w, 1, MR);
+            else memcpy(d, w, sizeof(uint32_t) * MR);
+        }
+    }
+}
+
+/* c (mr x nr, rows ldc apart) = [c +] ap . bp over kp pairs: the path's kernel, its kernel over
+ * fewer rows, or (an N edge, or a path without those) through a full-size copy, so nothing outside
+ * C is touched. room: c has room for a whole MR x NR tile (a bf16 result's sums), written as is. */
+static void tile(const Gemm* g, int kp, const uint32_t* ap, const uint32_t* bp, float* c,
+                 size_t ldc, int mr, int nr, int load_c, int room) {
+    const int MR = g->pd.mr, NR = g->pd.nr;
+    const Bf16Kernel k = mr == MR ? g->pd.kernel
+                       : g->pd.rows != NULL ? g->pd.rows[mr]
+                       : room ? g->pd.kernel : NULL;
+    if (k != NULL && (nr == NR || room)) {
+        k(kp, ap, bp, c, ldc, load_c);
+        return;
+    }
+    float tmp[MR_MAX * NR_MAX] = {0};
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j++) tmp[r * NR + j] = c[r * ldc + j];
+    g->pd.kernel(kp, ap, bp, tmp, (size_t)NR, load_c);
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j++) c[r * ldc + j] = tmp[r * NR + j];
+}
+
+/* rows [r0, r1) x columns [j0, j1) of a bf16 result from their chains' fp32 sums (element (r, j)
+ * at sums[(r - r0) * ld + j - j0]): plus the bias, rounded once. Outside the DAZ/FTZ window: the
+ * addition must not flush. */
+static void round_out(const Gemm* g, const float* sums, size_t ld, int r0, int r1, int j0, int j1) {
+    for (int r = r0; r < r1; r++) {
+        const float* t = sums + (size_t)(r - r0) * ld - j0;
+        uint16_t* o = g->Cb + (size_t)r * g->ldc;
+        for (int j = j0; j < j1; j++)
+            o[j] = sg_bf16_from_float(g->bias != NULL ? t[j] + g->bias[j] : t[j]);
+    }
+}
+
+/* A shared (all of its panels, pairs [p0, p0+pn), at Ap), B blocked: each thread packs a block of
+ * B's panels KPC pairs at a time into `mine` and runs them against every A panel. A bf16 result's
+ * block (all M rows) is summed in `sums`, rows blk * NR floats long, and rounded at its end. */
+static void run_b_blocks(const Gemm* g, const uint32_t* Ap, uint32_t* mine, float* sums, int p0,
+                         int pn) {
+    const int MR = g->pd.mr, NR = g->pd.nr, nb = (g->np + g->blk - 1) / g->blk;
+    const size_t ld = g->Cb != NULL ? (size_t)g->blk * NR : g->ldc;
+    #pragma omp for schedule(dynamic)
+    for (int qb = 0; qb < nb; qb++) {
+        const int q0 = qb * g->blk, q1 = q0 + g->blk < g->np ? q0 + g->blk : g->np;
+        float* out = g->Cb != NULL ? sums : g->C + (size_t)q0 * NR;
+        for (int pp = 0; pp < pn; pp += KPC) {
+            const int kp = pn - pp < KPC ? pn - pp : KPC;
+            const int load_c = g->accumulate || p0 + pp > 0;
+            for (int q = q0; q < q1; q++)
+                pack_b(mine + (size_t)(q - q0) * NR * kp, g->B, g->rsb, g->csb, q * NR,
+                       cols_of(g, q), p0 + pp, kp, g->K, NR, g->fast);
+            const unsigned csr = g->pd.wide ? enter_ftz_daz() : 0u;
+            /* MC_PANELS of A (in L2) against each B panel of the block (in L1) in turn */
+            for (int pc = 0; pc < g->mp; pc += MC_PANELS) {
+                const int pe = pc + MC_PANELS < g->mp ? pc + MC_PANELS : g->mp;
+                for (int q = q0; q < q1; q++) {
+                    const uint32_t* bp = mine + (size_t)(q - q0) * NR * kp;
+                    for (int p = pc; p < pe; p++)
+                        tile(g, kp, Ap + (size_t)p * g->a_ld + (size_t)pp * g->as, bp,
+                             out + (size_t)p * MR * ld + (size_t)(q - q0) * NR, ld, rows_of(g, p),
+                             cols_of(g, q), load_c, g->Cb != NULL);
+                }
+            }
+            if (g->pd.wide) leave_ftz_daz(csr);
+        }
+        if (g->Cb != NULL)
+            round_out(g, sums, ld, 0, g->M, q0 * NR, q1 * NR < g->N ? q1 * NR : g->N);
+    }
+}
+
+/* B shared (all of its panels, pairs [p0, p0+pn), at Bp), A blocked: each thread packs a block of
+ * A's panels KPC pairs at a time into `mine` and runs them against every B panel. A bf16 result's
+ * block (all N columns) is summed in `sums`, rows np * NR floats long, and rounded at its end. */
+static void run_a_blocks(const Gemm* g, const uint32_t* Bp, uint32_t* mine, float* sums, int p0,
+                         int pn) {
+    const int MR = g->pd.mr, NR = g->pd.nr, mb = (g->mp + g->blk - 1) / g->blk;
+    const size_t a_ld = (size_t)g->as * KPC + 16;   /* as g->a_ld: not a power of two */
+    const size_t ld = g->Cb != NULL ? (size_t)g->np * NR : g->ldc;
+    #pragma omp for schedule(dynamic)
+    for (int pb = 0; pb < mb; pb++) {
+        const int i0 = pb * g->blk, i1 = i0 + g->blk < g->mp ? i0 + g->blk : g->mp;
+        float* out = g->Cb != NULL ? sums : g->C + (size_t)i0 * MR * g->ldc;
+        for (int pp = 0; pp < pn; pp += KPC) {
+            const int kp = pn - pp < KPC ? pn - pp : KPC;
+            const int load_c = g->accumulate || p0 + pp > 0;
+            if (g->a_by_pair) {
+                pack_a_by_pairs(g, mine, a_ld, i0, i1, p0 + pp, kp);
+            } else {
+                for (int i = i0; i < i1; i++)
+                    pack_a_panel(g, mine + (size_t)(i - i0) * a_ld, i, p0 + pp, kp);
+            }
+            const unsigned csr = g->pd.wide ? enter_ftz_daz() : 0u;
+            for (int q = 0; q < g->np; q++) {
+                const uint32_t* bp = Bp + (size_t)q * NR * pn + (size_t)pp * NR;
+                for (int i = i0; i < i1; i++)
+                    tile(g, kp, mine + (size_t)(i - i0) * a_ld, bp,
+                         out + (size_t)(i - i0) * MR * ld + (size_t)q * NR, ld, rows_of(g, i),
+                         cols_of(g, q), load_c, g->Cb != NULL);
+            }
+            if (g->pd.wide) leave_ftz_daz(csr);
+        }
+        if (g->Cb != NULL)
+            round_out(g, sums, ld, i0 * MR, i1 * MR < g->M ? i1 * MR : g->M, 0, g->N);
+    }
 }
 
 void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, size_t csa,
@@ -499,134 +744,72 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
         return;
     }
     const GemmBf16Path path = gemm_bf16_path_selected();
-    Bf16PathDesc pd = path_desc(path);
-    const int fast = path != GEMM_BF16_PORTABLE;   /* the AVX-512 packing (same words) */
-    const int MR = pd.mr, NR = pd.nr;
-    const int mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR, KP = (K + 1) / 2;
-    const size_t per_pair = (size_t)mp * MR + (size_t)np * NR;
-    if (Cb != NULL && per_pair * KP > PACK_WORDS && mp > MC_PANELS) {
-        /* a bf16 result packs the whole K at once: rows in blocks whose panels fit PACK_WORDS
-         * (B packed again for each; every row's chains are its own, so the bits are the same) */
-        const size_t b_words = (size_t)np * NR * KP;
-        size_t rows = b_words < PACK_WORDS ? (PACK_WORDS - b_words) / KP : 0;
+    Gemm g = {.M = M, .N = N, .K = K, .KP = (K + 1) / 2, .accumulate = accumulate, .a_f32 = a_f32,
+              .A = A, .B = B, .rsa = rsa, .csa = csa, .rsb = rsb, .csb = csb, .ldc = ldc,
+              .esize = a_f32 ? sizeof(float) : sizeof(uint16_t), .C = C, .Cb = Cb, .bias = bias,
+              .pd = path_desc(path)};
+    const int MR = g.pd.mr, NR = g.pd.nr, KP = g.KP, threads = omp_get_max_threads();
+    g.fast = path != GEMM_BF16_PORTABLE;   /* the AVX-512 packing (same words) */
+    g.a_by_pair = g.fast && rsa == 1 && csa != 1 && MR <= 16;
+    g.as = g.pd.wide ? 2 * MR : MR;
+    g.mp = (M + MR - 1) / MR;
+    g.np = (N + NR - 1) / NR;
+    const int b_blocked = g.np >= g.mp;   /* B has the more panels: it is the blocked one */
+    const size_t per_pair = b_blocked ? (size_t)g.mp * g.as : (size_t)g.np * NR;
+    if (Cb != NULL && b_blocked && per_pair * KP > PACK_WORDS && g.mp > MC_PANELS) {
+        /* a bf16 result packs the whole K at once: rows in blocks whose A panels fit PACK_WORDS
+         * (every row's chains are its own, so the bits are the same) */
+        size_t rows = PACK_WORDS / ((size_t)KP * (g.as / MR));
         rows = rows / ((size_t)MR * MC_PANELS) * ((size_t)MR * MC_PANELS);
         if (rows < (size_t)MR * MC_PANELS) rows = (size_t)MR * MC_PANELS;
-        const size_t esize = a_f32 ? sizeof(float) : sizeof(uint16_t);
         for (size_t i0 = 0; i0 < (size_t)M; i0 += rows) {
             const int m = (int)((size_t)M - i0 < rows ? (size_t)M - i0 : rows);
-            gemm_bf16_ex(m, N, K, (const char*)A + i0 * rsa * esize, a_f32, rsa, csa, B, rsb, csb,
-                         0, NULL, ldc, Cb + i0 * ldc, bias);
+            gemm_bf16_ex(m, N, K, (const char*)A + i0 * rsa * g.esize, a_f32, rsa, csa, B, rsb,
+                         csb, 0, NULL, ldc, Cb + i0 * ldc, bias);
         }
         return;
     }
+    g.blk = block_panels(b_blocked ? g.np : g.mp, threads);
+    /* the shared operand is packed in pair chunks as long as PACK_WORDS allows (all of K at GPT-2
+     * shapes): each chunk costs the threads two barriers, which are dear on a loaded machine. A
+     * bf16 result is rounded once, at the end of its chain: all of K in one chunk, its sums in
+     * fp32 beside the thread's slice, a block's output at a time */
     int pchunk = (int)(PACK_WORDS / per_pair) / KPC * KPC;
     if (pchunk < KPC) pchunk = KPC;
-    /* a bf16 result is rounded once, at the end of its chain: the whole chain in one chunk, its
-     * partial sums in a tile of fp32 on the thread's stack */
     if (pchunk > KP || Cb != NULL) pchunk = KP;
-    /* A's panels a_ld words apart, 16 more than they hold (as gemm_f32's: a power-of-two stride
+    /* A's panels a_ld slots apart, 16 more than they hold (as gemm_f32's: a power-of-two stride
      * puts the same pair of every panel in one L1 set) */
-    const size_t a_ld = (((size_t)MR * pchunk + 15) & ~(size_t)15) + 16;
-    const size_t a_words = (size_t)mp * a_ld;
-    /* the widened path: each A panel also as floats, twice the words (aw_ld apart) */
-    const size_t aw_ld = pd.wide ? 2 * a_ld : 0, aw_words = (size_t)mp * aw_ld;
-    uint32_t* Ap = pack_buffer(a_words + (size_t)np * NR * pchunk + aw_words);
-    uint32_t* Bp = Ap + a_words;
-    float* Aw = (float*)(Bp + (size_t)np * NR * pchunk);
-    const int mb = (mp + MC_PANELS - 1) / MC_PANELS, nb = (np + NC_PANELS - 1) / NC_PANELS;
-    const int a_by_pair = fast && rsa == 1 && csa != 1 && MR <= 16;
-    (void)a_by_pair;
+    g.a_ld = (((size_t)g.as * pchunk + 15) & ~(size_t)15) + 16;
+    const size_t shared = b_blocked ? (size_t)g.mp * g.a_ld : (size_t)g.np * NR * pchunk;
+    const size_t slice = b_blocked ? (size_t)g.blk * NR * KPC
+                                   : (size_t)g.blk * ((size_t)g.as * KPC + 16);
+    const size_t sums = Cb == NULL ? 0
+                      : b_blocked ? (size_t)g.mp * MR * g.blk * NR : (size_t)g.blk * MR * g.np * NR;
+    uint32_t* buf = pack_buffer(shared + (slice + sums) * (size_t)threads);
 
     #pragma omp parallel
-    for (int p0 = 0; p0 < KP; p0 += pchunk) {
-        const int pn = KP - p0 < pchunk ? KP - p0 : pchunk;
-#if BF16_X86
-        if (a_by_pair) {
-            /* A's rows adjacent, k strided (dout^T of a weight gradient): each pair of A's lines
-             * is read once, left to right, and cut into the panels' pair slots */
-            const size_t esize = a_f32 ? sizeof(float) : sizeof(uint16_t);
-            #pragma omp for schedule(static) nowait
-            for (int p = 0; p < pn; p++) {
-                const int k = 2 * (p0 + p);
-                if (k + 1 < K) {
-                    const char* lo = (const char*)A + (size_t)k * csa * esize;
-                    pack_a_pairline(Ap, a_ld, lo, lo + csa * esize, (int)esize, p, M, mp, MR);
+    {
+        uint32_t* own = buf + shared + (slice + sums) * (size_t)omp_get_thread_num();
+        float* own_sums = (float*)(own + slice);
+        for (int p0 = 0; p0 < KP; p0 += pchunk) {
+            const int pn = KP - p0 < pchunk ? KP - p0 : pchunk;
+            if (b_blocked) {
+                if (g.a_by_pair) {
+                    #pragma omp for schedule(static)
+                    for (int p = 0; p < pn; p++)
+                        pack_a_by_pairs(&g, buf + (size_t)p * g.as, g.a_ld, 0, g.mp, p0 + p, 1);
                 } else {
-                    for (int i = 0; i < mp; i++) {   /* the last pair of an odd K: one word */
-                        uint32_t w[MR_MAX];
-                        int mr = M - i * MR < MR ? M - i * MR : MR;
-                        pack_a_scalar(w, A, a_f32, rsa, csa, i * MR, mr, p0 + p, 1, K, MR);
-                        memcpy(Ap + (size_t)i * a_ld + (size_t)p * MR, w, sizeof(uint32_t) * MR);
-                    }
+                    #pragma omp for schedule(dynamic)
+                    for (int i = 0; i < g.mp; i++)
+                        pack_a_panel(&g, buf + (size_t)i * g.a_ld, i, p0, pn);
                 }
-            }
-        } else
-#endif
-        {
-            #pragma omp for schedule(dynamic) nowait
-            for (int i = 0; i < mp; i++) {
-                int mr = M - i * MR < MR ? M - i * MR : MR;
-                pack_a(Ap + (size_t)i * a_ld, A, a_f32, rsa, csa, i * MR, mr, p0, pn, K, MR, fast);
-            }
-        }
-        #pragma omp for schedule(dynamic)
-        for (int q = 0; q < np; q++) {
-            int nr = N - q * NR < NR ? N - q * NR : NR;
-            pack_b(Bp + (size_t)q * NR * pn, B, rsb, csb, q * NR, nr, p0, pn, K, NR, fast);
-        }
-        if (pd.wide) {   /* after the barrier above: every A panel is packed */
-            #pragma omp for schedule(static)
-            for (int i = 0; i < mp; i++) widen_panel(Aw + (size_t)i * aw_ld, Ap + (size_t)i * a_ld, pn, MR);
-        }
-        /* tiles in any order on any thread: each output element's chain is walked by one call */
-        #pragma omp for schedule(dynamic)
-        for (int t = 0; t < mb * nb; t++) {
-            const int i0 = (t / nb) * MC_PANELS, q0 = (t % nb) * NC_PANELS;
-            const int i1 = i0 + MC_PANELS < mp ? i0 + MC_PANELS : mp;
-            const int q1 = q0 + NC_PANELS < np ? q0 + NC_PANELS : np;
-            /* bf16 result: the tile's chains in fp32 here, rounded once at the end */
-            float tile[MC_PANELS * MR_MAX * NC_PANELS * NR_MAX] __attribute__((aligned(64)));
-            const size_t ldt = (size_t)NC_PANELS * NR;
-            const unsigned csr = pd.wide ? enter_ftz_daz() : 0u;
-            for (int pp = 0; pp < pn; pp += KPC) {
-                const int kp = pn - pp < KPC ? pn - pp : KPC;
-                const int load_c = accumulate || p0 + pp > 0;
-                for (int q = q0; q < q1; q++) {
-                    const uint32_t* bp = Bp + (size_t)q * NR * pn + (size_t)pp * NR;
-                    const int nr = N - q * NR < NR ? N - q * NR : NR;
-                    for (int i = i0; i < i1; i++) {
-                        const uint32_t* ap = pd.wide ? (const uint32_t*)(Aw + (size_t)i * aw_ld + (size_t)pp * 2 * MR)
-                                                     : Ap + (size_t)i * a_ld + (size_t)pp * MR;
-                        const int mr = M - i * MR < MR ? M - i * MR : MR;
-                        if (Cb != NULL) {
-                            pd.kernel(kp, ap, bp, tile + (size_t)(i - i0) * MR * ldt +
-                                                      (size_t)(q - q0) * NR, ldt, load_c);
-                            continue;
-                        }
-                        float* c = C + (size_t)i * MR * ldc + (size_t)q * NR;
-                        if (mr == MR && nr == NR) {
-                            pd.kernel(kp, ap, bp, c, ldc, load_c);
-                            continue;
-                        }
-                        /* edge tile: through a full-size copy, so nothing outside C is touched */
-                        float tmp[MR_MAX * NR_MAX] = {0};
-                        for (int r = 0; r < mr; r++)
-                            for (int j = 0; j < nr; j++) tmp[r * NR + j] = c[r * ldc + j];
-                        pd.kernel(kp, ap, bp, tmp, (size_t)NR, load_c);
-                        for (int r = 0; r < mr; r++)
-                            for (int j = 0; j < nr; j++) c[r * ldc + j] = tmp[r * NR + j];
-                    }
-                }
-            }
-            if (pd.wide) leave_ftz_daz(csr);
-            if (Cb != NULL) {
-                const int r1 = i1 * MR < M ? i1 * MR : M, j1 = q1 * NR < N ? q1 * NR : N;
-                for (int r = i0 * MR; r < r1; r++) {
-                    const float* tr = tile + (size_t)(r - i0 * MR) * ldt - (size_t)q0 * NR;
-                    uint16_t* o = Cb + (size_t)r * ldc;
-                    for (int j = q0 * NR; j < j1; j++)
-                        o[j] = sg_bf16_from_float(bias != NULL ? tr[j] + bias[j] : tr[j]);
-                }
+                run_b_blocks(&g, buf, own, own_sums, p0, pn);
+            } else {
+                #pragma omp for schedule(dynamic)
+                for (int q = 0; q < g.np; q++)
+                    pack_b(buf + (size_t)q * NR * pn, B, rsb, csb, q * NR, cols_of(&g, q), p0, pn, K,
+                           NR, g.fast);
+                run_a_blocks(&g, buf, own, own_sums, p0, pn);
             }
         }
     }
