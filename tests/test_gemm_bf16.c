@@ -363,112 +363,137 @@ static void test_no_write_outside_and_edges(void) {
            "accumulate kept C (its denormal read as zero): %d, write zeroed C: %d", kept, zero);
 }
 
-/* K long enough that the pairs are packed in several chunks (5 x 1 output, K = 900001). */
+/* K long enough that the shared operand is packed in several pair chunks, on every path: 4 x 1
+ * (B has as many panels as A: A is the shared one; 2 chunks on the portable path, 4 and 7 on the
+ * AVX-512 ones) and 13 x 1 (A has more: B is shared; 2 and 3 chunks), each written with A by rows
+ * and accumulated with A stored transposed (the dW product's layout, packed by pairs of lines).
+ * Every element equals its chain. */
 static void test_long_k(void) {
-    int K = 900001, M = 5;
-    Prob p = prob_new(NN, M, 1, K);
-    size_t differ = 0, runs = 0;
-    for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_LAST; g++) {
-        if (!gemm_bf16_path_supported(g)) continue;
-        set_path(g);
-        float c[5] = {0.5f, -1, 2, 0, 3};
-        run_all(&p, 1, c);
-        for (int i = 0; i < M; i++) {
-            float old[5] = {0.5f, -1, 2, 0, 3};
-            float want = spec_chain(&p, i, 0, 1, old[i]);
-            differ += memcmp(&c[i], &want, sizeof want) != 0;
+    const int shapes[][4] = {{4, 1, 4200001, NN}, {4, 1, 4200001, TN}, {13, 1, 1100001, NN},
+                             {13, 1, 1100001, TN}};   /* M, N, K, layout */
+    size_t differ = 0, n = 0;
+    for (int s = 0; s < 4; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], acc = shapes[s][3] == TN;
+        Prob p = prob_new((Layout)shapes[s][3], M, N, K);
+        float* init = fbuf((size_t)M * N);
+        float* want = malloc(sizeof(float) * M * N);
+        float* c = malloc(sizeof(float) * M * N);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) want[i * N + j] = spec_chain(&p, i, j, acc, init[i * N + j]);
+        for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_LAST; g++) {
+            if (!gemm_bf16_path_supported(g)) continue;
+            set_path(g);
+            memcpy(c, init, sizeof(float) * M * N);
+            run_all(&p, acc, c);
+            differ += count_differ(want, c, (size_t)M * N);
+            n += (size_t)M * N;
         }
-        runs++;
+        free(init); free(want); free(c); prob_free(&p);
     }
     unsetenv("SEEDGPT_GEMM_BF16");
-    prob_free(&p);
     expect(differ == 0, "long_k_packed_in_chunks_equals_the_chain",
-           "%zu of %zu elements (5 per path) differ", differ, 5 * runs);
+           "%zu of %zu elements x paths differ (A shared and B shared, written and accumulated)",
+           differ, n);
 }
 
-/* gemm_bf16_ex's options, on every path: an fp32 A rounded as it is packed equals gemm_bf16 on
- * A rounded beforehand; a bf16 result with a bias equals the fp32 result plus the bias, rounded
- * once (bit for bit), at shapes with edge tiles and at 1 and 3 threads; nothing of Cb outside
- * the M x N block (rows ldc apart) is written. */
-static void test_ex_options(void) {
-    const int M = 37, N = 45, K = 131;
-    const size_t ldc = N + 3;
-    float* A32 = fbuf((size_t)M * K);
-    uint16_t *A16 = bbuf((size_t)M * K), *B16 = bbuf((size_t)K * N);
-    float* bias = fbuf(N);
-    /* A among random values: the rounding's edge cases (ties to even both ways, a carry into the
-     * exponent, past the largest bf16, denormals, signed zero, infinities, NaNs) */
+/* An (M,K) A of fp32 values with the rounding's edge cases among them (ties to even both ways, a
+ * carry into the exponent, past the largest bf16, denormals, signed zero, infinities, NaNs), its
+ * bf16 rounding, and both stored transposed (K,M) too (the dW product's layout). */
+typedef struct { float *a32, *a32t; uint16_t *a16, *a16t; } RoundedA;
+
+static RoundedA rounded_a(int M, int K) {
     static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu,
                                        0x7f7fffffu, 0xff7fffffu, 0x00000001u, 0x807fffffu,
                                        0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
                                        0xffc00001u, 0x7f800001u};
-    const int nspecial = (int)(sizeof(special) / sizeof(special[0]));
-    for (size_t i = 0; i < (size_t)M * K; i++) {
-        A32[i] = frand();
-        if (i % 97 == 5) memcpy(&A32[i], &special[(i / 97) % (size_t)nspecial], sizeof(float));
-        A16[i] = sg_bf16_from_float(A32[i]);
+    const size_t nspecial = sizeof(special) / sizeof(special[0]), n = (size_t)M * K;
+    RoundedA r = {malloc(sizeof(float) * n), malloc(sizeof(float) * n),
+                  malloc(sizeof(uint16_t) * n), malloc(sizeof(uint16_t) * n)};
+    for (size_t i = 0; i < n; i++) {
+        r.a32[i] = frand();
+        if (i % 97 == 5) memcpy(&r.a32[i], &special[(i / 97) % nspecial], sizeof(float));
+        r.a16[i] = sg_bf16_from_float(r.a32[i]);
     }
-    /* the same A stored transposed (K, M): the dW product's layout */
-    float* A32t = fbuf((size_t)M * K);
-    uint16_t* A16t = bbuf((size_t)M * K);
     for (int i = 0; i < M; i++)
         for (int k = 0; k < K; k++) {
-            A32t[(size_t)k * M + i] = A32[(size_t)i * K + k];
-            A16t[(size_t)k * M + i] = A16[(size_t)i * K + k];
+            r.a32t[(size_t)k * M + i] = r.a32[(size_t)i * K + k];
+            r.a16t[(size_t)k * M + i] = r.a16[(size_t)i * K + k];
         }
-    for (size_t i = 0; i < (size_t)K * N; i++) B16[i] = sg_bf16_from_float(frand());
-    for (int j = 0; j < N; j++) bias[j] = frand();
-    float *c_ref = fbuf((size_t)M * ldc), *c_f32 = fbuf((size_t)M * ldc);
-    uint16_t* cb = bbuf((size_t)M * ldc);
+    return r;
+}
+static void rounded_a_free(RoundedA* r) { free(r->a32); free(r->a32t); free(r->a16); free(r->a16t); }
+
+/* a bf16 result (rows ldc apart; A (M,K) given, or random) against the fp32 result plus the bias
+ * rounded once: the elements that differ; *outside counts the changed elements of Cb beyond the
+ * M x N block */
+static size_t bf16_result_differs(int M, int N, int K, const uint16_t* A_given, size_t ldc,
+                                  const float* bias, size_t* outside) {
+    uint16_t* A = A_given != NULL ? (uint16_t*)A_given : bbuf((size_t)M * K);
+    uint16_t *B = bbuf((size_t)K * N), *cb = malloc(sizeof(uint16_t) * M * ldc);
+    float* c = malloc(sizeof(float) * M * ldc);
+    for (size_t i = 0; i < (size_t)M * ldc; i++) cb[i] = 0xabcd;
+    gemm_bf16(M, N, K, A, K, 1, B, N, 1, 0, c, ldc);
+    gemm_bf16_ex(M, N, K, A, 0, K, 1, B, N, 1, 0, NULL, ldc, cb, bias);
+    size_t d = 0;
+    for (size_t i = 0; i < (size_t)M; i++)
+        for (size_t j = 0; j < ldc; j++) {
+            if (j >= (size_t)N) { *outside += cb[i * ldc + j] != 0xabcd; continue; }
+            d += cb[i * ldc + j] != sg_bf16_from_float(c[i * ldc + j] + bias[j]);
+        }
+    if (A_given == NULL) free(A);
+    free(B); free(cb); free(c);
+    return d;
+}
+
+/* gemm_bf16_ex's options, on every path, at 1 and 3 threads, at a shape where A has the more
+ * panels (A blocked: 37 x 45) and one where B has (B blocked: 29 x 300, two slices of pairs, an
+ * odd K): an fp32 A rounded as it is packed, by rows and transposed, equals gemm_bf16 on A rounded
+ * beforehand; a bf16 result with a bias equals the fp32 result plus the bias, rounded once (bit
+ * for bit); nothing of Cb outside the M x N block (rows ldc apart) is written. */
+static void test_ex_options(void) {
+    const int shapes[][3] = {{37, 45, 131}, {29, 300, 301}};
+    float* bias = fbuf(8192);
     size_t d_a = 0, d_b = 0, outside = 0;
-    for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_LAST; g++) {
-        if (!gemm_bf16_path_supported(g)) continue;
-        set_path(g);
-        for (int th = 1; th <= 3; th += 2) {
-            omp_set_num_threads(th);
-            gemm_bf16(M, N, K, A16, K, 1, B16, N, 1, 0, c_ref, ldc);
-            gemm_bf16_ex(M, N, K, A32, 1, K, 1, B16, N, 1, 0, c_f32, ldc, NULL, NULL);
-            for (int i = 0; i < M; i++)
-                for (int j = 0; j < N; j++)
-                    d_a += memcmp(&c_ref[i * ldc + j], &c_f32[i * ldc + j], sizeof(float)) != 0;
-            gemm_bf16(M, N, K, A16t, 1, M, B16, N, 1, 0, c_ref, ldc);
-            gemm_bf16_ex(M, N, K, A32t, 1, 1, M, B16, N, 1, 0, c_f32, ldc, NULL, NULL);
-            for (int i = 0; i < M; i++)
-                for (int j = 0; j < N; j++)
-                    d_a += memcmp(&c_ref[i * ldc + j], &c_f32[i * ldc + j], sizeof(float)) != 0;
-            gemm_bf16(M, N, K, A16, K, 1, B16, N, 1, 0, c_ref, ldc);
-            for (size_t i = 0; i < (size_t)M * ldc; i++) cb[i] = 0xabcd;
-            gemm_bf16_ex(M, N, K, A16, 0, K, 1, B16, N, 1, 0, NULL, ldc, cb, bias);
-            for (int i = 0; i < M; i++)
-                for (size_t j = 0; j < ldc; j++) {
-                    if ((int)j >= N) { outside += cb[i * ldc + j] != 0xabcd; continue; }
-                    d_b += cb[i * ldc + j] != sg_bf16_from_float(c_ref[i * ldc + j] + bias[j]);
-                }
+    for (int s = 0; s < 2; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        const size_t ldc = N + 3;
+        RoundedA a = rounded_a(M, K);
+        uint16_t* B16 = bbuf((size_t)K * N);
+        float *c_ref = fbuf((size_t)M * ldc), *c_f32 = fbuf((size_t)M * ldc);
+        for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_LAST; g++) {
+            if (!gemm_bf16_path_supported(g)) continue;
+            set_path(g);
+            for (int th = 1; th <= 3; th += 2) {
+                omp_set_num_threads(th);
+                gemm_bf16(M, N, K, a.a16, K, 1, B16, N, 1, 0, c_ref, ldc);
+                gemm_bf16_ex(M, N, K, a.a32, 1, K, 1, B16, N, 1, 0, c_f32, ldc, NULL, NULL);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++)
+                        d_a += memcmp(&c_ref[i * ldc + j], &c_f32[i * ldc + j], sizeof(float)) != 0;
+                gemm_bf16(M, N, K, a.a16t, 1, M, B16, N, 1, 0, c_ref, ldc);
+                gemm_bf16_ex(M, N, K, a.a32t, 1, 1, M, B16, N, 1, 0, c_f32, ldc, NULL, NULL);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++)
+                        d_a += memcmp(&c_ref[i * ldc + j], &c_f32[i * ldc + j], sizeof(float)) != 0;
+                d_b += bf16_result_differs(M, N, K, a.a16, ldc, bias, &outside);
+            }
         }
+        unsetenv("SEEDGPT_GEMM_BF16");
+        rounded_a_free(&a); free(B16); free(c_ref); free(c_f32);
     }
-    unsetenv("SEEDGPT_GEMM_BF16");
     omp_set_num_threads(2);
-    /* a bf16 result whose whole-K panels exceed the packing buffer (8 Mi words): rows in
-     * blocks, the same bits */
-    {
-        const int M2 = 8300, N2 = 16, K2 = 2048;
-        uint16_t *A2 = bbuf((size_t)M2 * K2), *B2 = bbuf((size_t)K2 * N2), *cb2 = bbuf((size_t)M2 * N2);
-        float* c2 = fbuf((size_t)M2 * N2);
-        gemm_bf16(M2, N2, K2, A2, K2, 1, B2, N2, 1, 0, c2, N2);
-        gemm_bf16_ex(M2, N2, K2, A2, 0, K2, 1, B2, N2, 1, 0, NULL, N2, cb2, bias);
-        for (int i = 0; i < M2; i++)
-            for (int j = 0; j < N2; j++)
-                d_b += cb2[(size_t)i * N2 + j] != sg_bf16_from_float(c2[(size_t)i * N2 + j] + bias[j]);
-        free(A2); free(B2); free(cb2); free(c2);
-    }
+    /* at 2 threads on the default path: a bf16 result in many blocks of A's panels, each over
+     * several slices of pairs (8300 x 16, K 2048); and one whose shared A over the whole K exceeds
+     * the packing buffer (8 Mi words) on the widened path: rows in blocks (100 x 257, K 80001) */
+    d_b += bf16_result_differs(8300, 16, 2048, NULL, 16, bias, &outside);
+    d_b += bf16_result_differs(100, 257, 80001, NULL, 260, bias, &outside);
     expect(d_a == 0, "fp32_a_rounded_in_packing_equals_the_rounded_operand",
-           "%zu elements differ (M %d N %d K %d, A by rows and transposed, with rounding edge "
-           "cases and NaNs, both paths, 1 and 3 threads)", d_a, M, N, K);
+           "%zu elements differ (37 x 45 K 131 and 29 x 300 K 301, A by rows and transposed, with "
+           "rounding edge cases and NaNs, every path, 1 and 3 threads)", d_a);
     expect(d_b == 0 && outside == 0, "bf16_result_is_the_fp32_result_plus_bias_rounded_once",
-           "%zu elements differ, %zu written outside the block (also at M 8300 K 2048, in row "
-           "blocks)", d_b, outside);
-    free(A32); free(A16); free(A32t); free(A16t); free(B16); free(bias); free(c_ref); free(c_f32);
-    free(cb);
+           "%zu elements differ, %zu written outside the block (also at 8300 x 16 K 2048 and "
+           "100 x 257 K 80001)", d_b, outside);
+    free(bias);
 }
 
 int main(void) {
