@@ -163,20 +163,19 @@ static const Bf16Kernel kernel_avx512bf16_rows[12] = {
 #if BF16_X86
 /* The same chains with fp32 FMAs, for CPUs where VDPBF16PS is slow or absent (on Intel's server
  * cores it issues on one port, so it does 32 FLOPs a cycle against the two FMA ports' 64). A's
- * panel comes widened (widen_panel, or pack_a_pairline's wide form): per pair, MR floats of the
- * odd elements, then MR of the even ones. B's words are widened here: the odd element is the
- * word's high half with the low half cleared, the even one the low half shifted up. A bf16
- * times a bf16 is exact in fp32, so the FMA adds the exact product with one rounding, as the
- * instruction does; the instruction's zeroing of denormal inputs and tiny results is the
- * MXCSR's DAZ and FTZ, which the caller sets around the call (enter_ftz_daz). Each element's
- * chain: odd, then even, pair by pair: the bits of the other paths (tests/test_gemm_bf16.c
- * checks them over the whole exponent range). */
+ * and B's panels come widened (put_word): per pair, MR (NR) floats of the odd elements, then MR
+ * (NR) of the even ones, each a bf16 shifted up into an fp32. A bf16 times a bf16 is exact in
+ * fp32, so the FMA adds the exact product with one rounding, as the instruction does; the
+ * instruction's zeroing of denormal inputs and tiny results is the MXCSR's DAZ and FTZ, which
+ * the caller sets around the call (enter_ftz_daz). Each element's chain: odd, then even, pair
+ * by pair: the bits of the other paths (tests/test_gemm_bf16.c checks them over the whole
+ * exponent range). */
 __attribute__((target("avx512f"), always_inline))
 static inline void wide_rows(int R, int kp, const uint32_t* ap, const uint32_t* bp, float* c,
                              size_t ldc, int load_c) {
     enum { MR = 12 };
     const float* a = (const float*)ap;
-    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    const float* b = (const float*)bp;
     __m512 acc[MR][2];
     #pragma GCC unroll 12
     for (int r = 0; r < R; r++) {
@@ -184,12 +183,10 @@ static inline void wide_rows(int R, int kp, const uint32_t* ap, const uint32_t* 
         acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
     }
     for (int p = 0; p < kp; p++) {
-        __m512i w0 = _mm512_loadu_si512((const void*)(bp + (size_t)p * 32));
-        __m512i w1 = _mm512_loadu_si512((const void*)(bp + (size_t)p * 32 + 16));
-        const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(w0, hi));
-        const __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(w1, hi));
-        const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
-        const __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
+        const __m512 o0 = _mm512_loadu_ps(b + (size_t)p * 64);
+        const __m512 o1 = _mm512_loadu_ps(b + (size_t)p * 64 + 16);
+        const __m512 e0 = _mm512_loadu_ps(b + (size_t)p * 64 + 32);
+        const __m512 e1 = _mm512_loadu_ps(b + (size_t)p * 64 + 48);
         const float* ar = a + (size_t)p * 2 * MR;
         #pragma GCC unroll 12
         for (int r = 0; r < R; r++) {
@@ -249,24 +246,6 @@ static void leave_ftz_daz(unsigned old) {
 #else
     (void)old;
 #endif
-}
-
-/* A's panel words (kp pairs x MR) as kernel_avx512f reads them: per pair, the MR odd elements as
- * fp32, then the MR even ones */
-static inline float bits_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-static void widen_panel(float* dst, const uint32_t* src, int kp, int MR) {
-    for (int p = 0; p < kp; p++) {
-        const uint32_t* w = src + (size_t)p * MR;
-        float* d = dst + (size_t)p * 2 * MR;
-        for (int r = 0; r < MR; r++) {
-            d[r] = bits_float(w[r] & 0xffff0000u);
-            d[MR + r] = bits_float(w[r] << 16);
-        }
-    }
 }
 
 /* ---- paths --------------------------------------------------------------------------------- */
@@ -345,28 +324,52 @@ static inline uint32_t pair_word_f32(const float* x, size_t stride, int k, int K
     return lo | hi << 16;
 }
 
-/* dst (kp pairs, MR) = rows [i0, i0+mr) of A (bf16, or fp32 rounded as packed), pairs
- * [p0, p0+kp); rows mr..MR-1 zero */
+/* A packed panel holds, per pair, one slot per line (a row of A, a column of B) in one of two
+ * forms: the word (as the portable and VDPBF16PS kernels read it), or, for kernel_avx512f
+ * (eo > 0: "widened"), the odd element's bf16 as an fp32 in the line's slot and the even one's eo
+ * slots further (eo = MR, or NR: a pair takes two rows of slots). The widened floats are written
+ * as floats, as the kernel reads them. */
+static inline float bits_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+static inline void put_word(uint32_t* d, int eo, uint32_t w) {
+    if (eo == 0) {
+        *d = w;
+        return;
+    }
+    float* f = (float*)d;
+    f[0] = bits_float(w & 0xffff0000u);
+    f[eo] = bits_float(w << 16);
+}
+
+/* dst (kp pairs, MR lines; widened if eo) = rows [i0, i0+mr) of A (bf16, or fp32 rounded as
+ * packed), pairs [p0, p0+kp); rows mr..MR-1 zero */
 static void pack_a_scalar(uint32_t* dst, const void* A, int a_f32, size_t rsa, size_t csa, int i0,
-                          int mr, int p0, int kp, int K, int MR) {
+                          int mr, int p0, int kp, int K, int MR, int eo) {
+    const size_t sp = eo ? 2 * (size_t)MR : (size_t)MR;   /* slots per pair */
     for (int p = 0; p < kp; p++) {
-        uint32_t* d = dst + (size_t)p * MR;
+        uint32_t* d = dst + (size_t)p * sp;
         int k = 2 * (p0 + p);
         for (int r = 0; r < mr; r++)
-            d[r] = a_f32 ? pair_word_f32((const float*)A + (size_t)(i0 + r) * rsa, csa, k, K)
-                         : pair_word((const uint16_t*)A + (size_t)(i0 + r) * rsa, csa, k, K);
-        for (int r = mr; r < MR; r++) d[r] = 0u;
+            put_word(d + r, eo,
+                     a_f32 ? pair_word_f32((const float*)A + (size_t)(i0 + r) * rsa, csa, k, K)
+                           : pair_word((const uint16_t*)A + (size_t)(i0 + r) * rsa, csa, k, K));
+        for (int r = mr; r < MR; r++) put_word(d + r, eo, 0u);
     }
 }
 
-/* dst (kp pairs, NR) = columns [j0, j0+nr) of B, pairs [p0, p0+kp); columns nr..NR-1 zero */
+/* dst (kp pairs, NR lines; widened if eo) = columns [j0, j0+nr) of B, pairs [p0, p0+kp);
+ * columns nr..NR-1 zero */
 static void pack_b_scalar(uint32_t* dst, const uint16_t* B, size_t rsb, size_t csb, int j0, int nr,
-                          int p0, int kp, int K, int NR) {
+                          int p0, int kp, int K, int NR, int eo) {
+    const size_t sp = eo ? 2 * (size_t)NR : (size_t)NR;
     for (int p = 0; p < kp; p++) {
-        uint32_t* d = dst + (size_t)p * NR;
+        uint32_t* d = dst + (size_t)p * sp;
         int k = 2 * (p0 + p);
-        for (int j = 0; j < nr; j++) d[j] = pair_word(B + (size_t)(j0 + j) * csb, rsb, k, K);
-        for (int j = nr; j < NR; j++) d[j] = 0u;
+        for (int j = 0; j < nr; j++) put_word(d + j, eo, pair_word(B + (size_t)(j0 + j) * csb, rsb, k, K));
+        for (int j = nr; j < NR; j++) put_word(d + j, eo, 0u);
     }
 }
 
@@ -400,19 +403,31 @@ AVX512_PACK static inline __m512i line_words(const void* x, int f32) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* dst[p * ld + l] = word p of line l, l < nl <= 16, for the first `full` pairs (a multiple of 16)
- * of lines with adjacent pairs (line l at base + l * ls elements; esize 2 or 4); lanes nl..w-1 of
- * each stored row (w = 16, or 12 and less for A's panels) zero */
-AVX512_PACK static void pack_adjacent_pairs(uint32_t* dst, size_t ld, int w, const char* base,
-                                            size_t ls, int esize, int nl, int full) {
+/* lanes 0..w-1 of 16 lines' words of one pair into their slots at d, as put_word */
+AVX512_PACK static inline void put_words16(uint32_t* d, int w, int eo, __m512i v) {
     const __mmask16 keep = (__mmask16)((1u << w) - 1u);
+    if (eo == 0) {
+        _mm512_mask_storeu_epi32(d, keep, v);
+        return;
+    }
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    _mm512_mask_storeu_ps((float*)d, keep, _mm512_castsi512_ps(_mm512_and_si512(v, hi)));
+    _mm512_mask_storeu_ps((float*)d + eo, keep, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+}
+
+/* the slots at dst + p * ld of word p of line l, l < nl <= 16, for the first `full` pairs (a
+ * multiple of 16) of lines with adjacent pairs (line l at base + l * ls elements; esize 2 or 4);
+ * lanes nl..w-1 (w = 16, or 12 and less for A's panels) zero */
+AVX512_PACK static void pack_adjacent_pairs(uint32_t* dst, size_t ld, int w, int eo,
+                                            const char* base, size_t ls, int esize, int nl,
+                                            int full) {
     for (int p = 0; p < full; p += 16) {
         __m512i r[16];
         for (int l = 0; l < 16; l++)
             r[l] = l < nl ? line_words(base + ((size_t)l * ls + 2 * (size_t)p) * esize, esize == 4)
                           : _mm512_setzero_si512();
         transpose16(r);
-        for (int t = 0; t < 16; t++) _mm512_mask_storeu_epi32(dst + (size_t)(p + t) * ld, keep, r[t]);
+        for (int t = 0; t < 16; t++) put_words16(dst + (size_t)(p + t) * ld, w, eo, r[t]);
     }
 }
 
@@ -430,12 +445,12 @@ AVX512_PACK static inline __m512i interleave_words(const void* lo, const void* h
     return _mm512_or_si512(bf16_lanes(lo, f32, n), _mm512_slli_epi32(bf16_lanes(hi, f32, n), 16));
 }
 
-/* dst[p * ld + l] = the word of pair p0 + p of line l (l < nl; lanes nl..w-1 zero), for kp pairs
- * that all lie below K, of lines adjacent in memory (element k of line l at base + k *
- * pair_stride + l) */
-AVX512_PACK static void pack_adjacent_lines(uint32_t* dst, size_t ld, int w, const char* base,
-                                            size_t pair_stride, int esize, int nl, int p0, int kp,
-                                            int K) {
+/* the slots at dst + p * ld of the word of pair p0 + p of line l (l < nl; lanes nl..w-1 zero),
+ * for kp pairs that all lie below K, of lines adjacent in memory (element k of line l at base +
+ * k * pair_stride + l) */
+AVX512_PACK static void pack_adjacent_lines(uint32_t* dst, size_t ld, int w, int eo,
+                                            const char* base, size_t pair_stride, int esize, int nl,
+                                            int p0, int kp, int K) {
     for (int p = 0; p < kp; p++) {
         int k = 2 * (p0 + p);
         const char* lo = base + (size_t)k * pair_stride * esize;
@@ -444,7 +459,7 @@ AVX512_PACK static void pack_adjacent_lines(uint32_t* dst, size_t ld, int w, con
             int n = nl - l0 < 16 ? (nl - l0 > 0 ? nl - l0 : 0) : 16;
             int wn = w - l0 < 16 ? w - l0 : 16;
             __m512i v = interleave_words(lo + (size_t)l0 * esize, hi + (size_t)l0 * esize, esize == 4, n);
-            _mm512_mask_storeu_epi32(dst + (size_t)p * ld + l0, (__mmask16)((1u << wn) - 1u), v);
+            put_words16(dst + (size_t)p * ld + l0, wn, eo, v);
         }
     }
 }
@@ -452,79 +467,74 @@ AVX512_PACK static void pack_adjacent_lines(uint32_t* dst, size_t ld, int w, con
 
 #if BF16_X86
 /* one pair of `panels` A panels (rows in all, the panels MR rows each and ld slots apart, the
- * pair's slot at dst) from two lines of A that hold the rows adjacent (elements 2p and 2p + 1 of
- * each row, both below K): the words of pack_a_scalar, one interleave per panel; or (wide) as
- * widen_panel leaves them, MR floats of the odd elements and then MR of the even ones, which are
- * the two lines' bf16 shifted up */
-AVX512_PACK static void pack_a_pairline(uint32_t* dst, size_t ld, const char* lo, const char* hi,
-                                        int esize, int rows, int panels, int MR, int wide) {
-    const __mmask16 full = (__mmask16)((1u << MR) - 1u);
+ * pair's slots at dst; widened if eo) from two lines of A that hold the rows adjacent (elements 2p
+ * and 2p + 1 of each row, both below K): one interleave per panel, the words of pack_a_scalar */
+AVX512_PACK static void pack_a_pairline(uint32_t* dst, size_t ld, int eo, const char* lo,
+                                        const char* hi, int esize, int rows, int panels, int MR) {
     for (int i = 0; i < panels; i++) {
         const int mr = rows - i * MR < MR ? rows - i * MR : MR;
-        const char* l = lo + (size_t)i * MR * esize;
-        const char* h = hi + (size_t)i * MR * esize;
-        uint32_t* d = dst + (size_t)i * ld;
-        if (wide) {
-            __m512 odd = _mm512_castsi512_ps(_mm512_slli_epi32(bf16_lanes(h, esize == 4, mr), 16));
-            __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(bf16_lanes(l, esize == 4, mr), 16));
-            _mm512_mask_storeu_ps((float*)d, full, odd);
-            _mm512_mask_storeu_ps((float*)d + MR, full, even);
-        } else {
-            _mm512_mask_storeu_epi32(d, full, interleave_words(l, h, esize == 4, mr));
-        }
+        put_words16(dst + (size_t)i * ld, MR, eo,
+                    interleave_words(lo + (size_t)i * MR * esize, hi + (size_t)i * MR * esize,
+                                     esize == 4, mr));
     }
 }
 #endif
 
 /* the packing routines: a fast path where the layout allows one (AVX-512 machines), else the
- * scalar words; both write every word of the panel */
+ * scalar words; both write every slot of the panel (eo: as put_word) */
 static void pack_a(uint32_t* dst, const void* A, int a_f32, size_t rsa, size_t csa, int i0, int mr,
-                   int p0, int kp, int K, int MR, int fast) {
+                   int p0, int kp, int K, int MR, int fast, int eo) {
+    const size_t sp = eo ? 2 * (size_t)MR : (size_t)MR;   /* slots per pair */
 #if BF16_X86
     const int esize = a_f32 ? 4 : 2;
     if (fast && MR <= 16 && csa == 1) {           /* rows with adjacent pairs */
         int full = 0;
         while (full + 16 <= kp && 2 * (p0 + full + 16) <= K) full += 16;
-        pack_adjacent_pairs(dst, (size_t)MR, MR, (const char*)A + ((size_t)i0 * rsa + 2 * (size_t)p0) * esize,
-                            rsa, esize, mr, full);
-        pack_a_scalar(dst + (size_t)full * MR, A, a_f32, rsa, csa, i0, mr, p0 + full, kp - full, K, MR);
+        pack_adjacent_pairs(dst, sp, MR, eo,
+                            (const char*)A + ((size_t)i0 * rsa + 2 * (size_t)p0) * esize, rsa,
+                            esize, mr, full);
+        pack_a_scalar(dst + (size_t)full * sp, A, a_f32, rsa, csa, i0, mr, p0 + full, kp - full, K,
+                      MR, eo);
         return;
     }
     if (fast && MR <= 16 && rsa == 1) {           /* rows adjacent, pairs csa apart */
         int done = K / 2 - p0 < kp ? (K / 2 - p0 > 0 ? K / 2 - p0 : 0) : kp;
-        pack_adjacent_lines(dst, (size_t)MR, MR, (const char*)A + (size_t)i0 * esize, csa, esize, mr,
+        pack_adjacent_lines(dst, sp, MR, eo, (const char*)A + (size_t)i0 * esize, csa, esize, mr,
                             p0, done, K);
-        pack_a_scalar(dst + (size_t)done * MR, A, a_f32, rsa, csa, i0, mr, p0 + done, kp - done, K, MR);
+        pack_a_scalar(dst + (size_t)done * sp, A, a_f32, rsa, csa, i0, mr, p0 + done, kp - done, K,
+                      MR, eo);
         return;
     }
 #endif
     (void)fast;
-    pack_a_scalar(dst, A, a_f32, rsa, csa, i0, mr, p0, kp, K, MR);
+    pack_a_scalar(dst, A, a_f32, rsa, csa, i0, mr, p0, kp, K, MR, eo);
 }
 
 static void pack_b(uint32_t* dst, const uint16_t* B, size_t rsb, size_t csb, int j0, int nr,
-                   int p0, int kp, int K, int NR, int fast) {
+                   int p0, int kp, int K, int NR, int fast, int eo) {
+    const size_t sp = eo ? 2 * (size_t)NR : (size_t)NR;
 #if BF16_X86
     if (fast && NR % 16 == 0 && rsb == 1) {       /* columns with adjacent pairs */
         int full = 0;
         while (full + 16 <= kp && 2 * (p0 + full + 16) <= K) full += 16;
         for (int h = 0; h < NR; h += 16) {
             int n = nr - h < 16 ? (nr - h > 0 ? nr - h : 0) : 16;
-            pack_adjacent_pairs(dst + h, (size_t)NR, 16,
-                                (const char*)(B + (size_t)(j0 + h) * csb + 2 * (size_t)p0), csb, 2, n, full);
+            pack_adjacent_pairs(dst + h, sp, 16, eo,
+                                (const char*)(B + (size_t)(j0 + h) * csb + 2 * (size_t)p0), csb, 2,
+                                n, full);
         }
-        pack_b_scalar(dst + (size_t)full * NR, B, rsb, csb, j0, nr, p0 + full, kp - full, K, NR);
+        pack_b_scalar(dst + (size_t)full * sp, B, rsb, csb, j0, nr, p0 + full, kp - full, K, NR, eo);
         return;
     }
     if (fast && NR % 16 == 0 && csb == 1) {       /* columns adjacent, pairs rsb apart */
         int done = K / 2 - p0 < kp ? (K / 2 - p0 > 0 ? K / 2 - p0 : 0) : kp;
-        pack_adjacent_lines(dst, (size_t)NR, NR, (const char*)(B + j0), rsb, 2, nr, p0, done, K);
-        pack_b_scalar(dst + (size_t)done * NR, B, rsb, csb, j0, nr, p0 + done, kp - done, K, NR);
+        pack_adjacent_lines(dst, sp, NR, eo, (const char*)(B + j0), rsb, 2, nr, p0, done, K);
+        pack_b_scalar(dst + (size_t)done * sp, B, rsb, csb, j0, nr, p0 + done, kp - done, K, NR, eo);
         return;
     }
 #endif
     (void)fast;
-    pack_b_scalar(dst, B, rsb, csb, j0, nr, p0, kp, K, NR);
+    pack_b_scalar(dst, B, rsb, csb, j0, nr, p0, kp, K, NR, eo);
 }
 
 /* The packing buffer: the shared operand's panels of one pair chunk, then each thread's slice of
@@ -564,7 +574,8 @@ typedef struct {
     uint16_t* Cb;
     const float* bias;
     Bf16PathDesc pd;
-    int as;            /* 32-bit slots per pair of a packed A panel: MR words, or (wide) 2MR floats */
+    int as, bs;        /* 32-bit slots per pair of a packed A (B) panel: MR (NR) words, or (wide)
+                        * 2MR (2NR) floats */
     int mp, np;        /* panels of A (MR rows) and of B (NR columns) */
     int blk;           /* panels per block of the blocked operand */
     size_t a_ld;       /* slots between the shared A's panels */
@@ -577,22 +588,14 @@ static int cols_of(const Gemm* g, int q) {
     return g->N - q * g->pd.nr < g->pd.nr ? g->N - q * g->pd.nr : g->pd.nr;
 }
 
-/* A panel p's pairs [p0, p0+kp) at dst as the kernel reads them: words, or (wide) packed a KPC
- * pairs at a time on the stack and widened */
+/* A panel p's and B panel q's pairs [p0, p0+kp) at dst as the kernel reads them */
 static void pack_a_panel(const Gemm* g, uint32_t* dst, int p, int p0, int kp) {
-    const int MR = g->pd.mr;
-    if (!g->pd.wide) {
-        pack_a(dst, g->A, g->a_f32, g->rsa, g->csa, p * MR, rows_of(g, p), p0, kp, g->K, MR,
-               g->fast);
-        return;
-    }
-    uint32_t w[KPC * MR_MAX];
-    for (int pp = 0; pp < kp; pp += KPC) {
-        const int n = kp - pp < KPC ? kp - pp : KPC;
-        pack_a(w, g->A, g->a_f32, g->rsa, g->csa, p * MR, rows_of(g, p), p0 + pp, n, g->K, MR,
-               g->fast);
-        widen_panel((float*)dst + (size_t)pp * 2 * MR, w, n, MR);
-    }
+    pack_a(dst, g->A, g->a_f32, g->rsa, g->csa, p * g->pd.mr, rows_of(g, p), p0, kp, g->K,
+           g->pd.mr, g->fast, g->pd.wide ? g->pd.mr : 0);
+}
+static void pack_b_panel(const Gemm* g, uint32_t* dst, int q, int p0, int kp) {
+    pack_b(dst, g->B, g->rsb, g->csb, q * g->pd.nr, cols_of(g, q), p0, kp, g->K, g->pd.nr,
+           g->fast, g->pd.wide ? g->pd.nr : 0);
 }
 
 /* pairs [p0, p0+kp) of A panels [i0, i1) of an A whose rows are adjacent and k strided (a_by_pair:
@@ -601,25 +604,20 @@ static void pack_a_panel(const Gemm* g, uint32_t* dst, int p, int p0, int kp) {
  * into the panels. */
 static void pack_a_by_pairs(const Gemm* g, uint32_t* dst, size_t ld, int i0, int i1, int p0,
                             int kp) {
-    const int MR = g->pd.mr;
+    const int MR = g->pd.mr, eo = g->pd.wide ? MR : 0;
     for (int t = 0; t < kp; t++) {
         const int k = 2 * (p0 + t);
 #if BF16_X86
         if (k + 1 < g->K) {
             const char* lo = (const char*)g->A + ((size_t)k * g->csa + (size_t)i0 * MR) * g->esize;
-            pack_a_pairline(dst + (size_t)t * g->as, ld, lo, lo + g->csa * g->esize, (int)g->esize,
-                            g->M - i0 * MR, i1 - i0, MR, g->pd.wide);
+            pack_a_pairline(dst + (size_t)t * g->as, ld, eo, lo, lo + g->csa * g->esize,
+                            (int)g->esize, g->M - i0 * MR, i1 - i0, MR);
             continue;
         }
 #endif
-        for (int i = i0; i < i1; i++) {   /* the last pair of an odd K: one word per panel */
-            uint32_t w[MR_MAX];
-            uint32_t* d = dst + (size_t)(i - i0) * ld + (size_t)t * g->as;
-            pack_a_scalar(w, g->A, g->a_f32, g->rsa, g->csa, i * MR, rows_of(g, i), p0 + t, 1,
-                          g->K, MR);
-            if (g->pd.wide) widen_panel((float*)d, w, 1, MR);
-            else memcpy(d, w, sizeof(uint32_t) * MR);
-        }
+        for (int i = i0; i < i1; i++)   /* the last pair of an odd K */
+            pack_a_scalar(dst + (size_t)(i - i0) * ld + (size_t)t * g->as, g->A, g->a_f32, g->rsa,
+                          g->csa, i * MR, rows_of(g, i), p0 + t, 1, g->K, MR, eo);
     }
 }
 
@@ -670,15 +668,13 @@ static void run_b_blocks(const Gemm* g, const uint32_t* Ap, uint32_t* mine, floa
         for (int pp = 0; pp < pn; pp += KPC) {
             const int kp = pn - pp < KPC ? pn - pp : KPC;
             const int load_c = g->accumulate || p0 + pp > 0;
-            for (int q = q0; q < q1; q++)
-                pack_b(mine + (size_t)(q - q0) * NR * kp, g->B, g->rsb, g->csb, q * NR,
-                       cols_of(g, q), p0 + pp, kp, g->K, NR, g->fast);
+            for (int q = q0; q < q1; q++) pack_b_panel(g, mine + (size_t)(q - q0) * g->bs * kp, q, p0 + pp, kp);
             const unsigned csr = g->pd.wide ? enter_ftz_daz() : 0u;
             /* MC_PANELS of A (in L2) against each B panel of the block (in L1) in turn */
             for (int pc = 0; pc < g->mp; pc += MC_PANELS) {
                 const int pe = pc + MC_PANELS < g->mp ? pc + MC_PANELS : g->mp;
                 for (int q = q0; q < q1; q++) {
-                    const uint32_t* bp = mine + (size_t)(q - q0) * NR * kp;
+                    const uint32_t* bp = mine + (size_t)(q - q0) * g->bs * kp;
                     for (int p = pc; p < pe; p++)
                         tile(g, kp, Ap + (size_t)p * g->a_ld + (size_t)pp * g->as, bp,
                              out + (size_t)p * MR * ld + (size_t)(q - q0) * NR, ld, rows_of(g, p),
@@ -715,7 +711,7 @@ static void run_a_blocks(const Gemm* g, const uint32_t* Bp, uint32_t* mine, floa
             }
             const unsigned csr = g->pd.wide ? enter_ftz_daz() : 0u;
             for (int q = 0; q < g->np; q++) {
-                const uint32_t* bp = Bp + (size_t)q * NR * pn + (size_t)pp * NR;
+                const uint32_t* bp = Bp + (size_t)q * g->bs * pn + (size_t)pp * g->bs;
                 for (int i = i0; i < i1; i++)
                     tile(g, kp, mine + (size_t)(i - i0) * a_ld, bp,
                          out + (size_t)(i - i0) * MR * ld + (size_t)q * NR, ld, rows_of(g, i),
@@ -752,10 +748,11 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
     g.fast = path != GEMM_BF16_PORTABLE;   /* the AVX-512 packing (same words) */
     g.a_by_pair = g.fast && rsa == 1 && csa != 1 && MR <= 16;
     g.as = g.pd.wide ? 2 * MR : MR;
+    g.bs = g.pd.wide ? 2 * NR : NR;
     g.mp = (M + MR - 1) / MR;
     g.np = (N + NR - 1) / NR;
     const int b_blocked = g.np >= g.mp;   /* B has the more panels: it is the blocked one */
-    const size_t per_pair = b_blocked ? (size_t)g.mp * g.as : (size_t)g.np * NR;
+    const size_t per_pair = b_blocked ? (size_t)g.mp * g.as : (size_t)g.np * g.bs;
     if (Cb != NULL && b_blocked && per_pair * KP > PACK_WORDS && g.mp > MC_PANELS) {
         /* a bf16 result packs the whole K at once: rows in blocks whose A panels fit PACK_WORDS
          * (every row's chains are its own, so the bits are the same) */
@@ -780,8 +777,8 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
     /* A's panels a_ld slots apart, 16 more than they hold (as gemm_f32's: a power-of-two stride
      * puts the same pair of every panel in one L1 set) */
     g.a_ld = (((size_t)g.as * pchunk + 15) & ~(size_t)15) + 16;
-    const size_t shared = b_blocked ? (size_t)g.mp * g.a_ld : (size_t)g.np * NR * pchunk;
-    const size_t slice = b_blocked ? (size_t)g.blk * NR * KPC
+    const size_t shared = b_blocked ? (size_t)g.mp * g.a_ld : (size_t)g.np * g.bs * pchunk;
+    const size_t slice = b_blocked ? (size_t)g.blk * g.bs * KPC
                                    : (size_t)g.blk * ((size_t)g.as * KPC + 16);
     const size_t sums = Cb == NULL ? 0
                       : b_blocked ? (size_t)g.mp * MR * g.blk * NR : (size_t)g.blk * MR * g.np * NR;
@@ -807,8 +804,7 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
             } else {
                 #pragma omp for schedule(dynamic)
                 for (int q = 0; q < g.np; q++)
-                    pack_b(buf + (size_t)q * NR * pn, B, rsb, csb, q * NR, cols_of(&g, q), p0, pn, K,
-                           NR, g.fast);
+                    pack_b_panel(&g, buf + (size_t)q * g.bs * pn, q, p0, pn);
                 run_a_blocks(&g, buf, own, own_sums, p0, pn);
             }
         }
