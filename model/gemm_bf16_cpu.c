@@ -19,8 +19,10 @@
  *
  * Layout: A is packed into panels of MR rows, one 32-bit word per (pair, row) holding A[i,2p] in
  * its low half and A[i,2p+1] in its high half; B into panels of NR columns, one word per (pair,
- * column) the same way. A micro-kernel keeps an MR x NR block of fp32 accumulators, over KPC pairs
- * at a time; on AVX-512 a row's word is broadcast and VDPBF16PS takes 16 columns' words at once.
+ * column) the same way; on the widened path (kernel_avx512f) each word is two floats instead, a
+ * panel's odd elements and then its even ones per pair. A micro-kernel keeps an MR x NR block of
+ * fp32 accumulators, over KPC pairs at a time; on AVX-512 a row's word is broadcast and VDPBF16PS
+ * takes 16 columns' words at once.
  * The driver is gemm_f32's (model/gemm_cpu.c): of the two operands, the one with fewer panels is
  * packed whole, per pair chunk as long as PACK_WORDS allows, into a buffer the threads share; the
  * other is cut into blocks, as many as a multiple of the thread count, and the thread that takes a
@@ -47,7 +49,7 @@
 #define BF16_X86 0
 #endif
 
-#define KPC 128        /* k pairs per packed slice: a B micro-panel (KPC x 32 words) in L1 */
+#define KPC 128        /* k pairs per packed slice: a B micro-panel (16 or 32 KiB) stays in L1 */
 #define BLOCK_PANELS 16 /* at most this many panels in one thread's block of the blocked operand */
 #define MC_PANELS 8    /* shared A panels walked per B panel (in L2) */
 #define PACK_WORDS ((size_t)8 << 20)   /* the shared operand's words of one pair chunk: 32 MiB */
