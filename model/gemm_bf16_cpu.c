@@ -649,10 +649,10 @@ static void tile(const Gemm* g, int kp, const uint32_t* ap, const uint32_t* bp, 
  * addition must not flush. */
 static void round_out(const Gemm* g, const float* sums, size_t ld, int r0, int r1, int j0, int j1) {
     for (int r = r0; r < r1; r++) {
-        const float* t = sums + (size_t)(r - r0) * ld - j0;
+        const float* t = sums + (size_t)(r - r0) * ld;
         uint16_t* o = g->Cb + (size_t)r * g->ldc;
         for (int j = j0; j < j1; j++)
-            o[j] = sg_bf16_from_float(g->bias != NULL ? t[j] + g->bias[j] : t[j]);
+            o[j] = sg_bf16_from_float(g->bias != NULL ? t[j - j0] + g->bias[j] : t[j - j0]);
     }
 }
 
@@ -670,7 +670,8 @@ static void run_b_blocks(const Gemm* g, const uint32_t* Ap, uint32_t* mine, floa
         for (int pp = 0; pp < pn; pp += KPC) {
             const int kp = pn - pp < KPC ? pn - pp : KPC;
             const int load_c = g->accumulate || p0 + pp > 0;
-            for (int q = q0; q < q1; q++) pack_b_panel(g, mine + (size_t)(q - q0) * g->bs * kp, q, p0 + pp, kp);
+            for (int q = q0; q < q1; q++)
+                pack_b_panel(g, mine + (size_t)(q - q0) * g->bs * kp, q, p0 + pp, kp);
             const unsigned csr = g->pd.wide ? enter_ftz_daz() : 0u;
             /* MC_PANELS of A (in L2) against each B panel of the block (in L1) in turn */
             for (int pc = 0; pc < g->mp; pc += MC_PANELS) {
