@@ -423,24 +423,10 @@ static double* exp_rows_alloc(int V) {
     return e;
 }
 
-void crossentropy_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp) {
-    double* e_all = exp_rows_alloc(V);
-    #pragma omp parallel
-    {
-        double* e = e_all + (size_t)V * omp_get_thread_num();
-        #pragma omp for schedule(static)
-        for (int n = 0; n < N; n++) {
-            float* l = logits + (size_t)n * Vp;
-            float maxv = row_max(l, V);
-            double inv = 1.0 / row_exp_sum_kept(l, V, maxv, e);
-            row_dlogits(l, e, inv, targets[n], dloss, V, Vp);
-        }
-    }
-    free(e_all);
-}
-
-void crossentropy_forward_backward(float* losses, float* logits, const int* targets, float dloss,
-                                   int N, int V, int Vp) {
+/* The rows' dlogits in place and, where losses != NULL, first their losses (crossentropy_forward's
+ * expression, before the row is overwritten): one exponential pass per row. */
+static void crossentropy_rows(float* losses, float* logits, const int* targets, float dloss,
+                              int N, int V, int Vp) {
     double* e_all = exp_rows_alloc(V);
     #pragma omp parallel
     {
@@ -450,12 +436,20 @@ void crossentropy_forward_backward(float* losses, float* logits, const int* targ
             float* l = logits + (size_t)n * Vp;
             float maxv = row_max(l, V);
             double sum = row_exp_sum_kept(l, V, maxv, e);
-            /* crossentropy_forward's expression, before the row is overwritten */
-            losses[n] = (float)((double)maxv + log(sum) - (double)l[targets[n]]);
+            if (losses != NULL) losses[n] = (float)((double)maxv + log(sum) - (double)l[targets[n]]);
             row_dlogits(l, e, 1.0 / sum, targets[n], dloss, V, Vp);
         }
     }
     free(e_all);
+}
+
+void crossentropy_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp) {
+    crossentropy_rows(NULL, logits, targets, dloss, N, V, Vp);
+}
+
+void crossentropy_forward_backward(float* losses, float* logits, const int* targets, float dloss,
+                                   int N, int V, int Vp) {
+    crossentropy_rows(losses, logits, targets, dloss, N, V, Vp);
 }
 
 /* ---- norms and the optimizer -------------------------------------------------------------- */
