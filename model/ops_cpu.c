@@ -413,21 +413,30 @@ static void row_dlogits(float* l, const double* e, double inv, int target, float
     for (int v = V; v < Vp; v++) l[v] = 0.0f;
 }
 
-/* One buffer of V doubles per thread for the rows' kept exponentials. */
-static double* exp_rows_alloc(int V) {
-    double* e = malloc(sizeof(double) * (size_t)V * (size_t)omp_get_max_threads());
-    if (e == NULL) {
-        fprintf(stderr, "seedgpt: out of memory for the cross-entropy's %d-wide rows\n", V);
-        exit(1);
+/* The rows' kept exponentials: V doubles per thread, grown to the largest call seen and kept, so
+ * the step allocates nothing (called from outside a parallel region; not reentrant). */
+static double* exp_rows = NULL;
+static size_t exp_rows_cap = 0;
+
+static double* exp_rows_buffer(int V) {
+    const size_t n = (size_t)V * (size_t)omp_get_max_threads();
+    if (n > exp_rows_cap) {
+        free(exp_rows);
+        exp_rows = malloc(sizeof(double) * n);
+        if (exp_rows == NULL) {
+            fprintf(stderr, "seedgpt: out of memory for the cross-entropy's %d-wide rows\n", V);
+            exit(1);
+        }
+        exp_rows_cap = n;
     }
-    return e;
+    return exp_rows;
 }
 
 /* The rows' dlogits in place and, where losses != NULL, first their losses (crossentropy_forward's
  * expression, before the row is overwritten): one exponential pass per row. */
 static void crossentropy_rows(float* losses, float* logits, const int* targets, float dloss,
                               int N, int V, int Vp) {
-    double* e_all = exp_rows_alloc(V);
+    double* e_all = exp_rows_buffer(V);
     #pragma omp parallel
     {
         double* e = e_all + (size_t)V * omp_get_thread_num();
@@ -440,7 +449,6 @@ static void crossentropy_rows(float* losses, float* logits, const int* targets, 
             row_dlogits(l, e, 1.0 / sum, targets[n], dloss, V, Vp);
         }
     }
-    free(e_all);
 }
 
 void crossentropy_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp) {
