@@ -694,10 +694,6 @@ void gpt_rope_table(const GPTConfig* c, float* cos_out, float* sin_out) {
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-/* The classifier's gradient for rows [r0, r0 + rows), whose logits are in m->logits: in the
- * forward, loss = crossentropy(logits), logits = lnf . wte^T (the LM head, tied to wte), so now
- * dlogits (in place), wte's gradient += dlogits^T . lnf, and dlnf = dlogits . wte for those rows.
- * The chunks come in row order, so wte's gradient sums its rows in the order one call would. */
 /* The LM head's backward for a chunk of rows whose logits already hold dlogits. */
 static void classifier_chunk_head_backward(GPT* m, int r0, int rows) {
     const GPTConfig* c = &m->config;
@@ -707,6 +703,10 @@ static void classifier_chunk_head_backward(GPT* m, int r0, int rows) {
                            C, c->padded_vocab_size);
 }
 
+/* The classifier's gradient for rows [r0, r0 + rows), whose logits are in m->logits: in the
+ * forward, loss = crossentropy(logits), logits = lnf . wte^T (the LM head, tied to wte), so now
+ * dlogits (in place), wte's gradient += dlogits^T . lnf, and dlnf = dlogits . wte for those rows.
+ * The chunks come in row order, so wte's gradient sums its rows in the order one call would. */
 static void classifier_chunk_backward(GPT* m, int r0, int rows, float dloss) {
     const GPTConfig* c = &m->config;
     m->be->crossentropy_backward(m->logits, m->targets + r0, dloss, rows, c->vocab_size,
