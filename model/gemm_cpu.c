@@ -100,13 +100,17 @@ static void kernel_avx2(int kc, const float* ap, const float* bp, float* c, size
     }
 }
 
-__attribute__((target("avx512f")))
-static void kernel_avx512(int kc, const float* ap, const float* bp, float* c, size_t ldc,
-                          int load_c) {
+/* Rows 0 .. R-1 of a 12-row A panel (its rows 12 floats apart) against a 32-column B panel: the
+ * AVX-512 micro-kernel, R = 12 for whole panels, R < 12 for the last panel of an M that 12 does
+ * not divide (256 rows: 21 panels and 4 rows), the same chains without work on zero rows or a
+ * copy of the tile. R is a constant at each instantiation, so the accumulators stay in registers. */
+__attribute__((target("avx512f"), always_inline))
+static inline void fma_rows_avx512(const int R, int kc, const float* ap, const float* bp, float* c,
+                                   size_t ldc, int load_c) {
     enum { MR = 12 };
     __m512 acc[MR][2];
     #pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
+    for (int r = 0; r < R; r++) {
         acc[r][0] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
         acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
     }
@@ -114,47 +118,31 @@ static void kernel_avx512(int kc, const float* ap, const float* bp, float* c, si
         __m512 b0 = _mm512_loadu_ps(bp + (size_t)k * 32);
         __m512 b1 = _mm512_loadu_ps(bp + (size_t)k * 32 + 16);
         #pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) {
+        for (int r = 0; r < R; r++) {
             __m512 a = _mm512_set1_ps(ap[(size_t)k * MR + r]);
             acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
             acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
         }
     }
     #pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
+    for (int r = 0; r < R; r++) {
         _mm512_storeu_ps(c + r * ldc, acc[r][0]);
         _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
     }
 }
 
-/* The last panel of an M that 12 does not divide (256 rows: 21 panels and 4 rows): kernel_avx512
- * over R < 12 rows of the same packed panel (its rows 12 floats apart), the same chains, without
- * the 12-row kernel's work on zero rows or a copy of the tile. */
-#define KERNEL_AVX512_ROWS(R)                                                                     \
-    __attribute__((target("avx512f"))) static void kernel_avx512_##R(                            \
+#define KERNEL_AVX512(NAME, R)                                                                    \
+    __attribute__((target("avx512f"))) static void NAME(                                        \
         int kc, const float* ap, const float* bp, float* c, size_t ldc, int load_c) {            \
-        __m512 acc[R][2];                                                                        \
-        for (int r = 0; r < R; r++) {                                                            \
-            acc[r][0] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();             \
-            acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();        \
-        }                                                                                        \
-        for (int k = 0; k < kc; k++) {                                                           \
-            __m512 b0 = _mm512_loadu_ps(bp + (size_t)k * 32);                                    \
-            __m512 b1 = _mm512_loadu_ps(bp + (size_t)k * 32 + 16);                               \
-            for (int r = 0; r < R; r++) {                                                        \
-                __m512 a = _mm512_set1_ps(ap[(size_t)k * 12 + r]);                               \
-                acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);                                   \
-                acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);                                   \
-            }                                                                                    \
-        }                                                                                        \
-        for (int r = 0; r < R; r++) {                                                            \
-            _mm512_storeu_ps(c + r * ldc, acc[r][0]);                                            \
-            _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);                                       \
-        }                                                                                        \
+        fma_rows_avx512(R, kc, ap, bp, c, ldc, load_c);                                          \
     }
-KERNEL_AVX512_ROWS(1) KERNEL_AVX512_ROWS(2) KERNEL_AVX512_ROWS(3) KERNEL_AVX512_ROWS(4)
-KERNEL_AVX512_ROWS(5) KERNEL_AVX512_ROWS(6) KERNEL_AVX512_ROWS(7) KERNEL_AVX512_ROWS(8)
-KERNEL_AVX512_ROWS(9) KERNEL_AVX512_ROWS(10) KERNEL_AVX512_ROWS(11)
+KERNEL_AVX512(kernel_avx512, 12)
+KERNEL_AVX512(kernel_avx512_1, 1) KERNEL_AVX512(kernel_avx512_2, 2)
+KERNEL_AVX512(kernel_avx512_3, 3) KERNEL_AVX512(kernel_avx512_4, 4)
+KERNEL_AVX512(kernel_avx512_5, 5) KERNEL_AVX512(kernel_avx512_6, 6)
+KERNEL_AVX512(kernel_avx512_7, 7) KERNEL_AVX512(kernel_avx512_8, 8)
+KERNEL_AVX512(kernel_avx512_9, 9) KERNEL_AVX512(kernel_avx512_10, 10)
+KERNEL_AVX512(kernel_avx512_11, 11)
 
 static const GemmKernel kernel_avx512_rows[12] = {
     NULL, kernel_avx512_1, kernel_avx512_2, kernel_avx512_3, kernel_avx512_4, kernel_avx512_5,
