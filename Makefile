@@ -11,8 +11,8 @@
 #   make cuda       the CUDA trainer ./train_cuda (nvcc; --device cpu|cuda, default cuda)
 #   make mpi        the data-parallel trainer ./train_mpi (mpicc): mpirun -np N ./train_mpi ...
 #   make mpi-cuda   ./train_mpi_cuda: the same with NCCL for --device cuda (one GPU per rank)
-#   make mpi-cuda-check  compiles and links the NCCL path alone (model/dist_*.{c,cu})
-#   make test-cuda-emu   the CUDA kernels run on the CPU through cuda/cuda_emu.h, against
+#   make mpi-cuda-check  compiles and links the NCCL path alone (dist/dist_*.{c,cu})
+#   make test-cuda-emu   the CUDA kernels run on the CPU through cuda/emu/cuda_emu.h, against
 #                   their CPU twins (part of make test): plainly, then the ThreadSanitizer subset
 #   make test-cuda-emu-tsan   that subset alone, two blocks at a time (docs/cuda-emulation.md)
 #   make test-cuda  the same tests on a real GPU (needs one)
@@ -44,7 +44,7 @@ CFLAGS  += -std=c11 -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -W
 # missing, empty or without the declarations fails it, and so does a missing library.
 sg_probe = $(shell $(CC) -o /dev/null $(1) $(2) >/dev/null 2>&1 && echo 1)
 # CBLAS (OpenBLAS): only the sgemm rate quoted beside the measured peak (at start-up and by
-# ./train peak; MFU reads against the peak, model/peak.h), and the benchmarks. OpenBLAS's OpenMP build shares the OpenMP threads; the default
+# ./train peak; MFU reads against the peak, cpu/peak.h), and the benchmarks. OpenBLAS's OpenMP build shares the OpenMP threads; the default
 # pthread build keeps a second pool that spins against them (measured: the small model's step
 # 1.7x slower on 2 cores).
 OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp
@@ -79,8 +79,13 @@ endif
 
 BUILD   := build
 
-CORE_SRC := model/gpt.c model/backend.c model/ops_cpu.c model/gemm_cpu.c model/gemm_bf16_cpu.c model/ops_bf16_cpu.c model/plan.c model/mem.c model/modelfile.c \
-            model/state.c model/sample.c model/dist_none.c model/peak.c model/profile.c \
+# model/ (the network, its files and plan, the backend table), cpu/ (the CPU backend), dist/ (the
+# single-process transport; ./train_mpi swaps in dist/dist_mpi.c)
+CORE_SRC := model/gpt.c model/backend.c model/plan.c model/mem.c model/modelfile.c model/state.c \
+            model/sample.c model/profile.c \
+            cpu/backend_cpu.c cpu/ops_cpu.c cpu/gemm_cpu.c cpu/gemm_bf16_cpu.c cpu/ops_bf16_cpu.c \
+            cpu/peak.c \
+            dist/dist_none.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c attention/flash_bf16_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
@@ -88,7 +93,7 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 # Test builds: the same sources with SEEDGPT_TEST_BUILD (NaN-filled scratch, allocation counting).
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
-HEADERS := $(wildcard *.h model/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h cuda/bf16.h)
+HEADERS := $(wildcard *.h model/*.h cpu/*.h dist/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h)
 # the bf16 attention is attention/flash_cpu.c compiled again
 $(BUILD)/attention/flash_bf16_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o: attention/flash_cpu.c
 
@@ -164,19 +169,19 @@ $(BUILD)/tests/test_attention_tiles_odd: tests/test_attention_tiles.c attention/
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DSEEDGPT_TEST_BUILD -DFLASH_BQ=7 -DFLASH_BK=5 -DFLASH_PORTABLE -o $@ $< tests/ref_attention.c $(LDLIBS)
 
-$(BUILD)/bench_attention: tests/bench_attention.c $(BUILD)/attention/flash_cpu.o $(BUILD)/model/peak.o $(HEADERS)
+$(BUILD)/bench_attention: tests/bench_attention.c $(BUILD)/attention/flash_cpu.o $(BUILD)/cpu/peak.o $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/attention/flash_cpu.o $(BUILD)/model/peak.o $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/attention/flash_cpu.o $(BUILD)/cpu/peak.o $(LDLIBS)
 
 # seedgpt's GEMM against cblas_sgemm on GPT-2 shapes (not a test)
-$(BUILD)/bench_gemm: tests/bench_gemm.c $(BUILD)/model/gemm_cpu.o $(BUILD)/model/gemm_bf16_cpu.o $(HEADERS)
+$(BUILD)/bench_gemm: tests/bench_gemm.c $(BUILD)/cpu/gemm_cpu.o $(BUILD)/cpu/gemm_bf16_cpu.o $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/model/gemm_cpu.o $(BUILD)/model/gemm_bf16_cpu.o $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/cpu/gemm_cpu.o $(BUILD)/cpu/gemm_bf16_cpu.o $(LDLIBS)
 
-# the CPU's measured fp32 / bf16 peak per path (model/peak.c; not a test)
-$(BUILD)/bench_peak: tests/bench_peak.c $(BUILD)/model/peak.o $(HEADERS)
+# the CPU's measured fp32 / bf16 peak per path (cpu/peak.c; not a test)
+$(BUILD)/bench_peak: tests/bench_peak.c $(BUILD)/cpu/peak.o $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/model/peak.o $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/cpu/peak.o $(LDLIBS)
 
 $(BUILD)/bench_model: tests/bench_model.c $(CORE_OBJ) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -293,13 +298,13 @@ plot:
 	@scripts/plot.sh "$(RUN)"
 
 # ---- CUDA ----------------------------------------------------------------------------------
-# The .cu sources next to their CPU twins (model/, attention/) build two ways: with nvcc for a GPU,
-# and as C++ with -DSG_EMU against the emulation (cuda/cuda_emu.h, cuda/cuda_emu.cpp) so
-# that CI runs every kernel on the CPU. model/backend.c is compiled once more with SEEDGPT_CUDA to
+# The .cu sources (cuda/, the CUDA backend; attention/, beside their CPU twins) build two ways:
+# with nvcc for a GPU, and as C++ with -DSG_EMU against the emulation (cuda/emu/cuda_emu.h,
+# cuda/emu/cuda_emu.cpp) so that CI runs every kernel on the CPU. model/backend.c is compiled once more with SEEDGPT_CUDA to
 # add the CUDA table. Tests of CUDA code are tests/cuda/test_*.cu; each builds both ways too.
-CUDA_SRC      := $(sort $(wildcard model/*.cu attention/*.cu cuda/*.cu))
+CUDA_SRC      := $(sort $(wildcard attention/*.cu cuda/*.cu))
 CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
-CUDA_HEADERS  := $(HEADERS) $(wildcard cuda/*.h tests/cuda/*.h)
+CUDA_HEADERS  := $(HEADERS) $(wildcard cuda/*.h cuda/emu/*.h tests/cuda/*.h)
 NVCC_ARCH     ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS     ?= -O3 -std=c++17 -I. $(NVCC_ARCH) -Xcompiler -fopenmp -lineinfo
 # the register / shared memory / spill report of every kernel, printed by the build
@@ -330,11 +335,11 @@ $(CUDA_BUILD)/%.o: %.cu $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_PTXAS) -c -o $@ $<
 
-# Tests of tests/cuda/ that include model/ headers need the model's kernels and the core; the
-# others (test_cuda_emu: the device subset itself, test_cublas: cuBLAS conventions) need only the
+# Tests of tests/cuda/ that include model/ headers or the CUDA backend's ops (cuda/ops_*.h) need
+# the model's kernels and the core; the others (test_cuda_emu: the device subset itself, test_cublas: cuBLAS conventions) need only the
 # runtime. While a kernel source the CUDA backend names (model/backend.c) is not written yet, the
 # tests that need it are reported as SKIP instead of failing to link.
-CUDA_TEST_MODEL_SRC := $(shell grep -l '"model/' $(CUDA_TEST_SRC) /dev/null 2>/dev/null)
+CUDA_TEST_MODEL_SRC := $(shell grep -l -e '"model/' -e '"cuda/ops_' $(CUDA_TEST_SRC) /dev/null 2>/dev/null)
 # The attention's test links the attention alone: its kernel and its CPU twin (test build).
 CUDA_TEST_ATTN_SRC  := tests/cuda/test_cuda_attention.cu
 CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_MODEL_SRC) $(CUDA_TEST_ATTN_SRC),$(CUDA_TEST_SRC))
@@ -344,7 +349,7 @@ CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_TC_SRC),$(CUDA_TEST_ALONE_SRC))
 # the tensor-core attention forward (attention/flash_tc.cu) against the CPU attention
 CUDA_TEST_FTC_SRC   := tests/cuda/test_cuda_flash_tc.cu
 CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_FTC_SRC),$(CUDA_TEST_ALONE_SRC))
-CUDA_KERNELS_NEEDED := model/ops_cuda.cu cuda/device_memory.cu attention/flash_cuda.cu
+CUDA_KERNELS_NEEDED := cuda/ops_cuda.cu cuda/device_memory.cu attention/flash_cuda.cu
 CUDA_KERNELS_MISSING := $(filter-out $(CUDA_SRC),$(CUDA_KERNELS_NEEDED))
 CUDA_REF_OBJ := $(patsubst %.c,$(BUILD)/test/%.o,$(filter tests/ref_%.c,$(wildcard tests/*.c)))
 
@@ -403,7 +408,7 @@ test-cuda: train_cuda $(CUDA_TEST_BINS)
 # (with the attention benchmark of scripts/gpu_check.sh, so that CI compiles it too)
 cuda-test-bins: $(CUDA_TEST_BINS) $(CUDA_BUILD)/bench_attention_cuda
 
-# make test-cuda-emu: the same kernel and test sources as C++ on the CPU (cuda/cuda_emu.h),
+# make test-cuda-emu: the same kernel and test sources as C++ on the CPU (cuda/emu/cuda_emu.h),
 # run once plainly and then, built with ThreadSanitizer (make test-cuda-emu-tsan), with two
 # blocks at a time so that races between blocks and missing barriers are reported.
 EMU_CXX       ?= g++
@@ -411,11 +416,11 @@ EMU_CXXFLAGS  ?= -O2 -g
 EMU_FLAGS     := -std=c++17 -DSG_EMU -I. -pthread -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-parameter \
                  $(filter -DSEEDGPT_NO_%,$(CFLAGS))
 EMU_BUILD     ?= $(BUILD)/emu
-EMU_RT_OBJ    := $(EMU_BUILD)/cuda/cuda_emu_rt.o
+EMU_RT_OBJ    := $(EMU_BUILD)/cuda/emu/cuda_emu_rt.o
 EMU_OBJ       := $(CUDA_SRC:%.cu=$(EMU_BUILD)/%.o)
 EMU_ALONE_BINS := $(CUDA_TEST_ALONE_SRC:tests/cuda/%.cu=$(EMU_BUILD)/tests/%)
 EMU_MODEL_BINS := $(CUDA_TEST_MODEL_SRC:tests/cuda/%.cu=$(EMU_BUILD)/tests/%)
-$(EMU_RT_OBJ): cuda/cuda_emu.cpp $(CUDA_HEADERS)
+$(EMU_RT_OBJ): cuda/emu/cuda_emu.cpp $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -c -o $@ $<
 $(EMU_BUILD)/%.o: %.cu $(CUDA_HEADERS)
@@ -486,14 +491,14 @@ test-cuda-emu-tsan:
 # on a GPU: ./build/dev_cuda/layernorm_forward [K]); scripts/dev_cuda_bench.sh runs them all at
 # GPT-2 124M shapes. make dev-cuda-emu: the same sources against the emulation, which run only
 # their validation, at tiny shapes, one ok/FAIL line per variant. Every program links the
-# production kernels it measures (model/ops_cuda.cu, model/ops_bf16_cuda.cu, attention/*.cu) and
+# production kernels it measures (cuda/ops_cuda.cu, cuda/ops_bf16_cuda.cu, attention/*.cu) and
 # the CPU attention.
 DEV_CUDA_OPS       := layernorm_forward residual_dropout_forward attention_forward attention_backward \
                       matmul_forward gelu_forward crossentropy_forward
 DEV_CUDA_BUILD     := $(BUILD)/dev_cuda
 DEV_CUDA_BINS      := $(DEV_CUDA_OPS:%=$(DEV_CUDA_BUILD)/%)
 DEV_CUDA_EMU_BINS  := $(DEV_CUDA_OPS:%=$(EMU_BUILD)/dev_cuda/%)
-DEV_CUDA_KERNELS   := model/ops_cuda model/ops_bf16_cuda cuda/device_memory attention/flash_cuda \
+DEV_CUDA_KERNELS   := cuda/ops_cuda cuda/ops_bf16_cuda cuda/device_memory attention/flash_cuda \
                       attention/flash_tc
 DEV_CUDA_OBJ       := $(DEV_CUDA_KERNELS:%=$(CUDA_BUILD)/%.o) $(BUILD)/attention/flash_cpu.o
 DEV_CUDA_EMU_OBJ   := $(DEV_CUDA_KERNELS:%=$(EMU_BUILD)/%.o) $(EMU_RT_OBJ) $(BUILD)/attention/flash_cpu.o
@@ -511,12 +516,12 @@ dev-cuda-emu: $(DEV_CUDA_EMU_BINS)
 # make test-cuda-emu runs them with the emulated tests (plainly; not under ThreadSanitizer)
 emu-test-bins: $(DEV_CUDA_EMU_BINS)
 
-# ---- data parallelism (model/dist.h) -----------------------------------------------------------
-# ./train_mpi: the CPU trainer with model/dist_mpi.c in place of model/dist_none.c, linked by mpicc
+# ---- data parallelism (dist/dist.h) -----------------------------------------------------------
+# ./train_mpi: the CPU trainer with dist/dist_mpi.c in place of dist/dist_none.c, linked by mpicc
 # (Debian: libopenmpi-dev, openmpi-bin). make test builds and runs it (tests/test_mpi.sh) where
 # mpicc exists; the test prints SKIP lines where it does not.
 MPI_BUILD := $(BUILD)/mpi
-MPI_CORE_OBJ := $(filter-out $(BUILD)/model/dist_none.o,$(CORE_OBJ))
+MPI_CORE_OBJ := $(filter-out $(BUILD)/dist/dist_none.o,$(CORE_OBJ))
 .PHONY: mpi mpi-cuda mpi-cuda-check
 ifeq ($(HAVE_MPI),1)
 mpi: train_mpi
@@ -525,10 +530,10 @@ mpi:
 	@echo "make mpi: $(MPICC) cannot build an MPI program here (Debian: libopenmpi-dev, openmpi-bin); ./train_mpi is not built"; exit 2
 endif
 
-train_mpi: $(BUILD)/train.o $(BUILD)/cli.o $(MPI_CORE_OBJ) $(MPI_BUILD)/model/dist_mpi.o
+train_mpi: $(BUILD)/train.o $(BUILD)/cli.o $(MPI_CORE_OBJ) $(MPI_BUILD)/dist/dist_mpi.o
 	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(MPI_BUILD)/model/dist_mpi.o: model/dist_mpi.c $(HEADERS)
+$(MPI_BUILD)/dist/dist_mpi.o: dist/dist_mpi.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -c -o $@ $<
 
@@ -539,7 +544,7 @@ $(BUILD)/tests/train_test: $(BUILD)/test/train.o $(BUILD)/test/cli.o $(TEST_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/train_mpi_test: $(BUILD)/test/train.o $(BUILD)/test/cli.o \
-		$(filter-out $(BUILD)/test/model/dist_none.o,$(TEST_OBJ)) $(MPI_BUILD)/model/dist_mpi.o
+		$(filter-out $(BUILD)/test/dist/dist_none.o,$(TEST_OBJ)) $(MPI_BUILD)/dist/dist_mpi.o
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -548,21 +553,21 @@ $(BUILD)/tests/train_mpi_test: $(BUILD)/test/train.o $(BUILD)/test/cli.o \
 # with tests/dist_link_check.c, without the rest of the CUDA build; mpi-cuda is the whole trainer.
 NCCL_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++
 MPI_CUDA_BUILD := $(BUILD)/mpi_cuda
-$(MPI_CUDA_BUILD)/model/dist_mpi.o: model/dist_mpi.c $(HEADERS)
+$(MPI_CUDA_BUILD)/dist/dist_mpi.o: dist/dist_mpi.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -DSEEDGPT_NCCL=1 -c -o $@ $<
-$(MPI_CUDA_BUILD)/model/dist_nccl.o: model/dist_nccl.cu $(HEADERS)
+$(MPI_CUDA_BUILD)/dist/dist_nccl.o: dist/dist_nccl.cu $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_NCCL=1 -c -o $@ $<
-$(MPI_CUDA_BUILD)/dist_link_check: tests/dist_link_check.c $(MPI_CUDA_BUILD)/model/dist_mpi.o \
-		$(MPI_CUDA_BUILD)/model/dist_nccl.o $(HEADERS)
-	$(MPICC) $(CFLAGS) -o $@ $< $(MPI_CUDA_BUILD)/model/dist_mpi.o $(MPI_CUDA_BUILD)/model/dist_nccl.o \
+$(MPI_CUDA_BUILD)/dist_link_check: tests/dist_link_check.c $(MPI_CUDA_BUILD)/dist/dist_mpi.o \
+		$(MPI_CUDA_BUILD)/dist/dist_nccl.o $(HEADERS)
+	$(MPICC) $(CFLAGS) -o $@ $< $(MPI_CUDA_BUILD)/dist/dist_mpi.o $(MPI_CUDA_BUILD)/dist/dist_nccl.o \
 		$(NCCL_LIBS)
 mpi-cuda-check: $(MPI_CUDA_BUILD)/dist_link_check
 mpi-cuda: train_mpi_cuda
-train_mpi_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(filter-out $(BUILD)/model/dist_none.o,$(CUDA_CORE_OBJ)) \
-		$(filter-out $(CUDA_BUILD)/model/dist_nccl.o,$(CUDA_OBJ)) \
-		$(MPI_CUDA_BUILD)/model/dist_mpi.o $(MPI_CUDA_BUILD)/model/dist_nccl.o
+train_mpi_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(filter-out $(BUILD)/dist/dist_none.o,$(CUDA_CORE_OBJ)) \
+		$(CUDA_OBJ) \
+		$(MPI_CUDA_BUILD)/dist/dist_mpi.o $(MPI_CUDA_BUILD)/dist/dist_nccl.o
 	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) $(NCCL_LIBS)
 
 clean:

@@ -709,7 +709,7 @@ static void peak_usage(FILE* f) {
 "  --seconds S         how long each rate is measured, 0.01 to 60 (default 0.2); the best of\n"
 "                      ~10 ms repeats is reported\n"
 "  --json              also one JSON line {\"type\":\"peak\",...}\n"
-"Prints this machine's measured arithmetic peak (model/peak.h): the fp32 FMA rate on the widest\n"
+"Prints this machine's measured arithmetic peak (cpu/peak.h): the fp32 FMA rate on the widest\n"
 "vector path the CPU runs (the yardstick of MFU on the CPU), and the bf16 dot-product rate\n"
 "(VDPBF16PS) where the CPU has AVX512_BF16; also OpenBLAS's sgemm rate, for reference.\n");
 }

@@ -8,8 +8,8 @@
  *   ./train prepare ...        text -> token shards (data/prepare.h)
  *   ./train sample ...         text from a model file (model/sample.h: KV cache, its own stream)
  *   ./train plot RUNDIR        loss and lr curves to RUNDIR/loss.png (runs scripts/plot.sh)
- *   ./train peak               the measured fp32 / bf16 FLOP peak, MFU's yardstick (model/peak.h)
- *   mpirun -np R ./train_mpi   data parallel over R processes (`make mpi`; model/dist.h)
+ *   ./train peak               the measured fp32 / bf16 FLOP peak, MFU's yardstick (cpu/peak.h)
+ *   mpirun -np R ./train_mpi   data parallel over R processes (`make mpi`; dist/dist.h)
  *
  * The step: batch from data/ -> gpt_forward (each layer draws its dropout seeds into its record)
  * -> loss -> gpt_backward (masks regenerated from the records) -> [sum of the gradients over the
@@ -33,11 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <omp.h>
-#ifndef SEEDGPT_NO_CBLAS
-#include <cblas.h>
-#endif
 #include "model/gpt.h"
-#include "model/dist.h"
+#include "dist/dist.h"
 #include "model/mem.h"
 #include "model/modelfile.h"
 #include "model/state.h"
@@ -46,25 +43,12 @@
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "data/prepare.h"
-#include "model/peak.h"
-#include "model/gemm_cpu.h"
 #include "model/plan.h"
 #include "util/fileio.h"
 #include "model/profile.h"
 #include "cli.h"
-#ifdef SEEDGPT_CUDA
-#include "cuda/device_peak.h"
-#include "model/profile_cuda.h"
-#endif
 
-#ifndef SEEDGPT_NO_CBLAS
-void openblas_set_num_threads(int num_threads);  /* OpenBLAS's own; not in every cblas.h */
-#else
-/* a build without OpenBLAS (Makefile: SEEDGPT_NO_CBLAS) has no second thread pool to size */
-static void openblas_set_num_threads(int num_threads) { (void)num_threads; }
-#endif
-
-/* Processes of this run (model/dist.h): 1 in ./train. They form dp groups of cpn ranks that
+/* Processes of this run (dist/dist.h): 1 in ./train. They form dp groups of cpn ranks that
  * share each sequence (--context-parallel, DESIGN §9): world = dp x cpn. */
 static int world = 1, dp = 1, cpn = 1;
 
@@ -114,60 +98,13 @@ static float evaluate(GPT* m, DataLoader* val, int n, int* inputs, int* targets,
     return (float)(dist_sum(sum) / ((double)n * cpn));
 }
 
-#ifndef SEEDGPT_NO_CBLAS
-/* This machine's sgemm rate in GFLOP/s: 512^3 products for about 0.2 s, the best of them. A
- * reference beside the measured peak (MFU reads against the peak, not this). Its buffers are not
- * the model's: plain malloc, so the run's memory high-water mark (mem_stats) never counts them. */
-static double measure_sgemm_gflops(void) {
-    enum { M = 512 };
-    float* a = malloc(sizeof(float) * M * M);
-    float* b = malloc(sizeof(float) * M * M);
-    float* c = malloc(sizeof(float) * M * M);
-    if (a == NULL || b == NULL || c == NULL) { free(a); free(b); free(c); return 0.0; }
-    for (size_t i = 0; i < (size_t)M * M; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
-    double best = 0.0, start = now_ms();
-    do {
-        double t0 = now_ms();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, M, M, 1.0f, a, M, b, M, 0.0f, c, M);
-        double ms = now_ms() - t0;
-        double g = 2.0 * M * M * M / (ms * 1e6);
-        if (g > best) best = g;
-    } while (now_ms() - start < 200.0);
-    free(a); free(b); free(c);
-    return best;
-}
-#endif
-
 /* The rate MFU is read against when --peak-gflops is not given, with the line that says what it
- * is; 0 (no MFU) where nothing is known. The CPU: the fp32 FMA peak measured at the run's threads
- * (model/peak.h), with OpenBLAS's sgemm rate beside it for reference. A GPU: its documented dense
- * peak at the run's precision (cuda/device_peak.h). */
+ * is; 0 (no MFU) where nothing is known: the backend's answer (model/backend.h, peak_gflops). The
+ * CPU: the fp32 FMA peak measured at the run's threads, OpenBLAS's sgemm rate beside it for
+ * reference. A GPU: its documented dense peak at the run's precision. */
 static double default_peak_gflops(const GPT* m, int threads, char* line, size_t cap) {
-    if (m->be->host_memory) {
-        double g = peak_fp32_gflops(threads, 0.2);
-        char ref[96] = "";
-#ifndef SEEDGPT_NO_CBLAS
-        snprintf(ref, sizeof(ref), "; OpenBLAS sgemm %.1f GFLOP/s for reference", measure_sgemm_gflops());
-#endif
-        snprintf(line, cap, "peak: fp32 FMA %.1f GFLOP/s measured on this machine (%s, %d threads%s; "
-                 "MFU is against it; --peak-gflops X to set)", g,
-                 peak_path_name(peak_fp32_path()), threads, ref);
-        return g;
-    }
-#ifdef SEEDGPT_CUDA
-    DevicePeak d;
-    if (device_peak_cuda(&d) == 0 && d.rates_known) {
-        int bf16 = strcmp(m->be->precision, "bf16") == 0;
-        double g = bf16 ? d.bf16_gflops : d.fp32_gflops;
-        snprintf(line, cap, "peak: %s %.1f TFLOP/s dense %s, documented for %s (%d SMs at %d MHz; MFU is "
-                 "against it; --peak-gflops X to set)", bf16 ? "bf16 tensor-core" : "fp32", g / 1e3,
-                 bf16 ? "bf16" : "fp32", d.name, d.sm_count, d.clock_khz / 1000);
-        return g;
-    }
-    snprintf(line, cap, "peak: no documented rate for %s (no MFU; --peak-gflops X to set)", d.name);
-#else
+    if (m->be->peak_gflops != NULL) return m->be->peak_gflops(m->be, threads, line, cap);
     snprintf(line, cap, "peak: unknown for device %s (no MFU; --peak-gflops X to set)", m->be->name);
-#endif
     return 0;
 }
 
@@ -533,9 +470,7 @@ static int set_threads(const Options* o) {
     else if (dist_local_size() > 1 && getenv("OMP_NUM_THREADS") == NULL)   /* ranks share the cores */
         omp_set_num_threads(omp_get_num_procs() > dist_local_size()
                             ? omp_get_num_procs() / dist_local_size() : 1);
-    int threads = omp_get_max_threads();
-    openblas_set_num_threads(threads);
-    return threads;
+    return omp_get_max_threads();
 }
 
 /* A fresh model's configuration from the flags; NULL, or what is wrong with it. */
@@ -941,15 +876,10 @@ static void print_run(const Run* r, int threads) {
     printf("recompute: %s%s, value check %s\n", recompute_name(&o->policy, pname),
            o->policy.fresh_seeds ? " with FRESH seeds (negative control: gradients will be wrong)" : "",
            o->policy.check == CHECK_OFF ? "off" : o->policy.check == CHECK_WARN ? "warn" : "stop");
-    if (strcmp(r->model.be->precision, "bf16") == 0 && r->model.be->host_memory) {
-        GemmBf16Path gp = gemm_bf16_path_selected();
-        printf("bf16: products through gemm_bf16 on the %s path (%s), activations that are "
-               "operands in bf16\n", gemm_bf16_path_name(gp),
-               gp == GEMM_BF16_AVX512BF16 ? "VDPBF16PS"
-               : gp == GEMM_BF16_AVX512F ? "the bf16 widened to fp32 FMAs, where VDPBF16PS is absent "
-                                           "or half the FMA rate; the same bits"
-                                         : "this CPU has no AVX-512, or SEEDGPT_GEMM_BF16 chose it; "
-                                           "the same bits");
+    if (r->model.be->describe != NULL) {
+        char line[512];
+        r->model.be->describe(line, sizeof(line));
+        printf("%s\n", line);
     }
     printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f", mem.params / 1048576.0,
            mem.grads / 1048576.0, mem.optimizer / 1048576.0);
@@ -976,11 +906,8 @@ static void prepare_loop(Run* r) {
         printf("%s\n", line);
     }
     if (o->profile) {   /* the model's ops, timed from here on (model/profile.h) */
-        const ProfileTimer* timer = &profile_timer_wall;
-#ifdef SEEDGPT_CUDA
-        if (!r->model.be->host_memory) timer = &profile_timer_cuda;
-#endif
-        r->model.be = profile_wrap(r->model.be, timer);
+        const ProfileTimer* timer = r->model.be->profile_timer;
+        r->model.be = profile_wrap(r->model.be, timer != NULL ? timer : &profile_timer_wall);
     }
     r->step_tokens = (double)r->A * dp * r->B * r->T;   /* over every rank */
     if (cpn > 1) {   /* this rank's share of each window, in the model's layout */
@@ -1276,7 +1203,6 @@ static int sample_main(const char* self, int argc, char** argv) {
     SampleOptions so;
     parse_sample_options(&so, argc, argv);
     if (so.threads > 0) omp_set_num_threads(so.threads);
-    openblas_set_num_threads(omp_get_max_threads());
     char err[256];
     GPTConfig cfg;
     if (modelfile_read_config(so.init, &cfg, err) != 0) {
@@ -1516,48 +1442,25 @@ static int prepare_cmd(const char* self, int argc, char** argv) {
     return prepare_main(argc, argv);
 }
 
-/* ./train peak: the measured arithmetic peak (model/peak.h) at the run's thread count, what MFU
- * is read against on the CPU; with a GPU (./train_cuda), its documented peak too. */
+/* ./train peak: the measured arithmetic peak (cpu/peak.h) at the run's thread count, what MFU
+ * is read against on the CPU; with a GPU (./train_cuda), its documented peak too. Each backend
+ * this build has prints its own rows (model/backend.h, peak_report). */
 static int peak_main(const char* self, int argc, char** argv) {
     PeakOptions po;
     parse_peak_options(&po, argc, argv);
     if (po.threads > 0) omp_set_num_threads(po.threads);
     int threads = omp_get_max_threads();
-    openblas_set_num_threads(threads);
-    PeakPath path = peak_fp32_path();
-    double fp32 = peak_fp32_gflops(threads, po.seconds);
-    int has_bf16 = peak_path_supported(PEAK_AVX512_BF16);
-    double bf16 = has_bf16 ? peak_bf16_gflops(threads, po.seconds) : 0.0;
     printf("peak: %d threads, the best of ~10 ms repeats over %.2f s per rate\n", threads, po.seconds);
-    printf("  fp32 FMA         %10.1f GFLOP/s  (%s; the CPU's MFU yardstick)\n", fp32,
-           peak_path_name(path));
-    if (has_bf16)
-        printf("  bf16 dot product %10.1f GFLOP/s  (avx512bf16, VDPBF16PS: bf16 products, fp32 sums)\n",
-               bf16);
-    else
-        printf("  bf16 dot product %10s            (this CPU has no AVX512_BF16)\n", "-");
-    double sgemm = 0.0;
-#ifndef SEEDGPT_NO_CBLAS
-    sgemm = measure_sgemm_gflops();
-    printf("  OpenBLAS sgemm   %10.1f GFLOP/s  (512^3, for reference: %.0f%% of the fp32 peak)\n",
-           sgemm, fp32 > 0 ? 100.0 * sgemm / fp32 : 0.0);
-#endif
-#ifdef SEEDGPT_CUDA
-    DevicePeak d;
-    if (device_peak_cuda(&d) == 0 && d.rates_known)
-        printf("  GPU %s: fp32 %.1f TFLOP/s, bf16 tensor-core %.1f TFLOP/s dense (documented; %d SMs "
-               "at %d MHz)\n", d.name, d.fp32_gflops / 1e3, d.bf16_gflops / 1e3, d.sm_count,
-               d.clock_khz / 1000);
-    else
-        printf("  GPU: %s (no documented rate)\n", d.name[0] ? d.name : "none");
-#endif
-    if (po.json) {
-        printf("{\"type\":\"peak\",\"threads\":%d,\"seconds\":%g,\"fp32_path\":\"%s\","
-               "\"fp32_gflops\":%.3f,\"bf16_gflops\":%.3f", threads, po.seconds,
-               peak_path_name(path), fp32, bf16);
-        if (sgemm > 0) printf(",\"sgemm_gflops\":%.3f", sgemm);
-        printf("}\n");
+    char json[1024];
+    snprintf(json, sizeof(json), "{\"type\":\"peak\",\"threads\":%d,\"seconds\":%g", threads,
+             po.seconds);
+    static const char* const names[] = {"cpu", "cuda"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const Backend* be = backend_by_name(names[i]);
+        if (be != NULL && be->peak_report != NULL)
+            be->peak_report(stdout, threads, po.seconds, json, sizeof(json));
     }
+    if (po.json) printf("%s}\n", json);
     return 0;
 }
 

@@ -94,7 +94,7 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
                              const void* out, const float* lse, int B, int T, int NH, int NKV,
                              int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
 /* x[0..n) rounded to bf16 in place (the twin's operand rounding, vectorised where it can be):
- * each element the bits of cuda/bf16.h's sg_bf16_round */
+ * each element the bits of util/bf16.h's sg_bf16_round */
 void attention_round_operands_bf16(float* x, size_t n);
 
 #ifdef __cplusplus

@@ -50,14 +50,14 @@
  * (scores, softmax statistics, the tile sums) stays the fp32 arithmetic below; bf16 values read
  * into fp32 are exact. */
 #ifdef FLASH_BF16
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 typedef uint16_t qkv_t;
 static inline float qkv_ld(qkv_t x) { return sg_bf16_to_float(x); }
 static inline qkv_t out_st(float x) { return sg_bf16_from_float(x); }
 #define OPERAND(x) sg_bf16_round(x)
 #define FLASH_NAME(n) n##_bf16
 #define FLASH_ROWBUFS 1
-#define QKV_ARG const void*   /* the exported signatures: model/ops_bf16_cpu.h's */
+#define QKV_ARG const void*   /* the exported signatures: cpu/ops_bf16_cpu.h's */
 #define OUT_ARG void*
 #define OUT_CARG const void*
 #else

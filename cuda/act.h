@@ -1,7 +1,7 @@
 /* cuda/act.h — the element of an operand activation inside a kernel (model/backend.h's
  * act_dtype): fp32, or bf16 bits (uint16_t) under --precision bf16. A kernel templated on the
  * element type reads through act_load (bf16 -> fp32 is exact) and writes through act_store (the
- * one rounding of a bf16 activation, to nearest even: __float2bfloat16_rn, bit for bit cuda/bf16.h's
+ * one rounding of a bf16 activation, to nearest even: __float2bfloat16_rn, bit for bit util/bf16.h's
  * sg_bf16_from_float). With float the two are plain loads and stores, so the fp32 ops compiled
  * from the same template are unchanged. Device code only; include after cuda/device.h.
  */

@@ -2,7 +2,7 @@
  * file includes this header first and uses only what it names, so the same kernel sources build
  * two ways:
  *   - with nvcc, for a real GPU (this file maps the macros onto CUDA syntax);
- *   - with a C++ compiler and -DSG_EMU, against cuda/cuda_emu.h, which runs each launch on
+ *   - with a C++ compiler and -DSG_EMU, against cuda/emu/cuda_emu.h, which runs each launch on
  *     the CPU with pooled real threads per block (`make test-cuda-emu`).
  *
  * The supported subset (what kernels may use):
@@ -18,7 +18,7 @@
  *     waiting on another block;
  *   - bfloat16 as a storage type: __nv_bfloat16, __float2bfloat16_rn, __bfloat162float,
  *     __bfloat16_as_ushort, __ushort_as_bfloat16 (no bf16 arithmetic, no implicit conversions),
- *     and sg_pack_bf16x2 below; the host's twin conversions are in cuda/bf16.h;
+ *     and sg_pack_bf16x2 below; the host's twin conversions are in util/bf16.h;
  *   - tensor cores only through the wrappers of cuda/mma.h (sg_mma_m16n8k16_bf16_f32), each
  *     a warp collective: all 32 lanes of the warp call it together;
  *   - integer atomics (atomicAdd/atomicMax/atomicCAS on int/unsigned); no float atomics (DESIGN §5);
@@ -32,10 +32,10 @@
  *     cudaDevAttrClockRate, cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor /
  *     Minor), cudaGetDeviceCount, cudaGetDevice, cudaSetDevice; events on the default stream
  *     (cudaEventCreate, cudaEventDestroy, cudaEventRecord, cudaEventSynchronize,
- *     cudaEventElapsedTime: the profiler's timer, model/profile_cuda.cu);
+ *     cudaEventElapsedTime: the profiler's timer, cuda/profile_cuda.cu);
  *     cuBLAS: cublasCreate, cublasDestroy, cublasSgemm, cublasSgemmStridedBatched, cublasSetMathMode
  *     (the emulation runs them on the CPU, column-major as cuBLAS defines them); cuBLASLt for
- *     the bf16 matmuls (model/ops_bf16_cuda.cu): cublasLtCreate/Destroy, cublasLtMatmulDesc*,
+ *     the bf16 matmuls (cuda/ops_bf16_cuda.cu): cublasLtCreate/Destroy, cublasLtMatmulDesc*,
  *     cublasLtMatrixLayout*, cublasLtMatmulPreference*, cublasLtMatmulAlgoGetHeuristic,
  *     cublasLtMatmul with bf16 A and B, fp32 or bf16 C and D, CUBLAS_COMPUTE_32F, the DEFAULT and BIAS
  *     epilogues (the emulation sums the exact products in ascending k in fp32 and refuses the
@@ -56,7 +56,7 @@
 #include <stdlib.h>
 
 #ifdef SG_EMU
-#include "cuda/cuda_emu.h"
+#include "cuda/emu/cuda_emu.h"
 #else
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>

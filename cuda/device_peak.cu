@@ -100,7 +100,7 @@ extern "C" int device_peak_cuda(DevicePeak* out) {
     out->device = dev;
 #ifdef SG_EMU
     /* the emulation imitates an sm_90's limits on the CPU: it has no tensor cores and no
-     * documented rate; its speed is the CPU's (model/peak.h) */
+     * documented rate; its speed is the CPU's (cpu/peak.h) */
     out->emulated = 1;
     out->fp32_lanes_per_sm = 0;
     out->bf16_flops_per_clk_sm = 0;
@@ -109,4 +109,30 @@ extern "C" int device_peak_cuda(DevicePeak* out) {
     out->rates_known = 0;
 #endif
     return 0;
+}
+
+extern "C" double peak_gflops_cuda(const Backend* be, int threads, char* line, size_t cap) {
+    (void)threads;
+    DevicePeak d;
+    if (device_peak_cuda(&d) == 0 && d.rates_known) {
+        int bf16 = strcmp(be->precision, "bf16") == 0;
+        double g = bf16 ? d.bf16_gflops : d.fp32_gflops;
+        snprintf(line, cap, "peak: %s %.1f TFLOP/s dense %s, documented for %s (%d SMs at %d MHz; MFU is "
+                 "against it; --peak-gflops X to set)", bf16 ? "bf16 tensor-core" : "fp32", g / 1e3,
+                 bf16 ? "bf16" : "fp32", d.name, d.sm_count, d.clock_khz / 1000);
+        return g;
+    }
+    snprintf(line, cap, "peak: no documented rate for %s (no MFU; --peak-gflops X to set)", d.name);
+    return 0;
+}
+
+extern "C" void peak_report_cuda(FILE* f, int threads, double seconds, char* json, size_t cap) {
+    (void)threads; (void)seconds; (void)json; (void)cap;
+    DevicePeak d;
+    if (device_peak_cuda(&d) == 0 && d.rates_known)
+        fprintf(f, "  GPU %s: fp32 %.1f TFLOP/s, bf16 tensor-core %.1f TFLOP/s dense (documented; %d SMs "
+                "at %d MHz)\n", d.name, d.fp32_gflops / 1e3, d.bf16_gflops / 1e3, d.sm_count,
+                d.clock_khz / 1000);
+    else
+        fprintf(f, "  GPU: %s (no documented rate)\n", d.name[0] ? d.name : "none");
 }

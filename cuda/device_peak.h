@@ -7,6 +7,10 @@
 #ifndef SEEDGPT_DEVICE_PEAK_H
 #define SEEDGPT_DEVICE_PEAK_H
 
+#include <stddef.h>
+#include <stdio.h>
+#include "model/backend.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -24,7 +28,7 @@ typedef struct {
     double bf16_gflops;          /* bf16_flops_per_clk_sm x sm_count x clock, GFLOP/s */
     int rates_known;             /* 1: the rates above are the table's; 0: not in the table (or
                                     the emulation), both rates 0 */
-    int emulated;                /* 1: the CPU emulation (cuda/cuda_emu.h), not a GPU */
+    int emulated;                /* 1: the CPU emulation (cuda/emu/cuda_emu.h), not a GPU */
 } DevicePeak;
 
 /* Fills *out for the current device. Returns 0, or -1 where there is no device (out zeroed, its
@@ -37,6 +41,13 @@ int device_peak_cuda(DevicePeak* out);
  * of sm_86 and sm_89, whose bf16 rate with fp32 sums is half the table's. Returns rates_known. */
 int device_peak_from_table(const char* name, int cc_major, int cc_minor, int sm_count, int clock_khz,
                            DevicePeak* out);
+
+/* What the CUDA tables say of themselves (model/backend.h: Backend.peak_gflops, .peak_report).
+ * peak_gflops_cuda: the device's documented dense rate at be's precision (bf16 tensor cores or
+ * fp32), with the line that says so; 0 where the table has no rate for it (and the emulation).
+ * peak_report_cuda: ./train peak's GPU row on f; it adds no JSON field. */
+double peak_gflops_cuda(const Backend* be, int threads, char* line, size_t cap);
+void peak_report_cuda(FILE* f, int threads, double seconds, char* json, size_t cap);
 
 #ifdef __cplusplus
 }

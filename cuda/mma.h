@@ -33,7 +33,7 @@
 #define SEEDGPT_MMA_H
 
 #include "cuda/device.h"
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 
 /* ---- the documented layout, element by element (host and device) ----------------------------- */
 /* A (16 x 16): element i (0..7) of lane `lane`; register i / 2, half i % 2 */

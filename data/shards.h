@@ -133,7 +133,7 @@ size_t loader_num_windows(const DataLoader* dl);
  * dl->err and does not advance. */
 int loader_next(DataLoader* dl, int* inputs, int* targets);
 
-/* Data parallelism (model/dist.h). A step of R ranks with A micro-batches each consumes the next
+/* Data parallelism (dist/dist.h). A step of R ranks with A micro-batches each consumes the next
  * R*A positions; rank r's micro-batch a is the position `ahead` = r*A + a after the current one,
  * so the sequences of the step keep the order one process would read them in (with the same B and
  * A' = R*A micro-batches), and its global sequence index g = r*A*B + a*B + b (DESIGN §2) names the

@@ -1,69 +1,27 @@
-/* model/backend.c — the backend tables: the CPU one always, the CUDA one in builds made with
- * SEEDGPT_CUDA (`make cuda`, and the emulated build of `make test-cuda-emu`). */
-#include <omp.h>
+/* model/backend.c — the backend tables: the CPU one always (cpu/, attention/flash_cpu.c), the
+ * CUDA one in builds made with SEEDGPT_CUDA (`make cuda`, and the emulated build of `make
+ * test-cuda-emu`; cuda/, the attention's .cu files). The one file of model/ that includes a backend's
+ * headers (tests/check_layout.sh holds every other to the table). */
 #include <stdint.h>
 #include <string.h>
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
 #include "model/backend.h"
 #include "model/ops.h"
-#include "model/ops_bf16_cpu.h"
 #include "model/mem.h"
+#include "cpu/backend_cpu.h"
+#include "cpu/ops_bf16_cpu.h"
 #include "attention/attention.h"
 #ifdef SEEDGPT_CUDA
-#include "model/ops_cuda.h"
-#include "model/ops_bf16_cuda.h"
+#include "cuda/ops_cuda.h"
+#include "cuda/ops_bf16_cuda.h"
+#include "cuda/device_peak.h"
+#include "cuda/profile_cuda.h"
 #include "attention/attention_cuda.h"
 #include "attention/flash_tc.h"
 #endif
 
 static void* cpu_alloc(size_t bytes) { return mem_alloc(bytes); }
-static void cpu_copy(void* dst, const void* src, size_t bytes) {
-    if (dst != src && bytes > 0) memcpy(dst, src, bytes);
-}
-/* Fills are mostly zero_grad's, over every gradient (500 MB at GPT-2 124M): on all threads, and
- * above FILL_STREAM_FLOATS with non-temporal stores, which skip reading each line before writing
- * it and leave the caches to data that fits them (a 124M zero_grad on 2 cores: 53 ms serial, 22 ms
- * on both threads, 12 ms streamed). Small fills stay a plain loop. */
-#define FILL_PARALLEL_FLOATS ((size_t)1 << 16)
-#define FILL_STREAM_FLOATS ((size_t)16 << 20)   /* 64 MiB: past what a core's caches hold */
-static void cpu_fill(float* x, size_t n, float value) {
-    if (n < FILL_PARALLEL_FLOATS) {
-        for (size_t i = 0; i < n; i++) x[i] = value;
-        return;
-    }
-    #pragma omp parallel
-    {
-        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        const size_t lo = n * (size_t)t / (size_t)nt, hi = n * (size_t)(t + 1) / (size_t)nt;
-        size_t i = lo;
-#if defined(__x86_64__) && defined(__GNUC__)
-        if (n >= FILL_STREAM_FLOATS) {
-            for (; i < hi && ((uintptr_t)(x + i) & 15) != 0; i++) x[i] = value;
-            const __m128 v = _mm_set1_ps(value);
-            for (; i + 4 <= hi; i += 4) _mm_stream_ps(x + i, v);
-            _mm_sfence();   /* the streamed stores before the region's barrier */
-        }
-#endif
-        for (; i < hi; i++) x[i] = value;
-    }
-}
-static size_t cpu_count_differ(const float* a, const float* b, size_t n) {
-    if (memcmp(a, b, n * sizeof(float)) == 0) return 0;
-    size_t differ = 0;
-    for (size_t i = 0; i < n; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    return differ;
-}
 static size_t cpu_peak_bytes(void) { return mem_stats().peak_bytes; }
 static void cpu_synchronize(void) {}
-
-static void cpu_copy_rows(float* dst, size_t dst_stride, const float* src, size_t src_stride,
-                          size_t rows, size_t width) {
-    #pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < rows; r++)
-        memcpy(dst + r * dst_stride, src + r * src_stride, width * sizeof(float));
-}
 
 /* The ops whose operand activations the table types void* (model/backend.h), bound to fp32
  * implementations: each adapter hands the pointers on as the float* they are under DT_FP32. */
@@ -120,12 +78,14 @@ const Backend backend_cpu = {
     .act_dtype = DT_FP32,
     .alloc = cpu_alloc,
     .free = mem_free,
-    .to_backend = cpu_copy,
-    .to_host = cpu_copy,
-    .fill = cpu_fill,
-    .count_differ = cpu_count_differ,
+    .to_backend = copy_cpu,
+    .to_host = copy_cpu,
+    .fill = fill_cpu,
+    .count_differ = count_differ_cpu,
     .peak_bytes = cpu_peak_bytes,
     .synchronize = cpu_synchronize,
+    .peak_gflops = peak_gflops_cpu,
+    .peak_report = peak_report_cpu,
     .encoder_forward = encoder_forward,
     .encoder_backward = encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,
@@ -154,7 +114,7 @@ const Backend backend_cpu = {
     .dropout_backward_at = dropout_backward_at,
     .attention_block_forward = attention_block_forward,
     .attention_merge = attention_merge,
-    .copy_rows = cpu_copy_rows,
+    .copy_rows = copy_rows_cpu,
     .attention_block_backward = attention_block_backward,
 };
 
@@ -169,6 +129,7 @@ const Backend* backend_cpu_bf16(void) {
         t.precision = "bf16";
         t.act_dtype = DT_BF16;
         t.round_to_act = round_to_bf16_cpu;
+        t.describe = describe_bf16_cpu;
         t.adamw_update_act = adamw_update_bf16;
         t.layernorm_forward = layernorm_forward_bf16;
         t.matmul_forward = matmul_forward_bf16;
@@ -231,6 +192,9 @@ static const Backend backend_cuda = {
     .peak_bytes = device_peak_bytes_cuda,
     .synchronize = device_synchronize_cuda,
     .scratch_bytes = cuda_scratch_bytes,
+    .peak_gflops = peak_gflops_cuda,
+    .peak_report = peak_report_cuda,
+    .profile_timer = &profile_timer_cuda,
     .reserve_scratch = cuda_reserve_scratch,
     .encoder_forward = encoder_forward_cuda,
     .encoder_backward = encoder_backward_cuda,

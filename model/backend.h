@@ -1,7 +1,9 @@
-/* model/backend.h — the table through which the orchestrator (model/gpt.c) reaches a backend:
- * its memory and its ops. The CPU backend (model/backend.c) points at model/ops_cpu.c and
- * attention/flash_cpu.c; the CUDA backend (built by `make cuda`) at their .cu twins, with the same
- * signatures: every pointer an op receives lives in that backend's memory.
+/* model/backend.h — the table through which the orchestrator (model/gpt.c) and the run (train.c)
+ * reach a backend: its memory, its ops and what it says of itself. model/backend.c fills the
+ * tables: the CPU's from cpu/ and attention/flash_cpu.c; the CUDA one (built by `make cuda`) from
+ * cuda/ and the attention's .cu twins, with the same signatures: every pointer an op receives
+ * lives in that backend's memory. backend.c is the one file of model/ that names a backend's
+ * folder; every other file of model/, and train.c, goes through the table.
  *
  * Under --precision bf16 a table may store the activations that are operands of products in
  * bf16 (act_dtype): the orchestrator carves them by the table's act_dtype and hands them on as
@@ -17,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "random/philox.h"
 
 #ifdef __cplusplus
@@ -49,6 +52,8 @@ typedef struct {
 
 /* The part of a training step the orchestrator is in (Backend.phase). */
 enum { BE_PHASE_FORWARD, BE_PHASE_BACKWARD, BE_PHASE_RECOMPUTE, BE_PHASE_OPTIMIZER };
+
+struct ProfileTimer;   /* model/profile.h */
 
 typedef struct Backend {
     const char* name;          /* "cpu" or "cuda" */
@@ -83,6 +88,20 @@ typedef struct Backend {
      * arena plus these bytes (gpt_plan's op_scratch) */
     size_t (*scratch_bytes)(const OpCalls* calls);
     void (*reserve_scratch)(const OpCalls* calls);
+
+    /* ---- what the backend says of itself (the run's start-up lines, MFU, ./train peak) ---- */
+    /* The rate MFU is read against for a run on table be, in GFLOP/s, with the line that says
+     * what it is written to line (cap bytes); 0 where no rate is known. threads: the run's. */
+    double (*peak_gflops)(const struct Backend* be, int threads, char* line, size_t cap);
+    /* ./train peak: the backend's rates as rows of a table on f, each measured for about
+     * `seconds` at `threads` where it is measured; its JSON fields (each starting with a comma)
+     * appended to the string json (cap bytes in all) */
+    void (*peak_report)(FILE* f, int threads, double seconds, char* json, size_t cap);
+    /* optional (NULL: nothing to say): one line on the kernel paths this table takes here (the
+     * CPU's bf16 GEMM path), printed at the run's start */
+    void (*describe)(char* line, size_t cap);
+    /* optional (NULL: the host's wall clock): the timer --profile reads this backend's ops with */
+    const struct ProfileTimer* profile_timer;
 
     /* ---- ops: the signatures and contracts of model/ops.h and attention/attention.h ---- */
     void (*encoder_forward)(float* out, const int* inp, const float* wte, const float* wpe,
@@ -177,7 +196,7 @@ typedef struct Backend {
 } Backend;
 
 extern const Backend backend_cpu;
-/* The CPU in bf16 (model/ops_bf16_cpu.c, attention/flash_bf16_cpu.c). */
+/* The CPU in bf16 (cpu/ops_bf16_cpu.c, attention/flash_bf16_cpu.c). */
 const Backend* backend_cpu_bf16(void);
 
 /* "cpu" or "cuda" in fp32; NULL if this build has no such backend (the CPU build has no "cuda"). */

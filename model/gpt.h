@@ -119,7 +119,7 @@ void gpt_layer_act_bytes(const GPTConfig* c, int B, int T, int dtype, size_t byt
  * 2*size chunks of Tc = T / (2*size); this rank (`rank` in its group) holds chunks rank and
  * 2*size-1-rank. Its rows are laid out chunk-major, (2, B, Tc): every (B, T_local) tensor of the
  * model holds chunk `rank` of every sequence, then chunk 2*size-1-rank. ring_shift sends n floats
- * to the next rank of the group and receives n from the previous one (model/dist.h provides it and
+ * to the next rank of the group and receives n from the previous one (dist/dist.h provides it and
  * its split form ring_start/ring_wait; NULL when size is 1). */
 typedef struct {
     int size, rank;

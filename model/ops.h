@@ -1,6 +1,6 @@
 /* model/ops.h — the compute ops the orchestrator (model/gpt.c) calls. Each has a CPU
- * implementation in model/ops_cpu.c (plain C + OpenMP, dense products through seedgpt's own
- * GEMM, model/gemm_cpu.c) that is the reference for its CUDA twin. Attention lives in
+ * implementation in cpu/ops_cpu.c (plain C + OpenMP, dense products through seedgpt's own
+ * GEMM, cpu/gemm_cpu.c) that is the reference for its CUDA twin. Attention lives in
  * attention/attention.h.
  *
  * Conventions: N = B*T rows; tensors are row-major; "written" outputs are overwritten,

@@ -8,7 +8,7 @@
  *
  * Timing: on a backend with host memory (the CPU), the wall clock around each op (every CPU op
  * returns when its work is done); on CUDA, a pair of cudaEvents around each op on the stream, read
- * once at the end of the step (model/profile_cuda.h). Only the ops between profile_step_begin and
+ * once at the end of the step (cuda/profile_cuda.h). Only the ops between profile_step_begin and
  * profile_step_end are counted: evaluation and sampling between steps are not.
  *
  * Classes. The orchestrator tells its backend which part of the step it is in (Backend.phase:
@@ -55,7 +55,7 @@ enum {
 /* How a backend marks instants in the order its ops run. record() returns the mark's index;
  * sync() waits until every mark recorded so far has happened; elapsed_ms(a, b) is the time from
  * mark a to mark b (after sync); reset() forgets the marks and keeps their storage. */
-typedef struct {
+typedef struct ProfileTimer {
     const char* name;                       /* "wall clock", "cudaEvent" */
     int (*record)(void);
     void (*sync)(void);

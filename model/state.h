@@ -46,7 +46,7 @@ typedef struct {
     uint64_t master_seed;
     StateLoader loader;
     int32_t batch, seq;         /* B sequences of T tokens per step (per rank) */
-    uint32_t ranks;             /* data-parallel processes of the run (model/dist.h); 1: one.
+    uint32_t ranks;             /* data-parallel processes of the run (dist/dist.h); 1: one.
                                    A state resumes only with the same count */
     uint32_t context_parallel;  /* N of the run's ranks share each sequence (DESIGN §9); 1: none.
                                    ranks = data-parallel x N; a state resumes only with the same

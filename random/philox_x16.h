@@ -1,5 +1,5 @@
 /* random/philox_x16.h — sixteen Philox4x32-10 calls at once, one per lane of AVX-512 registers,
- * for the CPU kernels that draw keep bits (attention/flash_cpu.c, model/ops_cpu.c).
+ * for the CPU kernels that draw keep bits (attention/flash_cpu.c, cpu/ops_cpu.c).
  *
  * Lane l of out[w] is word w of philox4x32_10(counter lane l, key): random/philox.h's generator,
  * lane for lane, the same bits (tests/test_philox.c holds every lane of many calls to it). A

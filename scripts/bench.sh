@@ -27,7 +27,7 @@
 # torch row reports the kernel family its OpenBLAS ran (TORCH_BLAS; "torch_blas_core" in the JSON).
 # Where OpenBLAS does not know the CPU and falls back to an SSE-era family, tools/torch_bench.py
 # chooses the widest family the CPU allows (checked by an exact product; "torch_blas_chosen").
-# The header quotes this machine's measured fp32 FMA and bf16 peaks (model/peak.h, `./train peak`):
+# The header quotes this machine's measured fp32 FMA and bf16 peaks (cpu/peak.h, `./train peak`):
 # the %peak column divides by the fp32 one; OpenBLAS's sgemm stays as a second reference (%sgemm).
 # Every row also prints where its step's time goes, per op class (model/profile.h, as --profile).
 #

@@ -80,7 +80,7 @@ say "seedgpt gpu_check $(git rev-parse --short HEAD 2>/dev/null || echo '(no git
 # what this build leaves out, first
 make --no-print-directory config 2>&1 | while IFS= read -r l; do say "$l"; done
 if [ $DRY = 1 ]; then
-    say "gpu: none (dry run: kernels run on the CPU through cuda/cuda_emu.h)"
+    say "gpu: none (dry run: kernels run on the CPU through cuda/emu/cuda_emu.h)"
 else
     say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | head -2)"
 fi
@@ -156,7 +156,7 @@ tbin "bf16 storage ops vs CPU bf16" test_cuda_bf16_ops 60
 # the trainer's parity: the same run on the CPU, CUDA fp32 and CUDA bf16 (head dim 64)
 mkdir -p build/gpu_check
 if [ ! -f build/gpu_check/data/train_000000.bin ]; then
-    cat README.md docs/*.md model/*.c attention/*.c train.c > build/gpu_check/text.txt
+    cat README.md docs/*.md model/*.c cpu/*.c attention/*.c train.c > build/gpu_check/text.txt
     $TRAINER prepare build/gpu_check/text.txt build/gpu_check/data > /dev/null 2>&1
 fi
 PARITY=(--train 'build/gpu_check/data/train_*.bin' --layers 2 --heads 2 "${PARITY_SHAPE[@]}"

@@ -2,7 +2,7 @@
  *
  * For each sequence length T: forward and backward time of attention/flash_cpu.c with and without
  * dropout, the achieved GFLOP/s as a fraction of this machine's measured fp32 FMA peak
- * (model/peak.h, /pk) and, as a second reference, of its OpenBLAS sgemm rate (/sg), both measured in
+ * (cpu/peak.h, /pk) and, as a second reference, of its OpenBLAS sgemm rate (/sg), both measured in
  * the same run, the bytes the caller allocates (qkv, out, lse, dout, dqkv, backward scratch), and the
  * same for a naive fp32 attention that materialises the T x T probabilities and runs its products
  * through sgemm (where it fits). Prints a table and one JSON line per row.
@@ -24,7 +24,7 @@
 #include <omp.h>
 #include <cblas.h>
 #include "attention/attention.h"
-#include "model/peak.h"
+#include "cpu/peak.h"
 
 /* bench configuration: a GPT-2 small layer */
 #define BENCH_B 1
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
     printf("# attention fwd+bwd, B=%d NH=%d NKV=%d HD=%d, %d threads, load average %.2f at start\n",
            BENCH_B, BENCH_NH, BENCH_NKV, BENCH_HD, nthreads, load);
     printf("# GFLOP/s on the nominal causal counts (fwd 2 B NH T^2 HD, bwd 2.5x); /pk = fraction of\n"
-           "# the fp32 FMA peak (model/peak.h; peak column), /sg of OpenBLAS sgemm 1024^3 (a second\n"
+           "# the fp32 FMA peak (cpu/peak.h; peak column), /sg of OpenBLAS sgemm 1024^3 (a second\n"
            "# reference; sgemm column), both measured just before each T; mem = bytes the caller\n"
            "# allocates (flash: qkv out lse dout dqkv scratch; naive adds the (B, NH, T, T)\n"
            "# probabilities and two T x T buffers per thread); dropout = fwd+bwd time of p=0.1 vs 0\n");

@@ -1,6 +1,6 @@
-/* tests/bench_gemm.c — seedgpt's GEMM (model/gemm_cpu.c) against OpenBLAS's cblas_sgemm on the
+/* tests/bench_gemm.c — seedgpt's GEMM (cpu/gemm_cpu.c) against OpenBLAS's cblas_sgemm on the
  * products of GPT-2 small's matmuls (C = 768), forward and both backward products, at two batch
- * sizes; beside them seedgpt's bf16 product (model/gemm_bf16_cpu.c: bf16 operands, fp32 sums) on
+ * sizes; beside them seedgpt's bf16 product (cpu/gemm_bf16_cpu.c: bf16 operands, fp32 sums) on
  * the same shapes. Prints a table and one JSON line per shape. Not a test: the numbers are the
  * machine's.
  *
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "model/gemm_cpu.h"
-#include "cuda/bf16.h"
+#include "cpu/gemm_cpu.h"
+#include "util/bf16.h"
 
 static double now(void) {
     struct timespec ts;

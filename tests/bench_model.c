@@ -5,7 +5,7 @@
  * warm-up steps, then times full training steps exactly as train.c runs them: forward, zero_grad,
  * backward, clip, AdamW. It reports the median ms/step (and its forward / backward / clip+AdamW
  * parts), tokens/s, the whole-step FLOP rate as a share of this machine's measured fp32 FMA peak
- * (model/peak.h, the yardstick MFU uses; %peak) and, as a second reference, of OpenBLAS's sgemm
+ * (cpu/peak.h, the yardstick MFU uses; %peak) and, as a second reference, of OpenBLAS's sgemm
  * rate (%sgemm), both measured in the same run with the same thread count, and memory: the
  * allocator's high-water mark (mem_stats().peak_bytes after the steps) and the planned activation
  * bytes (kept + recompute scratch, gpt_memory()). The timed steps run under the per-op profiler
@@ -56,9 +56,9 @@
 #include <cblas.h>
 #include "model/gpt.h"
 #include "model/mem.h"
-#include "model/peak.h"
+#include "cpu/peak.h"
 #include "model/profile.h"
-#include "model/gemm_cpu.h"
+#include "cpu/gemm_cpu.h"
 
 /* OpenBLAS's own; not in every cblas.h */
 void openblas_set_num_threads(int num_threads);
@@ -101,7 +101,7 @@ typedef struct {
     double sgemm;                         /* GFLOP/s of the sgemm reference, in this process
                                              right after its steps (the row's % of sgemm) */
     double peak;                          /* GFLOP/s of the peak of the row's precision
-                                             (model/peak.h: the fp32 FMA, or the bf16 dot product
+                                             (cpu/peak.h: the fp32 FMA, or the bf16 dot product
                                              where the CPU has one), in this process right after
                                              its steps (the row's % of peak) */
     double prof_step_ms;                  /* the profiler's ms per timed step */
@@ -816,7 +816,7 @@ int main(int argc, char** argv) {
     char bf16_text[64];
     if (has_bf16) snprintf(bf16_text, sizeof(bf16_text), "%.1f GFLOP/s (VDPBF16PS)", peak_bf16);
     else snprintf(bf16_text, sizeof(bf16_text), "- (no AVX512_BF16)");
-    printf("# measured peak (model/peak.h, ./train peak), %d threads: fp32 FMA %.1f GFLOP/s (%s), bf16\n"
+    printf("# measured peak (cpu/peak.h, ./train peak), %d threads: fp32 FMA %.1f GFLOP/s (%s), bf16\n"
            "#   dot product %s; each row's %%peak divides by the peak of the instruction its products\n"
            "#   run (a bf16 row's by the bf16 one when they run VDPBF16PS; bf16 path here: %s),\n"
            "#   measured in the row's own processes right after their steps\n", threads, peak,

@@ -1,4 +1,4 @@
-/* tests/bench_peak.c — the CPU's measured arithmetic peak (model/peak.c) on every path this CPU
+/* tests/bench_peak.c — the CPU's measured arithmetic peak (cpu/peak.c) on every path this CPU
  * runs, at 1 thread and at --threads. Prints a table and one JSON line per row. Not a test: the
  * numbers are the machine's, and a shared machine lowers them (the load average is printed).
  *
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model/peak.h"
+#include "cpu/peak.h"
 
 static double loadavg(void) {
     double l = -1;
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     static const PeakPath paths[] = {PEAK_PORTABLE, PEAK_AVX2, PEAK_AVX512, PEAK_AVX512_BF16};
-    printf("CPU peak (model/peak.c): fp32 path %s, load average %.2f at start\n",
+    printf("CPU peak (cpu/peak.c): fp32 path %s, load average %.2f at start\n",
            peak_path_name(peak_fp32_path()), loadavg());
     printf("%-12s %-5s %8s %14s\n", "path", "kind", "threads", "GFLOP/s");
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {

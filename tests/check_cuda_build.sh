@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/check_cuda_build.sh — the CUDA build compiles and links: `make cuda` (./train_cuda: every
-# .cu of model/ and attention/ through nvcc for sm_90 + PTX, linked with cuBLAS and the runtime),
+# .cu of cuda/ and attention/ through nvcc for sm_90 + PTX, linked with cuBLAS and the runtime),
 # the CUDA tests of `make test-cuda`, and the kernel-variant programs of dev/cuda (`make dev-cuda`). Nothing here runs on a GPU; the kernels themselves run
 # in CI through the emulation (make test-cuda-emu). SKIP where nvcc is absent.
 set -u

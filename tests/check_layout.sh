@@ -1,79 +1,153 @@
 #!/usr/bin/env bash
 # tests/check_layout.sh — the folders are the architecture (DESIGN §1, README "Layout"): each
 # folder includes only the folders it may depend on, so the dependencies point one way.
-#   SEEDGPT_LAYOUT_ROOT=DIR   check another tree (the test of this test plants a bad include there)
+#   model/       the network and the backend interface; reaches a backend only through the table
+#                (model/backend.c is the one file of model/ that includes cpu/ or cuda/)
+#   cpu/ cuda/   the two backends: each includes model/'s interface, never the other
+#   dist/        the transport, over model/'s gradients
+#   train.c, cli.c   the entry: model/, data/, checkpoint/, random/, dist/, util/, never a backend
+#   SEEDGPT_LAYOUT_ROOT=DIR   check another tree (the test of this test plants bad includes there)
 set -u
 root=${SEEDGPT_LAYOUT_ROOT:-"$(dirname "$0")/.."}
 cd "$root" || exit 1
 
-# folder: the project folders its sources may include besides itself
+# folder: the project folders its sources may include besides itself ("." is the entry point:
+# train.c, cli.c, cli.h)
 declare -A MAY=(
     [random]=""
-    [cuda]=""
     [util]=""
     [data]="util"
     [checkpoint]="random"
     [attention]="random cuda util"
-    [model]="attention checkpoint random cuda util"
+    [model]="attention checkpoint random util"
+    [cpu]="model random util"
+    [cuda]="model random util"
+    [dist]="model random util"
+    [.]="model data checkpoint random dist util"
 )
+# files allowed more than their folder: the backend table binds the backends
+declare -A MAY_FILE=(
+    [model/backend.c]="cpu cuda"
+)
+FOLDERS="random util data checkpoint attention model cpu cuda dist ."
 # the project's top-level folders that hold code (what an include can name)
-PROJECT="random cuda util data checkpoint attention model tests dev"
+PROJECT="random cuda cpu dist util data checkpoint attention model tests dev"
 
-sources() { find "$@" -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cpp' \) | sort; }
+# a folder's sources: its own and its subfolders' (cuda/emu/); the entry point's are the root's
+sources() {
+    if [ "$1" = . ]; then find . -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' \) | sed 's#^\./##' | sort
+    else find "$1" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cpp' \) | sort; fi
+}
+# the project folders a file's quoted includes name: "folder/file" -> folder
+folders_included() {
+    sed -n -E 's/^[[:space:]]*#[[:space:]]*include[[:space:]]+"([a-z_]+)\/[^"]*".*/\1/p' "$1" | sort -u
+}
 
-for dir in random cuda util data checkpoint attention model; do
+for dir in $FOLDERS; do
     bad=""
+    label=$([ "$dir" = . ] && echo entry || echo "$dir")
     for f in $(sources "$dir"); do
-        # every quoted include that names a project folder: "folder/file"
-        for inc in $(sed -n -E 's/^[[:space:]]*#[[:space:]]*include[[:space:]]+"([a-z_]+)\/[^"]*".*/\1/p' "$f" | sort -u); do
+        for inc in $(folders_included "$f"); do
             case " $PROJECT " in *" $inc "*) ;; *) continue ;; esac
             [ "$inc" = "$dir" ] && continue
-            case " ${MAY[$dir]} " in *" $inc "*) ;; *) bad="$bad $f->$inc/" ;; esac
+            case " ${MAY[$dir]} ${MAY_FILE[$f]:-} " in *" $inc "*) ;; *) bad="$bad $f->$inc/" ;; esac
         done
     done
     if [ -z "$bad" ]; then
-        echo "ok   ${dir}_includes_only_what_it_may: ${MAY[$dir]:-no other folder}"
+        echo "ok   ${label}_includes_only_what_it_may: ${MAY[$dir]:-no other folder}"
     else
-        echo "FAIL ${dir}_includes_only_what_it_may (${MAY[$dir]:-no other folder}):$bad"
+        echo "FAIL ${label}_includes_only_what_it_may (${MAY[$dir]:-no other folder}):$bad"
     fi
 done
 
+# attention/ and cuda/ point at each other only through the device headers: every cuda/ file the
+# attention includes, and every cuda/ file those include in turn, reaches no model/ file (so the
+# attention kernels sit below the backend table, not beside it)
+seen=""
+queue=$(for f in $(sources attention); do
+            sed -n -E 's/^[[:space:]]*#[[:space:]]*include[[:space:]]+"(cuda\/[^"]*)".*/\1/p' "$f"; done | sort -u)
+bad=""
+while [ -n "$queue" ]; do
+    next=""
+    for h in $queue; do
+        case " $seen " in *" $h "*) continue ;; esac
+        seen="$seen $h"
+        [ -f "$h" ] || continue
+        if folders_included "$h" | grep -qx model; then bad="$bad $h->model/"; fi
+        next="$next $(sed -n -E 's/^[[:space:]]*#[[:space:]]*include[[:space:]]+"(cuda\/[^"]*)".*/\1/p' "$h")"
+    done
+    queue=$next
+done
+if [ -z "$bad" ]; then
+    echo "ok   attention_reaches_cuda_device_headers_only:${seen:- none}"
+else
+    echo "FAIL attention_reaches_cuda_device_headers_only:$bad"
+fi
+
 # nothing includes the entry point
 hits=$(grep -l -E '^[[:space:]]*#[[:space:]]*include[[:space:]]+"(\.\./)*train\.c"' \
-       $(sources . random cuda util data checkpoint attention model tests tests/cuda dev/cuda) 2>/dev/null)
+       $(for d in $FOLDERS tests tests/cuda dev/cuda; do sources "$d"; done 2>/dev/null) 2>/dev/null)
 if [ -z "$hits" ]; then
     echo "ok   nothing_includes_train_c"
 else
     echo "FAIL nothing_includes_train_c: $hits"
 fi
 
-# attention/ holds the attention kernels and their headers only: no emulation, no generic CUDA
+# each folder holds its own kind of file: attention/ the attention kernels and their headers; model/
+# no backend's kernel (no .cu, no *_cpu.* or *_cuda.*); cpu/ no CUDA source
 others=$(find attention -maxdepth 1 -type f ! -name 'flash_*' ! -name 'attention*.h' | sort | tr '\n' ' ')
 if [ -z "$others" ]; then
     echo "ok   attention_holds_attention_only"
 else
     echo "FAIL attention_holds_attention_only: $others"
 fi
-
-# the moved headers are included under their new names only
-old=$(grep -rln -E '#[[:space:]]*include[[:space:]]+"(attention/(philox|device|bf16|mma|cuda_emu|vexp)\.h|model/(fsync_dir\.h|device_cuda))' \
-      --include='*.c' --include='*.h' --include='*.cu' --include='*.cpp' . 2>/dev/null | grep -v '^./build/' | tr '\n' ' ')
-if [ -z "$old" ]; then
-    echo "ok   no_include_of_a_moved_path"
+others=$(find model -type f \( -name '*.cu' -o -name '*.cpp' -o -name '*_cpu.*' -o -name '*_cuda.*' \) | sort | tr '\n' ' ')
+if [ -z "$others" ]; then
+    echo "ok   model_holds_no_backend_file"
 else
-    echo "FAIL no_include_of_a_moved_path: $old"
+    echo "FAIL model_holds_no_backend_file: $others"
+fi
+others=$(find cpu -type f \( -name '*.cu' -o -name '*.cpp' -o -name '*_cuda.*' \) | sort | tr '\n' ' ')
+if [ -z "$others" ]; then
+    echo "ok   cpu_holds_no_cuda_file"
+else
+    echo "FAIL cpu_holds_no_cuda_file: $others"
 fi
 
-# the check itself sees a violation: data/ including model/ in a copy of the tree must fail
+# the moved headers and sources are named by their new paths only (includes, the Makefile, scripts,
+# the mutants' patches, the docs)
+old=$(grep -rln -E '(#[[:space:]]*include[[:space:]]+"(attention/(philox|device|bf16|mma|cuda_emu|vexp)\.h|model/(fsync_dir\.h|device_cuda)))|model/(ops_cpu|ops_bf16_cpu|gemm_cpu|gemm_bf16_cpu|ln_rows|peak|ops_cuda|ops_bf16_cuda|profile_cuda|dist|dist_mpi|dist_nccl|dist_none)\.(c|h|cu|o)\b|cuda/(cuda_emu\.(h|cpp)|bf16\.h)' \
+      --include='*.c' --include='*.h' --include='*.cu' --include='*.cpp' --include='*.sh' --include='*.patch' \
+      --include='*.md' --include='*.py' \
+      --include='Makefile' . 2>/dev/null | grep -v -e '^\./build/' -e '^\./tests/check_layout\.sh$' | tr '\n' ' ')
+if [ -z "$old" ]; then
+    echo "ok   no_use_of_a_moved_path"
+else
+    echo "FAIL no_use_of_a_moved_path: $old"
+fi
+
+# the check itself sees each kind of violation: in a copy of the tree, one planted include at a
+# time must fail the rule it breaks (and only in that copy)
 if [ -z "${SEEDGPT_LAYOUT_ROOT:-}" ]; then
-    tmp=$(mktemp -d)
-    cp -r random cuda util data checkpoint attention model "$tmp"/
-    printf '#include "model/gpt.h"\n' >> "$tmp/data/shards.c"
-    out=$(SEEDGPT_LAYOUT_ROOT="$tmp" bash "$0" 2>&1)
-    rm -rf "$tmp"
-    if printf '%s\n' "$out" | grep -q '^FAIL data_includes_only_what_it_may.*data/shards.c->model/'; then
-        echo "ok   layout_check_catches_a_planted_include: data/shards.c -> model/ reported"
-    else
-        echo "FAIL layout_check_catches_a_planted_include: $(printf '%s' "$out" | tr '\n' ' ' | head -c 300)"
-    fi
+    plant() {   # plant FILE INCLUDE RULE WHAT: the copy with FILE including INCLUDE fails RULE
+        local tmp out
+        tmp=$(mktemp -d)
+        cp -r random cuda cpu dist util data checkpoint attention model train.c cli.c cli.h "$tmp"/
+        printf '#include "%s"\n' "$2" >> "$tmp/$1"
+        out=$(SEEDGPT_LAYOUT_ROOT="$tmp" bash "$0" 2>&1)
+        rm -rf "$tmp"
+        if printf '%s\n' "$out" | grep -q "^FAIL $3.*$1->${2%%/*}/"; then
+            echo "ok   layout_check_catches_$4: $1 -> ${2%%/*}/ reported by $3"
+        else
+            echo "FAIL layout_check_catches_$4: $(printf '%s' "$out" | grep '^FAIL' | tr '\n' ' ' | head -c 300)"
+        fi
+    }
+    plant data/shards.c model/gpt.h data_includes_only_what_it_may data_including_model
+    plant cpu/ops_cpu.c cuda/device.h cpu_includes_only_what_it_may cpu_including_cuda
+    plant cuda/ops_cuda.h cpu/gemm_cpu.h cuda_includes_only_what_it_may cuda_including_cpu
+    plant model/gpt.c cpu/gemm_cpu.h model_includes_only_what_it_may model_including_a_backend
+    plant model/plan.c cuda/ops_cuda.h model_includes_only_what_it_may model_including_cuda
+    plant train.c cpu/peak.h entry_includes_only_what_it_may entry_including_a_backend
+    plant dist/dist_none.c cpu/ops_bf16_cpu.h dist_includes_only_what_it_may dist_including_a_backend
+    plant cuda/mma.h model/ops.h attention_reaches_cuda_device_headers_only attention_reaching_model_through_cuda
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/check_mpi_cuda.sh — the NCCL path of data parallelism compiles and links (make
-# mpi-cuda-check: model/dist_nccl.cu with nvcc, model/dist_mpi.c with mpicc, SEEDGPT_NCCL).
+# mpi-cuda-check: dist/dist_nccl.cu with nvcc, dist/dist_mpi.c with mpicc, SEEDGPT_NCCL).
 # It cannot run here: summing gradients across GPUs needs a machine with several of them.
 set -u
 cd "$(dirname "$0")/.."

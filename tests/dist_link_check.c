@@ -1,9 +1,9 @@
-/* tests/dist_link_check.c — `make mpi-cuda-check`: model/dist_mpi.c with SEEDGPT_NCCL and
- * model/dist_nccl.cu compile and link against MPI, NCCL and the CUDA runtime, without the rest of
+/* tests/dist_link_check.c — `make mpi-cuda-check`: dist/dist_mpi.c with SEEDGPT_NCCL and
+ * dist/dist_nccl.cu compile and link against MPI, NCCL and the CUDA runtime, without the rest of
  * the CUDA build. Run under mpirun where one GPU per rank exists, it sets up NCCL through the
  * same call the trainer makes and sums one number over the ranks; elsewhere it only links. */
 #include <stdio.h>
-#include "model/dist.h"
+#include "dist/dist.h"
 
 int main(int argc, char** argv) {
     char err[256] = "";

@@ -27,9 +27,9 @@
 #include <omp.h>
 #include "model/gpt.h"
 #include "model/mem.h"
-#include "model/ops_bf16_cpu.h"
+#include "cpu/ops_bf16_cpu.h"
 #include "attention/attention.h"
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 #include "tests/test.h"
 #include "tests/model_util.h"
 #include "tests/ref_gpt.h"

@@ -1,4 +1,4 @@
-/* tests/test_gemm.c — seedgpt's GEMM (model/gemm_cpu.c): each output element is the fmaf chain
+/* tests/test_gemm.c — seedgpt's GEMM (cpu/gemm_cpu.c): each output element is the fmaf chain
  * over k in order (so: close to a float64 reference, and bitwise independent of the thread count,
  * the row split, the instruction-set path), accumulate semantics, and no write outside C.
  *
@@ -8,7 +8,7 @@
 #include <omp.h>
 #include <stdint.h>
 #include "tests/test.h"
-#include "model/gemm_cpu.h"
+#include "cpu/gemm_cpu.h"
 
 typedef enum { NT, NN, TN } Layout;
 static const char* layout_name[] = {"nt", "nn", "tn"};

@@ -1,4 +1,4 @@
-/* tests/test_gemm_bf16.c — the CPU's bf16 product (model/gemm_bf16_cpu.c): its arithmetic against
+/* tests/test_gemm_bf16.c — the CPU's bf16 product (cpu/gemm_bf16_cpu.c): its arithmetic against
  * the VDPBF16PS instruction itself, every output element against the chain written out here as
  * the specification (bitwise, both paths, three layouts, written and accumulated, odd K), within
  * the chain's error bound of float64, bitwise independent of the thread count and of cutting the
@@ -11,8 +11,8 @@
 #include <omp.h>
 #include <stdint.h>
 #include "tests/test.h"
-#include "model/gemm_cpu.h"
-#include "cuda/bf16.h"
+#include "cpu/gemm_cpu.h"
+#include "util/bf16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -80,7 +80,7 @@ static size_t count_differ(const float* a, const float* b, size_t n) {
     return d;
 }
 
-/* ---- the specification, written out independently of model/gemm_bf16_cpu.c ---------------- */
+/* ---- the specification, written out independently of cpu/gemm_bf16_cpu.c ---------------- */
 
 static float ftz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
 static float operand(uint16_t b) { return ftz(sg_bf16_to_float(b)); }

@@ -1,4 +1,4 @@
-/* tests/test_model.c — the whole model (model/gpt.c over model/ops_cpu.c and the attention
+/* tests/test_model.c — the whole model (model/gpt.c over cpu/ops_cpu.c and the attention
  * kernel): its gradient against a float64 reference (tests/ref_gpt.c) whose own gradient is
  * checked against central finite differences; bitwise determinism across thread counts; batch
  * splitting; the p = 0 path; step-dependent masks; no allocation after step 0; AdamW and

@@ -1,4 +1,4 @@
-/* tests/test_ops.c — the layer ops of model/ops.h (CPU implementation, model/ops_cpu.c).
+/* tests/test_ops.c — the layer ops of model/ops.h (CPU implementation, cpu/ops_cpu.c).
  *
  *  1. every fp32 op, forward and every backward output, against the float64 reference
  *     (tests/ref_ops.c) on the same random inputs;
@@ -114,7 +114,7 @@ static void test_encoder_vs_ref(void) {
     free(dout); free(dwte); free(dwpe); free(dout_d); free(dwte_d); free(dwpe_d);
 }
 
-/* The LayerNorm's row sums run sixteen rows side by side (model/ln_rows.h); each must be llm.c's
+/* The LayerNorm's row sums run sixteen rows side by side (cpu/ln_rows.h); each must be llm.c's
  * sequential loop, bit for bit. Written out here as llm.c writes it, at shapes with a last partial
  * group of rows and a C that is not a multiple of 16. */
 static void test_layernorm_is_the_sequential_loop_bitwise(void) {

@@ -1,11 +1,11 @@
-/* tests/test_peak.c — the CPU peak probe (model/peak.c): its FLOP count is the formula's, every
+/* tests/test_peak.c — the CPU peak probe (cpu/peak.c): its FLOP count is the formula's, every
  * path this CPU has runs and gives a positive finite rate, and the bf16 rate is 0 exactly where
  * the CPU lacks avx512bf16. Nothing here asserts a speed: the machine may be shared.
  */
 #include <omp.h>
 #include <string.h>
 #include "tests/test.h"
-#include "model/peak.h"
+#include "cpu/peak.h"
 
 static const PeakPath ALL[] = {PEAK_PORTABLE, PEAK_AVX2, PEAK_AVX512, PEAK_AVX512_BF16};
 enum { N_PATHS = sizeof ALL / sizeof ALL[0] };

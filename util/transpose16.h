@@ -1,5 +1,5 @@
 /* util/transpose16.h — a 16 x 16 transpose of 32-bit words in AVX-512 registers, shared by the
- * packing of the fp32 and the bf16 GEMMs (model/gemm_cpu.c, model/gemm_bf16_cpu.c) and the
+ * packing of the fp32 and the bf16 GEMMs (cpu/gemm_cpu.c, cpu/gemm_bf16_cpu.c) and the
  * attention's keep-bit tiles (attention/flash_cpu.c). Include it only where <immintrin.h> is
  * available (x86-64 with GCC or Clang). */
 #ifndef SEEDGPT_TRANSPOSE16_H

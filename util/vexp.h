@@ -38,7 +38,7 @@ static inline float vexpf(float x) {
 }
 
 /* e^x in double that gcc vectorises: the cross-entropy's softmax over the vocabulary
- * (model/ops_cpu.c), where libm's exp was a scalar call per logit, three per logit a step. The
+ * (cpu/ops_cpu.c), where libm's exp was a scalar call per logit, three per logit a step. The
  * same construction as vexpf in double: n = round(x / ln2) by adding 1.5 * 2^52; r = x - n ln2
  * with fdlibm's two-part ln2 (n * the high part is exact); e^r on |r| <= ln2/2 by its Taylor
  * series to r^13 (truncation under 5e-18 relative); 2^n in the exponent bits. Relative error

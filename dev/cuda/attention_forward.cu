@@ -28,7 +28,7 @@
 #include "dev/cuda/common.h"
 #include "attention/attention.h"
 #include "attention/attention_cuda.h"
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 #include "attention/flash_tc.h"
 #include "random/philox.h"
 

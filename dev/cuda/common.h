@@ -8,7 +8,7 @@
  * Two builds of the same source (Makefile: make dev-cuda, make dev-cuda-emu):
  *   - nvcc: validation at the given shapes, then timing with cudaEvent (DEV_WARMUP launches, then
  *     the mean over --reps launches), printed as a table row and one JSON line per variant;
- *   - C++ with -DSG_EMU against cuda/cuda_emu.h: the kernels run on the CPU, so only the
+ *   - C++ with -DSG_EMU against cuda/emu/cuda_emu.h: the kernels run on the CPU, so only the
  *     validation runs, at tiny shapes (the emulation has no events and no notion of speed).
  *     `--validate` does the same on a GPU build, at the shapes given.
  * Each validated variant prints one line "ok   dev_cuda_<op>_v<k>: ..." or "FAIL ...", which

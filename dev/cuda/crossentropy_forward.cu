@@ -2,9 +2,9 @@
  * losses[n] = log sum_v exp(l_nv) - l_n,target = max + log sum_v exp(l_nv - max) - l_n,target,
  * logits (N, Vp) of which the first V columns are real (the padded ones are never read). At GPT-2's
  * V = 50257 each row is 200 KB read for one float written: memory-bound, if the exponentials keep up.
- *   1. one thread per row, the CPU loop (model/ops_cpu.c): the max, then the sum of exp in double.
+ *   1. one thread per row, the CPU loop (cpu/ops_cpu.c): the max, then the sum of exp in double.
  *      N threads for the whole tensor, and a warp's reads are Vp floats apart.
- *   2. the production kernel, crossentropy_forward_cuda of model/ops_cuda.cu (linked): a block per
+ *   2. the production kernel, crossentropy_forward_cuda of cuda/ops_cuda.cu (linked): a block per
  *      row, the threads striding the row (coalesced), max and sum through shared-memory trees,
  *      exp and the sum in double as the CPU does them.
  *   3. variant 2 in fp32: expf and float sums, reductions by warp shuffles then one shared-memory
@@ -20,7 +20,7 @@
  *                                       [--Vp 50304]
  */
 #include "dev/cuda/common.h"
-#include "model/ops_cuda.h"
+#include "cuda/ops_cuda.h"
 
 #define OP "crossentropy_forward"
 #define NVARIANTS 4
@@ -33,7 +33,7 @@
 static const char* NAMES[NVARIANTS + 1] = {NULL, "thread per row (double)", "production: block per row (double)",
                                            "block per row, fp32", "block per row, fp32, one pass"};
 
-/* ---- CPU reference: model/ops_cpu.c's loop ------------------------------------------------- */
+/* ---- CPU reference: cpu/ops_cpu.c's loop ------------------------------------------------- */
 
 static void crossentropy_forward_cpu(float* losses, const float* logits, const int* targets, int N,
                                      int V, int Vp) {

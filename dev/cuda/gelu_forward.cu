@@ -1,9 +1,9 @@
 /* dev/cuda/gelu_forward.cu — GELU, tanh approximation, elementwise:
  * out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with tanh(u) = 1 - 2 / (1 + e^(2u)) as
- * model/ops_cpu.c writes it (saturates to +-1 at both ends). 8 bytes per element and ~15 flop:
+ * cpu/ops_cpu.c writes it (saturates to +-1 at both ends). 8 bytes per element and ~15 flop:
  * memory-bound on any GPU, so the variants differ in how they move the bytes.
  *   1. one thread per element, one block per 256 elements: as many blocks as the tensor needs.
- *   2. the production kernel, gelu_forward_cuda of model/ops_cuda.cu (linked): a grid-stride
+ *   2. the production kernel, gelu_forward_cuda of cuda/ops_cuda.cu (linked): a grid-stride
  *      loop with at most 4096 blocks of 256 threads, each thread taking several elements.
  *   3. float4: one thread per four elements, 16-byte loads and stores (n % 4 == 0, as every
  *      GPT-2 activation is: 4 C per row).
@@ -15,7 +15,7 @@
  *   build/dev_cuda/gelu_forward [K] [--validate] [--reps N] [--B 16] [--T 1024] [--C 3072]
  */
 #include "dev/cuda/common.h"
-#include "model/ops_cuda.h"
+#include "cuda/ops_cuda.h"
 
 #define OP "gelu_forward"
 #define NVARIANTS 4

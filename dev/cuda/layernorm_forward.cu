@@ -1,6 +1,6 @@
 /* dev/cuda/layernorm_forward.cu — layernorm forward: out (N,C) = (x - mean) * rstd * w + b, with
  * mean (N) and rstd (N) saved for the backward; eps 1e-5, the variance around the mean (two
- * passes, as model/ops_cpu.c does it).
+ * passes, as cpu/ops_cpu.c does it).
  *
  * Variants (./layernorm_forward K; no K: all):
  *   1. one thread per row: the CPU loop moved onto the GPU as it is. Neighbouring threads read
@@ -8,7 +8,7 @@
  *   2. one warp per row, one warp per block: lane l reads channels l, l + 32, ... (coalesced),
  *      the sums are warp shuffles. Blocks of 32 threads cap an SM at its block limit, well below
  *      its warp limit.
- *   3. the production kernel, layernorm_forward_cuda of model/ops_cuda.cu (linked, not copied):
+ *   3. the production kernel, layernorm_forward_cuda of cuda/ops_cuda.cu (linked, not copied):
  *      variant 2 with 8 warps per block. It reads x three times (mean, variance, output); the
  *      second and third should come from the L1/L2 caches (a row is 4 C bytes).
  *   4. float4: variant 3's layout, but the lane keeps its part of the row in registers (C/128
@@ -20,7 +20,7 @@
  *   build/dev_cuda/layernorm_forward [K] [--validate] [--reps N] [--B 16] [--T 1024] [--C 768]
  */
 #include "dev/cuda/common.h"
-#include "model/ops_cuda.h"
+#include "cuda/ops_cuda.h"
 
 #define OP "layernorm_forward"
 #define NVARIANTS 4
@@ -30,7 +30,7 @@
 #define LN4_MAX 8         /* float4 registers per lane in variant 4: C <= 32 * 4 * LN4_MAX */
 
 static const char* NAMES[NVARIANTS + 1] = {
-    NULL, "thread per row", "warp per row, 1 warp/block", "production (model/ops_cuda.cu)",
+    NULL, "thread per row", "warp per row, 1 warp/block", "production (cuda/ops_cuda.cu)",
     "warp per row, float4, row in regs"};
 
 /* ---- CPU reference ------------------------------------------------------------------------- */

@@ -12,13 +12,13 @@
  *      (consecutive threads, consecutive k) into shared memory (rows padded to 33 floats: the
  *      column reads hit 32 distinct banks), then every thread does 32 FMAs from shared memory.
  *      Each input is read from global memory N/32 or OC/32 times instead of N or OC times.
- *   3. the production call, matmul_forward_cuda of model/ops_cuda.cu (linked): cuBLAS SGEMM in
+ *   3. the production call, matmul_forward_cuda of cuda/ops_cuda.cu (linked): cuBLAS SGEMM in
  *      plain fp32 (CUBLAS_DEFAULT_MATH), then a bias kernel. Register blocking, double buffering
  *      and the rest of the tuning cuBLAS has.
  *   4. the same SGEMM with CUBLAS_TF32_TENSOR_OP_MATH: the inputs rounded to TF32 (10-bit
  *      mantissa) and multiplied on the tensor cores, accumulated in fp32. Faster, and no longer
- *      within fp32 tolerance of the CPU, which is why the trainer does not use it (model/ops_cuda.cu).
- *   5. matmul_forward_bf16_cuda of model/ops_bf16_cuda.cu (linked), the fp32-interface bf16
+ *      within fp32 tolerance of the CPU, which is why the trainer does not use it (cuda/ops_cuda.cu).
+ *   5. matmul_forward_bf16_cuda of cuda/ops_bf16_cuda.cu (linked), the fp32-interface bf16
  *      product: both operands rounded to bf16 (to nearest even) into zero-padded copies, one
  *      cuBLASLt GEMM on the tensor cores with fp32 accumulation and output, the fp32 bias added in
  *      its epilogue. The time includes the two rounding copies. (The trainer's bf16 table stores
@@ -36,9 +36,9 @@
  *   build/dev_cuda/matmul_forward [K] [--validate] [--reps N] [--B 16] [--T 1024] [--C 768] [--OC 2304]
  */
 #include "dev/cuda/common.h"
-#include "model/ops_cuda.h"
-#include "model/ops_bf16_cuda.h"
-#include "cuda/mma.h"   /* sg_mma_tolerance; cuda/bf16.h */
+#include "cuda/ops_cuda.h"
+#include "cuda/ops_bf16_cuda.h"
+#include "cuda/mma.h"   /* sg_mma_tolerance; util/bf16.h */
 
 #define OP "matmul_forward"
 #define NVARIANTS 5

@@ -11,13 +11,13 @@
  *      word c & 3 at run time puts the four on the stack: ptxas reports 16 bytes of stack).
  *   2. one thread per four channels 4q..4q+3, one call for the four (philox_elem_draw4, the words
  *      DESIGN §3 assigns them), scalar loads; a flat grid over all quads of all rows.
- *   3. the production kernel, residual_dropout_forward_cuda of model/ops_cuda.cu (linked): the
+ *   3. the production kernel, residual_dropout_forward_cuda of cuda/ops_cuda.cu (linked): the
  *      same one call per quad, one block per (b, t) row, a thread per quad (the CPU's dropout_row
  *      layout; any C).
  *   4. variant 2 with float4 loads and stores (one 16-byte access per tensor per quad): needs
  *      C % 4 == 0, which makes every quad 16-byte aligned.
  * Validation, per variant: (a) the values against the CPU reference (the semantics of
- * model/ops_cpu.c's residual_dropout_forward, written out per element below) within one rounding
+ * cpu/ops_cpu.c's residual_dropout_forward, written out per element below) within one rounding
  * (a GPU may fuse branch * scale + x into one FMA); (b) the mask bit for bit: run with x = 0 and
  * |branch| >= 0.5, an output is zero exactly where the element was dropped, and that pattern must
  * equal the reference's keep bits at every element. As a control, the line also prints how many
@@ -27,7 +27,7 @@
  */
 #include "dev/cuda/common.h"
 #include "random/philox.h"
-#include "model/ops_cuda.h"
+#include "cuda/ops_cuda.h"
 
 #define OP "residual_dropout_forward"
 #define NVARIANTS 4
@@ -37,7 +37,7 @@
 #define MASTER 0x5eedc0ffee123457ULL
 
 static const char* NAMES[NVARIANTS + 1] = {
-    NULL, "thread/element, philox/element", "thread/quad, philox/quad", "production (model/ops_cuda.cu)",
+    NULL, "thread/element, philox/element", "thread/quad, philox/quad", "production (cuda/ops_cuda.cu)",
     "thread/quad, philox/quad, float4"};
 
 /* ---- CPU reference: DESIGN §3 element by element -------------------------------------------- */

@@ -1,5 +1,5 @@
 /* tests/cuda/test_cuda_bf16.cu — bfloat16 conversions, on the device and on the host:
- *   1. the host's fp32 -> bf16 (cuda/bf16.h) on hand-worked cases (ties to even, the largest
+ *   1. the host's fp32 -> bf16 (util/bf16.h) on hand-worked cases (ties to even, the largest
  *      finite values, infinities, signed zeros, denormals, NaNs whose truncation would be inf) and
  *      against an independent oracle, the nearest bf16 found by comparing the two neighbours in
  *      float64, over every bf16 bucket with the low halves that decide rounding;
@@ -15,7 +15,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 #include "tests/test.h"
 
 #ifdef SG_EMU

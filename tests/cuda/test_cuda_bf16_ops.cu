@@ -1,10 +1,10 @@
-/* tests/cuda/test_cuda_bf16_ops.cu — the CUDA bf16 table's ops (model/ops_bf16_cuda.h), which
+/* tests/cuda/test_cuda_bf16_ops.cu — the CUDA bf16 table's ops (cuda/ops_bf16_cuda.h), which
  * read and write the operand activations as bf16, against two references:
  *   - the CUDA fp32 op on the same values (the bf16 inputs widened to fp32), its output rounded to
  *     bf16 on the host: the bf16 op computes that op's fp32 arithmetic and rounds once where the
  *     CPU bf16 table rounds, so the bits must be equal (round_to_act, LayerNorm, GELU forward and
  *     backward, RoPE). A rounding moved (none, or an extra one on an input) shows here;
- *   - the CPU bf16 table's op (model/ops_bf16_cpu.h) on the same bf16 inputs. The CUDA and CPU
+ *   - the CPU bf16 table's op (cpu/ops_bf16_cpu.h) on the same bf16 inputs. The CUDA and CPU
  *     kernels sum in other orders (warp butterflies, expf against vexpf), so their fp32 values
  *     differ in the last bits, and after the one rounding a bf16 output may land on the
  *     neighbouring bf16: every element equal or one bf16 step apart, at most FLIP_FRAC of them
@@ -27,12 +27,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 #include "model/backend.h"
 #include "model/ops.h"
-#include "model/ops_cuda.h"
-#include "model/ops_bf16_cuda.h"
-#include "model/ops_bf16_cpu.h"
+#include "cuda/ops_cuda.h"
+#include "cuda/ops_bf16_cuda.h"
+#include "cpu/ops_bf16_cpu.h"
 #include "tests/test.h"
 
 #ifdef SG_EMU

@@ -444,7 +444,7 @@ static void check_index_coverage(void) {
     free(out); free(hits);
 }
 
-/* Events on the default stream, as the profiler uses them (model/profile_cuda.cu): the time from
+/* Events on the default stream, as the profiler uses them (cuda/profile_cuda.cu): the time from
  * a record before a launch to one after it is finite and not negative, and an event never
  * recorded is refused with cudaErrorInvalidResourceHandle, as CUDA does. */
 static void check_events(void) {

@@ -58,7 +58,7 @@
 #endif
 #include "attention/attention.h"
 #include "attention/attention_cuda.h"
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 #include "attention/flash_tc.h"
 #include "tests/test.h"
 #include "tests/cuda/refusal.h"

@@ -1,6 +1,6 @@
-/* tests/cuda/test_cuda_lt.cu — the bf16 matmuls of model/ops_bf16_cuda.h (cuBLASLt) against a
+/* tests/cuda/test_cuda_lt.cu — the bf16 matmuls of cuda/ops_bf16_cuda.h (cuBLASLt) against a
  * float64 reference on the same bf16-rounded operands, and against the fp32 matmuls of
- * model/ops_cuda.h.
+ * cuda/ops_cuda.h.
  *   - tolerance, per element: the products of two bf16 are exact, so the only error is the fp32
  *     sum of its T terms (K products, plus the bias or the accumulated gradient) in an order the
  *     GPU does not specify: sg_mma_tolerance(T, sum |term|) = (T + 1) 2^-22 sum |term|
@@ -29,10 +29,10 @@
 #include <math.h>
 #include <unistd.h>   /* dup, dup2: the refusal notes are read back from stderr */
 #include "model/ops.h"
-#include "model/ops_cuda.h"
-#include "model/ops_bf16_cuda.h"
+#include "cuda/ops_cuda.h"
+#include "cuda/ops_bf16_cuda.h"
 #include "cuda/device.h"
-#include "cuda/mma.h"   /* sg_mma_tolerance; cuda/bf16.h */
+#include "cuda/mma.h"   /* sg_mma_tolerance; util/bf16.h */
 #include "tests/test.h"
 
 /* ---- host <-> device helpers -------------------------------------------------------------- */

@@ -22,7 +22,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 #include "cuda/mma.h"
 #include "tests/test.h"
 

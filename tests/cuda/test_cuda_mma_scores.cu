@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "attention/attention.h"
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 #include "cuda/mma.h"
 #include "tests/test.h"
 

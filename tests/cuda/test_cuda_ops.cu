@@ -1,4 +1,4 @@
-/* tests/cuda/test_cuda_ops.cu — every op of model/ops_cuda.h against its CPU twin (model/ops.h),
+/* tests/cuda/test_cuda_ops.cu — every op of cuda/ops_cuda.h against its CPU twin (model/ops.h),
  * and the CUDA backend's memory functions.
  *   - fresh random inputs; every written output filled with NaN before the launch, so an element
  *     the kernel forgets shows as NaN; accumulated outputs start from random values;
@@ -21,7 +21,7 @@
 #include <string.h>
 #include <math.h>
 #include "model/ops.h"
-#include "model/ops_cuda.h"
+#include "cuda/ops_cuda.h"
 #include "random/philox.h"
 #include "tests/test.h"
 

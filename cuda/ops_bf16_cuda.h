@@ -1,15 +1,15 @@
-/* model/ops_bf16_cuda.h — the CUDA ops of --precision bf16.
+/* cuda/ops_bf16_cuda.h — the CUDA ops of --precision bf16.
  *
  * The backend table's ops (model/backend.c's CUDA bf16 table): the contracts of model/ops.h with
  * the table's types (model/backend.h), the arguments typed void* bf16 bits in device memory, every
- * other tensor fp32; the twins of the CPU bf16 table's (model/ops_bf16_cpu.h), rounding where they
+ * other tensor fp32; the twins of the CPU bf16 table's (cpu/ops_bf16_cpu.h), rounding where they
  * round: a bf16 output is rounded once, to nearest even, by the op that produces it. The
- * element-wise ones live in model/ops_cuda.cu beside their fp32 kernels (one template each), the
- * products in model/ops_bf16_cuda.cu, the attention in attention/flash_tc.h.
+ * element-wise ones live in cuda/ops_cuda.cu beside their fp32 kernels (one template each), the
+ * products in cuda/ops_bf16_cuda.cu, the attention in attention/flash_tc.h.
  *
  * Below them, the fp32-interface matmuls (fp32 tensors in memory, the operands rounded at each
  * call), which the kernel benchmarks of dev/cuda and the tests call. Drop-in twins of
- * matmul_forward_cuda / matmul_backward_cuda (model/ops_cuda.h): the same signatures and the same
+ * matmul_forward_cuda / matmul_backward_cuda (cuda/ops_cuda.h): the same signatures and the same
  * contracts (model/ops.h: what is written, what is accumulated, which pointers may be NULL), every
  * pointer device memory, every tensor fp32 in memory. What changes is the arithmetic of the
  * products: each GEMM operand (input, weight, output gradient) is rounded to bf16 (to nearest,

@@ -1,14 +1,14 @@
-/* model/dist.h — data parallelism across processes: R ranks (mpirun -np R ./train_mpi), each
+/* dist/dist.h — data parallelism across processes: R ranks (mpirun -np R ./train_mpi), each
  * with its own copy of the model, each running the forward and backward of its own rows of the
  * step's global batch; the gradients are summed over the ranks before the clip and AdamW, so
  * every rank applies the same update and the weights stay equal on all of them.
  *
  * Three builds of this one interface:
- *   model/dist_none.c   the single-process build (./train): rank 0 of 1, every reduction is
+ *   dist/dist_none.c   the single-process build (./train): rank 0 of 1, every reduction is
  *                       the identity. No MPI anywhere.
- *   model/dist_mpi.c    `make mpi` (./train_mpi, built with mpicc): MPI_Allreduce on host
+ *   dist/dist_mpi.c    `make mpi` (./train_mpi, built with mpicc): MPI_Allreduce on host
  *                       memory, for backends whose memory is host memory (the CPU backend).
- *   + model/dist_nccl.cu with SEEDGPT_NCCL (`make mpi-cuda`): gradients in device memory are
+ *   + dist/dist_nccl.cu with SEEDGPT_NCCL (`make mpi-cuda`): gradients in device memory are
  *                       summed by ncclAllReduce on the device pointers; the NCCL id travels
  *                       over MPI. Untested until a machine with several GPUs runs it.
  *
@@ -84,7 +84,7 @@ ContextParallel dist_context_parallel(void);
  * on its way out (an exit handler registered by dist_init); one that fails leaves without it, and
  * mpirun ends the other ranks, which may be waiting for it in a reduction. */
 
-/* Between model/dist_mpi.c and model/dist_nccl.cu (SEEDGPT_NCCL builds only). */
+/* Between dist/dist_mpi.c and dist/dist_nccl.cu (SEEDGPT_NCCL builds only). */
 size_t dist_nccl_id_bytes(void);
 int dist_nccl_make_id(void* id, char err[256]);
 /* Binds this process to GPU local_rank (modulo the GPUs visible) and joins the communicator. */

@@ -1,9 +1,9 @@
-/* model/profile_cuda.cu — cudaEvent marks for the profiler (model/profile_cuda.h). The events are
+/* cuda/profile_cuda.cu — cudaEvent marks for the profiler (cuda/profile_cuda.h). The events are
  * created as the first step needs them and reused by every later step (each step records the same
  * marks); a mark's event is recorded on the default stream, so the time between two marks is the
  * device's time for the ops launched between them, whatever the host did meanwhile. */
 #include "cuda/device.h"
-#include "model/profile_cuda.h"
+#include "cuda/profile_cuda.h"
 
 static cudaEvent_t* events = NULL;
 static int n_events = 0, n_created = 0, cap_events = 0;

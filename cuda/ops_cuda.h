@@ -1,4 +1,4 @@
-/* model/ops_cuda.h — the CUDA twins of model/ops.h (model/ops_cuda.cu) and the CUDA backend's
+/* cuda/ops_cuda.h — the CUDA twins of model/ops.h (cuda/ops_cuda.cu) and the CUDA backend's
  * memory functions (cuda/device_memory.h). Same signatures and contracts as the CPU ops; every
  * pointer is device memory. Only model/backend.c and the CUDA tests include this.
  */

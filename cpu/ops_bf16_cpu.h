@@ -1,4 +1,4 @@
-/* model/ops_bf16_cpu.h — the CPU ops of --precision bf16 (model/ops_bf16_cpu.c and
+/* cpu/ops_bf16_cpu.h — the CPU ops of --precision bf16 (cpu/ops_bf16_cpu.c and
  * attention/flash_bf16_cpu.c), with the contracts of model/ops.h and attention/attention.h and the
  * table's types (model/backend.h): the arguments typed void* are bf16 (uint16_t bits), every
  * other tensor fp32. A bf16 output is rounded once, to nearest even, by the op that produces it.
@@ -22,7 +22,7 @@ void adamw_update_bf16(float* params, void* params_act, const float* grads, floa
                        float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int t);
 
-/* layernorm_forward with a bf16 out: the fp32 arithmetic of model/ops_cpu.c, each output rounded */
+/* layernorm_forward with a bf16 out: the fp32 arithmetic of cpu/ops_cpu.c, each output rounded */
 void layernorm_forward_bf16(void* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int N, int C);
 /* out (N, OC) = inp (N, C) . weight (OC, C)^T + bias through gemm_bf16; out_dtype DT_FP32 (out is
@@ -33,7 +33,7 @@ void matmul_forward_bf16(void* out, int out_dtype, const void* inp, const void* 
  * the product packs it (it stays fp32 in memory); dbias += the column sums of the fp32 dout */
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const void* inp, const void* weight, int N, int C, int OC);
-/* GELU of bf16 inputs: fp32 arithmetic (model/ops_cpu.c's), the forward's output rounded */
+/* GELU of bf16 inputs: fp32 arithmetic (cpu/ops_cpu.c's), the forward's output rounded */
 void gelu_forward_bf16(void* out, const void* inp, size_t n);
 void gelu_backward_bf16(float* dinp, const void* inp, const float* dout, size_t n);
 /* RoPE on bf16 q and k heads: each pair read, rotated in fp32, rounded again (the one activation

@@ -1,5 +1,5 @@
-/* model/ops_bf16_cuda.cu — the matmuls with bf16 operands through cuBLASLt (declared in
- * model/ops_bf16_cuda.h): the bf16 table's products on the operands as the activations store them
+/* cuda/ops_bf16_cuda.cu — the matmuls with bf16 operands through cuBLASLt (declared in
+ * cuda/ops_bf16_cuda.h): the bf16 table's products on the operands as the activations store them
  * (at the end of the file: matmul_forward_bf16_act_cuda, matmul_backward_bf16_act_cuda), and the
  * fp32-interface twins of matmul_forward_cuda / matmul_backward_cuda with the operands of every
  * product rounded to bf16 at each call, fp32 sums, fp32 outputs. Both share lt_gemm below: the
@@ -59,8 +59,8 @@
 #endif
 #include <stdint.h>
 #include <string.h>
-#include "model/ops_bf16_cuda.h"
-#include "model/ops_cuda.h"   /* device_alloc_cuda, device_free_cuda, bias_backward_cuda */
+#include "cuda/ops_bf16_cuda.h"
+#include "cuda/ops_cuda.h"   /* device_alloc_cuda, device_free_cuda, bias_backward_cuda */
 #include "cuda/act.h"
 
 #define LT_PAD 8                /* bf16 elements: 16 bytes */
@@ -316,7 +316,7 @@ static int lt_gemm(const char* what, const char* instead, cublasOperation_t tran
 /* ---- the ops ------------------------------------------------------------------------------ */
 
 /* cuBLASLt is column-major: a row-major (R, S) matrix is the column-major (S, R) one with leading
- * dimension S (model/ops_cuda.cu asks cuBLAS the same way). Padded sizes: Np, Cp, OCp. */
+ * dimension S (cuda/ops_cuda.cu asks cuBLAS the same way). Padded sizes: Np, Cp, OCp. */
 
 void matmul_forward_bf16_cuda(float* out, const float* inp, const float* weight, const float* bias,
                               int N, int C, int OC) {

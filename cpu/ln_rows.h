@@ -1,4 +1,4 @@
-/* model/ln_rows.h — the per-row sums of the CPU LayerNorms (model/ops_cpu.c, model/ops_bf16_cpu.c),
+/* cpu/ln_rows.h — the per-row sums of the CPU LayerNorms (cpu/ops_cpu.c, cpu/ops_bf16_cpu.c),
  * sixteen rows at a time.
  *
  * Each of those sums is one sequential chain over c = 0, 1, ..., C-1 (llm.c's order: the mean, the

@@ -1,9 +1,9 @@
-/* model/gemm_cpu.h — seedgpt's own fp32 matrix product for the CPU matmul op (model/ops_cpu.c).
+/* cpu/gemm_cpu.h — seedgpt's own fp32 matrix product for the CPU matmul op (cpu/ops_cpu.c).
  *
  * Every output element is one fused multiply-add chain over k = 0, 1, ..., K-1 in that order,
  * started at 0 (written) or at the element's old value (accumulated). Its bits therefore depend
  * only on the element's own row of A and column of B: not on M, N, the blocking, the thread
- * count, or the instruction set path. See the top of model/gemm_cpu.c for why.
+ * count, or the instruction set path. See the top of cpu/gemm_cpu.c for why.
  */
 #ifndef SEEDGPT_GEMM_CPU_H
 #define SEEDGPT_GEMM_CPU_H
@@ -26,7 +26,7 @@ int gemm_path_supported(GemmPath p);   /* 1 if this CPU (and this build) can run
 GemmPath gemm_path_selected(void);     /* the path the next call takes */
 const char* gemm_path_name(GemmPath p);
 
-/* ---- bf16 operands, fp32 accumulation (model/gemm_bf16_cpu.c) ------------------------------
+/* ---- bf16 operands, fp32 accumulation (cpu/gemm_bf16_cpu.c) ------------------------------
  * C (M,N) = A (M,K) . B (K,N) with A and B in bf16 (uint16_t bits) and C in fp32; strides and
  * accumulate as gemm_f32. Each output element is one chain over the k pairs (2p, 2p+1), the odd
  * element first, each step an exact product added with one rounding (fmaf), bf16 denormal

@@ -1,4 +1,4 @@
-/* model/peak.c — the CPU's measured FMA peak (model/peak.h). Owns nothing but its kernels and
+/* cpu/peak.c — the CPU's measured FMA peak (cpu/peak.h). Owns nothing but its kernels and
  * their timing; it reads no tensor and touches no other module.
  *
  * A kernel keeps C accumulators ("chains") in registers and updates each once per iteration:
@@ -15,7 +15,7 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "model/peak.h"
+#include "cpu/peak.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -1,4 +1,4 @@
-/* model/gemm_cpu.c — seedgpt's own fp32 GEMM, used by the CPU matmul op (model/ops_cpu.c).
+/* cpu/gemm_cpu.c — seedgpt's own fp32 GEMM, used by the CPU matmul op (cpu/ops_cpu.c).
  *
  * Why not OpenBLAS (DESIGN §1 routes dense products through it; this is a deliberate departure):
  * DESIGN §4 needs results bitwise independent of the thread count and of how a batch is split
@@ -33,7 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model/gemm_cpu.h"
+#include "cpu/gemm_cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

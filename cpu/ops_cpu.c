@@ -1,5 +1,5 @@
-/* model/ops_cpu.c — CPU implementations of model/ops.h: plain C + OpenMP, the model's dense
- * products through seedgpt's own GEMM (model/gemm_cpu.c). The reference for the CUDA twins.
+/* cpu/ops_cpu.c — CPU implementations of model/ops.h: plain C + OpenMP, the model's dense
+ * products through seedgpt's own GEMM (cpu/gemm_cpu.c). The reference for the CUDA twins.
  *
  * Determinism (DESIGN §4): per-row work is split over rows; reductions across rows (bias and
  * LayerNorm parameter gradients, embedding gradients, norms) are split over columns or fixed
@@ -13,9 +13,9 @@
 #include <string.h>
 #include "model/ops.h"
 #include "random/philox_x16.h"
-#include "model/gemm_cpu.h"
+#include "cpu/gemm_cpu.h"
 #include "model/adamw.h"
-#include "model/ln_rows.h"
+#include "cpu/ln_rows.h"
 #include "util/vexp.h"
 
 /* Columns per block in column-partitioned reductions (a multiple of 16 floats = 64 bytes). */
@@ -114,7 +114,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
 
 /* ---- layernorm ---------------------------------------------------------------------------- */
 
-/* Rows in groups of 16: their means and rstds side by side (model/ln_rows.h: each the sequential
+/* Rows in groups of 16: their means and rstds side by side (cpu/ln_rows.h: each the sequential
  * sum of llm.c's loop, bit for bit), then each row's output. */
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int N, int C) {
@@ -136,7 +136,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* rstd, int N, int C) {
     /* in the forward, out = norm * w + b with norm = (x - mean) * rstd, so per row:
      * dnorm = dout * w, and dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) */
-    /* rows in groups of 16, their two sums side by side where the CPU can (model/ln_rows.h) */
+    /* rows in groups of 16, their two sums side by side where the CPU can (cpu/ln_rows.h) */
     #pragma omp parallel for schedule(static)
     for (int n0 = 0; n0 < N; n0 += 16) {
         const int rows = N - n0 < 16 ? N - n0 : 16;

@@ -1,7 +1,7 @@
-/* model/dist_none.c — model/dist.h for the single-process build: one rank, reductions are the
- * identity. `make mpi` links model/dist_mpi.c instead. */
+/* dist/dist_none.c — dist/dist.h for the single-process build: one rank, reductions are the
+ * identity. `make mpi` links dist/dist_mpi.c instead. */
 #include <stdio.h>
-#include "model/dist.h"
+#include "dist/dist.h"
 
 int dist_init(int* argc, char*** argv, char err[256]) { return 0; }
 int dist_rank(void) { return 0; }

@@ -1,7 +1,7 @@
-/* cuda/cuda_emu.h — the CUDA subset of cuda/device.h, emulated on the CPU (-DSG_EMU).
+/* cuda/emu/cuda_emu.h — the CUDA subset of cuda/device.h, emulated on the CPU (-DSG_EMU).
  *
  * A kernel source written for nvcc builds unchanged as C++ against this header; the runtime is
- * cuda/cuda_emu.cpp. Each launch runs its blocks on teams of real threads (one thread per
+ * cuda/emu/cuda_emu.cpp. Each launch runs its blocks on teams of real threads (one thread per
  * CUDA thread, pooled, small stacks); a block's threads meet only where CUDA makes them meet:
  * __syncthreads(), and the warp collectives with their explicit mask. What the emulation checks,
  * and what it cannot, is written up in docs/cuda-emulation.md.
@@ -14,7 +14,7 @@
 #define SEEDGPT_CUDA_EMU_H
 
 #ifndef __cplusplus
-#error "cuda/cuda_emu.h is C++: build .cu sources with a C++ compiler and -DSG_EMU"
+#error "cuda/emu/cuda_emu.h is C++: build .cu sources with a C++ compiler and -DSG_EMU"
 #endif
 
 #include <stddef.h>
@@ -177,7 +177,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long strideB, const float* beta, float* C, int ldc,
                                          long long strideC, int batchCount);
 
-/* ---- cuBLASLt: the subset model/ops_bf16_cuda.cu uses (values as in cublasLt.h) ----------
+/* ---- cuBLASLt: the subset cuda/ops_bf16_cuda.cu uses (values as in cublasLt.h) ----------
  * bf16 A and B, C and D both fp32 or both bf16, fp32 compute and scale, column-major, transposes
  * N/T, the DEFAULT and BIAS (fp32 bias) epilogues, on the default stream. The emulation computes
  * each element of D as the fp32 sum of the exact bf16 products in ascending k, then alpha * sum +
@@ -431,10 +431,10 @@ inline T atomicExch(T* p, T v) {
     return __atomic_exchange_n(p, v, __ATOMIC_RELAXED);
 }
 
-/* ---- bfloat16 (cuda_bf16.h's names; the conversions are cuda/bf16.h's, bit for bit) ------
+/* ---- bfloat16 (cuda_bf16.h's names; the conversions are util/bf16.h's, bit for bit) ------
  * A storage type only: no arithmetic and no implicit conversion, so a kernel converts explicitly
  * where it means to round, and fp32 stays the type it computes in. */
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 struct __nv_bfloat16 {
     unsigned short __x;
 };

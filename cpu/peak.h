@@ -1,4 +1,4 @@
-/* model/peak.h — this machine's real arithmetic peak, measured: the yardstick MFU is read against
+/* cpu/peak.h — this machine's real arithmetic peak, measured: the yardstick MFU is read against
  * when no other rate is given, and the ceiling the benchmark tables quote.
  *
  * Each OpenMP thread runs independent chains of fused multiply-adds on registers only (no load,

@@ -1,4 +1,4 @@
-/* model/profile_cuda.h — the profiler's timer on CUDA (model/profile_cuda.cu): a cudaEvent per
+/* cuda/profile_cuda.h — the profiler's timer on CUDA (cuda/profile_cuda.cu): a cudaEvent per
  * mark, recorded on the default stream where the ops run, read with cudaEventElapsedTime at the
  * end of the step. Plain C: train.c (under SEEDGPT_CUDA) hands it to profile_wrap. */
 #ifndef SEEDGPT_PROFILE_CUDA_H

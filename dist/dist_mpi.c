@@ -1,7 +1,7 @@
-/* model/dist_mpi.c — model/dist.h over MPI (`make mpi`: ./train_mpi, compiled with mpicc).
+/* dist/dist_mpi.c — dist/dist.h over MPI (`make mpi`: ./train_mpi, compiled with mpicc).
  *
  * Host memory (the CPU backend): MPI_Allreduce(SUM) in place on the gradient arena. Device memory
- * (CUDA, built with SEEDGPT_NCCL): ncclAllReduce on the device pointers (model/dist_nccl.cu);
+ * (CUDA, built with SEEDGPT_NCCL): ncclAllReduce on the device pointers (dist/dist_nccl.cu);
  * MPI only carries the NCCL id from rank 0 to the others.
  *
  * Determinism: a sum over ranks is a floating-point sum in an order MPI chooses. OpenMPI chooses
@@ -10,7 +10,7 @@
  * also b + a, so both ranks hold the same bits. Against one process with the same global batch the
  * results agree to rounding (the partial sums are grouped differently), not bit for bit.
  */
-#include "model/dist.h"
+#include "dist/dist.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>   /* on_exit: glibc, _GNU_SOURCE (the Makefile's CFLAGS) */

@@ -1,4 +1,4 @@
-/* model/gemm_bf16_cpu.c — seedgpt's bf16 matrix product on the CPU: bf16 operands, fp32
+/* cpu/gemm_bf16_cpu.c — seedgpt's bf16 matrix product on the CPU: bf16 operands, fp32
  * accumulation, with AVX512_BF16's VDPBF16PS where the CPU has it and runs it fast, the bf16
  * widened to fp32 FMAs on AVX-512 CPUs where it is slow (Intel's) or absent, and a portable C
  * twin; all three give the same bits.
@@ -14,7 +14,7 @@
  * VDPBF16PS does: measured against the instruction on random operands over the whole exponent
  * range, denormals, zeros and infinities included, the model above gives its bits every time
  * (tests/test_gemm.c keeps that check). So the two paths give the same bits, and like the fp32
- * product (model/gemm_cpu.c) an element's bits depend only on its row of A and column of B: not
+ * product (cpu/gemm_cpu.c) an element's bits depend only on its row of A and column of B: not
  * on M, N, the blocking or the thread count.
  *
  * Layout: A is packed into panels of MR rows, one 32-bit word per (pair, row) holding A[i,2p] in
@@ -23,7 +23,7 @@
  * panel's odd elements and then its even ones per pair. A micro-kernel keeps an MR x NR block of
  * fp32 accumulators, over KPC pairs at a time; on AVX-512 a row's word is broadcast and VDPBF16PS
  * takes 16 columns' words at once.
- * The driver is gemm_f32's (model/gemm_cpu.c): of the two operands, the one with fewer panels is
+ * The driver is gemm_f32's (cpu/gemm_cpu.c): of the two operands, the one with fewer panels is
  * packed whole, per pair chunk as long as PACK_WORDS allows, into a buffer the threads share; the
  * other is cut into blocks, as many as a multiple of the thread count, and the thread that takes a
  * block packs it KPC pairs at a time into a buffer of its own right before it runs that slice's
@@ -38,8 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model/gemm_cpu.h"
-#include "cuda/bf16.h"
+#include "cpu/gemm_cpu.h"
+#include "util/bf16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -1,4 +1,4 @@
-/* cuda/cuda_emu.cpp — the runtime behind cuda/cuda_emu.h: kernel launches on pooled
+/* cuda/emu/cuda_emu.cpp — the runtime behind cuda/emu/cuda_emu.h: kernel launches on pooled
  * CPU threads, __syncthreads, the warp collectives, shared memory, device memory, cuBLAS.
  *
  * How a launch runs: a team is the threads of one block (one real thread per CUDA thread, from a
@@ -15,7 +15,7 @@
  * annotated instead (a barrier: every arrival before every departure; a warp collective: the same
  * among its lanes; the end of a block before the start of the next on that team).
  */
-#include "cuda/cuda_emu.h"
+#include "cuda/emu/cuda_emu.h"
 
 #ifndef SEEDGPT_NO_CBLAS
 #include <cblas.h>
@@ -1071,7 +1071,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 }
 
 /* ---- cuBLASLt ----------------------------------------------------------------------------- */
-/* The subset model/ops_bf16_cuda.cu uses (cuda_emu.h lists it). Descriptors hold what was set;
+/* The subset cuda/ops_bf16_cuda.cu uses (cuda_emu.h lists it). Descriptors hold what was set;
  * cublasLtMatmul checks the whole problem, as the library would, then computes on the CPU: each
  * element of D is the fp32 sum of the bf16 products (exact in fp32) in ascending k, then
  * alpha * sum + beta * C, then + bias[row], stored as D's type (fp32, or bf16 rounded to nearest

@@ -1,19 +1,19 @@
-/* model/ops_bf16_cpu.c — the CPU ops of --precision bf16 whose operands or outputs are bf16
- * activations (model/ops_bf16_cpu.h); the products through gemm_bf16 (model/gemm_bf16_cpu.c). The
- * arithmetic is model/ops_cpu.c's in fp32 on the bf16 values read; a bf16 output is rounded once,
- * to nearest even (cuda/bf16.h's conversion, CUDA's __float2bfloat16_rn). The determinism of
- * model/ops_cpu.c carries over: per-row work split over rows, column sums over fixed blocks.
+/* cpu/ops_bf16_cpu.c — the CPU ops of --precision bf16 whose operands or outputs are bf16
+ * activations (cpu/ops_bf16_cpu.h); the products through gemm_bf16 (cpu/gemm_bf16_cpu.c). The
+ * arithmetic is cpu/ops_cpu.c's in fp32 on the bf16 values read; a bf16 output is rounded once,
+ * to nearest even (util/bf16.h's conversion, CUDA's __float2bfloat16_rn). The determinism of
+ * cpu/ops_cpu.c carries over: per-row work split over rows, column sums over fixed blocks.
  */
 #include <math.h>
 #include <string.h>
-#include "model/ops_bf16_cpu.h"
+#include "cpu/ops_bf16_cpu.h"
 #include "model/backend.h"
-#include "model/gemm_cpu.h"
+#include "cpu/gemm_cpu.h"
 #include "model/ops.h"
-#include "cuda/bf16.h"
+#include "util/bf16.h"
 #include "util/vexp.h"
 #include "model/adamw.h"
-#include "model/ln_rows.h"
+#include "cpu/ln_rows.h"
 
 #define COL_BLOCK 64
 
@@ -26,7 +26,7 @@ void round_to_bf16_cpu(void* dst, const float* src, size_t n) {
 void adamw_update_bf16(float* params, void* params_act, const float* grads, float grad_scale,
                        float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int t) {
-    float bc1 = 1.0f - powf(beta1, (float)t);   /* as adamw_update (model/ops_cpu.c) */
+    float bc1 = 1.0f - powf(beta1, (float)t);   /* as adamw_update (cpu/ops_cpu.c) */
     float bc2 = 1.0f - powf(beta2, (float)t);
     uint16_t* pa = params_act;
     #pragma omp parallel for schedule(static)
@@ -94,7 +94,7 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
     }
 }
 
-/* GELU (tanh approximation), as model/ops_cpu.c computes it */
+/* GELU (tanh approximation), as cpu/ops_cpu.c computes it */
 #define GELU_SCALING_FACTOR 0.7978845608028654f  /* sqrt(2 / pi) */
 static inline float gelu_tanh(float u) { return 1.0f - 2.0f / (1.0f + vexpf(2.0f * u)); }
 

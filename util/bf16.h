@@ -1,4 +1,4 @@
-/* cuda/bf16.h — bfloat16 on the host: the conversions the CPU references use, bit for bit
+/* util/bf16.h — bfloat16 on the host: the conversions the CPU references use, bit for bit
  * what CUDA's __float2bfloat16_rn and __bfloat162float give.
  *
  * bf16 is the top half of an IEEE fp32: 1 sign bit, the same 8 exponent bits, 7 stored mantissa
@@ -8,7 +8,7 @@
  * value (no flush to zero), and every NaN becomes the one NaN 0x7fff (sign cleared, all mantissa
  * bits set), as CUDA's cuda_bf16.h does off the device.
  *
- * The emulation's __float2bfloat16_rn (cuda/cuda_emu.h) is this function, so kernels run
+ * The emulation's __float2bfloat16_rn (cuda/emu/cuda_emu.h) is this function, so kernels run
  * through the emulation convert exactly as the host reference does; tests/cuda/test_cuda_bf16.cu
  * holds both to an independent oracle and, on a GPU, holds the hardware's cvt.rn.bf16.f32 to them.
  *

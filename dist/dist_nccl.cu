@@ -1,7 +1,7 @@
-/* model/dist_nccl.cu — the device half of model/dist.h: gradients in CUDA memory summed over the
+/* dist/dist_nccl.cu — the device half of dist/dist.h: gradients in CUDA memory summed over the
  * ranks by ncclAllReduce, one GPU per rank (GPU local_rank on each machine), and the
  * context-parallel ring's shifts of device buffers (ncclSend/ncclRecv). The NCCL id is made
- * by rank 0 and carried to the others over MPI by model/dist_mpi.c, which calls everything here.
+ * by rank 0 and carried to the others over MPI by dist/dist_mpi.c, which calls everything here.
  *
  * Built only by `make mpi-cuda` / `make mpi-cuda-check` (SEEDGPT_NCCL). Compiled in CI; not yet
  * run on a machine with several GPUs.
@@ -10,7 +10,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
-#include "model/dist.h"
+#include "dist/dist.h"
 
 static ncclComm_t comm;
 static cudaStream_t stream;

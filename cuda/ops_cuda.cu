@@ -1,4 +1,4 @@
-/* model/ops_cuda.cu — the CUDA twins of model/ops_cpu.c (declared in model/ops_cuda.h): the same
+/* cuda/ops_cuda.cu — the CUDA twins of cpu/ops_cpu.c (declared in cuda/ops_cuda.h): the same
  * signatures and contracts, every pointer device memory. Attention lives in attention/.
  *
  * Each op reads as its CPU twin, one thread (or warp, or block) per piece of the CPU loop:
@@ -21,8 +21,8 @@
 #include "cuda/device.h"
 #include <math.h>
 #include <string.h>
-#include "model/ops_cuda.h"
-#include "model/ops_bf16_cuda.h"
+#include "cuda/ops_cuda.h"
+#include "cuda/ops_bf16_cuda.h"
 #include "cuda/act.h"
 #include "model/adamw.h"
 #include "model/ops.h"   /* ROPE_NEOX, ROPE_GPTJ */
