@@ -53,6 +53,17 @@
 #define BLOCK_PANELS 16 /* at most this many panels in one thread's block of the blocked operand */
 #define MC_PANELS 8    /* shared A panels walked per B panel (in L2) */
 #define PACK_WORDS ((size_t)8 << 20)   /* the shared operand's words of one pair chunk: 32 MiB */
+#ifdef SEEDGPT_TEST_BUILD
+static size_t pack_limit = PACK_WORDS;   /* gemm_bf16_test_pack_limit */
+void gemm_bf16_test_pack_limit(size_t words) { pack_limit = words ? words : PACK_WORDS; }
+#define PACK_LIMIT pack_limit
+static unsigned rows_run;                /* gemm_bf16_test_rows_kernels_run */
+unsigned gemm_bf16_test_rows_kernels_run(void) {
+    return __atomic_exchange_n(&rows_run, 0u, __ATOMIC_RELAXED);
+}
+#else
+#define PACK_LIMIT PACK_WORDS
+#endif
 #define MR_MAX 12
 #define NR_MAX 32
 
@@ -633,6 +644,9 @@ static void tile(const Gemm* g, int kp, const uint32_t* ap, const uint32_t* bp, 
                        : g->pd.rows != NULL ? g->pd.rows[mr]
                        : room ? g->pd.kernel : NULL;
     if (k != NULL && (nr == NR || room)) {
+#ifdef SEEDGPT_TEST_BUILD
+        if (mr < MR && g->pd.rows != NULL) __atomic_fetch_or(&rows_run, 1u << mr, __ATOMIC_RELAXED);
+#endif
         k(kp, ap, bp, c, ldc, load_c);
         return;
     }
@@ -727,10 +741,15 @@ static void run_a_blocks(const Gemm* g, const uint32_t* Bp, uint32_t* mine, floa
     }
 }
 
+static GemmPacking last_packing;
+GemmPacking gemm_bf16_last_packing(void) { return last_packing; }
+
 void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, size_t csa,
                   const uint16_t* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc,
                   uint16_t* Cb, const float* bias) {
     if (M <= 0 || N <= 0) return;
+    last_packing = (GemmPacking){.driver = GEMM_DIRECT, .threads = omp_get_max_threads(),
+                                 .row_blocks = 1};
     if (K <= 0) {
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) {
@@ -756,17 +775,22 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
     g.np = (N + NR - 1) / NR;
     const int b_blocked = g.np >= g.mp;   /* B has the more panels: it is the blocked one */
     const size_t per_pair = b_blocked ? (size_t)g.mp * g.as : (size_t)g.np * g.bs;
-    if (Cb != NULL && b_blocked && per_pair * KP > PACK_WORDS && g.mp > MC_PANELS) {
+    if (Cb != NULL && b_blocked && per_pair * KP > PACK_LIMIT && g.mp > MC_PANELS) {
         /* a bf16 result packs the whole K at once: rows in blocks whose A panels fit PACK_WORDS
          * (every row's chains are its own, so the bits are the same) */
-        size_t rows = PACK_WORDS / ((size_t)KP * (g.as / MR));
+        size_t rows = PACK_LIMIT / ((size_t)KP * (g.as / MR));
         rows = rows / ((size_t)MR * MC_PANELS) * ((size_t)MR * MC_PANELS);
         if (rows < (size_t)MR * MC_PANELS) rows = (size_t)MR * MC_PANELS;
+        GemmPacking first = {0};
+        int blocks = 0;
         for (size_t i0 = 0; i0 < (size_t)M; i0 += rows) {
             const int m = (int)((size_t)M - i0 < rows ? (size_t)M - i0 : rows);
             gemm_bf16_ex(m, N, K, (const char*)A + i0 * rsa * g.esize, a_f32, rsa, csa, B, rsb,
                          csb, 0, NULL, ldc, Cb + i0 * ldc, bias);
+            if (blocks++ == 0) first = last_packing;
         }
+        last_packing = first;
+        last_packing.row_blocks = blocks;
         return;
     }
     g.blk = block_panels(b_blocked ? g.np : g.mp, threads);
@@ -774,7 +798,7 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
      * shapes): each chunk costs the threads two barriers, which are dear on a loaded machine. A
      * bf16 result is rounded once, at the end of its chain: all of K in one chunk, its sums in
      * fp32 beside the thread's slice, a block's output at a time */
-    int pchunk = (int)(PACK_WORDS / per_pair) / KPC * KPC;
+    int pchunk = (int)(PACK_LIMIT / per_pair) / KPC * KPC;
     if (pchunk < KPC) pchunk = KPC;
     if (pchunk > KP || Cb != NULL) pchunk = KP;
     /* A's panels a_ld slots apart, 16 more than they hold (as gemm_f32's: a power-of-two stride
@@ -786,6 +810,9 @@ void gemm_bf16_ex(int M, int N, int K, const void* A, int a_f32, size_t rsa, siz
     const size_t sums = Cb == NULL ? 0
                       : b_blocked ? (size_t)g.mp * MR * g.blk * NR : (size_t)g.blk * MR * g.np * NR;
     uint32_t* buf = pack_buffer(shared + (slice + sums) * (size_t)threads);
+    last_packing = (GemmPacking){b_blocked ? GEMM_B_BLOCKED : GEMM_A_BLOCKED,
+                                 shared * sizeof(uint32_t), (slice + sums) * sizeof(uint32_t),
+                                 threads, (KP + pchunk - 1) / pchunk, 1};
 
     #pragma omp parallel
     {

@@ -47,6 +47,15 @@
 #define BLOCK_PANELS 16 /* at most this many panels in one thread's block of the blocked operand */
 #define MC_PANELS 8    /* shared A panels walked per B panel (96 rows on AVX-512: ~100 KB, in L2) */
 #define PACK_FLOATS ((size_t)8 << 20)  /* the shared operand's panels of one k chunk: 32 MiB at most */
+#ifdef SEEDGPT_TEST_BUILD
+static size_t pack_limit = PACK_FLOATS;   /* gemm_test_pack_limit */
+void gemm_test_pack_limit(size_t floats) { pack_limit = floats ? floats : PACK_FLOATS; }
+#define PACK_LIMIT pack_limit
+static unsigned rows_run;                 /* gemm_test_rows_kernels_run */
+unsigned gemm_test_rows_kernels_run(void) { return __atomic_exchange_n(&rows_run, 0u, __ATOMIC_RELAXED); }
+#else
+#define PACK_LIMIT PACK_FLOATS
+#endif
 #define MR_MAX 12
 #define NR_MAX 32
 
@@ -409,6 +418,9 @@ static void tile(const Gemm* g, int kc, const float* ap, const float* bp, float*
                  int load_c) {
     const int MR = g->pd.mr, NR = g->pd.nr;
     if (nr == NR && (mr == MR || g->pd.rows != NULL)) {
+#ifdef SEEDGPT_TEST_BUILD
+        if (mr < MR) __atomic_fetch_or(&rows_run, 1u << mr, __ATOMIC_RELAXED);
+#endif
         (mr == MR ? g->pd.kernel : g->pd.rows[mr])(kc, ap, bp, c, g->ldc, load_c);
         return;
     }
@@ -479,9 +491,14 @@ static void run_a_blocks(const Gemm* g, const float* Bp, float* mine, int k0, in
     }
 }
 
+static GemmPacking last_packing;
+GemmPacking gemm_f32_last_packing(void) { return last_packing; }
+
 void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
               const float* B, size_t rsb, size_t csb, int accumulate, float* C, size_t ldc) {
     if (M <= 0 || N <= 0) return;
+    last_packing = (GemmPacking){.driver = GEMM_DIRECT, .threads = omp_get_max_threads(),
+                                 .row_blocks = 1};
     if (K <= 0) {
         if (!accumulate)
             for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, sizeof(float) * N);
@@ -504,7 +521,7 @@ void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
     /* the shared operand is packed in k chunks as long as PACK_FLOATS allows (all of K at GPT-2
      * shapes): each chunk costs the threads two barriers, which are dear on a loaded machine */
     const size_t per_k = b_blocked ? (size_t)g.mp * MR : (size_t)g.np * NR;
-    int kchunk = (int)(PACK_FLOATS / per_k) / KC * KC;
+    int kchunk = (int)(PACK_LIMIT / per_k) / KC * KC;
     if (kchunk < KC) kchunk = KC;
     if (kchunk > K) kchunk = K;
     /* A's panels a_ld floats apart: MR * kchunk and 16 more, so that the same k of successive
@@ -513,6 +530,8 @@ void gemm_f32(int M, int N, int K, const float* A, size_t rsa, size_t csa,
     const size_t shared = b_blocked ? (size_t)g.mp * g.a_ld : (size_t)g.np * NR * kchunk;
     const size_t mine = b_blocked ? (size_t)g.blk * NR * KC : (size_t)g.blk * ((size_t)MR * KC + 16);
     float* buf = pack_buffer(shared + mine * (size_t)threads);
+    last_packing = (GemmPacking){b_blocked ? GEMM_B_BLOCKED : GEMM_A_BLOCKED, shared * sizeof(float),
+                                 mine * sizeof(float), threads, (K + kchunk - 1) / kchunk, 1};
 
     #pragma omp parallel
     {

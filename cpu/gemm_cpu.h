@@ -60,4 +60,34 @@ int gemm_bf16_path_supported(GemmBf16Path p);
 GemmBf16Path gemm_bf16_path_selected(void);
 const char* gemm_bf16_path_name(GemmBf16Path p);
 
+/* ---- what a call packed ------------------------------------------------------------------
+ * The packing buffer of each GEMM (one for gemm_f32, one for gemm_bf16_ex) is plain malloc, grown
+ * to the largest call seen and kept: no memory counter sees it. The last call's figures, for the
+ * benchmark's table (build/bench_gemm --packing) and the tests: the buffer it asked for is
+ * shared_bytes + threads * thread_bytes. A bf16 result cut into row blocks reports its first
+ * (largest) block, and the number of blocks. */
+typedef enum { GEMM_DIRECT = 0, GEMM_A_BLOCKED = 1, GEMM_B_BLOCKED = 2 } GemmDriver;
+typedef struct {
+    GemmDriver driver;     /* direct (no packing; gemm_f32 only), or which operand was blocked */
+    size_t shared_bytes;   /* the shared operand's panels of one k chunk */
+    size_t thread_bytes;   /* each thread's own: its slice of a block, a bf16 result's fp32 sums */
+    int threads;
+    int chunks;            /* k chunks the shared operand was packed in */
+    int row_blocks;        /* a bf16 result cut into blocks of rows; 1: not cut */
+} GemmPacking;
+GemmPacking gemm_f32_last_packing(void);
+GemmPacking gemm_bf16_last_packing(void);
+
+#ifdef SEEDGPT_TEST_BUILD
+/* Test builds only, so that small products take the paths of large ones. pack_limit: the shared
+ * operand's floats (gemm_f32) or words (gemm_bf16_ex) per k chunk, 8 Mi by default, here any
+ * (0 restores the default): a small limit packs K in chunks of KC values (KPC pairs), and cuts a
+ * B-blocked bf16 result into row blocks. rows_kernels_run: a mask, bit r set when the kernel over
+ * r rows of a panel (the last panel of an M that MR does not divide) ran since the last read. */
+void gemm_test_pack_limit(size_t floats);
+void gemm_bf16_test_pack_limit(size_t words);
+unsigned gemm_test_rows_kernels_run(void);
+unsigned gemm_bf16_test_rows_kernels_run(void);
+#endif
+
 #endif
