@@ -4,6 +4,11 @@
  *
  * The three layouts are matmul's products: "nt" out = x . W^T (B stored (N,K)), "nn" dx = dy . W
  * (B stored (K,N)), "tn" dW += dy^T . x (A stored (K,M)).
+ *
+ * Every path this CPU runs is forced in turn (SEEDGPT_GEMM) and swept over the remainders: M mod
+ * 12, N mod 32, K around the slices of 256, through each driver (A-blocked, B-blocked, direct),
+ * written and accumulated, and with the k chunks cut small (the test build's pack limit) so that
+ * every chunk restart runs; a path the CPU lacks is a SKIP.
  */
 #include <omp.h>
 #include <stdint.h>
@@ -209,6 +214,151 @@ static void test_paths(void) {
     }
 }
 
+/* ---- every path, every remainder, every driver -------------------------------------------- */
+
+/* element (i, j) as the specification says: fmaf over k in order, from 0 or from the old value */
+static float chain_of(const Prob* p, int i, int j, int accumulate, float old) {
+    float acc = accumulate ? old : 0.0f;
+    for (int k = 0; k < p->K; k++) acc = fmaf(a_at(p, i, k), b_at(p, k, j), acc);
+    return acc;
+}
+
+#define GUARD_COLS 3          /* C's rows are N + 3 apart; the 3 columns past N must stay as set */
+static const float guard_value = 1234.5f;
+
+/* What a path's sweep reached: per driver, written (0) and accumulated (1), products in one k
+ * chunk over several 256-value slices, and in several chunks; the fewer-row kernels that ran. */
+typedef struct {
+    int one_chunk[3][2], chunks[3][2];
+    unsigned rows_kernels;
+} Reach;
+
+/* One product of the sweep at `threads` threads, written and accumulated (modes: bit 0 written,
+ * bit 1 accumulated), at the default pack limit and (K > 256) at the smallest, where every 256
+ * values of k are a chunk of their own. Returns the elements (in C and the guard columns) that
+ * differ from the chains. */
+static size_t sweep_one(Layout lay, int M, int N, int K, int threads, int modes, Reach* r,
+                        size_t* n) {
+    Prob p = prob_new(lay, M, N, K);
+    const size_t ldc = (size_t)N + GUARD_COLS;
+    float* init = fbuf((size_t)M * ldc);
+    float* want = malloc(sizeof(float) * M * ldc);
+    float* c = malloc(sizeof(float) * M * ldc);
+    size_t differ = 0;
+    for (int i = 0; i < M; i++)
+        for (size_t j = N; j < ldc; j++) init[i * ldc + j] = guard_value;
+    omp_set_num_threads(threads);
+    for (int acc = 0; acc <= 1; acc++) {
+        if (!(modes >> acc & 1)) continue;
+        memcpy(want, init, sizeof(float) * M * ldc);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) want[i * ldc + j] = chain_of(&p, i, j, acc, init[i * ldc + j]);
+        for (int small = 0; small <= (K > 256); small++) {
+            gemm_test_pack_limit(small ? 1 : 0);
+            memcpy(c, init, sizeof(float) * M * ldc);
+            run_rows(&p, 0, M, acc, c, ldc);
+            differ += count_differ(want, c, (size_t)M * ldc);
+            *n += (size_t)M * ldc;
+            GemmPacking g = gemm_f32_last_packing();
+            if (g.chunks > 1) r->chunks[g.driver][acc] = 1;
+            else if (K > 256) r->one_chunk[g.driver][acc] = 1;
+        }
+    }
+    gemm_test_pack_limit(0);
+    omp_set_num_threads(2);
+    free(init); free(want); free(c); prob_free(&p);
+    return differ;
+}
+
+/* Each path against the chains over the remainders:
+ *   rows, in every layout: M = 36..47 x N 40 (A has the more panels on every path: A-blocked)
+ *         and M = 12..23 x N 100 (B-blocked), K 300 (a 256 slice and 44), so each M mod 12 (mod
+ *         6, mod 4) ends a panel beside a whole column panel, the fewer-row kernel's case; M = 1..4
+ *         (direct);
+ *   columns: N = 32..63 at M 5 (B-blocked) and M 61 (A-blocked), K 37, the layouts in turn;
+ *   k: K = 1, 2, 15, 16, 17, 255, 256, 257, 511, 512, 513 at 13 x 70 (B) and 50 x 20 (A), the
+ *         layouts in turn.
+ * Written and accumulated (the columns alternately), at two chunkings, at 1 thread (the blocks
+ * of several threads: test_path_threads below). And the sweep must reach what it means to: both
+ * drivers written and accumulated, in one chunk and in several, the direct one, and on AVX-512
+ * each kernel over 1 to 11 rows. */
+static void test_every_path_and_remainder(GemmPath g) {
+    char name[128], reach_name[128];
+    snprintf(name, sizeof name, "%s_every_remainder_and_driver_equals_the_chain",
+             gemm_path_name(g));
+    snprintf(reach_name, sizeof reach_name,
+             "%s_sweep_reaches_each_driver_chunk_restart_and_fewer_row_kernel", gemm_path_name(g));
+    if (!gemm_path_supported(g)) {
+        const char* why = g == GEMM_AVX2 ? "this CPU lacks AVX2 and FMA" : "this CPU lacks AVX-512F";
+        skip(name, why);
+        skip(reach_name, why);
+        return;
+    }
+    set_path(g);
+    (void)gemm_test_rows_kernels_run();
+    Reach r = {0};
+    size_t differ = 0, n = 0;
+    static const int kset[] = {1, 2, 15, 16, 17, 255, 256, 257, 511, 512, 513};
+    for (Layout lay = NT; lay <= TN; lay++) {
+        for (int m = 0; m < 12; m++) {
+            differ += sweep_one(lay, 36 + m, 40, 300, 1, 3, &r, &n);
+            differ += sweep_one(lay, 12 + m, 100, 300, 1, 3, &r, &n);
+        }
+        for (int m = 1; m <= 4; m++) differ += sweep_one(lay, m, 40, 300, 1, 3, &r, &n);
+    }
+    for (int nn = 32; nn < 64; nn++) {
+        differ += sweep_one((Layout)(nn % 3), 5, nn, 37, 1, 1 + nn % 2, &r, &n);
+        differ += sweep_one((Layout)(nn % 3), 61, nn, 37, 1, 2 - nn % 2, &r, &n);
+    }
+    for (int k = 0; k < (int)(sizeof kset / sizeof kset[0]); k++) {
+        differ += sweep_one((Layout)(k % 3), 13, 70, kset[k], 1, 3, &r, &n);
+        differ += sweep_one((Layout)((k + 1) % 3), 50, 20, kset[k], 1, 3, &r, &n);
+    }
+    r.rows_kernels = gemm_test_rows_kernels_run();
+    unsetenv("SEEDGPT_GEMM");
+    expect(differ == 0, name, "%zu of %zu elements differ (guard columns included)", differ, n);
+    int blocked = 1;
+    for (int d = GEMM_A_BLOCKED; d <= GEMM_B_BLOCKED; d++)
+        for (int acc = 0; acc <= 1; acc++) blocked &= r.one_chunk[d][acc] && r.chunks[d][acc];
+    const unsigned want_rows = g == GEMM_AVX512 ? 0xffeu : 0u;   /* kernels over 1..11 rows */
+    expect(blocked && r.one_chunk[GEMM_DIRECT][0] && r.rows_kernels == want_rows, reach_name,
+           "A-blocked written/accumulated in one chunk %d/%d, in several %d/%d; B-blocked %d/%d, "
+           "%d/%d; direct %d; fewer-row kernels run: mask 0x%x (want 0x%x)",
+           r.one_chunk[GEMM_A_BLOCKED][0], r.one_chunk[GEMM_A_BLOCKED][1],
+           r.chunks[GEMM_A_BLOCKED][0], r.chunks[GEMM_A_BLOCKED][1],
+           r.one_chunk[GEMM_B_BLOCKED][0], r.one_chunk[GEMM_B_BLOCKED][1],
+           r.chunks[GEMM_B_BLOCKED][0], r.chunks[GEMM_B_BLOCKED][1], r.one_chunk[GEMM_DIRECT][0],
+           r.rows_kernels, want_rows);
+}
+
+/* Each path at 1, 2 and 3 threads, where the blocked operand is cut into blocks (several per
+ * thread, the last one short): 203 x 40 (A-blocked: 17 to 51 panels of A) and 22 x 600 (B-blocked:
+ * 19 to 38 panels of B), K 300, every layout, written and accumulated, at both chunkings. Every
+ * result bitwise its chain, so bitwise the same at every thread count and blocking. */
+static void test_path_threads(GemmPath g) {
+    char name[128];
+    snprintf(name, sizeof name, "%s_bitwise_the_chain_at_1_2_3_threads_in_blocks_and_chunks",
+             gemm_path_name(g));
+    if (!gemm_path_supported(g)) {
+        skip(name, g == GEMM_AVX2 ? "this CPU lacks AVX2 and FMA" : "this CPU lacks AVX-512F");
+        return;
+    }
+    set_path(g);
+    Reach r = {0};
+    size_t differ = 0, n = 0;
+    for (Layout lay = NT; lay <= TN; lay++)
+        for (int t = 1; t <= 3; t++) {
+            differ += sweep_one(lay, 203, 40, 300, t, 3, &r, &n);
+            differ += sweep_one(lay, 22, 600, 300, t, 3, &r, &n);
+        }
+    (void)gemm_test_rows_kernels_run();
+    unsetenv("SEEDGPT_GEMM");
+    expect(differ == 0 && r.chunks[GEMM_A_BLOCKED][0] && r.chunks[GEMM_B_BLOCKED][0], name,
+           "%zu of %zu elements differ (guard columns included); several chunks reached: "
+           "A-blocked %d, B-blocked %d", differ, n, r.chunks[GEMM_A_BLOCKED][0],
+           r.chunks[GEMM_B_BLOCKED][0]);
+}
+
 /* C inside a larger buffer (ldc > N, guard rows above and below): only the M x N block changes. */
 static void test_no_write_outside(void) {
     const int shapes[][3] = {{7, 33, 65}, {65, 7, 1}, {1, 1, 300}, {37, 50, 260}};
@@ -245,37 +395,41 @@ static void test_empty_k(void) {
            "accumulate kept C: %d, write zeroed C: %d", unchanged, zero);
 }
 
-/* A K long enough that the shared operand is packed in several k chunks: 5 x 17 written (B has
- * as many panels as A: A is the shared one; two chunks on the AVX-512 path) and 13 x 1
- * accumulated (A has more: B is shared; several chunks on every path). Every element equals its
+/* A K long enough that the shared operand is packed in several k chunks at the built-in pack
+ * limit: 5 x 17 written (B has as many panels as A: A is the shared one; two chunks on the
+ * AVX-512 path) and 13 x 1 written and accumulated (A has more: B is shared; several chunks on
+ * every path: the classifier's dlnf product, K 50304, is this case). Every element equals its
  * chain. */
 static void test_long_k(void) {
-    const int shapes[][4] = {{5, 17, 750001, 0}, {13, 1, 1500001, 1}};  /* M, N, K, accumulate */
+    /* M, N, K, modes (bit 0 written, bit 1 accumulated) */
+    const int shapes[][4] = {{5, 17, 750001, 1}, {13, 1, 1500001, 3}};
     size_t differ = 0, n = 0;
     for (int s = 0; s < 2; s++) {
-        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], acc = shapes[s][3];
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], modes = shapes[s][3];
         Prob p = prob_new(NN, M, N, K);
         float* init = fbuf((size_t)M * N);
         float* c = malloc(sizeof(float) * M * N);
-        for (GemmPath g = GEMM_PORTABLE; g <= GEMM_AVX512; g++) {
-            if (!gemm_path_supported(g)) continue;
-            set_path(g);
-            memcpy(c, init, sizeof(float) * M * N);
-            run_all(&p, acc, c);
-            for (int i = 0; i < M; i++)
-                for (int j = 0; j < N; j++) {
-                    float chain = acc ? init[i * N + j] : 0.0f;
-                    for (int k = 0; k < K; k++)
-                        chain = fmaf(p.A[(size_t)i * K + k], p.B[(size_t)k * N + j], chain);
-                    differ += memcmp(&c[i * N + j], &chain, sizeof chain) != 0;
-                    n++;
-                }
+        for (int acc = 0; acc <= 1; acc++) {
+            if (!(modes >> acc & 1)) continue;
+            for (GemmPath g = GEMM_PORTABLE; g <= GEMM_AVX512; g++) {
+                if (!gemm_path_supported(g)) continue;
+                set_path(g);
+                memcpy(c, init, sizeof(float) * M * N);
+                run_all(&p, acc, c);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++) {
+                        float chain = chain_of(&p, i, j, acc, init[i * N + j]);
+                        differ += memcmp(&c[i * N + j], &chain, sizeof chain) != 0;
+                        n++;
+                    }
+            }
         }
         free(init); free(c); prob_free(&p);
     }
     unsetenv("SEEDGPT_GEMM");
     expect(differ == 0, "long_k_packed_in_chunks_equals_the_chain",
-           "%zu of %zu elements x paths differ", differ, n);
+           "%zu of %zu elements x paths differ (A shared written; B shared written and "
+           "accumulated)", differ, n);
 }
 
 int main(void) {
@@ -288,6 +442,10 @@ int main(void) {
         test_row_split(lay);
     }
     test_paths();
+    for (GemmPath g = GEMM_PORTABLE; g <= GEMM_AVX512; g++) {
+        test_every_path_and_remainder(g);
+        test_path_threads(g);
+    }
     test_no_write_outside();
     test_empty_k();
     test_long_k();
