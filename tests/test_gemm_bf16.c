@@ -6,6 +6,11 @@
  *
  * Layouts as in test_gemm.c: "nt" out = x . W^T (B stored (N,K)), "nn" dx = dy . W (B stored
  * (K,N)), "tn" dW += dy^T . x (A stored (K,M)).
+ *
+ * Every path this CPU runs is forced in turn (SEEDGPT_GEMM_BF16) and swept over the remainders
+ * (M mod 12, N mod 32, K around the slices of 128 pairs, odd K) through both drivers, written,
+ * accumulated and with a bf16 result, with the pair chunks cut small and a bf16 result cut into
+ * row blocks (the test build's pack limit); a path the CPU lacks is a SKIP.
  */
 #include <float.h>
 #include <omp.h>
@@ -396,6 +401,180 @@ static void test_long_k(void) {
            differ, n);
 }
 
+/* ---- every path, every remainder, every driver -------------------------------------------- */
+
+#define GUARD_COLS 3   /* C's rows are N + 3 apart; the 3 columns past N must stay as set */
+static const float guard_f32 = 1234.5f;
+static const uint16_t guard_bf16 = 0xabcd;
+enum { WRITE = 1, ACCUMULATE = 2, BF16_OUT = 4 };   /* the modes of a product */
+
+/* What a path's sweep reached: per driver and mode (written, accumulated, bf16 result), products
+ * whose K spans several slices of pairs in one chunk, and several chunks; bf16 results cut into
+ * row blocks; the fewer-row kernels that ran. */
+typedef struct {
+    int one_chunk[3][3], chunks[3][3], row_blocks;
+    unsigned rows_kernels;
+} Reach;
+
+/* One product in each of `modes` at `threads` threads, at the default pack limit and at the
+ * smallest, where every 128 pairs are a chunk of their own and a B-blocked bf16 result of more
+ * than 8 panels of rows is cut into row blocks. A is bf16, or (on odd M + N) fp32 holding the
+ * same values, rounded as it is packed (the backward's gradients). The bf16 result adds a bias.
+ * Returns the elements (guard columns included) that differ from the chains. */
+static size_t sweep_one(Layout lay, int M, int N, int K, int threads, int modes, Reach* r,
+                        size_t* n) {
+    Prob p = prob_new(lay, M, N, K);
+    const size_t ldc = (size_t)N + GUARD_COLS;
+    const int a_f32 = (M + N) % 2;
+    float* a32 = malloc(sizeof(float) * ((size_t)M * K + 1));
+    for (size_t i = 0; i < (size_t)M * K; i++) a32[i] = sg_bf16_to_float(p.A[i]);
+    const void* A = a_f32 ? (const void*)a32 : (const void*)p.A;
+    const size_t rsa = lay == TN ? 1 : (size_t)K, csa = lay == TN ? (size_t)M : 1;
+    const size_t rsb = lay == NT ? 1 : (size_t)N, csb = lay == NT ? (size_t)K : 1;
+    float* bias = fbuf((size_t)N);
+    float *init = fbuf((size_t)M * ldc), *want = malloc(sizeof(float) * M * ldc);
+    float* c = malloc(sizeof(float) * M * ldc);
+    uint16_t *want16 = malloc(sizeof(uint16_t) * M * ldc), *c16 = malloc(sizeof(uint16_t) * M * ldc);
+    size_t differ = 0;
+    for (int i = 0; i < M; i++)
+        for (size_t j = N; j < ldc; j++) init[i * ldc + j] = guard_f32;
+    omp_set_num_threads(threads);
+    for (int mode = 0; mode < 3; mode++) {
+        if (!(modes >> mode & 1)) continue;
+        const int acc = mode == 1, out16 = mode == 2;
+        memcpy(want, init, sizeof(float) * M * ldc);
+        for (int i = 0; i < M; i++)
+            for (size_t j = 0; j < ldc; j++) {
+                if (j < (size_t)N) want[i * ldc + j] = spec_chain(&p, i, (int)j, acc, init[i * ldc + j]);
+                want16[i * ldc + j] = j < (size_t)N ? sg_bf16_from_float(want[i * ldc + j] + bias[j])
+                                                    : guard_bf16;
+            }
+        for (int small = 0; small <= 1; small++) {
+            gemm_bf16_test_pack_limit(small ? 1 : 0);
+            memcpy(c, init, sizeof(float) * M * ldc);
+            for (size_t i = 0; i < (size_t)M * ldc; i++) c16[i] = guard_bf16;
+            gemm_bf16_ex(M, N, K, A, a_f32, rsa, csa, p.B, rsb, csb, acc, out16 ? NULL : c, ldc,
+                         out16 ? c16 : NULL, out16 ? bias : NULL);
+            if (out16)
+                for (size_t i = 0; i < (size_t)M * ldc; i++) differ += c16[i] != want16[i];
+            else
+                differ += count_differ(want, c, (size_t)M * ldc);
+            *n += (size_t)M * ldc;
+            GemmPacking g = gemm_bf16_last_packing();
+            if (g.chunks > 1) r->chunks[g.driver][mode] = 1;
+            else if (K > 256) r->one_chunk[g.driver][mode] = 1;
+            r->row_blocks |= g.row_blocks > 1;
+        }
+    }
+    gemm_bf16_test_pack_limit(0);
+    omp_set_num_threads(2);
+    free(a32); free(bias); free(init); free(want); free(c); free(want16); free(c16); prob_free(&p);
+    return differ;
+}
+
+static const char* lacks(GemmBf16Path g) {
+    return g == GEMM_BF16_AVX512BF16 ? "this CPU lacks AVX512_BF16" : "this CPU lacks AVX-512 (F, BW, VL)";
+}
+
+/* Each path against the chains over the remainders:
+ *   rows, in every layout: M = 36..47 x N 40 (A has the more panels on every path: A-blocked)
+ *         and M = 12..23 x N 100 (B-blocked), K 259 (128 pairs and 2, the last one half), so
+ *         each M mod 12 (mod 4) ends a panel beside a whole column panel, the fewer-row kernel's
+ *         case; M = 1..4; each written, accumulated and as a bf16 result;
+ *   columns: N = 32..63 at M 5 (B-blocked) and M 61 (A-blocked), K 37, the layouts and the
+ *         modes in turn;
+ *   k: K = 1, 2, 3, 31, 32, 33, 255, 256, 257, 258, 511, 513, 514 at 13 x 70 (B) and 50 x 20
+ *         (A), the layouts in turn, every mode;
+ *   row blocks: bf16 results of 100 and 119 x 500, K 37 (B-blocked, 9 or more panels of rows:
+ *         at the smallest limit, blocks of 32 rows on the portable path, 96 on the AVX-512 ones,
+ *         the last one short), at 1, 2 and 3 threads.
+ * Each at two pack limits. And the sweep must reach what it means to: both drivers in each mode
+ * over several slices, written and accumulated in several chunks, the row blocks, and on AVX-512
+ * each kernel over 1 to 11 rows. */
+static void test_every_path_and_remainder(GemmBf16Path g) {
+    char name[128], reach_name[128];
+    snprintf(name, sizeof name, "%s_every_remainder_and_driver_equals_the_pair_chain",
+             gemm_bf16_path_name(g));
+    snprintf(reach_name, sizeof reach_name,
+             "%s_sweep_reaches_each_driver_chunk_restart_row_block_and_fewer_row_kernel",
+             gemm_bf16_path_name(g));
+    if (!gemm_bf16_path_supported(g)) {
+        skip(name, lacks(g));
+        skip(reach_name, lacks(g));
+        return;
+    }
+    set_path(g);
+    (void)gemm_bf16_test_rows_kernels_run();
+    Reach r = {0};
+    size_t differ = 0, n = 0;
+    static const int kset[] = {1, 2, 3, 31, 32, 33, 255, 256, 257, 258, 511, 513, 514};
+    const int all = WRITE | ACCUMULATE | BF16_OUT;
+    for (Layout lay = NT; lay <= TN; lay++) {
+        for (int m = 0; m < 12; m++) {
+            differ += sweep_one(lay, 36 + m, 40, 259, 1, all, &r, &n);
+            differ += sweep_one(lay, 12 + m, 100, 259, 1, all, &r, &n);
+        }
+        for (int m = 1; m <= 4; m++) differ += sweep_one(lay, m, 40, 259, 1, all, &r, &n);
+    }
+    for (int nn = 32; nn < 64; nn++) {
+        differ += sweep_one((Layout)(nn % 3), 5, nn, 37, 1, 1 << nn % 3, &r, &n);
+        differ += sweep_one((Layout)(nn % 3), 61, nn, 37, 1, 1 << (nn + 1) % 3, &r, &n);
+    }
+    for (int k = 0; k < (int)(sizeof kset / sizeof kset[0]); k++) {
+        differ += sweep_one((Layout)(k % 3), 13, 70, kset[k], 1, all, &r, &n);
+        differ += sweep_one((Layout)((k + 1) % 3), 50, 20, kset[k], 1, all, &r, &n);
+    }
+    for (int t = 1; t <= 3; t++) {
+        differ += sweep_one(NT, 100, 500, 37, t, BF16_OUT, &r, &n);
+        differ += sweep_one(NT, 119, 500, 37, t, BF16_OUT, &r, &n);
+    }
+    r.rows_kernels = gemm_bf16_test_rows_kernels_run();
+    unsetenv("SEEDGPT_GEMM_BF16");
+    expect(differ == 0, name, "%zu of %zu elements differ (guard columns included)", differ, n);
+    int reached = r.row_blocks;
+    for (int d = GEMM_A_BLOCKED; d <= GEMM_B_BLOCKED; d++)
+        for (int mode = 0; mode < 3; mode++)
+            reached &= r.one_chunk[d][mode] && (mode == 2 || r.chunks[d][mode]);
+    const unsigned want_rows = g == GEMM_BF16_PORTABLE ? 0u : 0xffeu;   /* kernels over 1..11 rows */
+    expect(reached && r.rows_kernels == want_rows, reach_name,
+           "over several slices, written/accumulated/bf16: A-blocked %d/%d/%d, B-blocked %d/%d/%d; "
+           "in several chunks, written/accumulated: A-blocked %d/%d, B-blocked %d/%d; a bf16 "
+           "result in row blocks %d; fewer-row kernels run: mask 0x%x (want 0x%x)",
+           r.one_chunk[GEMM_A_BLOCKED][0], r.one_chunk[GEMM_A_BLOCKED][1],
+           r.one_chunk[GEMM_A_BLOCKED][2], r.one_chunk[GEMM_B_BLOCKED][0],
+           r.one_chunk[GEMM_B_BLOCKED][1], r.one_chunk[GEMM_B_BLOCKED][2],
+           r.chunks[GEMM_A_BLOCKED][0], r.chunks[GEMM_A_BLOCKED][1], r.chunks[GEMM_B_BLOCKED][0],
+           r.chunks[GEMM_B_BLOCKED][1], r.row_blocks, r.rows_kernels, want_rows);
+}
+
+/* Each path at 1, 2 and 3 threads, where the blocked operand is cut into blocks (several per
+ * thread, the last one short): 203 x 40 (A-blocked) and 22 x 600 (B-blocked), K 259, every
+ * layout, every mode, at both pack limits. Every result bitwise its chain, so bitwise the same at
+ * every thread count and blocking. */
+static void test_path_threads(GemmBf16Path g) {
+    char name[128];
+    snprintf(name, sizeof name, "%s_bitwise_the_pair_chain_at_1_2_3_threads_in_blocks_and_chunks",
+             gemm_bf16_path_name(g));
+    if (!gemm_bf16_path_supported(g)) {
+        skip(name, lacks(g));
+        return;
+    }
+    set_path(g);
+    Reach r = {0};
+    size_t differ = 0, n = 0;
+    for (Layout lay = NT; lay <= TN; lay++)
+        for (int t = 1; t <= 3; t++) {
+            differ += sweep_one(lay, 203, 40, 259, t, WRITE | ACCUMULATE | BF16_OUT, &r, &n);
+            differ += sweep_one(lay, 22, 600, 259, t, WRITE | ACCUMULATE | BF16_OUT, &r, &n);
+        }
+    (void)gemm_bf16_test_rows_kernels_run();
+    unsetenv("SEEDGPT_GEMM_BF16");
+    expect(differ == 0 && r.chunks[GEMM_A_BLOCKED][0] && r.chunks[GEMM_B_BLOCKED][0], name,
+           "%zu of %zu elements differ (guard columns included); several chunks reached: "
+           "A-blocked %d, B-blocked %d", differ, n, r.chunks[GEMM_A_BLOCKED][0],
+           r.chunks[GEMM_B_BLOCKED][0]);
+}
+
 /* An (M,K) A of fp32 values with the rounding's edge cases among them (ties to even both ways, a
  * carry into the exponent, past the largest bf16, denormals, signed zero, infinities, NaNs), its
  * bf16 rounding, and both stored transposed (K,M) too (the dW product's layout). */
@@ -519,5 +698,9 @@ int main(void) {
     test_no_write_outside_and_edges();
     test_long_k();
     test_ex_options();
+    for (GemmBf16Path g = GEMM_BF16_PORTABLE; g <= GEMM_BF16_LAST; g++) {
+        test_every_path_and_remainder(g);
+        test_path_threads(g);
+    }
     return test_finish();
 }
