@@ -52,7 +52,9 @@ static size_t pack_limit = PACK_FLOATS;   /* gemm_test_pack_limit */
 void gemm_test_pack_limit(size_t floats) { pack_limit = floats ? floats : PACK_FLOATS; }
 #define PACK_LIMIT pack_limit
 static unsigned rows_run;                 /* gemm_test_rows_kernels_run */
-unsigned gemm_test_rows_kernels_run(void) { return __atomic_exchange_n(&rows_run, 0u, __ATOMIC_RELAXED); }
+unsigned gemm_test_rows_kernels_run(void) {
+    return __atomic_exchange_n(&rows_run, 0u, __ATOMIC_RELAXED);
+}
 #else
 #define PACK_LIMIT PACK_FLOATS
 #endif

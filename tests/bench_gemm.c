@@ -85,20 +85,22 @@ static void packing_row(const char* product, int N, int C, int OC, const char* k
 }
 
 /* The packing buffers of GPT-2 124M's products (C 768; the layers' at 256 and 2048 rows, the
- * classifier's at its default chunk of 1024 rows, vocabulary 50304), as the CPU ops call the
- * GEMMs: fp32; bf16 operands with an fp32 result (the backward's gradient fp32, rounded as it is
- * packed); a bf16 result with a bias (forward). One call each: sizes, not speed. */
+ * classifier's at 256 rows and at 1024, its smallest default chunk; vocabulary 50304), as the CPU
+ * ops call the GEMMs: fp32; bf16 operands with an fp32 result (the backward's gradient fp32,
+ * rounded as it is packed); a bf16 result with a bias (forward). One call each: sizes, not
+ * speed. */
 static int packing_table(int threads) {
     const int shapes[][3] = {{256, 768, 2304}, {256, 768, 768}, {256, 768, 3072}, {256, 3072, 768},
                              {2048, 768, 2304}, {2048, 768, 768}, {2048, 768, 3072},
-                             {2048, 3072, 768}, {1024, 768, 50304}};   /* rows N, in C, out OC */
+                             {2048, 3072, 768}, {256, 768, 50304}, {1024, 768, 50304}};
+                             /* rows N, in C, out OC */
     printf("packing buffers per product: fp32 gemm (%s), bf16 gemm (%s), %d threads; MiB\n",
            gemm_path_name(gemm_path_selected()), gemm_bf16_path_name(gemm_bf16_path_selected()),
            threads);
     printf("%-18s %5s %5s %5s %-10s %-9s %6s %6s %9s %9s %9s\n", "product", "N", "C", "OC", "kind",
            "driver", "chunks", "blocks", "shared", "thread", "total");
     unsigned seed = 1;
-    for (int s = 0; s < 9; s++) {
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
         const int N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
         float* x = rand_buf((size_t)N * C, &seed);
         float* w = rand_buf((size_t)OC * C, &seed);
