@@ -17,7 +17,9 @@
  *      take at most 0.55x fp32's bytes at GPT-2 124M B4 T1024 and at the bench shape;
  *   7. --log-attn-stats: the attention forward with statistics gives the plain forward's bits,
  *      its max |scaled score| is the float64 maximum over the causal scores (within fp32
- *      rounding) and its LSE range the output's; a recompute adds nothing to a model's statistics.
+ *      rounding) and its LSE range the output's; a recompute adds nothing to a model's statistics;
+ *   8. the classifier in 1, 2 and 3 chunks, its gradient in the forward or in the backward, in
+ *      bf16 and in fp32: the one chunk's loss and gradients, bit for bit.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -460,6 +462,82 @@ static void test_operand_rounding(void) {
            "carries, overflow, denormals, infinities, NaNs)", bad, total);
 }
 
+/* ---- 8. the classifier in chunks ------------------------------------------------------------ */
+
+/* One step on be with the classifier in chunks of `rows` rows, its gradient in the forward
+ * (fused: gpt_set_loss_scale) or in the backward (each chunk's logits computed again). Returns the
+ * loss; *grads gets a copy of every gradient. */
+static float classifier_step(const Case* k, const Backend* be, const float* w, int rows, int fused,
+                             float** grads) {
+    GPT m;
+    char err[256];
+    RecomputePolicy none = {0, 0, CHECK_WARN, 0};
+    if (gpt_build_rows(&m, &k->c, k->B, k->T, &none, be, rows, err) != 0) {
+        fprintf(stderr, "test_bf16: gpt_build_rows: %s\n", err);
+        exit(2);
+    }
+    size_t n = block_floats(&m);
+    memcpy(m.host_params_memory, w, n * sizeof(float));
+    gpt_to_backend(&m);
+    set_site_dropout(&m, 0x5eedULL, SITE_RATES);
+    float dloss = 1.0f / (float)(k->B * k->T);
+    gpt_zero_grad(&m);
+    if (fused) gpt_set_loss_scale(&m, dloss);
+    float loss = gpt_forward(&m, k->in[0], k->tg[0], k->B, k->T, 0, 3, 1);
+    gpt_backward(&m, dloss);
+    *grads = malloc(n * sizeof(float));
+    memcpy(*grads, m.grads_memory, n * sizeof(float));
+    gpt_free(&m);
+    return loss;
+}
+
+/* The classifier in 1, 2 and 3 chunks (N, N/2 and 20 rows of N = 48: 20, 20, 8), its gradient in
+ * the forward and in the backward, in fp32 and in bf16: the loss and every gradient the bits of
+ * the one chunk with the gradient in the backward (a chunk's rows start C elements of the
+ * activation's type apart; each row's logits, loss and dlnf are its own, and the product
+ * continues wte's gradient chain across the chunks). */
+static void test_classifier_chunks(const Case* k, const float* w) {
+    int N = k->B * k->T;
+    const int rows[3] = {N, N / 2, 20};
+    const char* prec[2] = {"fp32", "bf16"};
+    for (int p = 0; p < 2; p++) {
+        const Backend* be = backend_lookup("cpu", prec[p]);
+        GPT probe = build_on(k, (RecomputePolicy){0, 0, CHECK_OFF, 0}, be);
+        size_t n = block_floats(&probe);
+        gpt_free(&probe);
+        float* ref;
+        float ref_loss = classifier_step(k, be, w, N, 0, &ref);
+        int bad = 0, runs = 0;
+        size_t worst = 0;
+        char detail[400] = "";
+        for (int i = 0; i < 3; i++)
+            for (int fused = 0; fused < 2; fused++) {
+                float* g;
+                float loss = classifier_step(k, be, w, rows[i], fused, &g);
+                size_t d = differ(g, ref, n);
+                int same_loss = memcmp(&loss, &ref_loss, sizeof(float)) == 0;
+                if (d > worst) worst = d;
+                if (d != 0 || !same_loss) {
+                    if (bad == 0)
+                        snprintf(detail, sizeof(detail), "; first: %d chunk(s) %s, loss %.7g vs %.7g, "
+                                 "%zu gradient floats differ", (N + rows[i] - 1) / rows[i],
+                                 fused ? "fused" : "in the backward", loss, ref_loss, d);
+                    bad++;
+                }
+                runs++;
+                free(g);
+            }
+        char name[160];
+        snprintf(name, sizeof(name), "%s_classifier_in_1_2_3_chunks_bitwise_equals_one_chunk[%s]",
+                 prec[p], k->name);
+        expect(bad == 0 && isfinite(ref_loss), name,
+               "chunks of %d, %d and %d of %d rows, the gradient in the forward and in the backward: "
+               "%d of %d runs differ (at most %zu of %zu gradient floats); loss %.7f%s", rows[0],
+               rows[1], rows[2], N, bad, runs, worst, n, ref_loss, detail);
+        free(ref);
+    }
+}
+
 int main(void) {
     test_operand_rounding();
     Case k = make_case("L3_NH4_KV2_C32_T24", 3, 4, 2, 32, 70, 2, 24);
@@ -471,6 +549,7 @@ int main(void) {
     test_weight_copy(&k, w);
     test_memory(&k);
     test_attn_stats(&k, w);
+    test_classifier_chunks(&k, w);
     free(w);
     for (int i = 0; i < 2; i++) { free(k.in[i]); free(k.tg[i]); }
     return test_finish();
