@@ -21,7 +21,8 @@
 #     each policy's planned peak is, to the byte, the peak_bytes a run of it logs (with
 #     evaluation, samples and saved states; learned positions, and RoPE with its transient table);
 #   - ./train sample: the same seed gives the same text, another seed other text, and a model
-#     file that does not exist is refused with one line;
+#     file that does not exist is refused with one line; a model of 50257 ids is sampled with
+#     the gpt2 tokenizer (one written in the test) unless another is named;
 #   - --profile (--recompute layer, dropout 0.1): exactly one {"type":"profile"} row with every op
 #     class, no negative time, the classes' ms adding up to no more than the step's (+ 1% and
 #     0.05 ms of rounding slack), and every other row of the log as without --profile (step_ms
@@ -447,6 +448,45 @@ if [ $rc -eq 2 ] && [ "$(wc -l < "$W/miss.err")" -eq 1 ]; then
     ok sample_refuses_a_missing_model_in_one_line "status 2: $(cat "$W/miss.err")"
 else
     fail sample_refuses_a_missing_model_in_one_line "status $rc: $(head -2 "$W/miss.err")"
+fi
+# a model of 50257 ids is sampled with the gpt2 tokenizer when none is named: a tokenizer
+# written here (GPT-2's byte alphabet, ids 256..50255 spelled "[tID]", <|endoftext|> at 50256, no
+# merges) in --bpe-dir; the plain sample prints what --tokenizer gpt2 prints, in those spellings,
+# and not what --tokenizer byte prints. A build without the GPT-2 tokenizer refuses it instead.
+mkdir -p "$W/bpe"
+python3 - "$W/bpe" << 'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs: bs.append(b); cs.append(256 + n); n += 1
+ch = {b: chr(c) for b, c in zip(bs, cs)}
+vocab = [ch[b] for b in range(256)] + ["[t%d]" % i for i in range(256, 50256)] + ["<|endoftext|>"]
+json.dump({t: i for i, t in enumerate(vocab)}, open(sys.argv[1] + "/encoder.json", "w"), ensure_ascii=False)
+open(sys.argv[1] + "/vocab.bpe", "w").write("#version: 0.2\n")
+PY
+"$TRAIN" "${BASE[@]}" --batch 1 --steps 1 --vocab 50257 --save "$W/v50257.bin" > /dev/null 2>&1
+V=(sample --init "$W/v50257.bin" --tokens 4 --threads 2 --seed 3)
+"$TRAIN" "${V[@]}" --bpe-dir "$W/bpe" > "$W/vdef.out" 2> "$W/vdef.err"
+rc1=$?
+"$TRAIN" "${V[@]}" --bpe-dir "$W/bpe" --tokenizer gpt2 > "$W/vgpt2.out" 2> /dev/null
+rc2=$?
+"$TRAIN" "${V[@]}" --tokenizer byte > "$W/vbyte.out" 2> /dev/null
+rc3=$?
+spelled=$(grep -o '\[t[0-9]*\]' "$W/vdef.out" | wc -l)
+if "$TRAIN" --version | grep -q 'left out of this build: .*GPT-2 tokenizer'; then
+    if [ $rc1 -eq 2 ] && grep -q 'note: .*has vocab 50257: sampling with the gpt2 tokenizer' "$W/vdef.err" &&
+       grep -q '^seedgpt: .*gpt2' "$W/vdef.err"; then
+        ok sample_without_tokenizer_uses_gpt2_for_a_50257_vocab_model "this build has no GPT-2 tokenizer: status 2, $(tail -1 "$W/vdef.err")"
+    else
+        fail sample_without_tokenizer_uses_gpt2_for_a_50257_vocab_model "this build has no GPT-2 tokenizer: status $rc1, $(head -c 300 "$W/vdef.err" | tr '\n' ' ')"
+    fi
+elif [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] &&
+     grep -q 'note: .*has vocab 50257: sampling with the gpt2 tokenizer' "$W/vdef.err" &&
+     cmp -s "$W/vdef.out" "$W/vgpt2.out" && ! cmp -s "$W/vdef.out" "$W/vbyte.out" && [ "$spelled" -ge 1 ]; then
+    ok sample_without_tokenizer_uses_gpt2_for_a_50257_vocab_model "status 0, $(head -1 "$W/vdef.err" | cut -c1-90)...; the text is --tokenizer gpt2's, not byte's: $(head -c 80 "$W/vdef.out") ($spelled of 4 tokens spelled by the test's tokenizer)"
+else
+    fail sample_without_tokenizer_uses_gpt2_for_a_50257_vocab_model "statuses $rc1 (plain) $rc2 (gpt2) $rc3 (byte); plain: '$(head -c 100 "$W/vdef.out")' err '$(head -c 200 "$W/vdef.err" | tr '\n' ' ')'; gpt2: '$(head -c 100 "$W/vgpt2.out")'; byte: '$(head -c 60 "$W/vbyte.out" | od -c | head -2 | tr '\n' ' ')'"
 fi
 # ---- precision: a state resumes across precisions in both directions (states hold fp32 weights):
 # 4 steps in one precision, resumed for 4 more in the other, against the same state resumed in
