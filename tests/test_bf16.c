@@ -13,8 +13,9 @@
  *   5. the products read the weights' bf16 copy made at the update: a change of the masters
  *      reaches the loss only after the next update (or gpt_to_backend), and the copy is the
  *      masters rounded;
- *   6. memory: the plan equals the counted build under bf16, and the per-layer kept activations
- *      take at most 0.55x fp32's bytes at GPT-2 124M B4 T1024 and at the bench shape;
+ *   6. memory: the plan equals the counted build under bf16 and the layout formula written in this
+ *      test (every policy, selective storage too), and the per-layer kept activations take at
+ *      most 0.55x fp32's bytes at GPT-2 124M B4 T1024 and at the bench shape;
  *   7. --log-attn-stats: the attention forward with statistics gives the plain forward's bits,
  *      its max |scaled score| is the float64 maximum over the causal scores (within fp32
  *      rounding) and its LSE range the output's; a recompute adds nothing to a model's statistics;
@@ -372,6 +373,59 @@ static void test_memory(const Case* k) {
     }
 }
 
+/* The bf16 plan against its layout written out here (not gpt.c's functions): every tensor 64-byte
+ * aligned; the products' operand activations (ln1, qkv, atty, ln2, fch, fch_gelu and lnf) 2 bytes
+ * an element, everything else 4; the weights' bf16 copy 2 bytes a parameter (each fp32 tensor
+ * padded to 16 floats), one block. Kept: the residual streams (none: all L + 1; every:K: one per
+ * segment and the final LayerNorm's input), the tail (lnf, its mean and rstd, one classifier chunk
+ * of logits, the losses, dlnf), under none every layer's slot; the recompute scratch: K slots, the
+ * K - 1 streams inside a segment and the check buffer; selective storage takes ln1, ln2 and
+ * fch_gelu out of the slots into one shared set counted with the recompute scratch. */
+static size_t b64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+static void test_plan_layout_formula(const Case* k) {
+    const GPTConfig* c = &k->c;
+    size_t BT = (size_t)k->B * k->T, C = c->channels, NH = c->num_heads, L = c->num_layers;
+    size_t QKV = (size_t)(c->num_heads + 2 * c->num_kv_heads) * (C / NH), Vp = c->padded_vocab_size;
+    size_t rows = 4 * BT * C / Vp;   /* the documented chunk: 4C floats a position, >= 1024 rows, <= BT */
+    if (rows < 1024) rows = 1024;
+    if (rows > BT) rows = BT;
+    size_t resid = b64(BT * C * 4);
+    size_t tail = b64(BT * C * 2) + b64(BT * 4) + b64(BT * 4) + b64(rows * Vp * 4) + b64(BT * 4) +
+                  b64(BT * C * 4);
+    size_t shared = b64(BT * C * 2) + b64(BT * C * 2) + b64(BT * 4 * C * 2);   /* ln1 ln2 fch_gelu */
+    size_t others = 4 * b64(BT * 4) + b64(BT * QKV * 2) + b64(BT * C * 2) + b64(BT * NH * 4) +
+                    b64(BT * C * 4) + b64(BT * 4 * C * 2);   /* means, rstds, qkv, atty, lse, resid2, fch */
+    const size_t psizes[16] = {Vp * C, (size_t)c->max_seq_len * C, L * C, L * C, L * QKV * C, L * QKV,
+                               L * C * C, L * C, L * C, L * C, L * 4 * C * C, L * 4 * C, L * 4 * C * C,
+                               L * C, C, C};
+    size_t pfloats = 0;
+    for (int i = 0; i < 16; i++) pfloats += (psizes[i] + 15) / 16 * 16;
+    size_t wop = b64(pfloats * 2);
+    const struct { int every, sel; const char* name; } ps[] = {
+        {0, 0, "none"}, {1, 0, "layer"}, {2, 0, "every2"}, {0, 1, "selective"},
+        {1, 1, "selective_layer"}, {2, 1, "selective_every2"}};
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) {
+        RecomputePolicy p = {ps[i].every, 0, CHECK_WARN, ps[i].sel};
+        size_t slot = others + (ps[i].sel ? 0 : shared);
+        size_t K = ps[i].every == 0 ? L : ((size_t)ps[i].every < L ? (size_t)ps[i].every : L);
+        size_t streams = ps[i].every == 0 ? L + 1 : (L + K - 1) / K + 1;
+        size_t kept = streams * resid + tail + (ps[i].every == 0 ? L * slot : 0);
+        size_t layer = ps[i].every == 0 ? L * slot : 0;
+        size_t rec = (ps[i].every == 0 ? 0 : K * slot + K * resid) + (ps[i].sel ? shared : 0);
+        GPTPlan plan;
+        char err[256], name[160];
+        int rc = gpt_plan(c, k->B, k->T, &p, bf16(), omp_get_max_threads(), &plan, err);
+        snprintf(name, sizeof(name), "bf16_plan_equals_the_layout_formula[%s %s]", k->name, ps[i].name);
+        expect(rc == 0 && plan.activations + plan.logits == kept && plan.recompute == rec &&
+               plan.layer_acts == layer && plan.resid == streams * resid && plan.weights_op == wop,
+               name, "plan: kept %zu B, recompute %zu B, layers %zu B, streams %zu B, bf16 weights %zu "
+               "B; formula: %zu, %zu, %zu, %zu, %zu B", plan.activations + plan.logits,
+               plan.recompute, plan.layer_acts, plan.resid, plan.weights_op, kept, rec, layer,
+               streams * resid, wop);
+    }
+}
+
 /* ---- 7. attention statistics --------------------------------------------------------------- */
 
 static void test_attn_stats(const Case* k, const float* w) {
@@ -548,6 +602,12 @@ int main(void) {
     test_masks(&k, w);
     test_weight_copy(&k, w);
     test_memory(&k);
+    test_plan_layout_formula(&k);
+    {   /* B*T = 39, C = 24: the 64-byte rounding shows in every tensor of B*T rows */
+        Case odd = make_case("L2_NH3_KV1_C24_B3_T13", 2, 3, 1, 24, 50, 3, 13);
+        test_plan_layout_formula(&odd);
+        for (int i = 0; i < 2; i++) { free(odd.in[i]); free(odd.tg[i]); }
+    }
     test_attn_stats(&k, w);
     test_classifier_chunks(&k, w);
     free(w);
