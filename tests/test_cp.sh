@@ -23,6 +23,8 @@
 #   - bad input, one line and exit status 2: T not a multiple of 2N; N not dividing the ranks;
 #     --context-parallel in ./train (no MPI).
 # Without mpirun or ./train_mpi the checks print SKIP. Each rank runs 1 OpenMP thread.
+# SEEDGPT_CP_ONLY=ranks3-4 runs the checks at 3 and 4 ranks alone (tests/test_cp_ranks.sh: the
+# mutants of the ring run them, not the whole file).
 set -u
 cd "$(dirname "$0")/.."
 TRAIN=${SEEDGPT_TRAIN:-./train}
@@ -95,6 +97,65 @@ PY
 # within RESULT N LOSS_TOL WEIGHT_TOL
 within() { awk -v r="$1" -v n="$2" -v tl="$3" -v tw="$4" 'BEGIN { split(r, f, " "); exit !(f[1] == n && f[2] <= tl && f[3] <= tw) }'; }
 
+# keep_union N T ONE RANKS: "0 ..." when the one-process export ONE.0 (B 2 x NH 2 x T x T bytes)
+# equals the union of the N ranks' exports RANKS.0 .. RANKS.N-1, no cell is used by two ranks,
+# every causal cell is used, and some are dropped; "1 ..." otherwise; then what was seen
+keep_union() {
+    python3 - "$@" << 'PY'
+import sys
+N, T = int(sys.argv[1]), int(sys.argv[2])
+B, NH = 2, 2
+try:
+    one = open(sys.argv[3] + ".0", 'rb').read()
+    ranks = [open("%s.%d" % (sys.argv[4], r), 'rb').read() for r in range(N)]
+except OSError as e:
+    print("1 missing %s" % e); sys.exit(0)
+union = bytes(max(v) for v in zip(*ranks))
+both = sum(1 for v in zip(*ranks) if sum(1 for x in v if x) > 1)
+differ = sum(1 for a, b in zip(one, union) if a != b)
+causal = [(x // T) % T >= x % T for x in range(B * NH * T * T)]
+unused = sum(1 for x, c in enumerate(causal) if c and one[x] == 0)
+dropped = sum(1 for v in one if v == 1)
+bad = (len(one) != B * NH * T * T or any(len(r) != len(one) for r in ranks) or differ or both
+       or unused or not dropped)
+print("%d %d cells, %d differ, %d used by two ranks, %d causal cells unused, %d dropped"
+      % (1 if bad else 0, len(one), differ, both, unused, dropped))
+PY
+}
+
+# ---- 3 and 4 ranks: next and previous neighbours differ ---------------------------------------
+# T = 48: 6 chunks of 8 on 3 ranks, 8 of 6 on 4. The test builds, so that the same runs export one
+# layer's keep bits (step 3, layer 1); the ranks recompute (layer), the one process does not.
+M48=("${MODEL[@]}" --seq-len 48 --batch 2 --steps 4)
+SEEDGPT_KEEP_EXPORT="3:1:$W/k48one" "$TRAIN_TEST" "${M48[@]}" --log-json "$W/one48.jsonl" \
+    --save "$W/one48.bin" > /dev/null 2>&1
+rc1=$?
+for n in 3 4; do
+    SEEDGPT_KEEP_EXPORT="3:1:$W/k48cp$n" mpin $n -x SEEDGPT_KEEP_EXPORT "$TRAIN_MPI_TEST" "${M48[@]}" \
+        --context-parallel $n --recompute layer --log-json "$W/cp$n.jsonl" --save "$W/cp$n.bin" \
+        > "$W/cp$n.out" 2>&1
+    rc2=$?
+    r=$(close "$W/one48.jsonl" "$W/one48.bin" "$W/cp$n.jsonl" "$W/cp$n.bin")
+    report cp${n}_losses_equal_one_process \
+        "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "1 data-parallel x $n context-parallel ranks" "$W/cp$n.out" && within "$r" 4 1e-6 1e-5; echo $?)" \
+        "T 48 on $n ranks (recompute layer) vs one process, 4 steps; statuses $rc1 $rc2; steps, largest relative loss difference (limit 1e-6), weight difference (limit 1e-5): $r"
+    k=$(keep_union $n 48 "$W/k48one" "$W/k48cp$n")
+    report cp${n}_keep_bits_equal_one_process "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "${k%% *}" = 0 ]; echo $?)" \
+        "step 3, layer 1, attention p 0.1, T 48 on $n ranks: ${k#* }"
+done
+# 2 data-parallel x 3 context-parallel (6 ranks) = one process with twice the batch
+"$TRAIN" "${MODEL[@]}" --shuffle 0 --seq-len 48 --batch 4 --steps 4 --log-json "$W/b4t48.jsonl" --save "$W/b4t48.bin" > /dev/null 2>&1
+rc1=$?
+mpin 6 "$TRAIN_MPI" "${MODEL[@]}" --shuffle 0 --seq-len 48 --batch 2 --steps 4 --context-parallel 3 \
+    --log-json "$W/dpcp3.jsonl" --save "$W/dpcp3.bin" > "$W/dpcp3.out" 2>&1
+rc2=$?
+r=$(close "$W/b4t48.jsonl" "$W/b4t48.bin" "$W/dpcp3.jsonl" "$W/dpcp3.bin")
+report dp2_cp3_equal_one_process_with_twice_the_batch \
+    "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q '2 data-parallel x 3 context-parallel' "$W/dpcp3.out" && within "$r" 4 1e-6 1e-5; echo $?)" \
+    "6 ranks x batch 2 vs batch 4, T 48; statuses $rc1 $rc2; steps, loss and weight differences: $r"
+
+[ "${SEEDGPT_CP_ONLY:-}" = ranks3-4 ] && exit $failed
+
 # ---- 2 ranks sharing each sequence = one process, 20 steps -----------------------------------
 "$TRAIN" "${MODEL[@]}" --batch 4 --steps 20 --log-json "$W/one.jsonl" --save "$W/one.bin" > "$W/one.out" 2>&1
 rc1=$?
@@ -130,31 +191,6 @@ report dp2_cp2_equal_one_process_with_twice_the_batch \
     "4 ranks x batch 2 vs batch 4; statuses $rc1 $rc2; steps, loss and weight differences: $r"
 
 # ---- keep bits: one layer's, exported by the test builds --------------------------------------
-# keep_union N T ONE RANKS: "0 ..." when the one-process export ONE.0 (B 2 x NH 2 x T x T bytes)
-# equals the union of the N ranks' exports RANKS.0 .. RANKS.N-1, no cell is used by two ranks,
-# every causal cell is used, and some are dropped; "1 ..." otherwise; then what was seen
-keep_union() {
-    python3 - "$@" << 'PY'
-import sys
-N, T = int(sys.argv[1]), int(sys.argv[2])
-B, NH = 2, 2
-try:
-    one = open(sys.argv[3] + ".0", 'rb').read()
-    ranks = [open("%s.%d" % (sys.argv[4], r), 'rb').read() for r in range(N)]
-except OSError as e:
-    print("1 missing %s" % e); sys.exit(0)
-union = bytes(max(v) for v in zip(*ranks))
-both = sum(1 for v in zip(*ranks) if sum(1 for x in v if x) > 1)
-differ = sum(1 for a, b in zip(one, union) if a != b)
-causal = [(x // T) % T >= x % T for x in range(B * NH * T * T)]
-unused = sum(1 for x, c in enumerate(causal) if c and one[x] == 0)
-dropped = sum(1 for v in one if v == 1)
-bad = (len(one) != B * NH * T * T or any(len(r) != len(one) for r in ranks) or differ or both
-       or unused or not dropped)
-print("%d %d cells, %d differ, %d used by two ranks, %d causal cells unused, %d dropped"
-      % (1 if bad else 0, len(one), differ, both, unused, dropped))
-PY
-}
 KEEP=("${MODEL[@]}" --batch 2 --steps 4 --log-every 0)
 SEEDGPT_KEEP_EXPORT="3:1:$W/keep1" "$TRAIN_TEST" "${KEEP[@]}" > /dev/null 2>&1
 rc1=$?
@@ -165,37 +201,6 @@ r=$(keep_union 2 32 "$W/keep1" "$W/keep2")
 report cp2_keep_bits_equal_one_process \
     "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "${r%% *}" = 0 ]; echo $?)" \
     "step 3, layer 1, attention p 0.1 (recompute layer on the ranks): statuses $rc1 $rc2; ${r#* }"
-
-# ---- 3 and 4 ranks: next and previous neighbours differ ---------------------------------------
-# T = 48: 6 chunks of 8 on 3 ranks, 8 of 6 on 4. The test builds, so that the same runs export one
-# layer's keep bits (step 3, layer 1); the ranks recompute (layer), the one process does not.
-M48=("${MODEL[@]}" --seq-len 48 --batch 2 --steps 4)
-SEEDGPT_KEEP_EXPORT="3:1:$W/k48one" "$TRAIN_TEST" "${M48[@]}" --log-json "$W/one48.jsonl" \
-    --save "$W/one48.bin" > /dev/null 2>&1
-rc1=$?
-for n in 3 4; do
-    SEEDGPT_KEEP_EXPORT="3:1:$W/k48cp$n" mpin $n -x SEEDGPT_KEEP_EXPORT "$TRAIN_MPI_TEST" "${M48[@]}" \
-        --context-parallel $n --recompute layer --log-json "$W/cp$n.jsonl" --save "$W/cp$n.bin" \
-        > "$W/cp$n.out" 2>&1
-    rc2=$?
-    r=$(close "$W/one48.jsonl" "$W/one48.bin" "$W/cp$n.jsonl" "$W/cp$n.bin")
-    report cp${n}_losses_equal_one_process \
-        "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "1 data-parallel x $n context-parallel ranks" "$W/cp$n.out" && within "$r" 4 1e-6 1e-5; echo $?)" \
-        "T 48 on $n ranks (recompute layer) vs one process, 4 steps; statuses $rc1 $rc2; steps, largest relative loss difference (limit 1e-6), weight difference (limit 1e-5): $r"
-    k=$(keep_union $n 48 "$W/k48one" "$W/k48cp$n")
-    report cp${n}_keep_bits_equal_one_process "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "${k%% *}" = 0 ]; echo $?)" \
-        "step 3, layer 1, attention p 0.1, T 48 on $n ranks: ${k#* }"
-done
-# 2 data-parallel x 3 context-parallel (6 ranks) = one process with twice the batch
-"$TRAIN" "${SEQ[@]}" --seq-len 48 --batch 4 --steps 4 --log-json "$W/b4t48.jsonl" --save "$W/b4t48.bin" > /dev/null 2>&1
-rc1=$?
-mpin 6 "$TRAIN_MPI" "${SEQ[@]}" --seq-len 48 --batch 2 --steps 4 --context-parallel 3 \
-    --log-json "$W/dpcp3.jsonl" --save "$W/dpcp3.bin" > "$W/dpcp3.out" 2>&1
-rc2=$?
-r=$(close "$W/b4t48.jsonl" "$W/b4t48.bin" "$W/dpcp3.jsonl" "$W/dpcp3.bin")
-report dp2_cp3_equal_one_process_with_twice_the_batch \
-    "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q '2 data-parallel x 3 context-parallel' "$W/dpcp3.out" && within "$r" 4 1e-6 1e-5; echo $?)" \
-    "6 ranks x batch 2 vs batch 4, T 48; statuses $rc1 $rc2; steps, loss and weight differences: $r"
 
 # ---- recompute under context parallelism ------------------------------------------------------
 REC=("${MODEL[@]}" --batch 2 --steps 10 --drop-path 0.1)
