@@ -387,18 +387,20 @@ static void test_plan_layout_formula(const Case* k) {
     const GPTConfig* c = &k->c;
     size_t BT = (size_t)k->B * k->T, C = c->channels, NH = c->num_heads, L = c->num_layers;
     size_t QKV = (size_t)(c->num_heads + 2 * c->num_kv_heads) * (C / NH), Vp = c->padded_vocab_size;
-    size_t rows = 4 * BT * C / Vp;   /* the documented chunk: 4C floats a position, >= 1024 rows, <= BT */
+    /* the documented chunk: 4C floats a position, at least 1024 rows, at most BT */
+    size_t rows = 4 * BT * C / Vp;
     if (rows < 1024) rows = 1024;
     if (rows > BT) rows = BT;
     size_t resid = b64(BT * C * 4);
     size_t tail = b64(BT * C * 2) + b64(BT * 4) + b64(BT * 4) + b64(rows * Vp * 4) + b64(BT * 4) +
                   b64(BT * C * 4);
-    size_t shared = b64(BT * C * 2) + b64(BT * C * 2) + b64(BT * 4 * C * 2);   /* ln1 ln2 fch_gelu */
+    /* ln1, ln2, fch_gelu; then the means and rstds, qkv, atty, lse, resid2, fch */
+    size_t shared = b64(BT * C * 2) + b64(BT * C * 2) + b64(BT * 4 * C * 2);
     size_t others = 4 * b64(BT * 4) + b64(BT * QKV * 2) + b64(BT * C * 2) + b64(BT * NH * 4) +
-                    b64(BT * C * 4) + b64(BT * 4 * C * 2);   /* means, rstds, qkv, atty, lse, resid2, fch */
-    const size_t psizes[16] = {Vp * C, (size_t)c->max_seq_len * C, L * C, L * C, L * QKV * C, L * QKV,
-                               L * C * C, L * C, L * C, L * C, L * 4 * C * C, L * 4 * C, L * 4 * C * C,
-                               L * C, C, C};
+                    b64(BT * C * 4) + b64(BT * 4 * C * 2);
+    const size_t psizes[16] = {Vp * C, (size_t)c->max_seq_len * C, L * C, L * C, L * QKV * C,
+                               L * QKV, L * C * C, L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
+                               L * 4 * C * C, L * C, C, C};
     size_t pfloats = 0;
     for (int i = 0; i < 16; i++) pfloats += (psizes[i] + 15) / 16 * 16;
     size_t wop = b64(pfloats * 2);
@@ -416,11 +418,12 @@ static void test_plan_layout_formula(const Case* k) {
         GPTPlan plan;
         char err[256], name[160];
         int rc = gpt_plan(c, k->B, k->T, &p, bf16(), omp_get_max_threads(), &plan, err);
-        snprintf(name, sizeof(name), "bf16_plan_equals_the_layout_formula[%s %s]", k->name, ps[i].name);
+        snprintf(name, sizeof(name), "bf16_plan_equals_the_layout_formula[%s %s]", k->name,
+                 ps[i].name);
         expect(rc == 0 && plan.activations + plan.logits == kept && plan.recompute == rec &&
                plan.layer_acts == layer && plan.resid == streams * resid && plan.weights_op == wop,
-               name, "plan: kept %zu B, recompute %zu B, layers %zu B, streams %zu B, bf16 weights %zu "
-               "B; formula: %zu, %zu, %zu, %zu, %zu B", plan.activations + plan.logits,
+               name, "plan: kept %zu B, recompute %zu B, layers %zu B, streams %zu B, bf16 weights "
+               "%zu B; formula: %zu, %zu, %zu, %zu, %zu B", plan.activations + plan.logits,
                plan.recompute, plan.layer_acts, plan.resid, plan.weights_op, kept, rec, layer,
                streams * resid, wop);
     }
@@ -573,8 +576,8 @@ static void test_classifier_chunks(const Case* k, const float* w) {
                 if (d > worst) worst = d;
                 if (d != 0 || !same_loss) {
                     if (bad == 0)
-                        snprintf(detail, sizeof(detail), "; first: %d chunk(s) %s, loss %.7g vs %.7g, "
-                                 "%zu gradient floats differ", (N + rows[i] - 1) / rows[i],
+                        snprintf(detail, sizeof(detail), "; first: %d chunk(s) %s, loss %.7g vs "
+                                 "%.7g, %zu gradient floats differ", (N + rows[i] - 1) / rows[i],
                                  fused ? "fused" : "in the backward", loss, ref_loss, d);
                     bad++;
                 }
@@ -585,8 +588,8 @@ static void test_classifier_chunks(const Case* k, const float* w) {
         snprintf(name, sizeof(name), "%s_classifier_in_1_2_3_chunks_bitwise_equals_one_chunk[%s]",
                  prec[p], k->name);
         expect(bad == 0 && isfinite(ref_loss), name,
-               "chunks of %d, %d and %d of %d rows, the gradient in the forward and in the backward: "
-               "%d of %d runs differ (at most %zu of %zu gradient floats); loss %.7f%s", rows[0],
+               "chunks of %d, %d and %d of %d rows, the gradient in the forward and in the "
+               "backward: %d of %d runs differ (at most %zu of %zu gradient floats); loss %.7f%s", rows[0],
                rows[1], rows[2], N, bad, runs, worst, n, ref_loss, detail);
         free(ref);
     }

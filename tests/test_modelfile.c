@@ -445,7 +445,8 @@ static void test_failing_saves(void) {
 /* A NaN or an infinity in any of the 16 tensors, at its first and at its last element, is refused
  * by the load (naming the tensor and the element, the model untouched) and by the save (nothing
  * written, the previous file byte for byte). The tensors' names, order and sizes are llm.c's,
- * written out here for this model (L 2, C 32, V 100 padded to Vp, maxT 16), not taken from gpt.c. */
+ * written out here for this model (L 2, C 32, V 100 padded to Vp, maxT 16), not taken from
+ * gpt.c. */
 static void test_non_finite_in_every_tensor(void) {
     GPTConfig c = make_config(2, 4, 4, 32, 100, 16);
     const size_t L = 2, C = 32, Vp = (size_t)c.padded_vocab_size, T = 16;
@@ -471,7 +472,8 @@ static void test_non_finite_in_every_tensor(void) {
     float* before = malloc(total * sizeof(float));
     float* ptr[NUM_PARAMETER_TENSORS];
     memcpy(ptr, &b.params, sizeof(ptr));
-    for (size_t k = 0, off = 0; k < 16; off += sizes[k], k++) memcpy(before + off, ptr[k], sizes[k] * 4);
+    for (size_t k = 0, off = 0; k < 16; off += sizes[k], k++)
+        memcpy(before + off, ptr[k], sizes[k] * 4);
     int load_bad = 0, save_bad = 0, cases = 0;
     char load_detail[600] = "", save_detail[600] = "";
     size_t off = 1024;   /* the header, then the tensors in this order */
@@ -479,7 +481,8 @@ static void test_non_finite_in_every_tensor(void) {
         for (int last = 0; last < 2; last++) {
             size_t e = last ? sizes[k] - 1 : 0;
             float v = last ? NAN : -INFINITY;
-            snprintf(where, sizeof(where), "tensor %s element %zu is %s", names[k], e, last ? "nan" : "-inf");
+            snprintf(where, sizeof(where), "tensor %s element %zu is %s", names[k], e,
+                     last ? "nan" : "-inf");
             cases++;
             /* the load: the file with v at tensor k's element e */
             float keep;
@@ -492,11 +495,10 @@ static void test_non_finite_in_every_tensor(void) {
             int untouched = 1;
             for (size_t j = 0, o = 0; j < 16; o += sizes[j], j++)
                 untouched &= memcmp(before + o, ptr[j], sizes[j] * 4) == 0;
-            if (!(rc == -1 && strstr(err, where) != NULL && strstr(err, bad) != NULL && untouched)) {
-                if (load_bad++ < 2)
-                    snprintf(load_detail + strlen(load_detail), sizeof(load_detail) - strlen(load_detail),
-                             " [%s: rc %d, model untouched %d, \"%.150s\"]", where, rc, untouched, err);
-            }
+            size_t used = strlen(load_detail);
+            if (!(rc == -1 && strstr(err, where) && strstr(err, bad) && untouched) && load_bad++ < 2)
+                snprintf(load_detail + used, sizeof(load_detail) - used,
+                         " [%s: rc %d, model untouched %d, \"%.150s\"]", where, rc, untouched, err);
             /* the save: model b with v at tensor k's element e, over the file of model m */
             keep = ptr[k][e];
             ptr[k][e] = v;
@@ -507,9 +509,10 @@ static void test_non_finite_in_every_tensor(void) {
             unsigned char* after = read_all(good, &n2);
             int same = n2 == n && memcmp(after, bytes, n) == 0;
             free(after);
-            if (!(rc == MODELFILE_NON_FINITE && same && !file_exists(tmp) && strstr(err, where) != NULL)) {
+            if (!(rc == MODELFILE_NON_FINITE && same && !file_exists(tmp) && strstr(err, where))) {
+                used = strlen(save_detail);
                 if (save_bad++ < 2)
-                    snprintf(save_detail + strlen(save_detail), sizeof(save_detail) - strlen(save_detail),
+                    snprintf(save_detail + used, sizeof(save_detail) - used,
                              " [%s: rc %d, file unchanged %d, tmp left %d, \"%.150s\"]", where, rc,
                              same, file_exists(tmp), err);
                 if (!same) write_all(good, bytes, n);   /* the next cases need m's file back */
@@ -518,11 +521,12 @@ static void test_non_finite_in_every_tensor(void) {
         off += 4 * sizes[k];
     }
     expect(load_bad == 0 && off == n, "load_refuses_a_non_finite_weight_in_each_of_the_16_tensors",
-           "-inf at the first and nan at the last element of each tensor: %d of %d loads not refused "
-           "as expected (the file %zu B, the tensors end at %zu B)%s", load_bad, cases, n, off, load_detail);
+           "-inf at the first and nan at the last element of each tensor: %d of %d loads not "
+           "refused as expected (the file %zu B, the tensors end at %zu B)%s", load_bad, cases, n,
+           off, load_detail);
     expect(save_bad == 0, "save_refuses_a_non_finite_weight_in_each_of_the_16_tensors",
-           "-inf at the first and nan at the last element of each tensor: %d of %d saves not refused "
-           "with the previous file kept%s", save_bad, cases, save_detail);
+           "-inf at the first and nan at the last element of each tensor: %d of %d saves not "
+           "refused with the previous file kept%s", save_bad, cases, save_detail);
     free(before);
     free(bytes);
     unlink(bad);

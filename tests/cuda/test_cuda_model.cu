@@ -445,8 +445,8 @@ static void test_classifier_chunks_on(const Backend* be, const Case* k, const ch
     char full[128];
     snprintf(full, sizeof(full), "%s_classifier_in_1_2_3_chunks_matches_the_whole_logits_on_%s_%s",
              name, be->name, be->precision);
-    expect(finite && worst <= 1e-6 && lerr <= 1e-6, full, "chunks of 19, 13 and 16 of %d rows, both "
-           "ways: worst gradient tensor %s rel err %.2e, loss %.6f, rel err %.2e (%zu floats)", N,
+    expect(finite && worst <= 1e-6 && lerr <= 1e-6, full, "chunks of 19, 13 and 16 of %d rows, "
+           "both ways: worst gradient tensor %s rel err %.2e, loss %.6f, rel err %.2e (%zu floats)", N,
            which, worst, loss[0][0], lerr, n);
 }
 
