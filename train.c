@@ -578,7 +578,9 @@ static double mib(size_t bytes) { return bytes / 1048576.0; }
 
 /* --memory-budget: the policy whose planned peak fits with the fewest recomputed FLOPs, said in
  * one line with the runner-up; with an explicit --recompute (explicit_policy), that policy must
- * fit. o->policy is set to the choice. 0, or the exit status. */
+ * fit, judged by its own row (every and selective: plan_rows plans it when it is none of the
+ * listed policies). o->policy is set to the choice. Sizes are said in MiB and in bytes: a peak a
+ * few KiB over the budget reads the same as the budget in MiB. 0, or the exit status. */
 static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, int explicit_policy,
                                int writer) {
     if (o->memory_budget <= 0) return 0;
@@ -597,39 +599,48 @@ static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, i
         fprintf(stderr, "seedgpt: %s\n", err);
         return EXIT_BAD_INPUT;
     }
-    int second, best = plan_choose(rows, n, o->memory_budget, &second);
+    double budget = o->memory_budget;
+    int second, best = plan_choose(rows, n, budget, &second);
     if (explicit_policy) {
-        for (int i = 0; i < n; i++) {
-            if (rows[i].policy.every != o->policy.every) continue;
-            if ((double)rows[i].peak <= o->memory_budget) return 0;
-            fprintf(stderr, "seedgpt: --recompute %s plans a peak of %.1f MiB (%zu B), over "
-                    "--memory-budget %.1f MiB (%.0f B)%s%s%s\n", recompute_name(&o->policy, name),
-                    mib(rows[i].peak), rows[i].peak, o->memory_budget / 1048576.0,
-                    o->memory_budget, best >= 0 ? " (--recompute " : "",
-                    best >= 0 ? recompute_name(&rows[best].policy, name2) : "",
-                    best >= 0 ? " fits; drop --recompute to let the budget choose)" : "");
+        int own = plan_find(rows, n, &o->policy);
+        if (own < 0) {   /* plan_rows plans its extra policy: never here */
+            fprintf(stderr, "seedgpt: --memory-budget: --recompute %s has no planned row\n",
+                    recompute_name(&o->policy, name));
             return EXIT_BAD_INPUT;
         }
-        return 0;
+        size_t peak = rows[own].peak;
+        if ((double)peak <= budget) return 0;
+        /* best fits and own does not, so best is another policy */
+        fprintf(stderr, "seedgpt: --recompute %s plans a peak of %.1f MiB (%zu B), over "
+                "--memory-budget %.1f MiB (%.0f B) by %.0f B%s%s%s\n",
+                recompute_name(&o->policy, name), mib(peak), peak, budget / 1048576.0, budget,
+                (double)peak - budget, best >= 0 ? " (--recompute " : "",
+                best >= 0 ? recompute_name(&rows[best].policy, name2) : "",
+                best >= 0 ? " fits; drop --recompute to let the budget choose)"
+                          : " (no recompute policy fits)");
+        return EXIT_BAD_INPUT;
     }
     if (best < 0) {
         int small = 0;
         for (int i = 1; i < n; i++) if (rows[i].peak < rows[small].peak) small = i;
-        fprintf(stderr, "seedgpt: --memory-budget %.1f MiB: no recompute policy fits; the smallest "
-                "planned peak is %.1f MiB (--recompute %s): lower --batch (%d) or --seq (%d), or "
-                "raise the budget\n", o->memory_budget / 1048576.0, mib(rows[small].peak),
-                recompute_name(&rows[small].policy, name), B, T);
+        size_t peak = rows[small].peak;
+        fprintf(stderr, "seedgpt: --memory-budget %.1f MiB (%.0f B): no recompute policy fits; the "
+                "smallest planned peak is %.1f MiB (%zu B, %.0f B over; --recompute %s): lower "
+                "--batch (%d) or --seq (%d), or raise the budget\n", budget / 1048576.0, budget,
+                mib(peak), peak, (double)peak - budget, recompute_name(&rows[small].policy, name),
+                B, T);
         return EXIT_BAD_INPUT;
     }
     o->policy = rows[best].policy;
     if (writer) {
-        printf("memory budget %.1f MiB: --recompute %s, planned peak %.1f MiB, recomputing %.1f%% "
-               "of a step's FLOPs", o->memory_budget / 1048576.0,
-               recompute_name(&rows[best].policy, name), mib(rows[best].peak),
+        printf("memory budget %.1f MiB: --recompute %s, planned peak %.1f MiB (%zu B), recomputing "
+               "%.1f%% of a step's FLOPs", budget / 1048576.0,
+               recompute_name(&rows[best].policy, name), mib(rows[best].peak), rows[best].peak,
                100.0 * rows[best].plan.recompute_flops / rows[best].plan.step_flops);
         if (second >= 0)
-            printf("; runner-up %s, %.1f MiB, %.1f%%", recompute_name(&rows[second].policy, name2),
-                   mib(rows[second].peak),
+            printf("; runner-up %s, %.1f MiB (%zu B), %.1f%%",
+                   recompute_name(&rows[second].policy, name2), mib(rows[second].peak),
+                   rows[second].peak,
                    100.0 * rows[second].plan.recompute_flops / rows[second].plan.step_flops);
         printf("\n");
     }

@@ -45,6 +45,12 @@ int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
     return n;
 }
 
+int plan_find(const PlanRow rows[], int n, const RecomputePolicy* p) {
+    for (int i = 0; i < n; i++)
+        if (same_policy(&rows[i].policy, p)) return i;
+    return -1;
+}
+
 /* Is row a before row b in the budget's order? */
 static int before(const PlanRow* a, const PlanRow* b) {
     if (a->plan.recompute_flops != b->plan.recompute_flops)

@@ -37,6 +37,10 @@ int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
               const RecomputePolicy* extra, size_t sampler, PlanRow rows[PLAN_MAX_ROWS],
               char err[256]);
 
+/* The row planned for policy p (the same `every` and the same `selective`), or -1 when there is
+ * none; plan_rows' rows always hold its `extra`. */
+int plan_find(const PlanRow rows[], int n, const RecomputePolicy* p);
+
 /* --memory-budget: among the rows whose peak is at most budget bytes, the one with the fewest
  * recomputed FLOPs, ties to the smaller peak. Returns its index, or -1 when none fits; *runner_up
  * is the next by the same order (-1 when there is none). */

@@ -13,11 +13,14 @@
  *   5. the products read the weights' bf16 copy made at the update: a change of the masters
  *      reaches the loss only after the next update (or gpt_to_backend), and the copy is the
  *      masters rounded;
- *   6. memory: the plan equals the counted build under bf16, and the per-layer kept activations
- *      take at most 0.55x fp32's bytes at GPT-2 124M B4 T1024 and at the bench shape;
+ *   6. memory: the plan equals the counted build under bf16 and the layout formula written in this
+ *      test (every policy, selective storage too), and the per-layer kept activations take at
+ *      most 0.55x fp32's bytes at GPT-2 124M B4 T1024 and at the bench shape;
  *   7. --log-attn-stats: the attention forward with statistics gives the plain forward's bits,
  *      its max |scaled score| is the float64 maximum over the causal scores (within fp32
- *      rounding) and its LSE range the output's; a recompute adds nothing to a model's statistics.
+ *      rounding) and its LSE range the output's; a recompute adds nothing to a model's statistics;
+ *   8. the classifier in 1, 2 and 3 chunks, its gradient in the forward or in the backward, in
+ *      bf16 and in fp32: the one chunk's loss and gradients, bit for bit.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -370,6 +373,62 @@ static void test_memory(const Case* k) {
     }
 }
 
+/* The bf16 plan against its layout written out here (not gpt.c's functions): every tensor 64-byte
+ * aligned; the products' operand activations (ln1, qkv, atty, ln2, fch, fch_gelu and lnf) 2 bytes
+ * an element, everything else 4; the weights' bf16 copy 2 bytes a parameter (each fp32 tensor
+ * padded to 16 floats), one block. Kept: the residual streams (none: all L + 1; every:K: one per
+ * segment and the final LayerNorm's input), the tail (lnf, its mean and rstd, one classifier chunk
+ * of logits, the losses, dlnf), under none every layer's slot; the recompute scratch: K slots, the
+ * K - 1 streams inside a segment and the check buffer; selective storage takes ln1, ln2 and
+ * fch_gelu out of the slots into one shared set counted with the recompute scratch. */
+static size_t b64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+static void test_plan_layout_formula(const Case* k) {
+    const GPTConfig* c = &k->c;
+    size_t BT = (size_t)k->B * k->T, C = c->channels, NH = c->num_heads, L = c->num_layers;
+    size_t QKV = (size_t)(c->num_heads + 2 * c->num_kv_heads) * (C / NH), Vp = c->padded_vocab_size;
+    /* the documented chunk: 4C floats a position, at least 1024 rows, at most BT */
+    size_t rows = 4 * BT * C / Vp;
+    if (rows < 1024) rows = 1024;
+    if (rows > BT) rows = BT;
+    size_t resid = b64(BT * C * 4);
+    size_t tail = b64(BT * C * 2) + b64(BT * 4) + b64(BT * 4) + b64(rows * Vp * 4) + b64(BT * 4) +
+                  b64(BT * C * 4);
+    /* ln1, ln2, fch_gelu; then the means and rstds, qkv, atty, lse, resid2, fch */
+    size_t shared = b64(BT * C * 2) + b64(BT * C * 2) + b64(BT * 4 * C * 2);
+    size_t others = 4 * b64(BT * 4) + b64(BT * QKV * 2) + b64(BT * C * 2) + b64(BT * NH * 4) +
+                    b64(BT * C * 4) + b64(BT * 4 * C * 2);
+    const size_t psizes[16] = {Vp * C, (size_t)c->max_seq_len * C, L * C, L * C, L * QKV * C,
+                               L * QKV, L * C * C, L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
+                               L * 4 * C * C, L * C, C, C};
+    size_t pfloats = 0;
+    for (int i = 0; i < 16; i++) pfloats += (psizes[i] + 15) / 16 * 16;
+    size_t wop = b64(pfloats * 2);
+    const struct { int every, sel; const char* name; } ps[] = {
+        {0, 0, "none"}, {1, 0, "layer"}, {2, 0, "every2"}, {0, 1, "selective"},
+        {1, 1, "selective_layer"}, {2, 1, "selective_every2"}};
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) {
+        RecomputePolicy p = {ps[i].every, 0, CHECK_WARN, ps[i].sel};
+        size_t slot = others + (ps[i].sel ? 0 : shared);
+        size_t K = ps[i].every == 0 ? L : ((size_t)ps[i].every < L ? (size_t)ps[i].every : L);
+        size_t streams = ps[i].every == 0 ? L + 1 : (L + K - 1) / K + 1;
+        size_t kept = streams * resid + tail + (ps[i].every == 0 ? L * slot : 0);
+        size_t layer = ps[i].every == 0 ? L * slot : 0;
+        size_t rec = (ps[i].every == 0 ? 0 : K * slot + K * resid) + (ps[i].sel ? shared : 0);
+        GPTPlan plan;
+        char err[256], name[160];
+        int rc = gpt_plan(c, k->B, k->T, &p, bf16(), omp_get_max_threads(), &plan, err);
+        snprintf(name, sizeof(name), "bf16_plan_equals_the_layout_formula[%s %s]", k->name,
+                 ps[i].name);
+        expect(rc == 0 && plan.activations + plan.logits == kept && plan.recompute == rec &&
+               plan.layer_acts == layer && plan.resid == streams * resid && plan.weights_op == wop,
+               name, "plan: kept %zu B, recompute %zu B, layers %zu B, streams %zu B, bf16 weights "
+               "%zu B; formula: %zu, %zu, %zu, %zu, %zu B", plan.activations + plan.logits,
+               plan.recompute, plan.layer_acts, plan.resid, plan.weights_op, kept, rec, layer,
+               streams * resid, wop);
+    }
+}
+
 /* ---- 7. attention statistics --------------------------------------------------------------- */
 
 static void test_attn_stats(const Case* k, const float* w) {
@@ -460,6 +519,82 @@ static void test_operand_rounding(void) {
            "carries, overflow, denormals, infinities, NaNs)", bad, total);
 }
 
+/* ---- 8. the classifier in chunks ------------------------------------------------------------ */
+
+/* One step on be with the classifier in chunks of `rows` rows, its gradient in the forward
+ * (fused: gpt_set_loss_scale) or in the backward (each chunk's logits computed again). Returns the
+ * loss; *grads gets a copy of every gradient. */
+static float classifier_step(const Case* k, const Backend* be, const float* w, int rows, int fused,
+                             float** grads) {
+    GPT m;
+    char err[256];
+    RecomputePolicy none = {0, 0, CHECK_WARN, 0};
+    if (gpt_build_rows(&m, &k->c, k->B, k->T, &none, be, rows, err) != 0) {
+        fprintf(stderr, "test_bf16: gpt_build_rows: %s\n", err);
+        exit(2);
+    }
+    size_t n = block_floats(&m);
+    memcpy(m.host_params_memory, w, n * sizeof(float));
+    gpt_to_backend(&m);
+    set_site_dropout(&m, 0x5eedULL, SITE_RATES);
+    float dloss = 1.0f / (float)(k->B * k->T);
+    gpt_zero_grad(&m);
+    if (fused) gpt_set_loss_scale(&m, dloss);
+    float loss = gpt_forward(&m, k->in[0], k->tg[0], k->B, k->T, 0, 3, 1);
+    gpt_backward(&m, dloss);
+    *grads = malloc(n * sizeof(float));
+    memcpy(*grads, m.grads_memory, n * sizeof(float));
+    gpt_free(&m);
+    return loss;
+}
+
+/* The classifier in 1, 2 and 3 chunks (N, N/2 and 20 rows of N = 48: 20, 20, 8), its gradient in
+ * the forward and in the backward, in fp32 and in bf16: the loss and every gradient the bits of
+ * the one chunk with the gradient in the backward (a chunk's rows start C elements of the
+ * activation's type apart; each row's logits, loss and dlnf are its own, and the product
+ * continues wte's gradient chain across the chunks). */
+static void test_classifier_chunks(const Case* k, const float* w) {
+    int N = k->B * k->T;
+    const int rows[3] = {N, N / 2, 20};
+    const char* prec[2] = {"fp32", "bf16"};
+    for (int p = 0; p < 2; p++) {
+        const Backend* be = backend_lookup("cpu", prec[p]);
+        GPT probe = build_on(k, (RecomputePolicy){0, 0, CHECK_OFF, 0}, be);
+        size_t n = block_floats(&probe);
+        gpt_free(&probe);
+        float* ref;
+        float ref_loss = classifier_step(k, be, w, N, 0, &ref);
+        int bad = 0, runs = 0;
+        size_t worst = 0;
+        char detail[400] = "";
+        for (int i = 0; i < 3; i++)
+            for (int fused = 0; fused < 2; fused++) {
+                float* g;
+                float loss = classifier_step(k, be, w, rows[i], fused, &g);
+                size_t d = differ(g, ref, n);
+                int same_loss = memcmp(&loss, &ref_loss, sizeof(float)) == 0;
+                if (d > worst) worst = d;
+                if (d != 0 || !same_loss) {
+                    if (bad == 0)
+                        snprintf(detail, sizeof(detail), "; first: %d chunk(s) %s, loss %.7g vs "
+                                 "%.7g, %zu gradient floats differ", (N + rows[i] - 1) / rows[i],
+                                 fused ? "fused" : "in the backward", loss, ref_loss, d);
+                    bad++;
+                }
+                runs++;
+                free(g);
+            }
+        char name[160];
+        snprintf(name, sizeof(name), "%s_classifier_in_1_2_3_chunks_bitwise_equals_one_chunk[%s]",
+                 prec[p], k->name);
+        expect(bad == 0 && isfinite(ref_loss), name,
+               "chunks of %d, %d and %d of %d rows, the gradient in the forward and in the "
+               "backward: %d of %d runs differ (at most %zu of %zu gradient floats); loss %.7f%s", rows[0],
+               rows[1], rows[2], N, bad, runs, worst, n, ref_loss, detail);
+        free(ref);
+    }
+}
+
 int main(void) {
     test_operand_rounding();
     Case k = make_case("L3_NH4_KV2_C32_T24", 3, 4, 2, 32, 70, 2, 24);
@@ -470,7 +605,14 @@ int main(void) {
     test_masks(&k, w);
     test_weight_copy(&k, w);
     test_memory(&k);
+    test_plan_layout_formula(&k);
+    {   /* B*T = 39, C = 24: the 64-byte rounding shows in every tensor of B*T rows */
+        Case odd = make_case("L2_NH3_KV1_C24_B3_T13", 2, 3, 1, 24, 50, 3, 13);
+        test_plan_layout_formula(&odd);
+        for (int i = 0; i < 2; i++) { free(odd.in[i]); free(odd.tg[i]); }
+    }
     test_attn_stats(&k, w);
+    test_classifier_chunks(&k, w);
     free(w);
     for (int i = 0; i < 2; i++) { free(k.in[i]); free(k.tg[i]); }
     return test_finish();

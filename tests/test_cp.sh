@@ -7,6 +7,11 @@
 #     the weight gradients are summed over the ranks in another order), the weights to rounding;
 #     the same with RoPE, grouped-query heads, the parallel block and stochastic depth;
 #   - 2 data-parallel x 2 context-parallel ranks equal one process with twice the batch;
+#   - 3 and 4 ranks (T = 48: 6 and 8 chunks), where a rank's next and previous neighbours differ
+#     (at 2 ranks they are one rank, so a ring turning the wrong way passes there): the losses
+#     within 1e-6 and the weights within 1e-5 of one process, and one layer's attention keep bits
+#     byte for byte the one-process bits (every rank's share exported from the same runs); and
+#     2 data-parallel x 3 context-parallel ranks equal one process with twice the batch;
 #   - one layer's attention keep bits, exported by the test builds, equal the one-process bits
 #     byte for byte (the union over the ranks), every causal (i, j) used once;
 #   - recompute layer, every:2 and selective equal none under context parallelism, bit for bit;
@@ -18,6 +23,8 @@
 #   - bad input, one line and exit status 2: T not a multiple of 2N; N not dividing the ranks;
 #     --context-parallel in ./train (no MPI).
 # Without mpirun or ./train_mpi the checks print SKIP. Each rank runs 1 OpenMP thread.
+# SEEDGPT_CP_ONLY=ranks3-4 runs the checks at 3 and 4 ranks alone (tests/test_cp_ranks.sh: the
+# mutants of the ring run them, not the whole file).
 set -u
 cd "$(dirname "$0")/.."
 TRAIN=${SEEDGPT_TRAIN:-./train}
@@ -26,6 +33,8 @@ TRAIN_TEST=${SEEDGPT_TRAIN_TEST:-build/tests/train_test}
 TRAIN_MPI_TEST=${SEEDGPT_TRAIN_MPI_TEST:-build/tests/train_mpi_test}
 CHECKS=(cp2_losses_equal_one_process cp2_model_options_equal_one_process
         dp2_cp2_equal_one_process_with_twice_the_batch cp2_keep_bits_equal_one_process
+        cp3_losses_equal_one_process cp3_keep_bits_equal_one_process cp4_losses_equal_one_process
+        cp4_keep_bits_equal_one_process dp2_cp3_equal_one_process_with_twice_the_batch
         cp2_recompute_equals_none_bitwise cp2_allocations_constant_from_step_1 cp2_rss_flat_over_300_steps
         cp2_recompute_push_leak_is_caught cp2_resume_is_bit_exact
         cp_resume_with_another_layout_is_refused cp_refuses_T_not_a_multiple_of_2N
@@ -88,6 +97,65 @@ PY
 # within RESULT N LOSS_TOL WEIGHT_TOL
 within() { awk -v r="$1" -v n="$2" -v tl="$3" -v tw="$4" 'BEGIN { split(r, f, " "); exit !(f[1] == n && f[2] <= tl && f[3] <= tw) }'; }
 
+# keep_union N T ONE RANKS: "0 ..." when the one-process export ONE.0 (B 2 x NH 2 x T x T bytes)
+# equals the union of the N ranks' exports RANKS.0 .. RANKS.N-1, no cell is used by two ranks,
+# every causal cell is used, and some are dropped; "1 ..." otherwise; then what was seen
+keep_union() {
+    python3 - "$@" << 'PY'
+import sys
+N, T = int(sys.argv[1]), int(sys.argv[2])
+B, NH = 2, 2
+try:
+    one = open(sys.argv[3] + ".0", 'rb').read()
+    ranks = [open("%s.%d" % (sys.argv[4], r), 'rb').read() for r in range(N)]
+except OSError as e:
+    print("1 missing %s" % e); sys.exit(0)
+union = bytes(max(v) for v in zip(*ranks))
+both = sum(1 for v in zip(*ranks) if sum(1 for x in v if x) > 1)
+differ = sum(1 for a, b in zip(one, union) if a != b)
+causal = [(x // T) % T >= x % T for x in range(B * NH * T * T)]
+unused = sum(1 for x, c in enumerate(causal) if c and one[x] == 0)
+dropped = sum(1 for v in one if v == 1)
+bad = (len(one) != B * NH * T * T or any(len(r) != len(one) for r in ranks) or differ or both
+       or unused or not dropped)
+print("%d %d cells, %d differ, %d used by two ranks, %d causal cells unused, %d dropped"
+      % (1 if bad else 0, len(one), differ, both, unused, dropped))
+PY
+}
+
+# ---- 3 and 4 ranks: next and previous neighbours differ ---------------------------------------
+# T = 48: 6 chunks of 8 on 3 ranks, 8 of 6 on 4. The test builds, so that the same runs export one
+# layer's keep bits (step 3, layer 1); the ranks recompute (layer), the one process does not.
+M48=("${MODEL[@]}" --seq-len 48 --batch 2 --steps 4)
+SEEDGPT_KEEP_EXPORT="3:1:$W/k48one" "$TRAIN_TEST" "${M48[@]}" --log-json "$W/one48.jsonl" \
+    --save "$W/one48.bin" > /dev/null 2>&1
+rc1=$?
+for n in 3 4; do
+    SEEDGPT_KEEP_EXPORT="3:1:$W/k48cp$n" mpin $n -x SEEDGPT_KEEP_EXPORT "$TRAIN_MPI_TEST" "${M48[@]}" \
+        --context-parallel $n --recompute layer --log-json "$W/cp$n.jsonl" --save "$W/cp$n.bin" \
+        > "$W/cp$n.out" 2>&1
+    rc2=$?
+    r=$(close "$W/one48.jsonl" "$W/one48.bin" "$W/cp$n.jsonl" "$W/cp$n.bin")
+    report cp${n}_losses_equal_one_process \
+        "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "1 data-parallel x $n context-parallel ranks" "$W/cp$n.out" && within "$r" 4 1e-6 1e-5; echo $?)" \
+        "T 48 on $n ranks (recompute layer) vs one process, 4 steps; statuses $rc1 $rc2; steps, largest relative loss difference (limit 1e-6), weight difference (limit 1e-5): $r"
+    k=$(keep_union $n 48 "$W/k48one" "$W/k48cp$n")
+    report cp${n}_keep_bits_equal_one_process "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "${k%% *}" = 0 ]; echo $?)" \
+        "step 3, layer 1, attention p 0.1, T 48 on $n ranks: ${k#* }"
+done
+# 2 data-parallel x 3 context-parallel (6 ranks) = one process with twice the batch
+"$TRAIN" "${MODEL[@]}" --shuffle 0 --seq-len 48 --batch 4 --steps 4 --log-json "$W/b4t48.jsonl" --save "$W/b4t48.bin" > /dev/null 2>&1
+rc1=$?
+mpin 6 "$TRAIN_MPI" "${MODEL[@]}" --shuffle 0 --seq-len 48 --batch 2 --steps 4 --context-parallel 3 \
+    --log-json "$W/dpcp3.jsonl" --save "$W/dpcp3.bin" > "$W/dpcp3.out" 2>&1
+rc2=$?
+r=$(close "$W/b4t48.jsonl" "$W/b4t48.bin" "$W/dpcp3.jsonl" "$W/dpcp3.bin")
+report dp2_cp3_equal_one_process_with_twice_the_batch \
+    "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q '2 data-parallel x 3 context-parallel' "$W/dpcp3.out" && within "$r" 4 1e-6 1e-5; echo $?)" \
+    "6 ranks x batch 2 vs batch 4, T 48; statuses $rc1 $rc2; steps, loss and weight differences: $r"
+
+[ "${SEEDGPT_CP_ONLY:-}" = ranks3-4 ] && exit $failed
+
 # ---- 2 ranks sharing each sequence = one process, 20 steps -----------------------------------
 "$TRAIN" "${MODEL[@]}" --batch 4 --steps 20 --log-json "$W/one.jsonl" --save "$W/one.bin" > "$W/one.out" 2>&1
 rc1=$?
@@ -129,24 +197,7 @@ rc1=$?
 SEEDGPT_KEEP_EXPORT="3:1:$W/keep2" mpin 2 -x SEEDGPT_KEEP_EXPORT "$TRAIN_MPI_TEST" "${KEEP[@]}" \
     --context-parallel 2 --recompute layer > /dev/null 2>&1
 rc2=$?
-r=$(python3 - "$W/keep1.0" "$W/keep2.0" "$W/keep2.1" << 'PY'
-import sys
-B, NH, T = 2, 2, 32
-try:
-    one, r0, r1 = (open(p, 'rb').read() for p in sys.argv[1:4])
-except OSError as e:
-    print("1 missing %s" % e); sys.exit(0)
-union = bytes(max(a, b) for a, b in zip(r0, r1))
-both = sum(1 for a, b in zip(r0, r1) if a and b)
-differ = sum(1 for a, b in zip(one, union) if a != b)
-causal = [(x // T) % T >= x % T for x in range(B * NH * T * T)]
-unused = sum(1 for x, c in enumerate(causal) if c and one[x] == 0)
-dropped = sum(1 for v in one if v == 1)
-bad = len(one) != B * NH * T * T or len(union) != len(one) or differ or both or unused or not dropped
-print("%d %d cells, %d differ, %d used by both ranks, %d causal cells unused, %d dropped"
-      % (1 if bad else 0, len(one), differ, both, unused, dropped))
-PY
-)
+r=$(keep_union 2 32 "$W/keep1" "$W/keep2")
 report cp2_keep_bits_equal_one_process \
     "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "${r%% *}" = 0 ]; echo $?)" \
     "step 3, layer 1, attention p 0.1 (recompute layer on the ranks): statuses $rc1 $rc2; ${r#* }"

@@ -1,8 +1,8 @@
 /* tests/test_modelfile.c — model files (model/modelfile.c, docs/formats.md): the llm.c v3 layout
  * for plain GPT-2 configurations and seedgpt's own header for grouped-query ones, bit-exact round
  * trips, the header ints on disk, every refusal (magic, version, size, header fields, a model of
- * another shape) with a message naming the file and the problem, and saves that fail without
- * touching the previous file.
+ * another shape) with a message naming the file and the problem, saves that fail without
+ * touching the previous file, and a non-finite weight in any of the 16 tensors refused by both.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -442,6 +442,99 @@ static void test_failing_saves(void) {
     gpt_free(&b);
 }
 
+/* A NaN or an infinity in any of the 16 tensors, at its first and at its last element, is refused
+ * by the load (naming the tensor and the element, the model untouched) and by the save (nothing
+ * written, the previous file byte for byte). The tensors' names, order and sizes are llm.c's,
+ * written out here for this model (L 2, C 32, V 100 padded to Vp, maxT 16), not taken from
+ * gpt.c. */
+static void test_non_finite_in_every_tensor(void) {
+    GPTConfig c = make_config(2, 4, 4, 32, 100, 16);
+    const size_t L = 2, C = 32, Vp = (size_t)c.padded_vocab_size, T = 16;
+    const char* names[16] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+                             "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    const size_t sizes[16] = {Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C,
+                              L * C, L * C, L * C, L * 4 * C * C, L * 4 * C, L * 4 * C * C, L * C,
+                              C, C};
+    GPT m, b;
+    build(&m, &c);
+    build(&b, &c);
+    fill_random(&m);
+    fill_random(&b);
+    char good[512], bad[512], tmp[600], err[256], where[96];
+    path_in_dir(good, "every.bin");
+    path_in_dir(bad, "every_bad.bin");
+    snprintf(tmp, sizeof(tmp), "%s.tmp", good);
+    if (modelfile_save(&m, good, err) != 0) { printf("FAIL save: %s\n", err); exit(1); }
+    size_t n;
+    unsigned char* bytes = read_all(good, &n);
+    size_t total = 0;
+    for (int k = 0; k < 16; k++) total += sizes[k];
+    float* before = malloc(total * sizeof(float));
+    float* ptr[NUM_PARAMETER_TENSORS];
+    memcpy(ptr, &b.params, sizeof(ptr));
+    for (size_t k = 0, off = 0; k < 16; off += sizes[k], k++)
+        memcpy(before + off, ptr[k], sizes[k] * 4);
+    int load_bad = 0, save_bad = 0, cases = 0;
+    char load_detail[600] = "", save_detail[600] = "";
+    size_t off = 1024;   /* the header, then the tensors in this order */
+    for (int k = 0; k < 16; k++) {
+        for (int last = 0; last < 2; last++) {
+            size_t e = last ? sizes[k] - 1 : 0;
+            float v = last ? NAN : -INFINITY;
+            snprintf(where, sizeof(where), "tensor %s element %zu is %s", names[k], e,
+                     last ? "nan" : "-inf");
+            cases++;
+            /* the load: the file with v at tensor k's element e */
+            float keep;
+            memcpy(&keep, bytes + off + 4 * e, 4);
+            memcpy(bytes + off + 4 * e, &v, 4);
+            write_all(bad, bytes, n);
+            memcpy(bytes + off + 4 * e, &keep, 4);
+            err[0] = '\0';
+            int rc = modelfile_load(&b, bad, err);
+            int untouched = 1;
+            for (size_t j = 0, o = 0; j < 16; o += sizes[j], j++)
+                untouched &= memcmp(before + o, ptr[j], sizes[j] * 4) == 0;
+            size_t used = strlen(load_detail);
+            if (!(rc == -1 && strstr(err, where) && strstr(err, bad) && untouched) && load_bad++ < 2)
+                snprintf(load_detail + used, sizeof(load_detail) - used,
+                         " [%s: rc %d, model untouched %d, \"%.150s\"]", where, rc, untouched, err);
+            /* the save: model b with v at tensor k's element e, over the file of model m */
+            keep = ptr[k][e];
+            ptr[k][e] = v;
+            err[0] = '\0';
+            rc = modelfile_save(&b, good, err);
+            ptr[k][e] = keep;
+            size_t n2;
+            unsigned char* after = read_all(good, &n2);
+            int same = n2 == n && memcmp(after, bytes, n) == 0;
+            free(after);
+            if (!(rc == MODELFILE_NON_FINITE && same && !file_exists(tmp) && strstr(err, where))) {
+                used = strlen(save_detail);
+                if (save_bad++ < 2)
+                    snprintf(save_detail + used, sizeof(save_detail) - used,
+                             " [%s: rc %d, file unchanged %d, tmp left %d, \"%.150s\"]", where, rc,
+                             same, file_exists(tmp), err);
+                if (!same) write_all(good, bytes, n);   /* the next cases need m's file back */
+            }
+        }
+        off += 4 * sizes[k];
+    }
+    expect(load_bad == 0 && off == n, "load_refuses_a_non_finite_weight_in_each_of_the_16_tensors",
+           "-inf at the first and nan at the last element of each tensor: %d of %d loads not "
+           "refused as expected (the file %zu B, the tensors end at %zu B)%s", load_bad, cases, n,
+           off, load_detail);
+    expect(save_bad == 0, "save_refuses_a_non_finite_weight_in_each_of_the_16_tensors",
+           "-inf at the first and nan at the last element of each tensor: %d of %d saves not "
+           "refused with the previous file kept%s", save_bad, cases, save_detail);
+    free(before);
+    free(bytes);
+    unlink(bad);
+    unlink(good);
+    gpt_free(&m);
+    gpt_free(&b);
+}
+
 int main(void) {
     snprintf(dir, sizeof(dir), "/tmp/seedgpt_test_modelfile_XXXXXX");
     if (mkdtemp(dir) == NULL) { perror("mkdtemp"); return 1; }
@@ -449,6 +542,7 @@ int main(void) {
     test_gqa_roundtrip();
     test_refusals();
     test_failing_saves();
+    test_non_finite_in_every_tensor();
     char p[512];
     path_in_dir(p, "plain.bin"); unlink(p);
     path_in_dir(p, "gqa.bin"); unlink(p);

@@ -11,14 +11,18 @@
 #     --recompute-seeds fresh, --recompute-check stop exits with status 3 naming the first
 #     recomputed layer (the top one, 2), and --recompute-check warn warns for every layer of every
 #     step, finishes, and drifts away from the captured run's losses;
-#   - ./train plan lists each recompute policy; --memory-budget picks as documented (the fewest
-#     recomputed FLOPs among the policies whose planned peak fits, ties to the smaller peak) at
-#     each policy's peak and one byte below it, refuses when nothing fits, and yields to an
-#     explicit --recompute that fits (refusing one that does not); bad sizes and a bad shape are
-#     one line; each policy's planned peak is, to the byte, the peak_bytes a run of it logs (with
+#   - ./train plan lists each recompute policy (every:K only for K < L); --memory-budget picks as
+#     documented (the fewest recomputed FLOPs among the policies whose planned peak fits, ties to
+#     the smaller peak) at each policy's peak and one byte below it, its choice and printed
+#     runner-up those of a table written out by hand, refuses when nothing fits naming the
+#     smallest peak and the bytes over, and yields to an explicit --recompute that fits, each
+#     policy (selective and its compositions, every:3) held to its own row (refusing one that does
+#     not fit, naming its peak and a policy that does); bad sizes and a bad shape are one line;
+#     each policy's planned peak is, to the byte, the peak_bytes a run of it logs (with
 #     evaluation, samples and saved states; learned positions, and RoPE with its transient table);
 #   - ./train sample: the same seed gives the same text, another seed other text, and a model
-#     file that does not exist is refused with one line;
+#     file that does not exist is refused with one line; a model of 50257 ids is sampled with
+#     the gpt2 tokenizer (one written in the test) unless another is named;
 #   - --profile (--recompute layer, dropout 0.1): exactly one {"type":"profile"} row with every op
 #     class, no negative time, the classes' ms adding up to no more than the step's (+ 1% and
 #     0.05 ms of rounding slack), and every other row of the log as without --profile (step_ms
@@ -200,9 +204,50 @@ expected_choice() {
         gsub(/"/, "", p); if (k + 0 <= b + 0 && (best == "" || f < bf || (f == bf && k + 0 < bk + 0))) {best = p; bf = f; bk = k}}
         END {print best}' "$W/plan.jsonl"
 }
-wrong=0; tried=0; detail=
-for peak in $(grep -o '"peak_bytes":[0-9]*' "$W/plan.jsonl" | cut -d: -f2); do
+# The same choices, and the runner-up each line prints, written out by hand for this model
+# (L6 C32 T32, batch 2 x 32, 2 threads). The recomputed FLOPs per step, from the README's
+# formula (a segment policy runs each layer's forward again: 2 x 12704 weights a layer x 6, plus
+# the attention's 4 L C T, per position; selective adds 16 C + 64 C an element of each layer):
+#   none 0 < selective 983040 < every:4 = every:2 = layer 11329536
+#        < selective+every:4 = selective+every:2 = selective+layer 12312576;
+# the planned peaks in this order (the test checks it holds, and the peaks themselves are held
+# to the counted ones below): layer = selective+layer < selective+every:2 < every:2
+#   < selective+every:4 < every:4 < selective < none.
+# HAND[P] is "choice runner-up" at P's peak, HAND[P-1] one byte below it ("-": nothing fits).
+declare -A HAND=(
+    [none]="none selective"                       [none-1]="selective layer"
+    [selective]="selective layer"                 [selective-1]="layer every:2"
+    [every:4]="layer every:2"                     [every:4-1]="layer every:2"
+    [selective+every:4]="layer every:2"           [selective+every:4-1]="layer every:2"
+    [every:2]="layer every:2"                     [every:2-1]="layer selective+layer"
+    [selective+every:2]="layer selective+layer"   [selective+every:2-1]="layer selective+layer"
+    [layer]="layer selective+layer"               [layer-1]="-"
+    [selective+layer]="layer selective+layer"     [selective+layer-1]="-")
+declare -A HAND_FLOPS=([none]=0 [selective]=983040 [every:4]=11329536 [every:2]=11329536
+    [layer]=11329536 [selective+every:4]=12312576 [selective+every:2]=12312576
+    [selective+layer]=12312576)
+field() { grep -o "\"$2\":[^,}]*" <<< "$1" | cut -d: -f2- | tr -d '"'; }
+declare -A PEAK
+table_ok=1; table_detail=
+while read -r row; do
+    pol=$(field "$row" policy); PEAK[$pol]=$(field "$row" peak_bytes)
+    awk -v a="$(field "$row" recompute_flops)" -v b="${HAND_FLOPS[$pol]:-x}" \
+        'BEGIN { exit !(b != "x" && (a == b || (b > 0 && (a - b) / b < 1e-5 && (b - a) / b < 1e-5))) }' ||
+        { table_ok=0; table_detail="$table_detail $pol recomputes $(field "$row" recompute_flops) FLOPs, by hand ${HAND_FLOPS[$pol]:-none};"; }
+done < <(grep '"type":"plan"' "$W/plan.jsonl")
+order="layer selective+every:2 every:2 selective+every:4 every:4 selective none"
+prev=0
+for pol in $order; do
+    [ "${PEAK[$pol]:-0}" -gt "$prev" ] || { table_ok=0; table_detail="$table_detail peaks not in the table's order at $pol (${PEAK[$pol]:-none} B after $prev B);"; }
+    prev=${PEAK[$pol]:-0}
+done
+[ "${PEAK[selective+layer]:-0}" = "${PEAK[layer]:-1}" ] || { table_ok=0; table_detail="$table_detail selective+layer's peak ${PEAK[selective+layer]:-none} B is not layer's ${PEAK[layer]:-none} B;"; }
+smallest=$(printf '%s\n' "${PEAK[@]}" | sort -n | head -1)
+wrong=0; tried=0; detail=; hand_wrong=0; hand_detail=
+for pol in $(grep -o '"policy":"[^"]*"' "$W/plan.jsonl" | cut -d'"' -f4); do
+    peak=${PEAK[$pol]}
     for budget in "$peak" "$((peak - 1))"; do
+        key=$pol; [ "$budget" = "$peak" ] || key="$pol-1"
         want=$(expected_choice "$budget")
         "$TRAIN" "${P[@]}" --memory-budget "${budget}B" > "$W/mb.out" 2> "$W/mb.err"
         rc=$?
@@ -211,16 +256,65 @@ for peak in $(grep -o '"peak_bytes":[0-9]*' "$W/plan.jsonl" | cut -d: -f2); do
             got=$(grep -o '^recompute: [^,]*' "$W/mb.out" | cut -d' ' -f2)
             grep -q "^memory budget .*: --recompute $want," "$W/mb.out" && [ "$got" = "$want" ] && [ $rc -eq 0 ] ||
                 { wrong=$((wrong + 1)); detail="$detail budget $budget: want $want, got '$got' (status $rc);"; }
+            said="$(sed -n 's/^memory budget [^:]*: --recompute \([^,]*\),.*; runner-up \([^,]*\),.*/\1 \2/p' "$W/mb.out")"
         else
-            [ $rc -eq 2 ] && grep -q 'no recompute policy fits; the smallest planned peak is' "$W/mb.err" ||
-                { wrong=$((wrong + 1)); detail="$detail budget $budget: want a refusal, status $rc;"; }
+            [ $rc -eq 2 ] && grep -q "no recompute policy fits; the smallest planned peak is [0-9.]* MiB ($smallest B, $((smallest - budget)) B over; --recompute layer)" "$W/mb.err" ||
+                { wrong=$((wrong + 1)); detail="$detail budget $budget: want a refusal naming the smallest peak $smallest B (layer), status $rc: $(head -c 200 "$W/mb.err");"; }
+            said="-"
         fi
+        [ "$said" = "${HAND[$key]}" ] ||
+            { hand_wrong=$((hand_wrong + 1)); hand_detail="$hand_detail at $key's peak$([ "$key" = "$pol" ] || echo ' less 1 B') ($budget B): said '$said', the table '${HAND[$key]}';"; }
     done
 done
 if [ $wrong -eq 0 ] && [ $tried -eq $((2 * rows)) ]; then
-    ok memory_budget_picks_as_documented_on_both_sides_of_each_peak "$tried budgets (each peak and a byte below it), each the documented choice or the refusal; last: $(grep -h 'memory budget\|no recompute' "$W/mb.out" "$W/mb.err" | tail -1 | cut -c1-160)"
+    ok memory_budget_picks_as_documented_on_both_sides_of_each_peak "$tried budgets (each peak and a byte below it), each the documented choice or the refusal naming the smallest peak ($smallest B) and the bytes over; last: $(grep -h 'memory budget\|no recompute' "$W/mb.out" "$W/mb.err" | tail -1 | cut -c1-200)"
 else
     fail memory_budget_picks_as_documented_on_both_sides_of_each_peak "$wrong of $tried wrong:$detail"
+fi
+if [ $table_ok -eq 1 ] && [ $hand_wrong -eq 0 ] && [ $tried -eq 16 ]; then
+    ok memory_budget_choice_and_runner_up_match_a_hand_table "$tried budgets, each printed choice and runner-up (or the refusal) as written in the test; the recomputed FLOPs as the hand formula, the peaks in the table's order"
+else
+    fail memory_budget_choice_and_runner_up_match_a_hand_table "$tried budgets;$table_detail$hand_detail"
+fi
+# an explicit --recompute is held to its own row: selective to selective's peak (not none's),
+# selective+every:2 to its own (not every:2's), every:3 and selective+every:3 (no listed row) to the
+# row planned for them; at its peak it runs, one byte below it is refused in one line naming that
+# peak, the byte over, and a policy that does fit (never itself)
+wrong=0; detail=; last=
+for pol in selective selective+every:2 every:3 selective+every:3; do
+    "$TRAIN" plan "${P[@]}" --precision fp32 --recompute "$pol" --format json > "$W/own.jsonl" 2>&1
+    peak=$(grep "\"policy\":\"$pol\"" "$W/own.jsonl" | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
+    [ -n "$peak" ] || { wrong=$((wrong + 1)); detail="$detail $pol: no planned row;"; continue; }
+    "$TRAIN" "${P[@]}" --recompute "$pol" --memory-budget "${peak}B" > "$W/own.out" 2>&1
+    rc1=$?
+    "$TRAIN" "${P[@]}" --recompute "$pol" --memory-budget "$((peak - 1))B" > /dev/null 2> "$W/own.err"
+    rc2=$?
+    fits=$(sed -n 's/.*by 1 B (--recompute \([^ ]*\) fits; drop --recompute to let the budget choose)$/\1/p' "$W/own.err")
+    fits_peak=$(grep "\"policy\":\"$fits\"" "$W/own.jsonl" | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
+    if [ $rc1 -eq 0 ] && grep -q "^recompute: $pol," "$W/own.out" && [ $rc2 -eq 2 ] &&
+       [ "$(wc -l < "$W/own.err")" -eq 1 ] &&
+       grep -q -- "--recompute $pol plans a peak of [0-9.]* MiB ($peak B), over --memory-budget [0-9.]* MiB ($((peak - 1)) B) by 1 B" "$W/own.err" &&
+       [ -n "$fits" ] && [ "$fits" != "$pol" ] && [ -n "$fits_peak" ] && [ "$fits_peak" -lt "$peak" ]; then
+        last=$(cat "$W/own.err")
+    else
+        wrong=$((wrong + 1))
+        detail="$detail $pol (own peak $peak B): status $rc1 at it ($(grep -m1 '^recompute:\|seedgpt' "$W/own.out" | cut -c1-120)), status $rc2 a byte below: $(head -c 250 "$W/own.err");"
+    fi
+done
+if [ $wrong -eq 0 ]; then
+    ok explicit_recompute_is_held_to_its_own_row "selective, selective+every:2, every:3, selective+every:3: each runs at its own peak and is refused a byte below it, the line naming that peak and a policy that fits; e.g. $last"
+else
+    fail explicit_recompute_is_held_to_its_own_row "$wrong of 4 wrong:$detail"
+fi
+# the listed every:K are those with K < L: on 4 layers no every:4 (one segment: layer's FLOPs,
+# more memory), on 6 every:4 and every:2
+"$TRAIN" plan "${P[@]}" --layers 4 --precision fp32 --format json > "$W/plan4.jsonl" 2>&1
+rc=$?
+policies4=$(grep -o '"policy":"[^"]*"' "$W/plan4.jsonl" | cut -d'"' -f4 | tr '\n' ' ')
+if [ $rc -eq 0 ] && [ "$policies4" = "none every:2 layer selective selective+every:2 selective+layer " ]; then
+    ok plan_lists_every_k_only_below_the_layer_count "4 layers: $policies4"
+else
+    fail plan_lists_every_k_only_below_the_layer_count "4 layers: status $rc, policies '$policies4'"
 fi
 none_peak=$(grep '"policy":"none"' "$W/plan.jsonl" | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
 "$TRAIN" "${P[@]}" --recompute none --memory-budget "$((none_peak - 1))B" > /dev/null 2> "$W/mbx.err"
@@ -354,6 +448,45 @@ if [ $rc -eq 2 ] && [ "$(wc -l < "$W/miss.err")" -eq 1 ]; then
     ok sample_refuses_a_missing_model_in_one_line "status 2: $(cat "$W/miss.err")"
 else
     fail sample_refuses_a_missing_model_in_one_line "status $rc: $(head -2 "$W/miss.err")"
+fi
+# a model of 50257 ids is sampled with the gpt2 tokenizer when none is named: a tokenizer
+# written here (GPT-2's byte alphabet, ids 256..50255 spelled "[tID]", <|endoftext|> at 50256, no
+# merges) in --bpe-dir; the plain sample prints what --tokenizer gpt2 prints, in those spellings,
+# and not what --tokenizer byte prints. A build without the GPT-2 tokenizer refuses it instead.
+mkdir -p "$W/bpe"
+python3 - "$W/bpe" << 'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs: bs.append(b); cs.append(256 + n); n += 1
+ch = {b: chr(c) for b, c in zip(bs, cs)}
+vocab = [ch[b] for b in range(256)] + ["[t%d]" % i for i in range(256, 50256)] + ["<|endoftext|>"]
+json.dump({t: i for i, t in enumerate(vocab)}, open(sys.argv[1] + "/encoder.json", "w"), ensure_ascii=False)
+open(sys.argv[1] + "/vocab.bpe", "w").write("#version: 0.2\n")
+PY
+"$TRAIN" "${BASE[@]}" --batch 1 --steps 1 --vocab 50257 --save "$W/v50257.bin" > /dev/null 2>&1
+V=(sample --init "$W/v50257.bin" --tokens 4 --threads 2 --seed 3)
+"$TRAIN" "${V[@]}" --bpe-dir "$W/bpe" > "$W/vdef.out" 2> "$W/vdef.err"
+rc1=$?
+"$TRAIN" "${V[@]}" --bpe-dir "$W/bpe" --tokenizer gpt2 > "$W/vgpt2.out" 2> /dev/null
+rc2=$?
+"$TRAIN" "${V[@]}" --tokenizer byte > "$W/vbyte.out" 2> /dev/null
+rc3=$?
+spelled=$(grep -o '\[t[0-9]*\]' "$W/vdef.out" | wc -l)
+if "$TRAIN" --version | grep -q 'left out of this build: .*GPT-2 tokenizer'; then
+    if [ $rc1 -eq 2 ] && grep -q 'note: .*has vocab 50257: sampling with the gpt2 tokenizer' "$W/vdef.err" &&
+       grep -q '^seedgpt: .*gpt2' "$W/vdef.err"; then
+        ok sample_without_tokenizer_uses_gpt2_for_a_50257_vocab_model "this build has no GPT-2 tokenizer: status 2, $(tail -1 "$W/vdef.err")"
+    else
+        fail sample_without_tokenizer_uses_gpt2_for_a_50257_vocab_model "this build has no GPT-2 tokenizer: status $rc1, $(head -c 300 "$W/vdef.err" | tr '\n' ' ')"
+    fi
+elif [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] &&
+     grep -q 'note: .*has vocab 50257: sampling with the gpt2 tokenizer' "$W/vdef.err" &&
+     cmp -s "$W/vdef.out" "$W/vgpt2.out" && ! cmp -s "$W/vdef.out" "$W/vbyte.out" && [ "$spelled" -ge 1 ]; then
+    ok sample_without_tokenizer_uses_gpt2_for_a_50257_vocab_model "status 0, $(head -1 "$W/vdef.err" | cut -c1-90)...; the text is --tokenizer gpt2's, not byte's: $(head -c 80 "$W/vdef.out") ($spelled of 4 tokens spelled by the test's tokenizer)"
+else
+    fail sample_without_tokenizer_uses_gpt2_for_a_50257_vocab_model "statuses $rc1 (plain) $rc2 (gpt2) $rc3 (byte); plain: '$(head -c 100 "$W/vdef.out")' err '$(head -c 200 "$W/vdef.err" | tr '\n' ' ')'; gpt2: '$(head -c 100 "$W/vgpt2.out")'; byte: '$(head -c 60 "$W/vbyte.out" | od -c | head -2 | tr '\n' ' ')'"
 fi
 # ---- precision: a state resumes across precisions in both directions (states hold fp32 weights):
 # 4 steps in one precision, resumed for 4 more in the other, against the same state resumed in

@@ -6,7 +6,10 @@
 # that should catch it:
 #     # tests: build/tests/test_philox build/tests/test_attention
 # An entry under build/ is a make target and a test binary; any other entry is a command run from
-# the tree's root (a shell test: it runs ./train, which is built for it).
+# the tree's root (a shell test: it runs ./train, which is built for it). A shell test that runs
+# other binaries too (./train_mpi for tests/test_cp.sh) has them named on a header line of make
+# targets, built with the tests' own:
+#     # targets: train_mpi build/tests/train_mpi_test
 #
 # The tree is copied once, build/ included, to a temporary folder. There, for each mutant: the
 # patch is applied (one that does not apply is an ERROR, never a kill), the relevant targets are
@@ -56,6 +59,8 @@ fi
 tests_of() { sed -n 's/^# tests:[[:space:]]*//p' "$1" | head -n 1 | tr -s ' \t' '\n' | sed '/^$/d'; }
 # the make targets a test needs: itself under build/, the trainer for a shell test
 target_of() { case "$1" in build/*) echo "$1" ;; *) echo train ;; esac; }
+# the make targets a patch adds (# targets:), one per line
+extra_targets_of() { sed -n 's/^# targets:[[:space:]]*//p' "$1" | head -n 1 | tr -s ' \t' '\n' | sed '/^$/d'; }
 # the files a patch changes
 files_of() { sed -n 's/^+++ b\/\([^[:space:]]*\).*/\1/p' "$1"; }
 
@@ -77,7 +82,8 @@ export SEEDGPT_TRAIN="$work/train"
 
 # ---- the baseline: every named test builds and passes on the unmutated copy -----------------
 all_tests=$(for p in "${mutants[@]}"; do tests_of "$p"; done | awk '!seen[$0]++')
-all_targets=$(for t in $all_tests; do target_of "$t"; done | awk '!seen[$0]++')
+all_targets=$({ for t in $all_tests; do target_of "$t"; done
+               for p in "${mutants[@]}"; do extra_targets_of "$p"; done; } | awk '!seen[$0]++')
 echo "mutation testing: ${#mutants[@]} mutant(s); copy of the tree in $work; logs in build/mutants/"
 if ! make -j"$jobs" $all_targets > "$logdir/baseline.log" 2>&1; then
     echo "tests/mutants/run.sh: the unmutated tree does not build (make $all_targets); see build/mutants/baseline.log" >&2
@@ -116,7 +122,7 @@ for p in "${mutants[@]}"; do
         result="ERROR: patch does not apply"
     else
         patch -p1 -f -s --no-backup-if-mismatch < "$p" >> "$log" 2>&1
-        targets=$(for t in $tests; do target_of "$t"; done | awk '!seen[$0]++')
+        targets=$({ for t in $tests; do target_of "$t"; done; extra_targets_of "$p"; } | awk '!seen[$0]++')
         echo "== make $targets" >> "$log"
         if ! timeout 1800 make -j"$jobs" $targets >> "$log" 2>&1; then
             result="(build)"
