@@ -6,7 +6,8 @@
 # that should catch it:
 #     # tests: build/tests/test_philox build/tests/test_attention
 # An entry under build/ is a make target and a test binary; any other entry is a command run from
-# the tree's root (a shell test: it runs ./train, which is built for it).
+# the tree's root (a shell test: it runs ./train, which is built for it, and tests/test_mpi.sh and
+# tests/test_cp.sh ./train_mpi too).
 #
 # The tree is copied once, build/ included, to a temporary folder. There, for each mutant: the
 # patch is applied (one that does not apply is an ERROR, never a kill), the relevant targets are
@@ -54,8 +55,15 @@ fi
 
 # the tests a patch names, one per line
 tests_of() { sed -n 's/^# tests:[[:space:]]*//p' "$1" | head -n 1 | tr -s ' \t' '\n' | sed '/^$/d'; }
-# the make targets a test needs: itself under build/, the trainer for a shell test
-target_of() { case "$1" in build/*) echo "$1" ;; *) echo train ;; esac; }
+# the make targets a test needs: itself under build/, the trainer for a shell test (and the MPI
+# trainer for the tests that run it)
+target_of() {
+    case "$1" in
+        build/*) echo "$1" ;;
+        tests/test_mpi.sh|tests/test_cp.sh) echo train train_mpi ;;
+        *) echo train ;;
+    esac
+}
 # the files a patch changes
 files_of() { sed -n 's/^+++ b\/\([^[:space:]]*\).*/\1/p' "$1"; }
 
