@@ -12,6 +12,10 @@
 #     the straight run; resuming with another rank count is refused with one line, both ways;
 #   - SIGTERM sent to rank 1 alone stops both ranks after the same step: rank 0 saves the state
 #     and says so, and the resumed run ends bit for bit as the straight one;
+#   - SIGTERM to mpirun itself (Open MPI: SIGTERM to every rank, SIGKILL odls_base_sigkill_timeout
+#     seconds later) saves the state after the last step each rank finished, leaves no .tmp, and
+#     the resumed run ends bit for bit as the straight one: no step lost since the stop;
+#   - MFU under 2 ranks reads every rank's FLOPs against both ranks' peak;
 #   - only rank 0 writes: rank 1, started in an empty folder of its own, leaves it empty, and the
 #     progress lines appear once.
 # Without mpirun or ./train_mpi the checks print SKIP. Each rank runs 1 OpenMP thread.
@@ -23,6 +27,7 @@ CHECKS=(one_rank_equals_train_bitwise two_ranks_equal_one_process_with_twice_the
         two_ranks_accumulating_equal_one_process_accumulating_shuffled
         two_ranks_recompute_layer_equals_none_bitwise two_ranks_resume_is_bit_exact
         resume_with_another_rank_count_is_refused sigterm_to_one_rank_stops_both_after_the_same_step
+        sigterm_to_mpirun_saves_the_state_and_resumes_bit_exactly two_ranks_mfu_counts_the_peak_of_both
         only_rank_0_writes)
 skip_all() { for c in "${CHECKS[@]}"; do echo "SKIP mpi_$c: $1"; done; exit 0; }
 command -v mpirun > /dev/null 2>&1 || skip_all "no mpirun (Debian: openmpi-bin)"
@@ -196,6 +201,54 @@ same=$(diff <(losses "$W/long/log.jsonl") <(losses "$W/sig/log.jsonl") > /dev/nu
 report sigterm_to_one_rank_stops_both_after_the_same_step \
     "$([ $rc0 -eq 0 ] && [ -n "$rank1" ] && [ $rc1 -eq 143 ] && [ -n "$k" ] && grep -q "resumed from .*state_$(printf %08d $((k + 1))).bin" "$W/sig2.out" && [ $rc2 -eq 0 ] && [ "$same" -eq 0 ]; echo $?)" \
     "rank 1 (pid ${rank1:-not found}) got SIGTERM; status $rc1 (expect 143), rank 0: \"$stopped\" (it got no signal itself); resumed from step ${k:-?}+1: status $rc2, 200 losses and model.bin identical to the straight run: $([ "$same" -eq 0 ] && echo yes || echo no)"
+
+# ---- SIGTERM to mpirun itself --------------------------------------------------------------------
+# Open MPI's mpirun, stopped, sends every rank SIGCONT, waits odls_base_sigkill_timeout seconds,
+# sends SIGTERM, waits as long again, then SIGKILL: the ranks finish the step and rank 0 saves in
+# that second wait, and no rank may leave before it has (mpirun ends the job at the first rank
+# that exits non-zero). 3 s keeps a loaded machine safe and the test short. mpirun is started
+# without `timeout`, which would signal the whole process group (the ranks too); a watchdog kills
+# it if it hangs.
+"${MPIRUN[@]}" --mca odls_base_sigkill_timeout 3 -np 2 "$TRAIN_MPI" "${LONG[@]}" --out "$W/mstop" \
+    > "$W/mstop.out" 2>&1 &
+job=$!
+( sleep 300; kill -9 $job 2> /dev/null ) &
+watchdog=$!
+for _ in $(seq 1 600); do
+    rows=$(grep -c '"type":"train"' "$W/mstop/log.jsonl" 2> /dev/null)
+    [ "${rows:-0}" -ge 5 ] && break
+    kill -0 $job 2> /dev/null || break
+    sleep 0.1
+done
+kill -TERM $job 2> /dev/null
+wait $job
+rc1=$?
+kill $watchdog 2> /dev/null; wait $watchdog 2> /dev/null
+stopped=$(grep -o 'stopped by SIGTERM after step [0-9]*' "$W/mstop.out")
+k=${stopped##* }
+lastrow=$(grep -o '"type":"train","step":[0-9]*' "$W/mstop/log.jsonl" | tail -1 | grep -o '[0-9]*$')
+tmps=$(ls -a "$W/mstop" | grep -c '\.tmp')
+mpi2 "$TRAIN_MPI" --resume "$W/mstop" > "$W/mstop2.out" 2>&1
+rc2=$?
+same=$(diff <(losses "$W/long/log.jsonl") <(losses "$W/mstop/log.jsonl") > /dev/null \
+       && cmp -s "$W/long/model.bin" "$W/mstop/model.bin"; echo $?)
+report sigterm_to_mpirun_saves_the_state_and_resumes_bit_exactly \
+    "$([ $rc0 -eq 0 ] && [ $rc1 -ne 0 ] && [ -n "$k" ] && [ "$lastrow" = "$k" ] && [ "$tmps" -eq 0 ] && [ -f "$W/mstop/state_$(printf %08d $((k + 1))).bin" ] && grep -q "resumed from .*state_$(printf %08d $((k + 1))).bin" "$W/mstop2.out" && [ $rc2 -eq 0 ] && [ "$same" -eq 0 ]; echo $?)" \
+    "mpirun got SIGTERM after 5+ steps: status $rc1 (non-zero), rank 0: \"${stopped:-no stop line}\", last logged step ${lastrow:-?}, $tmps .tmp files, state_$(printf %08d $((${k:-0} + 1))).bin $([ -n "$k" ] && [ -f "$W/mstop/state_$(printf %08d $((k + 1))).bin" ] && echo saved || echo MISSING); resumed: status $rc2, 200 losses and model.bin identical to the straight run: $([ "$same" -eq 0 ] && echo yes || echo no)"
+
+# ---- MFU reads all ranks' FLOPs against all ranks' peak -------------------------------------------
+# --peak-gflops 1 per process: the summary's MFU must be tok/s x FLOPs per token / (2 x 1 GFLOP/s),
+# FLOPs per token 6 P + 12 L C T (train.c, flops_per_token); one rank's peak would double it
+mpi2 "$TRAIN_MPI" "${MODEL[@]}" --batch 4 --steps 6 --peak-gflops 1 > "$W/mfu.out" 2>&1
+rc=$?
+r=$(awk '/^model:/ { for (i = 1; i <= NF; i++) if ($(i + 1) ~ /^parameters/) P = $i }
+         /^done:/ { for (i = 1; i <= NF; i++) { if ($(i + 1) == "tok/s,") tok = $i; if ($i == "MFU") mfu = $(i + 1); if ($(i + 1) == "GFLOP/s,") peak = $i } }
+         END { sub(/%/, "", mfu); want = 100 * tok * (6 * P + 12 * 2 * 32 * 32) / (peak * 1e9);
+               printf "%s %s %s %.4f", peak, mfu, want, (want > 0 ? mfu / want : 0) }' "$W/mfu.out")
+read -r peak mfu want ratio <<< "$r"
+report two_ranks_mfu_counts_the_peak_of_both \
+    "$([ $rc -eq 0 ] && [ "$peak" = 2.0 ] && awk -v q="$ratio" 'BEGIN { exit !(q > 0.99 && q < 1.01) }'; echo $?)" \
+    "status $rc; MFU ${mfu}% of $peak GFLOP/s (2 ranks x --peak-gflops 1); tok/s x FLOPs/token over it: ${want}% (ratio $ratio, 1 expected; 2 when one rank's peak is counted)"
 
 # ---- only rank 0 writes ----------------------------------------------------------------------
 # two working folders (MPMD launch): rank 0 in r0, rank 1 in r1, the same relative paths
