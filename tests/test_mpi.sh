@@ -276,12 +276,12 @@ mpi2 "$TRAIN_MPI" "${MODEL[@]}" --batch 4 --steps 6 --peak-gflops 1 > "$W/mfu.ou
 rc=$?
 r=$(awk '/^model:/ { for (i = 1; i <= NF; i++) if ($(i + 1) ~ /^parameters/) P = $i }
          /^done:/ { for (i = 1; i <= NF; i++) { if ($(i + 1) == "tok/s,") tok = $i; if ($i == "MFU") mfu = $(i + 1); if ($(i + 1) == "GFLOP/s,") peak = $i } }
-         END { sub(/%/, "", mfu); want = 100 * tok * (6 * P + 12 * 2 * 32 * 32) / (peak * 1e9);
+         END { sub(/%/, "", mfu); want = 100 * tok * (6 * P + 12 * 2 * 32 * 32) / 2e9;
                printf "%s %s %s %.4f", peak, mfu, want, (want > 0 ? mfu / want : 0) }' "$W/mfu.out")
 read -r peak mfu want ratio <<< "$r"
 report two_ranks_mfu_counts_the_peak_of_both \
     "$([ $rc -eq 0 ] && [ "$peak" = 2.0 ] && awk -v q="$ratio" 'BEGIN { exit !(q > 0.99 && q < 1.01) }'; echo $?)" \
-    "status $rc; MFU ${mfu}% of $peak GFLOP/s (2 ranks x --peak-gflops 1); tok/s x FLOPs/token over it: ${want}% (ratio $ratio, 1 expected; 2 when one rank's peak is counted)"
+    "status $rc; MFU ${mfu}% of $peak GFLOP/s (2.0 expected: 2 ranks x --peak-gflops 1); tok/s x FLOPs/token over 2 GFLOP/s: ${want}% (ratio $ratio, 1 expected; 2 when one rank's peak is counted)"
 
 # ---- only rank 0 writes ----------------------------------------------------------------------
 # two working folders (MPMD launch): rank 0 in r0, rank 1 in r1, the same relative paths
