@@ -2019,9 +2019,11 @@ int main(int argc, char** argv) {
     print_profile(&r, done);
     if ((rc = save_at_end(&r, done)) != 0) goto cleanup;
     if (r.log_errno != 0 || stopped_by == STOP_LOG_FAILED) {
-        if (writer)
+        if (writer && done > r.start_step)
             printf("stopped after step %d: the log could not be written%s\n", done - 1,
                    o.out_dir ? " (state saved)" : "");
+        else if (writer)
+            printf("stopped before its first step: the log could not be written\n");
         rc = EXIT_WRITE_FAILED;
     } else if (stopped_by != 0 && done < o.steps) {
         printf("stopped by %s after step %d%s\n", stopped_by == SIGINT ? "SIGINT" : "SIGTERM",
