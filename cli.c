@@ -145,8 +145,10 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      do; gradients are then wrong and the value check says so\n"
 "output\n"
 "  --log-every N       a progress line every N steps (default 10)\n"
-"  --log-json PATH     JSON lines: {\"type\":\"train\",...} per step, {\"type\":\"eval\",...}\n"
-"                      (default with --out: DIR/log.jsonl)\n"
+"  --log-json PATH     JSON lines: a {\"type\":\"run\",...} row, then {\"type\":\"train\",...} per\n"
+"                      step, {\"type\":\"eval\",...} (default with --out: DIR/log.jsonl). PATH is\n"
+"                      new, empty or a seedgpt log; never an input of the run. A failed write\n"
+"                      (a full disk) stops the run after the step, state saved, exit status 6\n"
 "  --eval-every N      validation loss every N steps, and at the end (default 0: only at the end)\n"
 "  --eval-batches N    validation windows per evaluation (default 8)\n"
 "  --sample-every N    print a sample every N steps (default 0: never): --sample-tokens tokens\n"
@@ -155,7 +157,8 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "  --peak-gflops X     the FLOP rate MFU is measured against, X > 0 (default: this machine's\n"
 "                      fp32 FMA peak at the run's threads, measured for ~0.2 s at start-up, as\n"
 "                      `./train peak` prints it; on a GPU its documented dense peak at the\n"
-"                      run's precision)\n"
+"                      run's precision). One process's: with R ranks MFU reads the step's FLOPs\n"
+"                      against R x X, and tok/s counts the tokens of all ranks\n"
 "  --profile           at the end, time per op class over the steps (matmul and attention\n"
 "                      forward and backward, LayerNorm, GELU, residual+dropout, cross-entropy,\n"
 "                      zero_grad/clip/AdamW, recompute): ms/step, %% of the step, GFLOP/s; one\n"
@@ -164,7 +167,8 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      min LSE, max LSE] over the step's training forwards, computed inside\n"
 "                      the attention forward (a recompute adds nothing); CPU backend. The\n"
 "                      first thing to read when a low-precision loss goes NaN\n"
-"  --save PATH         write the model file at the end\n"
+"  --save PATH         write the model file at the end (PATH: none yet or a regular file, not\n"
+"                      an input of the run)\n"
 "  --threads N         OpenMP and OpenBLAS threads (default: all cores, shared out among the\n"
 "                      ranks of one machine under mpirun unless OMP_NUM_THREADS is set)\n"
 "  --context-parallel N ./train_mpi: N ranks share each sequence (context parallelism); ranks =\n"
@@ -198,8 +202,9 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      --threads --out (default: DIR)\n"
 "exit status: 0 done, 2 bad flag or file (one line on stderr, nothing overwritten), 3 recompute\n"
 "check failed (stop), 4 --max-bad-steps reached or non-finite weights refused (no file written),\n"
-"5 stopped at once by a second SIGINT/SIGTERM (nothing saved after the last state), 130/143\n"
-"stopped by SIGINT/SIGTERM after saving\n");
+"5 stopped at once by a second SIGINT/SIGTERM (nothing saved after the last state), 6 the log\n"
+"could not be written (the run stopped after the step and saved its state), 130/143 stopped by\n"
+"SIGINT/SIGTERM after saving\n");
 }
 
 /* ---- parsing ------------------------------------------------------------------------------ */
@@ -210,10 +215,20 @@ static const char* parse_source = NULL;
 static void die_flag(const char* flag, const char* value, const char* expected) {
     if (parse_source)
         fprintf(stderr, "seedgpt: %s: stored option %s %s: expected %s\n", parse_source, flag,
-                value ? value : "(missing)", expected);
+                value ? value : "with no value", expected);
+    else if (value == NULL)   /* the last word of the command line */
+        fprintf(stderr, "seedgpt: %s needs a value after it%s%s\n", flag,
+                strcmp(expected, "a value") ? ": expected " : "",
+                strcmp(expected, "a value") ? expected : "");
     else
-        fprintf(stderr, "seedgpt: %s %s: expected %s\n", flag, value ? value : "(missing)", expected);
+        fprintf(stderr, "seedgpt: %s %s: expected %s\n", flag, value, expected);
     exit(EXIT_BAD_INPUT);
+}
+
+/* A number as the flags take it: decimal, with an optional fraction and exponent. strtod also
+ * reads hexadecimal (0x100000) and the words inf and nan, which no integer flag takes either. */
+static int decimal_number_text(const char* s) {
+    return s != NULL && strpbrk(s, "xX") == NULL;
 }
 
 static long parse_long(const char* flag, const char* s, long lo, long hi) {
@@ -229,18 +244,25 @@ static long parse_long(const char* flag, const char* s, long lo, long hi) {
     return v;
 }
 
-static double parse_double(const char* flag, const char* s, double lo, double hi, int hi_open) {
+/* A decimal number in the interval from lo to hi, each end open or closed. */
+static double parse_double_in(const char* flag, const char* s, double lo, int lo_open, double hi,
+                              int hi_open) {
     char* end;
     errno = 0;
-    double v = s ? strtod(s, &end) : 0;
-    if (s == NULL || *s == '\0' || isspace((unsigned char)*s) || *end != '\0' || errno != 0 ||
-        !isfinite(v) || v < lo ||
+    double v = decimal_number_text(s) ? strtod(s, &end) : 0;
+    if (!decimal_number_text(s) || *s == '\0' || isspace((unsigned char)*s) || *end != '\0' ||
+        errno != 0 || !isfinite(v) || (lo_open ? v <= lo : v < lo) ||
         (hi_open ? v >= hi : v > hi)) {
         char buf[96];
-        snprintf(buf, sizeof(buf), "a number in [%g, %g%s", lo, hi, hi_open ? ")" : "]");
+        snprintf(buf, sizeof(buf), "a number in %s%g, %g%s", lo_open ? "(" : "[", lo, hi,
+                 hi_open ? ")" : "]");
         die_flag(flag, s, buf);
     }
     return v;
+}
+
+static double parse_double(const char* flag, const char* s, double lo, double hi, int hi_open) {
+    return parse_double_in(flag, s, lo, 0, hi, hi_open);
 }
 
 static const char* parse_path(const char* flag, const char* v) {
@@ -269,7 +291,8 @@ static double parse_size(const char* flag, const char* v) {
                            "KB, MB, GB, TB)";
     char* end;
     errno = 0;
-    double x = v != NULL && *v != '\0' && !isspace((unsigned char)*v) ? strtod(v, &end) : -1;
+    double x = decimal_number_text(v) && *v != '\0' && !isspace((unsigned char)*v)
+               ? strtod(v, &end) : -1;
     if (v == NULL || x < 0 || errno != 0 || !isfinite(x)) die_flag(flag, v, expected);
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
         if (strcmp(end, units[i].unit) != 0) continue;
@@ -346,8 +369,7 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_BETA1: o->beta1 = parse_double(f, v, 0, 1, 1); break;
     case F_BETA2: o->beta2 = parse_double(f, v, 0, 1, 1); break;
     case F_EPS:   /* AdamW divides by sqrt(v) + eps: 0 turns a zero gradient into 0/0 */
-        o->eps = parse_double(f, v, -1, 1, 0);
-        if (o->eps <= 0) die_flag(f, v, "a number in (0, 1]");
+        o->eps = parse_double_in(f, v, 0, 1, 1, 0);
         break;
     case F_WEIGHT_DECAY: o->weight_decay = parse_double(f, v, 0, 10, 0); break;
     case F_CLIP: o->clip = parse_double(f, v, 0, 1e30, 0); break;
@@ -373,7 +395,9 @@ static void apply_flag(Options* o, int id, const char* v) {
         o->precision = v;
         break;
     case F_RECOMPUTE:
-        if (recompute_parse(v, &o->policy, err) != 0) die_flag(f, v, "none, layer or every:K");
+        if (recompute_parse(v, &o->policy, err) != 0)
+            die_flag(f, v, "none, layer, every:K, selective, selective+layer or selective+every:K "
+                     "(K a positive integer)");
         break;
     case F_RECOMPUTE_CHECK:
         if (recompute_check_parse(v, &o->policy.check, err) != 0) die_flag(f, v, "off, warn or stop");
@@ -390,7 +414,7 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_SAMPLE_EVERY: o->sample_every = parse_long(f, v, 0, 2000000000L); break;
     case F_SAMPLE_TOKENS: o->sample_tokens = parse_long(f, v, 1, 1 << 24); break;
     case F_PEAK_GFLOPS:
-        if (v == NULL || *v == '\0' || isspace((unsigned char)*v) ||
+        if (!decimal_number_text(v) || *v == '\0' || isspace((unsigned char)*v) ||
             (o->peak_gflops = strtod(v, &end), *end != '\0') || !(o->peak_gflops > 0) ||
             o->peak_gflops > 1e12)
             die_flag(f, v, "a rate in GFLOP/s, above 0 and at most 1e12");
@@ -675,6 +699,15 @@ void parse_sample_options(SampleOptions* so, int argc, char** argv) {
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strncmp(f, "--", 2) != 0) {
             fprintf(stderr, "seedgpt: sample: unexpected argument '%s' (see ./train sample --help)\n", f);
+            exit(EXIT_BAD_INPUT);
+        }
+        static const char* const known[] = {"--init", "--prompt", "--tokens", "--temperature",
+                                            "--top-k", "--tokenizer", "--bpe-dir", "--threads",
+                                            "--seed"};
+        int is_known = 0;
+        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) is_known |= !strcmp(f, known[k]);
+        if (!is_known) {
+            fprintf(stderr, "seedgpt: sample: unknown flag %s (see ./train sample --help)\n", f);
             exit(EXIT_BAD_INPUT);
         }
         if (v == NULL) die_flag(f, NULL, "a value");

@@ -16,7 +16,8 @@
 #include "model/state.h"
 
 /* Exit statuses (also in --help). */
-enum { EXIT_BAD_INPUT = 2, EXIT_RECOMPUTE_CHECK = 3, EXIT_NON_FINITE = 4, EXIT_ABORTED = 5 };
+enum { EXIT_BAD_INPUT = 2, EXIT_RECOMPUTE_CHECK = 3, EXIT_NON_FINITE = 4, EXIT_ABORTED = 5,
+       EXIT_WRITE_FAILED = 6 };
 
 /* A training run's options, as its flags set them (the defaults: cli.c's set_defaults). */
 typedef struct {

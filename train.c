@@ -20,6 +20,7 @@
  * or of the weights and moments — and those are exactly what a state file holds (model/state.h).
  * So K steps + resume + N-K steps equals N steps, bit for bit.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -148,6 +149,24 @@ static int make_dirs(const char* path) {
     return 0;
 }
 
+/* The pid of the run that holds dir's lock (DIR/.lock, lock_run_folder), -1 when it is held
+ * but names none, 0 when no run holds it. Only probes: a lock taken here is dropped at once. */
+static long folder_lock_holder(const char* dir) {
+    char path[4200];
+    const char* kind;
+    snprintf(path, sizeof(path), "%s/.lock", dir);
+    int fd = open_regular(path, &kind);
+    if (fd < 0) return 0;
+    long pid = 0;
+    if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+        char buf[32] = "";
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        pid = n > 0 && atol(buf) > 0 ? atol(buf) : -1;
+    }
+    close(fd);   /* releases a lock this probe took */
+    return pid;
+}
+
 /* The newest state in dir that passes every check of state_read_info; states that do not are
  * reported and skipped. Exits (status 2) when dir holds none that loads. */
 static void pick_state(const char* dir, char* path, size_t cap, StateInfo* info) {
@@ -159,7 +178,16 @@ static void pick_state(const char* dir, char* path, size_t cap, StateInfo* info)
         exit(EXIT_BAD_INPUT);
     }
     if (n == 0) {
-        fprintf(stderr, "seedgpt: --resume %s: no training state in the folder (state_*.bin)\n", dir);
+        long holder = folder_lock_holder(dir);
+        char who[48] = "";
+        if (holder > 0) snprintf(who, sizeof(who), " (pid %ld)", holder);
+        if (holder != 0)
+            fprintf(stderr, "seedgpt: --resume %s: no training state yet: the run in this folder%s "
+                    "is still going and has not saved one; it saves every --save-every steps, at "
+                    "its end and when stopped by SIGINT/SIGTERM\n", dir, who);
+        else
+            fprintf(stderr, "seedgpt: --resume %s: no training state in the folder (state_*.bin)\n",
+                    dir);
         exit(EXIT_BAD_INPUT);
     }
     char first_err[256] = "";
@@ -175,45 +203,11 @@ static void pick_state(const char* dir, char* path, size_t cap, StateInfo* info)
     exit(EXIT_BAD_INPUT);
 }
 
-/* On resume the JSON log keeps only the rows of steps before the resumed one: the steps after
- * the state (run before a crash) are run again and logged again, so the log reads as one run.
- * Written to PATH.tmp and renamed. 0, or -1 with err. */
-static int truncate_log(const char* path, int start_step, char err[256]) {
-    FILE* in = fopen(path, "rb");
-    if (in == NULL) return errno == ENOENT ? 0 : (snprintf(err, 256, "--log-json %s: cannot read: "
-                                                           "%s", path, strerror(errno)), -1);
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* out = fopen(tmp, "wb");
-    if (out == NULL) {
-        snprintf(err, 256, "--log-json %s: cannot create %s.tmp: %s", path, path, strerror(errno));
-        fclose(in);
-        return -1;
-    }
-    char* line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int failed = 0;
-    while ((len = getline(&line, &cap, in)) > 0) {
-        if (line[len - 1] != '\n') break;            /* a torn last line */
-        const char* s = strstr(line, "\"step\":");
-        if (s != NULL && atol(s + 7) >= start_step) continue;
-        if (fwrite(line, 1, (size_t)len, out) != (size_t)len) failed = 1;
-    }
-    free(line);
-    fclose(in);
-    if (fflush(out) != 0 || fsync(fileno(out)) != 0) failed = 1;
-    if (fclose(out) != 0) failed = 1;
-    fault_kill_point("log_truncate", -1);
-    if (failed || rename(tmp, path) != 0) {
-        snprintf(err, 256, "--log-json %s: cannot rewrite the log: %s", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
 /* ---- stop signals ------------------------------------------------------------------------- */
+
+/* The loop's stop reasons, agreed over the ranks (the largest wins): 0 none, a signal number, or
+ * this one, for a write to the JSON log that failed. */
+enum { STOP_LOG_FAILED = 1000 };
 
 static volatile sig_atomic_t stop_signal = 0;
 /* The .tmp file a save is writing (pending_tmp_set), for a second signal to remove. */
@@ -328,7 +322,8 @@ typedef struct {
     uint64_t sample_seed;
     int start_step;              /* the first step this process runs (a resumed state's step, or 0) */
     /* progress */
-    double peak_gflops;          /* MFU's reference; 0: no MFU */
+    double peak_gflops;          /* one process's peak (--peak-gflops, else rank 0's); 0: no MFU */
+    double all_ranks_gflops;     /* MFU's reference: peak_gflops x the ranks */
     double step_tokens;          /* tokens of one step over every rank: A * R * B * T */
     double step_flops;           /* model FLOPs of one step over every rank */
     double total_ms;             /* the steps' time so far, this process */
@@ -338,6 +333,16 @@ typedef struct {
     uint32_t bad_consecutive;    /* non-finite steps in a row */
     uint64_t bad_total;
     int last_saved;              /* the step of the newest state written by this process, or -1 */
+    /* the JSON log's first failed write (a full disk): its errno, 0 while none; the run then
+     * stops after the step, saving its state, and ends with EXIT_WRITE_FAILED */
+    int log_errno;
+    /* a resumed run's --train and --val taken from the state (its path, for messages), or NULL */
+    const char* train_from_state;
+    const char* val_from_state;
+    /* mpirun's stop (dist_stop_grace_s): the slowest step and the last save so far, and whether
+     * the start-up note on a too short kill timeout was said */
+    double slowest_step_ms, last_save_ms;
+    int grace_judged;
 } Run;
 
 static void run_close(Run* r) {
@@ -351,6 +356,129 @@ static void run_close(Run* r) {
     if (r->val_open) loader_close(&r->val);
     if (r->model_built) gpt_free(&r->model);
     if (r->tok_open) tokenizer_free(&r->tok);
+}
+
+/* ---- the JSON log ------------------------------------------------------------------------- */
+
+/* One JSON object a line. The first row names the run,
+ *     {"type":"run","version":1,"seed":S,"model":"L2 H2 KV2 C32 V257 maxT 32 learned sequential"}
+ * then one {"type":"train",...} row per step, {"type":"eval",...} and {"type":"profile",...}
+ * rows. The run writes into an existing file only when it is empty or a seedgpt log (its first
+ * line is a run row, or, in a log of a seedgpt from before the run row, a train or eval row), and
+ * a resumed run only into its own run's log (the same seed and model). The file is appended to,
+ * or cut at a row boundary: never rewritten under another name. */
+
+/* The model as the run row names it. */
+static void log_model_text(const GPTConfig* c, char* out, size_t cap) {
+    snprintf(out, cap, "L%d H%d KV%d C%d V%d maxT %d %s %s", c->num_layers, c->num_heads,
+             c->num_kv_heads, c->channels, c->vocab_size, c->max_seq_len,
+             c->pos_kind == POS_ROPE ? "rope" : "learned",
+             c->block_kind == BLOCK_PARALLEL ? "parallel" : "sequential");
+}
+
+/* What names the log in messages: "--log-json PATH", or the run folder's default log. */
+static void log_flag_text(const Options* o, char* out, size_t cap) {
+    if (o->log_json_is_default) snprintf(out, cap, "the run folder's log %s", o->log_json);
+    else snprintf(out, cap, "--log-json %s", o->log_json);
+}
+
+/* Whether the run may write into the existing file at the log's path: 0 when it is missing,
+ * empty, a seedgpt log, and on resume (resuming) the log of this run (seed, cfg), else the exit
+ * status, with the one line said. Reads the first line only. */
+static int check_log_file(const Options* o, const GPTConfig* cfg, int resuming) {
+    char flag[4300], line[4096];
+    log_flag_text(o, flag, sizeof(flag));
+    const char* kind;
+    FILE* f = fopen_regular(o->log_json, &kind);
+    if (f == NULL && kind != NULL) {
+        fprintf(stderr, "seedgpt: %s is %s; expected a file path\n", flag, kind);
+        return EXIT_BAD_INPUT;
+    }
+    if (f == NULL) return 0;   /* missing: the run creates it; unreadable: open_log says why */
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    if (n == 0) return 0;
+    char* nl = memchr(line, '\n', n);
+    if (nl != NULL) *nl = '\0';
+    if (strncmp(line, "{\"type\":\"run\",", 14) == 0) {
+        if (!resuming) return 0;   /* a fresh run starts the log anew */
+        char want[160];
+        log_model_text(cfg, want, sizeof(want));
+        const char* seed = strstr(line, "\"seed\":");
+        const char* model = strstr(line, "\"model\":\"");
+        size_t wl = strlen(want);
+        if (seed != NULL && model != NULL && strtoull(seed + 7, NULL, 10) == o->seed &&
+            strncmp(model + 9, want, wl) == 0 && model[9 + wl] == '"')
+            return 0;
+        fprintf(stderr, "seedgpt: %s is the log of another run (its first row: %.160s), not of "
+                "this one (seed %llu, model %s): give --log-json another path\n", flag, line,
+                (unsigned long long)o->seed, want);
+        return EXIT_BAD_INPUT;
+    }
+    if (strncmp(line, "{\"type\":\"train\",\"step\":", 23) == 0 ||
+        strncmp(line, "{\"type\":\"eval\",\"step\":", 22) == 0)
+        return 0;   /* a log of a seedgpt from before the run row */
+    fprintf(stderr, "seedgpt: %s exists and is not a seedgpt log (its first line is not a "
+            "{\"type\":\"run\",...} row): the run would write over it; give --log-json another "
+            "path\n", flag);
+    return EXIT_BAD_INPUT;
+}
+
+/* After each row (of step `step`; -1: the run row): the row goes out now, and the first failed
+ * write (a full disk) is said in one line; the log is then closed, and main's loop stops after
+ * the step, saves the state and ends with EXIT_WRITE_FAILED. The log then ends before that row
+ * (a torn row is cut when the run resumes), and the resumed run logs from its next step on. */
+static void log_row_done(Run* r, int step) {
+    FILE* f = r->jsonf;
+    if (fflush(f) == 0 && !ferror(f)) return;
+    r->log_errno = errno ? errno : EIO;
+    char flag[4300], row[48] = "its first row";
+    log_flag_text(r->o, flag, sizeof(flag));
+    if (step >= 0) snprintf(row, sizeof(row), "the row of step %d", step);
+    fprintf(stderr, "seedgpt: %s: writing %s failed (%s): the run stops after this step%s%s%s; "
+            "the log lacks that row\n", flag, row, strerror(r->log_errno),
+            r->o->out_dir ? " and saves its state in " : "", r->o->out_dir ? r->o->out_dir : "",
+            r->o->out_dir ? "" : " (no --out: no state to save)");
+    fclose(f);   /* its error is the one just said */
+    r->jsonf = NULL;
+}
+
+/* SEEDGPT_FAULT=log_full:N (test hook): from step N on, the log's writes fail as on a full disk
+ * (the descriptor becomes /dev/full's), through the same checks as a real full disk. */
+static void fault_log_full(Run* r, int step) {
+    if (r->jsonf == NULL || !fault_fires("log_full", step)) return;
+    fflush(r->jsonf);
+    int fd = open("/dev/full", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        dup2(fd, fileno(r->jsonf));
+        close(fd);
+    }
+}
+
+/* ---- mpirun's stop ------------------------------------------------------------------------ */
+
+/* A SIGTERM or Ctrl-C to mpirun reaches every rank as SIGTERM, and the SIGKILL follows after
+ * dist_stop_grace_s() seconds (Open MPI's odls_base_sigkill_timeout, 1 s unless set): in that
+ * time the ranks finish their step and rank 0 saves the state and DIR/model.bin. Rank 0 says once
+ * when that is too short here: when the slowest step and a save take more than half the grace
+ * (a loaded machine is slower), after the run's second step (a save estimated from its bytes at
+ * 1 GB/s until one is measured) and after each save. */
+static void judge_stop_grace(Run* r) {
+    int grace = dist_stop_grace_s();
+    if (!r->writer || r->grace_judged || grace < 0 || r->o->out_dir == NULL) return;
+    int measured = r->last_save_ms > 0;
+    double save_ms = measured ? r->last_save_ms : 16.0 * (double)r->model.num_parameters / 1e6;
+    double need_s = (r->slowest_step_ms + save_ms) / 1e3;
+    if (2.0 * need_s <= grace) return;
+    r->grace_judged = 1;
+    printf("note: mpirun gives each rank %d s from its SIGTERM to its SIGKILL "
+           "(odls_base_sigkill_timeout); here a step takes up to %.2f s and a save %s%.2f s, so a "
+           "SIGTERM or Ctrl-C to mpirun may kill the ranks before the state is saved: start mpirun "
+           "with --mca odls_base_sigkill_timeout %d or more (README, \"Multiple processes\")\n",
+           grace, r->slowest_step_ms / 1e3, measured ? "" : "about ", save_ms / 1e3,
+           (int)ceil(2.0 * need_s) + 1);
+    fflush(stdout);
 }
 
 /* DIR/model.bin: the weights of the newest state, as a model file. */
@@ -389,6 +517,7 @@ static void save_state(Run* r, int done) {
     info.ranks = (uint32_t)world;
     info.context_parallel = (uint32_t)cpn;
     format_state_options(o, dp, info.options, sizeof(info.options));
+    double t0 = now_ms();
     gpt_to_host(&r->model);
     int rc = -1;
     if (state_path(path, sizeof(path), o->out_dir, info.step) == 0) {
@@ -406,8 +535,10 @@ static void save_state(Run* r, int done) {
     fault_kill_point("model_saved", -1);
     state_prune(o->out_dir, o->keep > 0 ? o->keep : INT32_MAX, info.step);   /* keep 0: all */
     r->last_saved = done;
+    r->last_save_ms = now_ms() - t0;
     printf("saved %s\n", path);
     fflush(stdout);
+    judge_stop_grace(r);
 }
 
 /* ---- set-up ------------------------------------------------------------------------------- */
@@ -647,6 +778,215 @@ static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, i
     return 0;
 }
 
+/* ---- the files the run writes ------------------------------------------------------------ */
+
+/* One rule for every file the run writes (the JSON log, --save, the states, DIR/model.bin, the
+ * lock, and the .tmp each durable write goes through): it is none of the run's inputs (compared by
+ * device and inode: a shard, --init, the resumed state, a tokenizer file), no two of them are one
+ * file, and where it exists it is a regular file. Rank 0 checks all of it before it opens
+ * anything for writing; a refusal is one line and EXIT_BAD_INPUT. */
+
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+    const char* what;    /* "the training shard", "--init's model file", ... */
+    char* path;
+} InputFile;
+
+typedef struct {
+    InputFile* v;
+    int n, cap;
+} InputList;
+
+static void add_input(InputList* in, const char* what, const char* path) {
+    struct stat st;
+    if (path == NULL || stat(path, &st) != 0) return;
+    if (in->n == in->cap) {
+        int cap = in->cap ? 2 * in->cap : 16;
+        InputFile* v = realloc(in->v, (size_t)cap * sizeof(InputFile));
+        if (v == NULL) return;   /* out of memory: fewer comparisons, never a wrong refusal */
+        in->v = v;
+        in->cap = cap;
+    }
+    char* copy = strdup(path);
+    if (copy == NULL) return;
+    in->v[in->n++] = (InputFile){st.st_dev, st.st_ino, what, copy};
+}
+
+static void free_inputs(InputList* in) {
+    for (int i = 0; i < in->n; i++) free(in->v[i].path);
+    free(in->v);
+}
+
+/* The input that path is (same device and inode), or NULL. */
+static const InputFile* input_at(const InputList* in, const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return NULL;
+    for (int i = 0; i < in->n; i++)
+        if (in->v[i].dev == st.st_dev && in->v[i].ino == st.st_ino) return &in->v[i];
+    return NULL;
+}
+
+/* The run's inputs: the shards of --train and --val (the loaders are open), --init, the resumed
+ * state, and under --tokenizer gpt2 the files of its folder. */
+static void collect_inputs(const Run* r, const char* state_file, InputList* in) {
+    const Options* o = r->o;
+    for (int s = 0; s < r->loader.num_shards; s++)
+        add_input(in, "the training shard", r->loader.paths[s]);
+    if (r->val_open)
+        for (int s = 0; s < r->val.num_shards; s++)
+            add_input(in, "the validation shard", r->val.paths[s]);
+    add_input(in, "--init's model file", o->init_path);
+    if (state_file != NULL && state_file[0] != '\0') add_input(in, "the resumed state", state_file);
+    if (!strcmp(o->tokenizer, "gpt2")) {
+        const char* env = getenv("SEEDGPT_BPE_DIR");
+        const char* dir = o->bpe_dir ? o->bpe_dir : env && *env ? env : TOKENIZER_GPT2_DEFAULT_DIR;
+        static const char* const names[] = {"encoder.json", "vocab.json", "vocab.bpe", "merges.txt"};
+        char path[4200];
+        for (int i = 0; i < 4; i++) {
+            snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+            add_input(in, "the tokenizer file", path);
+        }
+    }
+}
+
+/* path as a file the run writes, named by `what` in the refusal: where it exists it must be a
+ * regular file and none of the inputs. 0, or the exit status with the line said. */
+static int check_output(const InputList* in, const char* what, const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;   /* the run creates it (or says why it cannot) */
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "seedgpt: %s %s is %s; expected a file path\n", what, path,
+                file_kind(st.st_mode));
+        return EXIT_BAD_INPUT;
+    }
+    const InputFile* x = input_at(in, path);
+    if (x != NULL) {
+        fprintf(stderr, "seedgpt: %s %s is %s %s, an input of this run: the run would write over "
+                "it; choose another path\n", what, path, x->what, x->path);
+        return EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
+/* The folder part of path ("." for a bare name) into dir[cap], and the name after it. */
+static const char* split_path(const char* path, char* dir, size_t cap) {
+    const char* slash = strrchr(path, '/');
+    if (slash == NULL) { snprintf(dir, cap, "."); return path; }
+    snprintf(dir, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    return slash + 1;
+}
+
+/* Whether paths a and b name one file: the same inode where both exist, else the same name in the
+ * same folder. */
+static int same_file(const char* a, const char* b) {
+    struct stat sa, sb;
+    int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ea || eb) return 0;
+    char da[4200], db[4200];
+    const char* na = split_path(a, da, sizeof(da));
+    const char* nb = split_path(b, db, sizeof(db));
+    return strcmp(na, nb) == 0 && stat(da, &sa) == 0 && stat(db, &sb) == 0 &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* A name the run folder's own files take: state_*.bin, their .tmp, model.bin(.tmp), .lock. */
+static int run_folder_name(const char* name) {
+    size_t n = strlen(name);
+    if (!strcmp(name, ".lock") || !strcmp(name, "model.bin") || !strcmp(name, "model.bin.tmp"))
+        return 1;
+    return strncmp(name, "state_", 6) == 0 &&
+           ((n > 10 && !strcmp(name + n - 4, ".bin")) || (n > 14 && !strcmp(name + n - 8, ".bin.tmp")));
+}
+
+/* Whether path is inside out_dir under one of the run folder's own names. */
+static int in_run_folder(const char* path, const char* out_dir) {
+    char dir[4200];
+    const char* name = split_path(path, dir, sizeof(dir));
+    struct stat sa, sb;
+    return run_folder_name(name) && stat(dir, &sa) == 0 && stat(out_dir, &sb) == 0 &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Every file the run will write, against its inputs and one another (rank 0, before the run
+ * folder is created or locked). state_file: the resumed state, or NULL. 0, or the exit status. */
+static int check_outputs(const Run* r, const char* state_file) {
+    const Options* o = r->o;
+    InputList in = {NULL, 0, 0};
+    collect_inputs(r, state_file, &in);
+    char tmp[4200], path[4400], flag[4300];
+    int rc = 0;
+    if (o->log_json != NULL) {
+        log_flag_text(o, flag, sizeof(flag));
+        const char* what = o->log_json_is_default ? "the run folder's log" : "--log-json";
+        rc = check_output(&in, what, o->log_json);
+        if (rc == 0) rc = check_log_file(o, &r->cfg, o->resume_dir != NULL);
+        if (rc == 0 && o->save_path != NULL &&
+            (same_file(o->log_json, o->save_path) ||
+             (tmp_path_of(tmp, sizeof(tmp), o->save_path) == 0 && same_file(o->log_json, tmp)))) {
+            fprintf(stderr, "seedgpt: %s and --save %s name one file: give them two paths\n", flag,
+                    o->save_path);
+            rc = EXIT_BAD_INPUT;
+        }
+        if (rc == 0 && o->out_dir != NULL && in_run_folder(o->log_json, o->out_dir)) {
+            fprintf(stderr, "seedgpt: %s takes a name of the run folder %s's own files (states, "
+                    "model.bin, .lock): give --log-json another path\n", flag, o->out_dir);
+            rc = EXIT_BAD_INPUT;
+        }
+    }
+    if (rc == 0 && o->save_path != NULL) {
+        rc = check_output(&in, "--save", o->save_path);
+        if (rc == 0 && tmp_path_of(tmp, sizeof(tmp), o->save_path) == 0)
+            rc = check_output(&in, "--save's temporary file", tmp);
+        if (rc == 0 && o->out_dir != NULL && in_run_folder(o->save_path, o->out_dir) &&
+            strcmp(split_path(o->save_path, tmp, sizeof(tmp)), "model.bin") != 0) {
+            fprintf(stderr, "seedgpt: --save %s takes a name of the run folder %s's states or lock: "
+                    "give --save another path\n", o->save_path, o->out_dir);
+            rc = EXIT_BAD_INPUT;
+        }
+    }
+    if (rc == 0 && o->out_dir != NULL) {
+        static const char* const fixed[] = {".lock", "model.bin", "model.bin.tmp"};
+        for (int i = 0; i < 3 && rc == 0; i++) {
+            snprintf(path, sizeof(path), "%s/%s", o->out_dir, fixed[i]);
+            rc = check_output(&in, "the run folder's file", path);
+        }
+        /* the states and the .tmp of their saves; the resumed state is read, never written */
+        DIR* d = opendir(o->out_dir);
+        struct dirent* e;
+        struct stat st, resumed;
+        int have_resumed = state_file != NULL && stat(state_file, &resumed) == 0;
+        while (rc == 0 && d != NULL && (e = readdir(d)) != NULL) {
+            if (strncmp(e->d_name, "state_", 6) != 0 || !run_folder_name(e->d_name)) continue;
+            snprintf(path, sizeof(path), "%s/%s", o->out_dir, e->d_name);
+            if (have_resumed && stat(path, &st) == 0 && st.st_dev == resumed.st_dev &&
+                st.st_ino == resumed.st_ino)
+                continue;
+            rc = check_output(&in, "the run folder's file", path);
+        }
+        if (d != NULL) closedir(d);
+    }
+    free_inputs(&in);
+    return rc;
+}
+
+/* Removes the .tmp files an interrupted save left in the run folder (the lock is held: no other
+ * run is writing them); they are never read. Says what it removed. */
+static void remove_leftover_tmp(const char* out_dir) {
+    DIR* d = opendir(out_dir);
+    if (d == NULL) return;
+    struct dirent* e;
+    char path[4400];
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < 4 || strcmp(e->d_name + n - 4, ".tmp") != 0 || !run_folder_name(e->d_name)) continue;
+        snprintf(path, sizeof(path), "%s/%s", out_dir, e->d_name);
+        if (unlink(path) == 0) printf("note: removed %s, left by an interrupted save\n", path);
+    }
+    closedir(d);
+}
+
 /* DIR/.lock, flock'ed for the rest of the process (the descriptor is never closed; the kernel
  * releases the lock when the process ends, however it ends): two runs never write into one
  * folder. The holder's pid is in the file, for the refusal. 0, or the exit status. */
@@ -684,15 +1024,10 @@ static int lock_run_folder(const char* out_dir) {
 }
 
 /* --save PATH is checked before the first step, as --out is: its .tmp can be created (then
- * removed) and PATH is not a folder, so a run never learns only at its end that it cannot save.
- * 0, or the exit status. */
+ * removed; check_outputs has made sure that PATH and its .tmp are regular files or absent and no
+ * input), so a run never learns only at its end that it cannot save. 0, or the exit status. */
 static int check_save_path(const char* save_path) {
     char tmp[4200];
-    struct stat st;
-    if (stat(save_path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "seedgpt: --save %s is a folder; expected a file path\n", save_path);
-        return EXIT_BAD_INPUT;
-    }
     int fd = tmp_path_of(tmp, sizeof(tmp), save_path) == 0
              ? open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
     if (fd < 0) {
@@ -730,28 +1065,48 @@ static int prepare_run_folder(const char* out_dir, const char* resume_dir) {
         }
         free(steps);
     }
+    remove_leftover_tmp(out_dir);
     return 0;
 }
 
-/* The loaders (training: shuffled by the master seed's SHUFFLE stream; validation: in order), the
- * backend and the model. 0, or the exit status. */
-static int open_data_and_model(Run* r) {
+/* A loader that cannot open its split, in one line; a resumed run's path taken from the state
+ * (from_state: the state) says so, and a relative one that it is read from the working folder. */
+static void say_split_error(const char* flag, const char* split, const char* err,
+                            const char* from_state) {
+    if (from_state == NULL)
+        fprintf(stderr, "seedgpt: %s\n", err);
+    else
+        fprintf(stderr, "seedgpt: %s (%s %s is the state %s's%s; give %s PATH to resume with "
+                "another)\n", err, flag, split, from_state,
+                split[0] != '/' ? ", a path relative to the folder that run started in" : "", flag);
+}
+
+/* The loaders (training: shuffled by the master seed's SHUFFLE stream; validation: in order).
+ * 0, or the exit status. */
+static int open_data(Run* r) {
     const Options* o = r->o;
     char err[256];
     uint64_t shuffle_seed = philox_stream_seed(o->seed, STREAM_SHUFFLE);
     if (loader_open(&r->loader, o->train_path, r->B, r->T, r->cfg.vocab_size, o->shuffle,
                     shuffle_seed, err) != 0) {
-        fprintf(stderr, "seedgpt: %s\n", err);
+        say_split_error("--train", o->train_path, err, r->train_from_state);
         return EXIT_BAD_INPUT;
     }
     r->loader_open = 1;
     if (r->have_val) {
         if (loader_open(&r->val, o->val_path, r->B, r->T, r->cfg.vocab_size, 0, 0, err) != 0) {
-            fprintf(stderr, "seedgpt: %s\n", err);
+            say_split_error("--val", o->val_path, err, r->val_from_state);
             return EXIT_BAD_INPUT;
         }
         r->val_open = 1;
     }
+    return 0;
+}
+
+/* The backend and the model. 0, or the exit status. */
+static int build_model(Run* r) {
+    const Options* o = r->o;
+    char err[256];
     const Backend* be = backend_lookup(o->device, o->precision);
     ContextParallel cp = dist_context_parallel();
     if (dist_use_backend(be, err) != 0 ||
@@ -836,21 +1191,59 @@ static int load_weights(Run* r, StateInfo* resumed, const char* state_file) {
     return 0;
 }
 
-/* The JSON log (rank 0): a resumed run drops the rows from start_step on (they are run and
- * logged again) and appends; a fresh run starts it anew. 0, or the exit status. */
+/* The JSON log (rank 0), which check_log_file has let the run take: a resumed run keeps the rows
+ * of the steps before start_step (the later ones are run and logged again, so the log reads as
+ * one run) and cuts the file at that row boundary, a torn last row included; a fresh run cuts it
+ * at 0. Rows are appended after the cut; a log cut at 0 starts with the run row. 0, or the exit
+ * status. */
 static int open_log(Run* r, int resuming) {
     const Options* o = r->o;
-    char err[256];
+    char flag[4300];
     if (o->log_json == NULL || !r->writer) return 0;
-    if (resuming && truncate_log(o->log_json, r->start_step, err) != 0) {
-        fprintf(stderr, "seedgpt: %s\n", err);
+    log_flag_text(o, flag, sizeof(flag));
+    /* O_NONBLOCK: a FIFO put at the path since it was checked must not block the open */
+    int fd = open(o->log_json, O_RDWR | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0) {
+        fprintf(stderr, "seedgpt: %s: cannot open for writing (%s)\n", flag, strerror(errno));
         return EXIT_BAD_INPUT;
     }
-    r->jsonf = fopen(o->log_json, resuming ? "a" : "w");
-    if (r->jsonf == NULL) {
-        fprintf(stderr, "seedgpt: --log-json %s: cannot open for writing (%s)\n", o->log_json,
-                strerror(errno));
+    int fl = fcntl(fd, F_GETFL);
+    FILE* f = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fl < 0 ||
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0 || (f = fdopen(fd, "r+")) == NULL) {
+        fprintf(stderr, "seedgpt: %s is %s; expected a file path\n", flag,
+                fstat(fd, &st) == 0 ? file_kind(st.st_mode) : "unreadable");
+        close(fd);
         return EXIT_BAD_INPUT;
+    }
+    off_t keep = 0;   /* the log is kept up to this row boundary */
+    if (resuming) {
+        char* line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        while ((len = getline(&line, &cap, f)) > 0) {
+            if (line[len - 1] != '\n') break;            /* a torn last row */
+            const char* at = strstr(line, "\"step\":");
+            if (at != NULL && atol(at + 7) >= r->start_step) break;
+            keep += len;
+        }
+        free(line);
+    }
+    fault_kill_point("log_truncate", -1);
+    if (ftruncate(fd, keep) != 0 || fseeko(f, 0, SEEK_END) != 0) {
+        fprintf(stderr, "seedgpt: %s: cannot cut the log at byte %lld: %s\n", flag,
+                (long long)keep, strerror(errno));
+        fclose(f);
+        return EXIT_BAD_INPUT;
+    }
+    r->jsonf = f;
+    if (keep == 0) {
+        char model[160];
+        log_model_text(&r->cfg, model, sizeof(model));
+        fprintf(f, "{\"type\":\"run\",\"version\":1,\"seed\":%llu,\"model\":\"%s\"}\n",
+                (unsigned long long)o->seed, model);
+        log_row_done(r, -1);
     }
     return 0;
 }
@@ -883,10 +1276,17 @@ static void print_run(const Run* r, int threads) {
            loader_num_windows(&r->loader), threads, r->model.be->name, r->model.be->precision);
     printf("dropout: embd %g attn %g resid %g, seed %llu\n", o->embd_dropout, o->attn_dropout,
            o->resid_dropout, (unsigned long long)o->seed);
-    char pname[32];
-    printf("recompute: %s%s, value check %s\n", recompute_name(&o->policy, pname),
+    char pname[32], span[96] = "";
+    if (o->policy.every > cfg->num_layers)   /* a segment longer than the model: the whole model */
+        snprintf(span, sizeof(span), " (K = %d > %d layers: one segment of all %d, as every:%d)",
+                 o->policy.every, cfg->num_layers, cfg->num_layers, cfg->num_layers);
+    printf("recompute: %s%s%s, value check %s\n", recompute_name(&o->policy, pname), span,
            o->policy.fresh_seeds ? " with FRESH seeds (negative control: gradients will be wrong)" : "",
            o->policy.check == CHECK_OFF ? "off" : o->policy.check == CHECK_WARN ? "warn" : "stop");
+    if (r->have_val && (size_t)o->eval_batches > loader_num_windows(&r->val))
+        printf("note: --eval-batches %d: the validation split has %zu windows of %d x %d; each "
+               "evaluation uses those %zu\n", o->eval_batches, loader_num_windows(&r->val), B, T,
+               loader_num_windows(&r->val));
     if (r->model.be->describe != NULL) {
         char line[512];
         r->model.be->describe(line, sizeof(line));
@@ -909,13 +1309,19 @@ static void prepare_loop(Run* r) {
     const Options* o = r->o;
     r->inputs = mem_alloc((size_t)r->B * r->T * sizeof(int));
     r->targets = mem_alloc((size_t)r->B * r->T * sizeof(int));
-    /* progress: model FLOPs per step against this machine's (or the given) peak */
+    /* progress: model FLOPs per step against this machine's (or the given) peak. The peak is
+     * one process's (rank 0 measures its own threads' or device's); the step's FLOPs are every
+     * rank's, so MFU reads them against the peak of all ranks */
     r->peak_gflops = o->peak_gflops;
     if (r->peak_gflops <= 0 && (o->log_every > 0 || o->profile) && r->writer) {
         char line[512];
         r->peak_gflops = default_peak_gflops(&r->model, omp_get_max_threads(), line, sizeof(line));
         printf("%s\n", line);
     }
+    r->all_ranks_gflops = r->peak_gflops * world;
+    if (world > 1 && r->peak_gflops > 0 && r->writer)
+        printf("MFU reads against the peak of all %d ranks: %d x %.1f = %.1f GFLOP/s (every rank "
+               "as rank 0)\n", world, world, r->peak_gflops, r->all_ranks_gflops);
     if (o->profile) {   /* the model's ops, timed from here on (model/profile.h) */
         const ProfileTimer* timer = r->model.be->profile_timer;
         r->model.be = profile_wrap(r->model.be, timer != NULL ? timer : &profile_timer_wall);
@@ -1064,11 +1470,12 @@ static void log_step(Run* r, int step, const StepStats* s) {
                      (o->steps - step - 1) * (r->total_ms / (step + 1 - r->start_step)) / 1e3);
         printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f | %.0f tok/s | %.1f ms | ",
                step, o->steps, s->loss, s->lr, s->norm, r->step_tokens / (s->ms / 1e3), s->ms);
-        if (r->peak_gflops > 0)
-            printf("MFU %.1f%% | ", 100.0 * r->step_flops / (s->ms * 1e6) / r->peak_gflops);
+        if (r->all_ranks_gflops > 0)
+            printf("MFU %.1f%% | ", 100.0 * r->step_flops / (s->ms * 1e6) / r->all_ranks_gflops);
         printf("mem %.0f MiB | ETA %s\n", run_peak_bytes(&r->model) / 1048576.0, eta);
         fflush(stdout);
     }
+    fault_log_full(r, step);   /* test hook */
     if (r->jsonf != NULL) {
         FILE* f = r->jsonf;
         fprintf(f, "{\"type\":\"train\",\"step\":%d", step);
@@ -1091,7 +1498,7 @@ static void log_step(Run* r, int step, const StepStats* s) {
             fprintf(f, "]");
         }
         fprintf(f, "%s}\n", s->finite ? "" : ",\"skipped\":true");
-        fflush(f);
+        log_row_done(r, step);
     }
 }
 
@@ -1125,7 +1532,7 @@ static void after_step(Run* r, int step) {
             fprintf(r->jsonf, "{\"type\":\"eval\",\"step\":%d", step);
             json_float(r->jsonf, "val_loss", vl);
             fprintf(r->jsonf, "}\n");
-            fflush(r->jsonf);
+            log_row_done(r, step);
         }
     }
     if (r->have_sampler && (step + 1) % o->sample_every == 0) {
@@ -1157,9 +1564,9 @@ static void print_summary(const Run* r, int done, int resuming, double run_start
         else if (!isnan(r->last_val))
             printf(", val loss %.4f at step %d", r->last_val, r->last_val_step);
         printf(", mean %.1f ms/step, %.0f tok/s", mean_ms, r->step_tokens / (mean_ms / 1e3));
-        if (r->peak_gflops > 0)
-            printf(", MFU %.1f%% of %.1f GFLOP/s",
-                   100.0 * r->step_flops / (mean_ms * 1e6) / r->peak_gflops, r->peak_gflops);
+        if (r->all_ranks_gflops > 0)
+            printf(", MFU %.1f%% of %.1f GFLOP/s", 100.0 * r->step_flops / (mean_ms * 1e6) /
+                   r->all_ranks_gflops, r->all_ranks_gflops);
         printf(", peak %s memory %.0f MiB, wall %s\n", r->model.be->host_memory ? "host" : "device",
                run_peak_bytes(&r->model) / 1048576.0, wall);
     } else if (resuming) {
@@ -1170,7 +1577,7 @@ static void print_summary(const Run* r, int done, int resuming, double run_start
 /* --profile, rank 0, at the end: the table of op classes over this process's steps, and one
  * {"type":"profile"} row in the JSON log, tied to the last step it measured ("step"), so that a
  * resume that runs that step again drops it with the step's own rows. */
-static void print_profile(const Run* r, int done) {
+static void print_profile(Run* r, int done) {
     if (!r->o->profile || !r->writer || done <= r->start_step) return;
     ProfileTotals t = profile_totals();
     profile_print(stdout, &t, r->peak_gflops);
@@ -1180,7 +1587,7 @@ static void print_profile(const Run* r, int done) {
                 done - 1);
         profile_json_fields(r->jsonf, &t);
         fprintf(r->jsonf, "}\n");
-        fflush(r->jsonf);
+        log_row_done(r, done - 1);
     }
 }
 
@@ -1475,14 +1882,27 @@ static int peak_main(const char* self, int argc, char** argv) {
     return 0;
 }
 
-/* ./train --version: what this binary holds and what its build left out. */
+/* ./train --version: what this binary holds and what its build left out. The devices and
+ * precisions are read from the backend table, so the line cannot claim one that is not there. */
 static int print_version(void) {
-#ifdef SEEDGPT_CUDA
-    const char* devices = "cpu, cuda (fp32, bf16)";
-#else
-    const char* devices = "cpu (fp32)";
-#endif
-    printf("seedgpt: devices %s, %s\n", devices, dist_kind());
+    static const char* const devices[] = {"cpu", "cuda"};
+    static const char* const precisions[] = {"fp32", "bf16"};
+    char line[256] = "";
+    size_t n = 0;
+    for (int d = 0; d < 2; d++) {
+        if (backend_by_name(devices[d]) == NULL) continue;
+        n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s (", n ? ", " : "", devices[d]);
+        int k = 0;
+        for (int q = 0; q < 2; q++)
+            if (backend_lookup(devices[d], precisions[q]) != NULL)
+                n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s", k++ ? ", " : "",
+                                      precisions[q]);
+        n += (size_t)snprintf(line + n, sizeof(line) - n, ")");
+    }
+    if (strcmp(dist_kind(), "none") == 0)
+        printf("seedgpt: devices %s; one process (no data parallelism in this binary)\n", line);
+    else
+        printf("seedgpt: devices %s; data parallel over %s (mpirun -np R)\n", line, dist_kind());
     const char* out = build_left_out();
     printf("left out of this build: %s\n", out[0] ? out : "nothing");
     return 0;
@@ -1550,6 +1970,8 @@ int main(int argc, char** argv) {
     r.have_val = o.val_path != NULL;
     r.last_saved = -1;
     r.last_val = NAN;
+    if (resuming && raw[F_TRAIN] == NULL) r.train_from_state = state_file;
+    if (resuming && raw[F_VAL] == NULL) r.val_from_state = state_file;
     if (tokenizer_open(&r.tok, o.tokenizer, o.bpe_dir, err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
         return EXIT_BAD_INPUT;
@@ -1559,10 +1981,17 @@ int main(int argc, char** argv) {
     int rc = model_config(&r, resuming ? &resumed : NULL);
     if (rc == 0) rc = batch_shape(&r);
     if (rc == 0) rc = apply_memory_budget(&r.cfg, r.B, r.T, &o, raw[F_RECOMPUTE] != NULL, writer);
-    if (rc == 0 && o.out_dir != NULL && writer)
-        rc = prepare_run_folder(o.out_dir, resuming ? cmd.resume_dir : NULL);
-    if (rc == 0 && o.save_path != NULL && writer) rc = check_save_path(o.save_path);
-    if (rc == 0) rc = open_data_and_model(&r);
+    if (rc == 0) rc = open_data(&r);
+    /* rank 0 checks every file the run writes against its inputs, then takes the run folder;
+     * every rank learns the outcome (none is left waiting for a rank that refused) */
+    if (rc == 0) {
+        int wrc = writer ? check_outputs(&r, resuming ? state_file : NULL) : 0;
+        if (wrc == 0 && o.out_dir != NULL && writer)
+            wrc = prepare_run_folder(o.out_dir, resuming ? cmd.resume_dir : NULL);
+        if (wrc == 0 && o.save_path != NULL && writer) wrc = check_save_path(o.save_path);
+        rc = dist_max(wrc);
+    }
+    if (rc == 0) rc = build_model(&r);
     if (rc == 0) rc = load_weights(&r, resuming ? &resumed : NULL, state_file);
     if (rc == 0) rc = open_log(&r, resuming);
     if (rc != 0) goto cleanup;
@@ -1570,10 +1999,13 @@ int main(int argc, char** argv) {
     install_stop_signals(&o);
     prepare_loop(&r);
 
-    /* the loop; every rank stops after the same step, whichever of them got the signal */
+    /* the loop; every rank stops after the same step, whichever of them got the signal or failed
+     * to write the log */
     double run_start = now_ms();
     int step = r.start_step, stopped_by = 0;
-    for (; step < o.steps && (stopped_by = dist_max(stop_signal)) == 0; step++) {
+    for (; step < o.steps && (stopped_by = dist_max(stop_signal ? stop_signal
+                                                    : r.log_errno ? STOP_LOG_FAILED : 0)) == 0;
+         step++) {
         StepStats s;
         if ((rc = train_step(&r, step, &s)) != 0) goto cleanup;
         log_step(&r, step, &s);
@@ -1583,6 +2015,8 @@ int main(int argc, char** argv) {
         fault_kill_point("step_logged", step);
         if ((rc = check_bad_steps(&r, step)) != 0) goto cleanup;
         after_step(&r, step);
+        if (s.ms > r.slowest_step_ms) r.slowest_step_ms = s.ms;
+        if (step == r.start_step + 1) judge_stop_grace(&r);
         if (fault_fires("sigterm", step)) raise(SIGTERM);        /* test hooks */
         if (fault_fires("sigint", step)) raise(SIGINT);
     }
@@ -1595,11 +2029,23 @@ int main(int argc, char** argv) {
 #endif
     print_profile(&r, done);
     if ((rc = save_at_end(&r, done)) != 0) goto cleanup;
-    if (stopped_by != 0 && done < o.steps) {
+    if (r.log_errno != 0 || stopped_by == STOP_LOG_FAILED) {
+        if (writer && done > r.start_step)
+            printf("stopped after step %d: the log could not be written%s\n", done - 1,
+                   o.out_dir ? " (state saved)" : "");
+        else if (writer)
+            printf("stopped before its first step: the log could not be written\n");
+        rc = EXIT_WRITE_FAILED;
+    } else if (stopped_by != 0 && done < o.steps) {
         printf("stopped by %s after step %d%s\n", stopped_by == SIGINT ? "SIGINT" : "SIGTERM",
                done - 1, o.out_dir ? " (state saved)" : "");
         rc = 128 + stopped_by;
     }
+    /* No rank leaves before rank 0 has written its files: mpirun ends the whole job (SIGKILL) as
+     * soon as one rank exits with a non-zero status, so a rank that had nothing to save and left
+     * at once would take rank 0's stop-save with it. The ranks leave with rank 0's status. */
+    fflush(stdout);
+    rc = dist_max(rc);
 cleanup:
     run_close(&r);
     return rc;

@@ -374,6 +374,15 @@ static double row_exp_sum(const float* l, int V, float maxv) {
     return sum;
 }
 
+/* A row's loss, -log softmax(l)[t] = (max - l[t]) + log(sum of e^(l - max)), in double: the
+ * difference of two floats first, so that it stays exact however large the logits are (max +
+ * log(sum) first would lose log(sum) to the rounding of a large max: every logit at 1e18 gave 0,
+ * not ln V). A loss beyond float's range (a target logit far below the max) rounds to +inf, which
+ * the non-finite guard sees; it never turns into 0. cuda/ops_cuda.cu computes the same expression. */
+static inline float xent_loss(float maxv, float target_logit, double sum) {
+    return (float)(((double)maxv - (double)target_logit) + log(sum));
+}
+
 void crossentropy_forward(float* losses, const float* logits, const int* targets,
                           int N, int V, int Vp) {
     #pragma omp parallel for schedule(static)
@@ -381,7 +390,7 @@ void crossentropy_forward(float* losses, const float* logits, const int* targets
         const float* l = logits + (size_t)n * Vp;
         float maxv = row_max(l, V);
         double sum = row_exp_sum(l, V, maxv);
-        losses[n] = (float)((double)maxv + log(sum) - (double)l[targets[n]]);
+        losses[n] = xent_loss(maxv, l[targets[n]], sum);
     }
 }
 
@@ -445,7 +454,7 @@ static void crossentropy_rows(float* losses, float* logits, const int* targets, 
             float* l = logits + (size_t)n * Vp;
             float maxv = row_max(l, V);
             double sum = row_exp_sum_kept(l, V, maxv, e);
-            if (losses != NULL) losses[n] = (float)((double)maxv + log(sum) - (double)l[targets[n]]);
+            if (losses != NULL) losses[n] = xent_loss(maxv, l[targets[n]], sum);
             row_dlogits(l, e, 1.0 / sum, targets[n], dloss, V, Vp);
         }
     }

@@ -738,7 +738,8 @@ __global__ void crossentropy_forward_kernel(float* losses, const float* logits, 
     for (int v = threadIdx.x; v < V; v += blockDim.x) s += exp((double)(l[v] - maxv));
     double sum = block_sum_double(s, red_d);
     if (threadIdx.x == 0) {
-        losses[n] = (float)((double)maxv + log(sum) - (double)l[targets[n]]);
+        /* cpu/ops_cpu.c's xent_loss: the difference of two floats first, exact at any scale */
+        losses[n] = (float)(((double)maxv - (double)l[targets[n]]) + log(sum));
     }
 }
 

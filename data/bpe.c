@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "util/fileio.h"
 
 #define BPE_MAX_VOCAB 65536
 #define BPE_EOT_STRING "<|endoftext|>"
@@ -178,7 +179,12 @@ static const PairSlot* pair_find(const Bpe* b, uint32_t left, uint32_t right) {
 /* ---- loading ------------------------------------------------------------------------------- */
 
 static unsigned char* read_file(const char* path, size_t* n, char err[256]) {
-    FILE* f = fopen(path, "rb");
+    const char* kind;
+    FILE* f = fopen_regular(path, &kind);   /* util/fileio.h: a FIFO is refused, never waited on */
+    if (!f && kind) {
+        set_err(err, "%s: not a regular file (%s)", path, kind);
+        return NULL;
+    }
     if (!f) {
         set_err(err, "%s: cannot open: %s (run scripts/get_gpt2_bpe.sh, or give --bpe-dir)", path,
                 strerror(errno));

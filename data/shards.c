@@ -186,6 +186,17 @@ int shard_write(const char* path, const uint16_t* tokens, size_t n, char err[256
 
 /* ---- reading ------------------------------------------------------------------------------- */
 
+/* Opens a shard for reading once it is known to be a regular file (util/fileio.h): a FIFO given
+ * as a shard is refused, never waited on. The descriptor, or -1 with err. */
+static int open_shard(const char* path, char err[256]) {
+    const char* kind;
+    int fd = open_regular(path, &kind);
+    if (fd >= 0) return fd;
+    if (kind != NULL) set_err(err, "%s: not a regular file (%s): expected a token shard", path, kind);
+    else set_err(err, "%s: cannot open: %s", path, strerror(errno));
+    return -1;
+}
+
 /* Validates an open shard; returns its count. */
 static int check_header_fd(int fd, const char* path, size_t* count, char err[256]) {
     struct stat st;
@@ -227,8 +238,8 @@ static int check_header_fd(int fd, const char* path, size_t* count, char err[256
 }
 
 int shard_read_header(const char* path, size_t* count, char err[256]) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { set_err(err, "%s: cannot open: %s", path, strerror(errno)); return 1; }
+    int fd = open_shard(path, err);
+    if (fd < 0) return 1;
     int rc = check_header_fd(fd, path, count, err);
     close(fd);
     return rc;
@@ -259,8 +270,8 @@ static int check_tokens_fd(int fd, const char* path, size_t count, int vocab_siz
 }
 
 int shard_check_tokens(const char* path, int vocab_size, char err[256]) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { set_err(err, "%s: cannot open: %s", path, strerror(errno)); return 1; }
+    int fd = open_shard(path, err);
+    if (fd < 0) return 1;
     size_t count;
     int rc = check_header_fd(fd, path, &count, err);
     if (rc == 0) rc = check_tokens_fd(fd, path, count, vocab_size, err);
@@ -271,8 +282,8 @@ int shard_check_tokens(const char* path, int vocab_size, char err[256]) {
 int shard_read(const char* path, int vocab_size, uint16_t** tokens, size_t* count, char err[256]) {
     *tokens = NULL;
     *count = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { set_err(err, "%s: cannot open: %s", path, strerror(errno)); return 1; }
+    int fd = open_shard(path, err);
+    if (fd < 0) return 1;
     size_t n;
     if (check_header_fd(fd, path, &n, err) != 0) { close(fd); return 1; }
     if (vocab_size > 0 && check_tokens_fd(fd, path, n, vocab_size, err) != 0) { close(fd); return 1; }
@@ -402,9 +413,8 @@ int loader_open(DataLoader* dl, const char* split, int B, int T, int vocab_size,
     size_t largest = 0;
     for (size_t s = 0; s < S; s++) {
         const char* path = dl->paths[s];
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = open_shard(path, err);
         if (fd < 0) {
-            set_err(err, "%s: cannot open: %s", path, strerror(errno));
             loader_close(dl);
             return 1;
         }
@@ -483,11 +493,8 @@ static int read_window(DataLoader* dl, size_t w, int* inputs, int* targets) {
     if (dl->fd_shard != s) {
         if (dl->fd >= 0) close(dl->fd);
         dl->fd_shard = -1;
-        dl->fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (dl->fd < 0) {
-            set_err(dl->err, "%s: cannot open: %s", path, strerror(errno));
-            return 1;
-        }
+        dl->fd = open_shard(path, dl->err);
+        if (dl->fd < 0) return 1;
         dl->fd_shard = s;
     }
     size_t bt = (size_t)dl->B * dl->T;

@@ -41,6 +41,13 @@ int dist_local_size(void);    /* ranks on this machine (to share its cores and G
 int dist_local_rank(void);    /* this rank's index among them */
 const char* dist_kind(void);  /* "none", "mpi" or "mpi+nccl" */
 
+/* The launcher's grace on a stop: the seconds between the SIGTERM it sends every rank when it is
+ * itself stopped (SIGTERM or SIGINT to mpirun) and the SIGKILL that follows. Open MPI's mpirun
+ * sends SIGCONT, waits odls_base_sigkill_timeout seconds, sends SIGTERM, waits as long again,
+ * then SIGKILL; `--mca odls_base_sigkill_timeout S` puts S in every rank's environment, and the
+ * default is 1. -1 when no such launcher started this process (one process of ./train). */
+int dist_stop_grace_s(void);
+
 /* Prepares the reductions for the backend a model is about to be built on: on CUDA (with NCCL)
  * binds this rank to GPU local_rank and creates the NCCL communicator, so call it before
  * gpt_build_on. Refuses a backend this build cannot reduce (CUDA memory without NCCL) when there

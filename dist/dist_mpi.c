@@ -77,6 +77,15 @@ const char* dist_kind(void) {
 #endif
 }
 
+int dist_stop_grace_s(void) {
+    if (getenv("OMPI_COMM_WORLD_SIZE") == NULL) return -1;   /* not started by Open MPI */
+    const char* v = getenv("OMPI_MCA_odls_base_sigkill_timeout");
+    char* end;
+    long s = v != NULL && *v != '\0' ? strtol(v, &end, 10) : 1;   /* Open MPI's default: 1 s */
+    if (v != NULL && *v != '\0' && (*end != '\0' || s < 0)) return 1;
+    return s > 1000000 ? 1000000 : (int)s;
+}
+
 int dist_use_backend(const Backend* be, char err[256]) {
     if (be->host_memory || world_size == 1) return 0;
 #ifdef SEEDGPT_NCCL

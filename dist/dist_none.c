@@ -9,6 +9,7 @@ int dist_size(void) { return 1; }
 int dist_local_size(void) { return 1; }
 int dist_local_rank(void) { return 0; }
 const char* dist_kind(void) { return "none"; }
+int dist_stop_grace_s(void) { return -1; }
 int dist_use_backend(const Backend* be, char err[256]) { return 0; }
 void dist_allreduce_grads(GPT* m) {}
 double dist_sum(double x) { return x; }

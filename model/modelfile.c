@@ -181,12 +181,20 @@ static int parse_header(FILE* f, const char* path, GPTConfig* cfg, char err[256]
     return 0;
 }
 
+/* Opens a model file for reading once it is known to be a regular file (util/fileio.h): a FIFO
+ * given as --init is refused, never waited on. NULL with err. */
+static FILE* open_model_file(const char* path, char err[256]) {
+    const char* kind;
+    FILE* f = fopen_regular(path, &kind);
+    if (f != NULL) return f;
+    if (kind != NULL) snprintf(err, 256, "%s: not a regular file (%s): expected a model file", path, kind);
+    else snprintf(err, 256, "%s: cannot open: %s", path, strerror(errno));
+    return NULL;
+}
+
 int modelfile_read_config(const char* path, GPTConfig* cfg, char err[256]) {
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) {
-        snprintf(err, 256, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
+    FILE* f = open_model_file(path, err);
+    if (f == NULL) return -1;
     int rc = parse_header(f, path, cfg, err);
     fclose(f);
     return rc;
@@ -239,11 +247,8 @@ static int check_weights_finite(FILE* f, const GPTConfig* c, const char* path, c
 }
 
 int modelfile_load(GPT* m, const char* path, char err[256]) {
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) {
-        snprintf(err, 256, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
+    FILE* f = open_model_file(path, err);
+    if (f == NULL) return -1;
     GPTConfig fc;
     if (parse_header(f, path, &fc, err) != 0 || config_mismatch(&fc, &m->config, path, err) != 0 ||
         check_weights_finite(f, &fc, path, err) != 0) {

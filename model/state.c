@@ -376,14 +376,18 @@ static FILE* open_checked(const char* path, StateInfo* info, unsigned char h[STA
         set_err(err, "%s: state files are little-endian; this host is not", path);
         return NULL;
     }
-    FILE* f = fopen(path, "rb");
+    /* opened only once it is known to be a regular file (util/fileio.h): a FIFO named like a
+     * state is refused, never waited on */
+    const char* kind;
+    FILE* f = fopen_regular(path, &kind);
     if (f == NULL) {
-        set_err(err, "%s: cannot open: %s", path, strerror(errno));
+        if (kind != NULL) set_err(err, "%s: not a regular file (%s)", path, kind);
+        else set_err(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, "%s: not a regular file", path);
+    if (fstat(fileno(f), &st) != 0) {
+        set_err(err, "%s: cannot stat: %s", path, strerror(errno));
         fclose(f);
         return NULL;
     }

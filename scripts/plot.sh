@@ -8,7 +8,9 @@ if [ $# -lt 1 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then
     [ $# -ge 1 ] && exit 0 || exit 2
 fi
 if [ -d "$1" ]; then log="$1/log.jsonl"; png="${2:-$1/loss.png}"; else log="$1"; png="${2:-${1%.jsonl}.png}"; fi
-[ -s "$log" ] || { echo "seedgpt: plot: $log: no such log (train with --out DIR or --log-json PATH)" >&2; exit 2; }
+[ -e "$log" ] || { echo "seedgpt: plot: $log: no such log (train with --out DIR or --log-json PATH)" >&2; exit 2; }
+[ -f "$log" ] || { echo "seedgpt: plot: $log is not a regular file" >&2; exit 2; }
+[ -s "$log" ] || { echo "seedgpt: plot: $log is empty: the run wrote no row yet" >&2; exit 2; }
 command -v gnuplot >/dev/null 2>&1 || { echo "seedgpt: plot: gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)" >&2; exit 2; }
 # the PNG's folder must take a file before gnuplot runs (gnuplot, refused its output file, would
 # write the image to the terminal)
@@ -20,11 +22,21 @@ probe="$png.tmp.$$"
 rm -f -- "$probe"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_plot.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-# "step value" rows; skipped steps (null loss) are left out
-grep '"type":"train"' "$log" | sed -n 's/.*"step":\([0-9]*\),"loss":\([-0-9.eE+]*\),.*/\1 \2/p' > "$tmp/train.dat"
-grep '"type":"train"' "$log" | sed -n 's/.*"step":\([0-9]*\),.*"lr":\([-0-9.eE+]*\).*/\1 \2/p' > "$tmp/lr.dat"
-grep '"type":"eval"' "$log" | sed -n 's/.*"step":\([0-9]*\),"val_loss":\([-0-9.eE+]*\).*/\1 \2/p' > "$tmp/val.dat" || true
-[ -s "$tmp/train.dat" ] || { echo "seedgpt: plot: $log holds no training rows" >&2; exit 2; }
+# "step value" rows; skipped steps (null loss) are left out. grep finds nothing in a log without
+# such rows: that is said below, not an error of the pipe (set -o pipefail)
+{ grep -a '"type":"train"' "$log" || true; } | sed -n 's/.*"step":\([0-9]*\),"loss":\([-0-9.eE+]*\),.*/\1 \2/p' > "$tmp/train.dat"
+{ grep -a '"type":"train"' "$log" || true; } | sed -n 's/.*"step":\([0-9]*\),.*"lr":\([-0-9.eE+]*\).*/\1 \2/p' > "$tmp/lr.dat"
+{ grep -a '"type":"eval"' "$log" || true; } | sed -n 's/.*"step":\([0-9]*\),"val_loss":\([-0-9.eE+]*\).*/\1 \2/p' > "$tmp/val.dat"
+if [ ! -s "$tmp/train.dat" ]; then
+    if grep -a -q '"type":"train"' "$log"; then
+        echo "seedgpt: plot: $log: every training row has a null loss (every step skipped): nothing to plot" >&2
+    elif grep -a -q '"type":"\(eval\|run\)"' "$log"; then
+        echo "seedgpt: plot: $log holds no training rows yet (only $(grep -a -c '"type":"eval"' "$log") eval row(s)): nothing to plot" >&2
+    else
+        echo "seedgpt: plot: $log is not a seedgpt log (no {\"type\":\"train\",...} rows)" >&2
+    fi
+    exit 2
+fi
 valplot=""
 [ -s "$tmp/val.dat" ] && valplot=", \"val.dat\" using 1:2 with linespoints lw 2 pt 7 lc rgb \"#d62728\" title \"validation loss\""
 # No path is spliced into the gnuplot script: it runs inside $tmp on fixed file names, and the

@@ -21,7 +21,9 @@ prefix) and converted:
   - padded vocab: a 320-row wte with --vocab 300 gives V 300, Vp 384 and zero rows 300..383;
   - nanoGPT's bias=False (no bias at all) gives the file of explicit zero biases;
   - refusals: bad magic, seedgpt's own format, truncation, an untied LM head, a missing tensor,
-    one missing bias, --n-head not dividing C: exit status 2 and one line naming the problem.
+    one missing bias, --n-head not dividing C: exit status 2 and one line naming the problem;
+    to-torch --format hf onto an existing file and to-llmc of a model holding a NaN likewise, on
+    the command line (no traceback), writing nothing.
 Output lines "ok   name: ...", "FAIL name: ...", "SKIP name: why" (tests/run.sh counts them).
 """
 import contextlib
@@ -327,6 +329,28 @@ def main():
                 bad.append(f"{what}: rc {rc} \"{msg}\"")
         check(not bad, "converter_refuses_bad_inputs_with_one_line",
               f"{len(cases) - len(bad)} of {len(cases)} refused as expected" + ("; " + "; ".join(bad) if bad else ""))
+
+        # the outputs: to-torch --format hf onto an existing file, and to-llmc of a model holding
+        # a NaN, each one line and exit 2 on the command line (no traceback), nothing written
+        open(j("taken.pt"), "wb").write(b"a file that is not a folder")
+        tool = [sys.executable, os.path.join(REPO, "tools", "gpt2_convert.py")]
+        r = subprocess.run(tool + ["to-torch", "--format", "hf", j("model.bin"), j("taken.pt")],
+                           capture_output=True, text=True, timeout=120)
+        kept = open(j("taken.pt"), "rb").read() == b"a file that is not a folder"
+        check(r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "not a folder" in r.stderr and kept,
+              "converter_to_torch_hf_onto_a_file_is_one_line",
+              f"exit {r.returncode}, file kept {kept}: {r.stderr.strip()[:300]}")
+        nan_sd = dict(sd)
+        w = sd["transformer.h.1.mlp.c_fc.weight"].clone()
+        w[3, 5] = float("nan")
+        nan_sd["transformer.h.1.mlp.c_fc.weight"] = w
+        torch.save(nan_sd, j("nan.pt"))
+        r = subprocess.run(tool + ["to-llmc", j("nan.pt"), j("nan.bin"), "--n-head", str(NH)],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "fcw" in r.stderr and
+              "non-finite" in r.stderr and not os.path.exists(j("nan.bin")),
+              "converter_refuses_to_write_a_nan_model",
+              f"exit {r.returncode}, nan.bin written {os.path.exists(j('nan.bin'))}: {r.stderr.strip()[:300]}")
 
         # the command line itself (one subprocess: the in-process calls above cover the rest)
         r = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gpt2_convert.py"), "to-torch",

@@ -12,6 +12,11 @@
 #     the straight run; resuming with another rank count is refused with one line, both ways;
 #   - SIGTERM sent to rank 1 alone stops both ranks after the same step: rank 0 saves the state
 #     and says so, and the resumed run ends bit for bit as the straight one;
+#   - SIGTERM to mpirun itself (Open MPI: SIGTERM to every rank, SIGKILL odls_base_sigkill_timeout
+#     seconds later): with the timeout set, the state after the last step is saved, no .tmp is
+#     left, and the resumed run ends bit for bit as a straight one: no step lost since the stop;
+#     at the default timeout, a rank 0 that finished its step has saved it (no rank leaves first);
+#   - MFU under 2 ranks reads every rank's FLOPs against both ranks' peak;
 #   - only rank 0 writes: rank 1, started in an empty folder of its own, leaves it empty, and the
 #     progress lines appear once.
 # Without mpirun or ./train_mpi the checks print SKIP. Each rank runs 1 OpenMP thread.
@@ -23,6 +28,9 @@ CHECKS=(one_rank_equals_train_bitwise two_ranks_equal_one_process_with_twice_the
         two_ranks_accumulating_equal_one_process_accumulating_shuffled
         two_ranks_recompute_layer_equals_none_bitwise two_ranks_resume_is_bit_exact
         resume_with_another_rank_count_is_refused sigterm_to_one_rank_stops_both_after_the_same_step
+        sigterm_to_mpirun_saves_the_state_and_resumes_bit_exactly
+        sigterm_to_mpirun_at_the_default_timeout_saves_what_rank_0_finished
+        two_ranks_mfu_counts_the_peak_of_both
         only_rank_0_writes)
 skip_all() { for c in "${CHECKS[@]}"; do echo "SKIP mpi_$c: $1"; done; exit 0; }
 command -v mpirun > /dev/null 2>&1 || skip_all "no mpirun (Debian: openmpi-bin)"
@@ -196,6 +204,84 @@ same=$(diff <(losses "$W/long/log.jsonl") <(losses "$W/sig/log.jsonl") > /dev/nu
 report sigterm_to_one_rank_stops_both_after_the_same_step \
     "$([ $rc0 -eq 0 ] && [ -n "$rank1" ] && [ $rc1 -eq 143 ] && [ -n "$k" ] && grep -q "resumed from .*state_$(printf %08d $((k + 1))).bin" "$W/sig2.out" && [ $rc2 -eq 0 ] && [ "$same" -eq 0 ]; echo $?)" \
     "rank 1 (pid ${rank1:-not found}) got SIGTERM; status $rc1 (expect 143), rank 0: \"$stopped\" (it got no signal itself); resumed from step ${k:-?}+1: status $rc2, 200 losses and model.bin identical to the straight run: $([ "$same" -eq 0 ] && echo yes || echo no)"
+
+# ---- SIGTERM to mpirun itself --------------------------------------------------------------------
+# Open MPI's mpirun (4.1), stopped, sends every rank SIGCONT, waits odls_base_sigkill_timeout
+# seconds (default 1), sends SIGTERM, waits as long again, then SIGKILL: the ranks finish their
+# step and rank 0 saves in that second wait. And once one rank has exited non-zero, mpirun kills
+# the others about a timeout minus 1 s later: at the default, at once, so no rank may leave before
+# rank 0 has saved. mpirun is started without `timeout`, which would signal the whole process
+# group (the ranks too); a watchdog kills it if it hangs. stop_mpirun OUT TIMEOUT ARGS...: starts
+# the run, sends SIGTERM to mpirun after 5 logged steps, sets rc and k (the last step rank 0
+# finished, from its "done:" line; empty when it was killed before).
+stop_mpirun() {
+    local out=$1 t=$2; shift 2
+    local mca=(); [ "$t" != default ] && mca=(--mca odls_base_sigkill_timeout "$t")
+    "${MPIRUN[@]}" "${mca[@]}" -np 2 "$TRAIN_MPI" "$@" --out "$out" > "$out.out" 2>&1 &
+    local job=$! rows
+    ( sleep 300; kill -9 $job 2> /dev/null ) &
+    local watchdog=$!
+    for _ in $(seq 1 600); do
+        rows=$(grep -c '"type":"train"' "$out/log.jsonl" 2> /dev/null)
+        [ "${rows:-0}" -ge 5 ] && break
+        kill -0 $job 2> /dev/null || break
+        sleep 0.1
+    done
+    kill -TERM $job 2> /dev/null
+    wait $job
+    rc=$?
+    kill $watchdog 2> /dev/null; wait $watchdog 2> /dev/null
+    k=$(grep -o '^done: [0-9]* steps (stopped early)' "$out.out" | grep -o '[0-9][0-9]*')
+    [ -n "$k" ] && k=$((k - 1))
+}
+# a) with the timeout set, as the README's mpirun line does (4 s: a step on a loaded machine fits):
+#    constant learning rate, so that the resumed run can end at any step count: it ends at the
+#    step it was stopped at + 20, bit for bit as a straight run of as many steps
+STOP=("${MODEL[@]}" --shuffle 1 --batch 4 --log-every 0 --lr-schedule constant)
+stop_mpirun "$W/mstop" 4 "${STOP[@]}" --steps 100000
+rc1=$rc
+lastrow=$(grep -o '"type":"train","step":[0-9]*' "$W/mstop/log.jsonl" | tail -1 | grep -o '[0-9]*$')
+tmps=$(ls -a "$W/mstop" | grep -c '\.tmp')
+end=$(( ${k:-0} + 21 ))
+mpi2 "$TRAIN_MPI" --resume "$W/mstop" --steps $end > "$W/mstop2.out" 2>&1
+rc2=$?
+mpi2 "$TRAIN_MPI" "${STOP[@]}" --steps $end --out "$W/mstraight" > /dev/null 2>&1
+rc0=$?
+n=$(losses "$W/mstraight/log.jsonl" | wc -l)
+same=$([ "$n" -eq $end ] && diff <(losses "$W/mstraight/log.jsonl") <(losses "$W/mstop/log.jsonl") > /dev/null \
+       && cmp -s "$W/mstraight/model.bin" "$W/mstop/model.bin"; echo $?)
+next=state_$(printf %08d $(( ${k:-0} + 1 ))).bin
+report sigterm_to_mpirun_saves_the_state_and_resumes_bit_exactly \
+    "$([ $rc1 -ne 0 ] && [ -n "$k" ] && [ "$lastrow" = "$k" ] && [ "$tmps" -eq 0 ] && [ -f "$W/mstop/$next" ] && grep -q "stopped by SIGTERM after step $k (state saved)" "$W/mstop.out" && grep -q "resumed from .*$next" "$W/mstop2.out" && [ $rc2 -eq 0 ] && [ $rc0 -eq 0 ] && [ "$same" -eq 0 ]; echo $?)" \
+    "odls_base_sigkill_timeout 4: mpirun status $rc1 (non-zero); rank 0 finished step ${k:-?} (last logged ${lastrow:-?}), $next $([ -f "$W/mstop/$next" ] && echo saved || echo MISSING), $tmps .tmp; resumed to $end steps: status $rc2, $n losses and model.bin identical to a straight run of $end steps: $([ "$same" -eq 0 ] && echo yes || echo no)"
+# b) at mpirun's default timeout (1 s), the plain `mpirun -np 2` a user types: a rank 0 that
+#    finished its step (its "done:" line) must also have saved the state and --save, although
+#    rank 1 has nothing to save (before, rank 1 left at once and mpirun killed rank 0 in the
+#    middle of its save: 2 stops of 3 on this machine). A step slower than the 1 s leaves no
+#    "done:" line: then there is nothing to judge (said, not failed)
+stop_mpirun "$W/mdef" default "${STOP[@]}" --steps 100000 --save "$W/mdef.bin"
+if [ -z "$k" ]; then
+    ok sigterm_to_mpirun_at_the_default_timeout_saves_what_rank_0_finished "status $rc; rank 0 did not finish its step within mpirun's 1 s: nothing to judge"
+else
+    next=state_$(printf %08d $((k + 1))).bin
+    report sigterm_to_mpirun_at_the_default_timeout_saves_what_rank_0_finished \
+        "$([ $rc -ne 0 ] && [ -f "$W/mdef/$next" ] && [ -f "$W/mdef.bin" ] && grep -q "stopped by SIGTERM after step $k (state saved)" "$W/mdef.out"; echo $?)" \
+        "mpirun status $rc; rank 0 finished step $k: $next $([ -f "$W/mdef/$next" ] && echo saved || echo MISSING), --save $([ -f "$W/mdef.bin" ] && echo written || echo MISSING), stop line $(grep -q 'stopped by SIGTERM' "$W/mdef.out" && echo said || echo MISSING)"
+fi
+
+# ---- MFU reads all ranks' FLOPs against all ranks' peak -------------------------------------------
+# --peak-gflops 1 per process: the summary's MFU must be tok/s x FLOPs per token / (2 x 1 GFLOP/s),
+# FLOPs per token 6 P + 12 L C T (train.c, flops_per_token); one rank's peak would double it
+mpi2 "$TRAIN_MPI" "${MODEL[@]}" --batch 4 --steps 6 --peak-gflops 1 > "$W/mfu.out" 2>&1
+rc=$?
+r=$(awk '/^model:/ { for (i = 1; i <= NF; i++) if ($(i + 1) ~ /^parameters/) P = $i }
+         /^done:/ { for (i = 1; i <= NF; i++) { if ($(i + 1) == "tok/s,") tok = $i; if ($i == "MFU") mfu = $(i + 1); if ($(i + 1) == "GFLOP/s,") peak = $i } }
+         END { sub(/%/, "", mfu); want = 100 * tok * (6 * P + 12 * 2 * 32 * 32) / 2e9;
+               printf "%s %s %s %.4f", peak, mfu, want, (want > 0 ? mfu / want : 0) }' "$W/mfu.out")
+read -r peak mfu want ratio <<< "$r"
+report two_ranks_mfu_counts_the_peak_of_both \
+    "$([ $rc -eq 0 ] && [ "$peak" = 2.0 ] && awk -v q="$ratio" 'BEGIN { exit !(q > 0.99 && q < 1.01) }'; echo $?)" \
+    "status $rc; MFU ${mfu}% of $peak GFLOP/s (2.0 expected: 2 ranks x --peak-gflops 1); tok/s x FLOPs/token over 2 GFLOP/s: ${want}% (ratio $ratio, 1 expected; 2 when one rank's peak is counted)"
 
 # ---- only rank 0 writes ----------------------------------------------------------------------
 # two working folders (MPMD launch): rank 0 in r0, rank 1 in r1, the same relative paths

@@ -313,6 +313,45 @@ static void test_crossentropy_vs_ref(void) {
     free(l); free(loss); free(l_d); free(loss_d); free(tgt);
 }
 
+/* The loss is exact at any scale of the logits: a row of V equal logits has loss ln V whether
+ * they are 1 or 1e30 (max + log(sum) - l[t] in double lost log(sum) to the rounding of a large
+ * max: 1e12 gave 5.546875, 1e18 gave 0), and a target logit far below the max gives a loss beyond
+ * float's range, +inf, never 0. Forward and fused forward+backward alike. */
+static void test_crossentropy_exact_at_any_scale(void) {
+    enum { V = 257, Vp = 384, ROWS = 8 };
+    const double scales[ROWS - 2] = {1.0, 1e6, 1e12, 1e18, 1e30, -1e30};
+    float* l = falloc((size_t)ROWS * Vp);
+    float* lf = falloc((size_t)ROWS * Vp);
+    float loss[ROWS], fused[ROWS];
+    int tgt[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        float* row = l + (size_t)r * Vp;
+        for (int v = 0; v < Vp; v++) row[v] = v < V && r < ROWS - 2 ? (float)scales[r] : 0.0f;
+        tgt[r] = (r * 37) % V;
+    }
+    /* row 6: the target at -3e38, one other logit at +3e38: the true loss is 6e38 > FLT_MAX;
+     * row 7: the target 1e20 above the rest: the true loss is 256 e^-1e20, 0 in float */
+    l[6 * (size_t)Vp + tgt[6]] = -3e38f;
+    l[6 * (size_t)Vp + (tgt[6] + 1) % V] = 3e38f;
+    l[7 * (size_t)Vp + tgt[7]] = 1e20f;
+    memcpy(lf, l, sizeof(float) * (size_t)ROWS * Vp);
+    crossentropy_forward(loss, l, tgt, ROWS, V, Vp);
+    crossentropy_forward_backward(fused, lf, tgt, 1.0f / ROWS, ROWS, V, Vp);
+    const float lnV = (float)log((double)V);
+    int ok = 1;
+    for (int r = 0; r < ROWS - 2; r++) ok &= loss[r] == lnV && fused[r] == lnV;
+    ok &= isinf(loss[6]) && loss[6] > 0 && isinf(fused[6]) && fused[6] > 0;
+    ok &= loss[7] == 0.0f && fused[7] == 0.0f;
+    expect(ok, "crossentropy_loss_exact_at_any_scale",
+           "equal logits at 1, 1e6, 1e12, 1e18, 1e30, -1e30: losses %.7g %.7g %.7g %.7g %.7g %.7g "
+           "(ln %d = %.7g expected; fused: %.7g %.7g %.7g %.7g); target 6e38 below the max: %g "
+           "(fused %g; +inf expected); target 1e20 above the rest: %g (0 expected)", loss[0],
+           loss[1], loss[2], loss[3], loss[4], loss[5], V, lnV, fused[1], fused[2], fused[3],
+           fused[4], loss[6], fused[6], loss[7]);
+    free(l);
+    free(lf);
+}
+
 static void test_norm_adamw_vs_ref(void) {
     size_t n = 100003;
     float *x = falloc(n);
@@ -1114,6 +1153,7 @@ int main(void) {
     test_vexpd_accuracy();
     test_layernorm_is_the_sequential_loop_bitwise();
     test_crossentropy_vs_ref();
+    test_crossentropy_exact_at_any_scale();
     test_norm_adamw_vs_ref();
 
     fd_encoder(0.0);

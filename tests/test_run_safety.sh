@@ -22,7 +22,22 @@
 #   - AdamW's bias correction counts applied updates only (the first update after a skipped step
 #     moves every weight by lr, as a first update does), and a resume across a skipped step ends
 #     with the uninterrupted run's model file;
-#   - samples written to a terminal carry no raw control bytes.
+#   - samples written to a terminal carry no raw control bytes;
+#   - no file the run writes is one of its inputs, or anything but a regular file: --log-json onto
+#     the training shard, onto --init's file, onto the resumed state, onto a text file that is not
+#     a seedgpt log, --save and --log-json naming one file, a run folder whose model.bin is --init,
+#     --save onto a FIFO or a device node: each refused in one line, the file byte-identical;
+#   - a FIFO as --train or --init is refused in one line, not waited on;
+#   - a full disk under the log stops the run after the step with exit 6 and its state saved:
+#     through SEEDGPT_FAULT=log_full (always), and on a 16 KiB tmpfs (where mount works);
+#   - the .tmp files an interrupted save left in the run folder are removed at the next start;
+#   - the loss is exact at any scale of the logits: a model whose logits are all equal at ~1e18
+#     logs ln 257 (5.54907608), not 0;
+#   - the messages say what is true: --eps's interval, --recompute's choices (selective), a flag
+#     with no value, sample's unknown last flag, hexadecimal in float flags, --eval-batches above
+#     the split's windows, every:K above the layers, --version's precisions, ./train plot on an
+#     empty, eval-only or foreign log, a resume whose state's relative --train is not found here,
+#     --resume of a folder whose live run has not saved yet.
 set -u
 cd "$(dirname "$0")/.."
 TRAIN=${SEEDGPT_TRAIN:-./train}
@@ -31,7 +46,8 @@ unset SEEDGPT_FAULT
 W=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_safety.XXXXXX")
 failed=0
 bg=
-trap '[ -n "$bg" ] && kill -9 $bg 2>/dev/null; if [ $failed -eq 0 ]; then rm -rf "$W"; else echo "# work folder kept: $W"; fi' EXIT
+mnt=
+trap '[ -n "$bg" ] && kill -9 $bg 2>/dev/null; [ -n "$mnt" ] && umount "$mnt" 2>/dev/null; if [ $failed -eq 0 ]; then rm -rf "$W"; else echo "# work folder kept: $W"; fi' EXIT
 ok()   { echo "ok   $1: $2"; }
 fail() { echo "FAIL $1: $2"; failed=1; }
 skip() { echo "SKIP $1: $2"; }
@@ -280,5 +296,209 @@ if command -v script > /dev/null 2>&1; then
     fi
 else
     skip sample_to_a_terminal_escapes_control_bytes "no script(1) to give the sampler a terminal"
+fi
+
+# ---- 16. no output over an input, no output onto a non-regular file
+SHARD="$W/data/train_000000.bin"
+cp "$SHARD" "$W/shard.copy"
+# same_after NAME FILE COPY PATTERN -- ARGS: refused (status 2, one line matching PATTERN) and FILE
+# byte-identical to COPY afterwards
+same_after() {
+    local name=$1 file=$2 copy=$3 pattern=$4; shift 5
+    timeout 60 "$TRAIN" "$@" > "$W/sa.out" 2> "$W/sa.err"
+    local rc=$?
+    if [ $rc -eq 2 ] && one_line "$W/sa.err" && grep -q -- "$pattern" "$W/sa.err" && cmp -s "$file" "$copy" &&
+       ! grep -q '^step\|^done' "$W/sa.out"; then
+        ok "$name" "status 2, $(basename "$file") byte-identical: $(cat "$W/sa.err")"
+    else
+        fail "$name" "status $rc (2 expected), $(basename "$file") $(cmp -s "$file" "$copy" && echo kept || echo "CHANGED, now $(stat -c %s "$file") bytes"): $(head -c 300 "$W/sa.err" | tr '\n' ' ')"
+    fi
+}
+same_after log_json_onto_the_training_shard_is_refused "$SHARD" "$W/shard.copy" 'is the training shard' -- \
+    "${BASE[@]}" --steps 2 --log-json "$SHARD"
+cp "$W/shard.copy" "$SHARD"   # whatever happened to it, the cases below start from the shard
+cp "$W/good.bin" "$W/init.bin"; cp "$W/good.bin" "$W/init.copy"
+same_after log_json_onto_init_is_refused "$W/init.bin" "$W/init.copy" "is --init's model file" -- \
+    --train "$W/data/train_*.bin" --init "$W/init.bin" --steps 2 --log-every 0 --threads 2 --log-json "$W/init.bin"
+"$TRAIN" "${BASE[@]}" --steps 3 --out "$W/lj" > /dev/null 2>&1
+cp "$W/lj/state_00000003.bin" "$W/lj_state.copy"
+same_after log_json_onto_the_resumed_state_is_refused "$W/lj/state_00000003.bin" "$W/lj_state.copy" \
+    'is the resumed state' -- --resume "$W/lj" --steps 5 --log-json "$W/lj/state_00000003.bin"
+printf 'my notes\nline two\n' > "$W/notes.txt"; cp "$W/notes.txt" "$W/notes.copy"
+same_after log_json_onto_a_file_that_is_not_a_log_is_refused "$W/notes.txt" "$W/notes.copy" \
+    'is not a seedgpt log' -- "${BASE[@]}" --steps 2 --log-json "$W/notes.txt"
+expect_refusal save_and_log_json_naming_one_file_are_refused 2 'name one file' -- \
+    "${BASE[@]}" --steps 2 --save "$W/both.bin" --log-json "$W/both.bin"
+[ -e "$W/both.bin" ] && fail save_and_log_json_naming_one_file_write_nothing "both.bin was written"
+mkdir -p "$W/initdir"; cp "$W/good.bin" "$W/initdir/model.bin"
+same_after out_folder_whose_model_bin_is_init_is_refused "$W/initdir/model.bin" "$W/good.copy" \
+    "model.bin is --init's model file" -- --train "$W/data/train_*.bin" --init "$W/initdir/model.bin" \
+    --steps 2 --log-every 0 --threads 2 --out "$W/initdir"
+mkfifo "$W/fifo"
+timeout 20 "$TRAIN" "${BASE[@]}" --steps 2 --save "$W/fifo" > /dev/null 2> "$W/ff.err"
+rc=$?
+if [ $rc -eq 2 ] && [ -p "$W/fifo" ] && one_line "$W/ff.err" && grep -q 'fifo is a FIFO; expected a file path' "$W/ff.err"; then
+    ok save_onto_a_fifo_is_refused "status 2, still a FIFO: $(cat "$W/ff.err")"
+else
+    fail save_onto_a_fifo_is_refused "status $rc, $([ -p "$W/fifo" ] && echo 'still a FIFO' || echo REPLACED): $(head -c 300 "$W/ff.err")"
+    [ -p "$W/fifo" ] || { rm -f "$W/fifo"; mkfifo "$W/fifo"; }
+fi
+if mknod "$W/nulldev" c 1 3 2> /dev/null; then
+    timeout 20 "$TRAIN" "${BASE[@]}" --steps 2 --save "$W/nulldev" > /dev/null 2> "$W/nd.err"
+    rc=$?
+    if [ $rc -eq 2 ] && [ -c "$W/nulldev" ] && grep -q 'nulldev is a character device; expected a file path' "$W/nd.err"; then
+        ok save_onto_a_device_node_is_refused "status 2, still a device: $(cat "$W/nd.err")"
+    else
+        fail save_onto_a_device_node_is_refused "status $rc, $([ -c "$W/nulldev" ] && echo 'still a device' || echo REPLACED): $(head -c 300 "$W/nd.err")"
+    fi
+else
+    skip save_onto_a_device_node_is_refused "mknod is not allowed here (not root?)"
+fi
+
+# ---- 17. a FIFO as an input is refused, not waited on
+for what in train init; do
+    if [ $what = train ]; then args=(--train "$W/fifo" --steps 1)
+    else args=(--train "$W/data/train_*.bin" --init "$W/fifo" --steps 1); fi
+    timeout 20 "$TRAIN" "${args[@]}" > /dev/null 2> "$W/fi.err"
+    rc=$?
+    if [ $rc -eq 2 ] && one_line "$W/fi.err" && grep -q 'not a regular file (a FIFO)' "$W/fi.err"; then
+        ok "fifo_as_${what}_is_refused_not_waited_on" "status 2: $(cat "$W/fi.err")"
+    else
+        fail "fifo_as_${what}_is_refused_not_waited_on" "status $rc$([ $rc -eq 124 ] && echo ': still blocked after 20 s'): $(head -c 300 "$W/fi.err")"
+    fi
+done
+
+# ---- 18. a full disk under the log
+SEEDGPT_FAULT=log_full:5 "$TRAIN" "${BASE[@]}" --steps 20 --out "$W/full" > "$W/full.out" 2> "$W/full.err"
+rc=$?
+last=$(grep -o '"step":[0-9]*' "$W/full/log.jsonl" 2> /dev/null | tail -1)
+if [ $rc -eq 6 ] && [ -f "$W/full/state_00000006.bin" ] && [ "$last" = '"step":4' ] &&
+   grep -q 'writing the row of step 5 failed (No space left on device): the run stops after this step and saves its state' "$W/full.err" &&
+   grep -q 'stopped after step 5: the log could not be written (state saved)' "$W/full.out"; then
+    ok full_disk_under_the_log_stops_with_exit_6_state_saved "SEEDGPT_FAULT=log_full:5: status 6, state_00000006.bin, the log ends at step 4: $(cat "$W/full.err")"
+else
+    fail full_disk_under_the_log_stops_with_exit_6_state_saved "status $rc (6 expected), files: $(ls "$W/full" | tr '\n' ' '), last row $last: $(head -c 300 "$W/full.err")"
+fi
+mkdir -p "$W/tmpfs"
+if mount -t tmpfs -o size=16k tmpfs "$W/tmpfs" 2> "$W/mount.err"; then
+    mnt=$W/tmpfs
+    "$TRAIN" "${BASE[@]}" --steps 400 --out "$W/tfull" --log-json "$W/tmpfs/log.jsonl" > "$W/tfull.out" 2> "$W/tfull.err"
+    rc=$?
+    st=$(cd "$W/tfull" && ls state_*.bin 2> /dev/null | tail -1)
+    mount -o remount,size=1m "$W/tmpfs"
+    "$TRAIN" --resume "$W/tfull" > "$W/tfull2.out" 2>&1
+    rc2=$?
+    torn=$(grep -c -v '}$' "$W/tmpfs/log.jsonl")
+    rows=$(grep -c '"type":"train"' "$W/tmpfs/log.jsonl")
+    if [ $rc -eq 6 ] && [ -n "$st" ] && grep -q 'failed (No space left on device)' "$W/tfull.err" && [ $rc2 -eq 0 ] &&
+       [ "$torn" -eq 0 ] && [ "$rows" -eq 399 ]; then
+        ok full_tmpfs_under_the_log_stops_with_exit_6_and_resumes "16 KiB tmpfs: status 6, $st saved; grown, the resume cuts the torn row and ends with $rows of 400 rows (the failed step's is missing): $(head -1 "$W/tfull.err")"
+    else
+        fail full_tmpfs_under_the_log_stops_with_exit_6_and_resumes "status $rc (6 expected), state '$st', resume $rc2, $torn torn rows, $rows rows: $(head -c 300 "$W/tfull.err")"
+    fi
+    umount "$W/tmpfs"; mnt=
+else
+    skip full_tmpfs_under_the_log_stops_with_exit_6_and_resumes "cannot mount a tmpfs here ($(head -1 "$W/mount.err")); log_full covers the path"
+fi
+
+# ---- 19. leftover .tmp of an interrupted save
+touch "$W/lj/state_00000009.bin.tmp" "$W/lj/model.bin.tmp"
+"$TRAIN" --resume "$W/lj" > "$W/left.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ ! -e "$W/lj/state_00000009.bin.tmp" ] && [ ! -e "$W/lj/model.bin.tmp" ] &&
+   grep -q 'note: removed .*state_00000009.bin.tmp, left by an interrupted save' "$W/left.out"; then
+    ok leftover_tmp_files_are_removed_at_the_next_start "status 0, $(grep -c 'note: removed' "$W/left.out") notes, no .tmp left"
+else
+    fail leftover_tmp_files_are_removed_at_the_next_start "status $rc; left: $(ls "$W/lj" | grep tmp | tr '\n' ' ')"
+fi
+
+# ---- 20. the loss at any scale: every logit equal at ~1e18 (wte rows all e_0, lnf weight 1e18)
+if command -v python3 > /dev/null 2>&1; then
+    "$TRAIN" "${BASE[@]}" --steps 0 --save "$W/scale0.bin" > /dev/null 2>&1
+    python3 - "$W/scale0.bin" "$W/scale.bin" << 'PYEOF'
+import struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+maxT, V, L, NH, C, Vp = struct.unpack_from("<8i", raw, 0)[2:8]
+sizes = [Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C, L * C, L * C,
+         L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C]
+off = [1024]
+for n in sizes:
+    off.append(off[-1] + 4 * n)
+for v in range(V):                       # every real row of wte: (1, 0, 0, ...)
+    for c in range(C):
+        struct.pack_into("<f", raw, off[0] + 4 * (v * C + c), 1.0 if c == 0 else 0.0)
+for c in range(C):                       # lnf: weight 1e18, bias 0 -> logit_v = 1e18 xhat_0, all v
+    struct.pack_into("<f", raw, off[14] + 4 * c, 1e18)
+    struct.pack_into("<f", raw, off[15] + 4 * c, 0.0)
+open(sys.argv[2], "wb").write(raw)
+PYEOF
+    "$TRAIN" --train "$W/data/train_*.bin" --init "$W/scale.bin" --steps 1 --log-every 0 --threads 2 \
+        --log-json "$W/scale.jsonl" > /dev/null 2>&1
+    got=$(grep -o '"step":0,"loss":[^,]*' "$W/scale.jsonl" 2> /dev/null | cut -d: -f3)
+    if [ "$got" = 5.54907608 ]; then
+        ok loss_is_exact_at_any_scale_of_the_logits "every logit equal at ~1e18: step 0 loss $got = ln 257"
+    else
+        fail loss_is_exact_at_any_scale_of_the_logits "every logit equal at ~1e18: step 0 loss '$got', ln 257 = 5.54907608 expected"
+    fi
+else
+    skip loss_is_exact_at_any_scale_of_the_logits "no python3 to write the model file"
+fi
+
+# ---- 21. messages that say what is true
+expect_refusal eps_above_one_names_its_interval 2 'eps 1.5: expected a number in (0, 1]' -- "${BASE[@]}" --steps 2 --eps 1.5
+expect_refusal recompute_error_lists_selective 2 'none, layer, every:K, selective, selective+layer or selective+every:K' \
+    -- "${BASE[@]}" --steps 2 --recompute bogus
+expect_refusal flag_without_a_value_says_so 2 '^seedgpt: --steps needs a value after it' -- "${BASE[@]}" --steps
+expect_refusal sample_unknown_last_flag_is_unknown 2 'sample: unknown flag --bogus' -- sample --init "$W/good.bin" --bogus
+expect_refusal hex_in_a_float_flag_is_refused 2 'lr 0x1p-10: expected a number' -- "${BASE[@]}" --steps 2 --lr 0x1p-10
+expect_refusal hex_in_memory_budget_is_refused 2 'memory-budget 0x100000: expected a positive size' \
+    -- "${BASE[@]}" --steps 2 --memory-budget 0x100000
+"$TRAIN" "${BASE[@]}" --layers 2 --steps 1 --val "$W/data/val_*.bin" --eval-batches 1000 --recompute every:99 > "$W/notes.out" 2>&1
+if grep -q 'note: --eval-batches 1000: the validation split has [0-9]* windows of 2 x 32; each evaluation uses those' "$W/notes.out" &&
+   grep -q '^recompute: every:99 (K = 99 > 2 layers: one segment of all 2, as every:2)' "$W/notes.out"; then
+    ok eval_batches_and_every_k_beyond_the_model_are_said "$(grep 'eval-batches' "$W/notes.out"); $(grep '^recompute' "$W/notes.out")"
+else
+    fail eval_batches_and_every_k_beyond_the_model_are_said "$(grep 'eval-batches\|^recompute' "$W/notes.out" | tr '\n' ' ')"
+fi
+if "$TRAIN" --version | grep -q 'devices cpu (fp32, bf16)'; then
+    ok version_names_the_cpu_precisions "$("$TRAIN" --version | head -1)"
+else
+    fail version_names_the_cpu_precisions "$("$TRAIN" --version | head -1)"
+fi
+if command -v gnuplot > /dev/null 2>&1; then
+    : > "$W/empty.jsonl"; printf 'not json\001\n' > "$W/junk.jsonl"; echo '{"type":"eval","step":3,"val_loss":2.5}' > "$W/evalonly.jsonl"
+    bad=""
+    for c in "empty:is empty" "junk:is not a seedgpt log" "evalonly:holds no training rows yet"; do
+        f=${c%%:*}; want=${c#*:}
+        "$TRAIN" plot "$W/$f.jsonl" > /dev/null 2> "$W/p.err"; rc=$?
+        { [ $rc -eq 2 ] && one_line "$W/p.err" && grep -q "$want" "$W/p.err"; } || bad+="$f: status $rc '$(cat "$W/p.err")'; "
+    done
+    if [ -z "$bad" ]; then ok plot_says_why_a_log_has_nothing_to_plot "empty, foreign and eval-only logs: status 2, one line each"
+    else fail plot_says_why_a_log_has_nothing_to_plot "$bad"; fi
+else
+    skip plot_says_why_a_log_has_nothing_to_plot "gnuplot is not installed"
+fi
+mkdir -p "$W/elsewhere"
+ABS=$(cd "$(dirname "$TRAIN")" && pwd)/$(basename "$TRAIN")
+(cd "$W" && "$ABS" --train 'data/train_*.bin' --layers 1 --heads 2 --embd 32 --seq-len 32 --batch 2 --steps 2 \
+    --log-every 0 --threads 2 --out rel > /dev/null 2>&1)
+(cd "$W/elsewhere" && "$ABS" --resume ../rel --steps 4 > /dev/null 2> "$W/rel.err")
+rc=$?
+if [ $rc -eq 2 ] && one_line "$W/rel.err" && grep -q "is the state .*'s, a path relative to the folder that run started in; give --train PATH" "$W/rel.err"; then
+    ok resume_elsewhere_names_the_states_relative_train "status 2: $(cat "$W/rel.err")"
+else
+    fail resume_elsewhere_names_the_states_relative_train "status $rc: $(head -c 300 "$W/rel.err")"
+fi
+"$TRAIN" "${BASE[@]}" --steps 100000000 --out "$W/live" > /dev/null 2>&1 &
+bg=$!
+for _ in $(seq 100); do [ -s "$W/live/.lock" ] && break; sleep 0.1; done
+"$TRAIN" --resume "$W/live" > /dev/null 2> "$W/live.err"
+rc=$?
+holder=$bg
+kill -9 $bg; wait $bg 2> /dev/null; bg=
+if [ $rc -eq 2 ] && one_line "$W/live.err" && grep -q "no training state yet: the run in this folder (pid $holder) is still going" "$W/live.err"; then
+    ok resume_of_a_live_run_without_a_state_names_it "status 2: $(cat "$W/live.err")"
+else
+    fail resume_of_a_live_run_without_a_state_names_it "status $rc: $(head -c 300 "$W/live.err")"
 fi
 exit $failed

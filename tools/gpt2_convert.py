@@ -33,7 +33,9 @@ to-torch writes OUT:
 
 fp32 in, fp32 out: to-llmc then to-torch gives back every tensor bit for bit, and to-torch then
 to-llmc the same file byte for byte (tests/test_convert.py). Files are written to NAME.tmp and
-renamed into place. Errors: one line on stderr, exit status 2.
+renamed into place; OUT is never IN, and --format hf writes a folder, never over a file.
+to-llmc refuses a model holding a NaN or an infinity (./train would refuse to load it): nothing
+is written. Errors: one line on stderr, exit status 2.
 """
 import argparse
 import json
@@ -160,6 +162,7 @@ def normalise_keys(sd, path):
 
 
 def to_llmc(args):
+    check_output(args, False)
     sd, hints = read_input(args.input)
     sd = normalise_keys(sd, args.input)
     for need in ("wte.weight", "wpe.weight", "ln_f.weight"):
@@ -252,6 +255,13 @@ def to_llmc(args):
     tensors["lnfw"] = f32(sd["ln_f.weight"])
     tensors["lnfb"] = f32(sd["ln_f.bias"]) if "ln_f.bias" in sd else torch.zeros(C)
 
+    # a model file never holds a non-finite weight: ./train refuses to load one, so none is written
+    for n in LLMC_ORDER:
+        bad = ~torch.isfinite(tensors[n])
+        if bool(bad.any()):
+            i = int(bad.flatten().nonzero()[0])
+            raise ConvertError(f"{args.input}: tensor {n} element {i} is {tensors[n].flatten()[i].item()}: "
+                               "a model file never holds a non-finite weight; nothing written")
     header = np.zeros(256, dtype="<i4")
     header[:8] = [LLMC_MAGIC, LLMC_VERSION, maxT, V, L, NH, C, Vp]
     write_atomic(args.output, lambda f: [f.write(header.tobytes())] +
@@ -300,7 +310,21 @@ def read_llmc(path):
     return {"maxT": maxT, "V": V, "L": L, "NH": NH, "C": C, "Vp": Vp}, tensors
 
 
+def check_output(args, folder):
+    """OUT before anything is written: a folder for --format hf (made if missing), a file path
+    otherwise, and never IN itself."""
+    out = args.output
+    if folder and os.path.exists(out) and not os.path.isdir(out):
+        raise ConvertError(f"{out} exists and is not a folder: --format hf writes a folder "
+                           "(pytorch_model.bin, config.json); give a folder path")
+    if not folder and os.path.isdir(out):
+        raise ConvertError(f"{out} is a folder: --format nanogpt writes one file; give a file path")
+    if os.path.exists(out) and os.path.exists(args.input) and os.path.samefile(out, args.input):
+        raise ConvertError(f"{out} is the input {args.input}: give another output path")
+
+
 def to_torch(args):
+    check_output(args, args.format == "hf")
     cfg, t = read_llmc(args.input)
     V, L, C = cfg["V"], cfg["L"], cfg["C"]
     hf = args.format == "hf"
@@ -376,6 +400,9 @@ def main(argv=None):
             to_torch(args)
     except ConvertError as e:
         print(f"gpt2_convert: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:   # anything the checks above did not foresee: still one line
+        print(f"gpt2_convert: {e.filename or args.output}: {e.strerror or e}", file=sys.stderr)
         return 2
     return 0
 

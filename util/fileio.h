@@ -3,6 +3,10 @@
  * it, rename it over PATH, then fsync the folder so the new name itself survives. A failure at any
  * step leaves the previous PATH untouched and removes PATH.tmp.
  *
+ * And the reading side's one rule: an input is opened only once it is known to be a regular file
+ * (open_regular, fopen_regular), so that a FIFO or a device given as a shard, a model or a state
+ * is refused in one line instead of blocking the open or being read forever.
+ *
  * util/ depends on no other folder of seedgpt: data/ and model/ both include it (DESIGN §1). */
 #ifndef SEEDGPT_FILEIO_H
 #define SEEDGPT_FILEIO_H
@@ -11,7 +15,56 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+/* What a file that is not a regular file is, for messages: "a folder", "a FIFO", ... */
+static inline const char* file_kind(mode_t mode) {
+    if (S_ISREG(mode)) return "a regular file";
+    if (S_ISDIR(mode)) return "a folder";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+/* Opens path read-only if it is a regular file. stat first, so that nothing else is opened at
+ * all; then O_NONBLOCK, so that a path swapped for a FIFO meanwhile cannot block the open, and
+ * fstat on what was opened; then the descriptor is made blocking again. Returns the descriptor,
+ * or -1: *kind NULL and errno set when stat or open failed, *kind = file_kind(...) when the path
+ * is not a regular file. */
+static inline int open_regular(const char* path, const char** kind) {
+    struct stat st;
+    *kind = NULL;
+    if (stat(path, &st) != 0) return -1;
+    if (!S_ISREG(st.st_mode)) { *kind = file_kind(st.st_mode); return -1; }
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int flags = fcntl(fd, F_GETFL);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || flags < 0 ||
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) *kind = file_kind(st.st_mode);
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* open_regular as a stdio stream ("rb"); NULL as open_regular's -1. */
+static inline FILE* fopen_regular(const char* path, const char** kind) {
+    int fd = open_regular(path, kind);
+    if (fd < 0) return NULL;
+    FILE* f = fdopen(fd, "rb");
+    if (f == NULL) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
 
 /* fsync of a folder. Best effort: some filesystems refuse it, and the rename already happened. */
 static inline void fsync_dir(const char* dir) {

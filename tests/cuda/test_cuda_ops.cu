@@ -626,6 +626,41 @@ static void test_crossentropy(int N, int V, int Vp) {
     device_free_cuda(d_l); device_free_cuda(d_tg); device_free_cuda(d_loss);
 }
 
+/* The loss at any scale of the logits (cpu/ops_cpu.c's xent_loss, the same expression): equal
+ * logits from 1 to 1e30 give ln V, a target 6e38 below the max gives +inf (never 0), and the CUDA
+ * losses are the CPU's bits. */
+static void test_crossentropy_any_scale(void) {
+    enum { V = 257, Vp = 384, ROWS = 7 };
+    const double scales[ROWS - 1] = {1.0, 1e6, 1e12, 1e18, 1e30, -1e30};
+    size_t n = (size_t)ROWS * Vp;
+    float* logits = (float*)malloc(n * sizeof(float));
+    int tg[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        for (int v = 0; v < Vp; v++)
+            logits[(size_t)r * Vp + v] = v >= V ? NAN : r < ROWS - 1 ? (float)scales[r] : 0.0f;
+        tg[r] = (r * 37) % V;
+    }
+    logits[(size_t)(ROWS - 1) * Vp + tg[ROWS - 1]] = -3e38f;
+    logits[(size_t)(ROWS - 1) * Vp + (tg[ROWS - 1] + 1) % V] = 3e38f;
+    float cl[ROWS];
+    crossentropy_forward(cl, logits, tg, ROWS, V, Vp);
+    float* d_l = up(logits, n);
+    int* d_tg = up_int(tg, ROWS);
+    float* d_loss = dpoison(ROWS);
+    crossentropy_forward_cuda(d_loss, d_l, d_tg, ROWS, V, Vp);
+    float* gl = down(d_loss, ROWS);
+    const float lnV = (float)log((double)V);
+    int ok = same_bits(gl, cl, ROWS) && isinf(gl[ROWS - 1]) && gl[ROWS - 1] > 0;
+    for (int r = 0; r < ROWS - 1; r++) ok &= gl[r] == lnV;
+    expect(ok, "crossentropy_forward_exact_at_any_scale_and_equals_cpu_bitwise",
+           "cuda losses at 1, 1e6, 1e12, 1e18, 1e30, -1e30: %.7g %.7g %.7g %.7g %.7g %.7g (ln %d = "
+           "%.7g expected), target 6e38 below the max: %g (+inf expected); cpu bits %s", gl[0],
+           gl[1], gl[2], gl[3], gl[4], gl[5], V, lnV, gl[ROWS - 1],
+           same_bits(gl, cl, ROWS) ? "equal" : "DIFFER");
+    free(logits); free(gl);
+    device_free_cuda(d_l); device_free_cuda(d_tg); device_free_cuda(d_loss);
+}
+
 /* ---- norms and the optimizer -------------------------------------------------------------- */
 
 static void test_sum_squares(size_t n) {
@@ -894,6 +929,7 @@ int main(void) {
     test_crossentropy(6, 200, 256);
     test_crossentropy(3, 1000, 1024);
     test_crossentropy(2, 2100, 2176);   /* the widest block */
+    test_crossentropy_any_scale();
 
     test_sum_squares(1);
     test_sum_squares(5);

@@ -6,9 +6,9 @@
 # that should catch it:
 #     # tests: build/tests/test_philox build/tests/test_attention
 # An entry under build/ is a make target and a test binary; any other entry is a command run from
-# the tree's root (a shell test: it runs ./train, which is built for it). A shell test that runs
-# other binaries too (./train_mpi for tests/test_cp.sh) has them named on a header line of make
-# targets, built with the tests' own:
+# the tree's root (a shell test: it runs ./train, which is built for it, and tests/test_mpi.sh,
+# tests/test_cp.sh and tests/test_cp_ranks.sh ./train_mpi too). A shell test that runs other
+# binaries too has them named on a header line of make targets, built with the tests' own:
 #     # targets: train_mpi build/tests/train_mpi_test
 #
 # The tree is copied once, build/ included, to a temporary folder. There, for each mutant: the
@@ -57,8 +57,15 @@ fi
 
 # the tests a patch names, one per line
 tests_of() { sed -n 's/^# tests:[[:space:]]*//p' "$1" | head -n 1 | tr -s ' \t' '\n' | sed '/^$/d'; }
-# the make targets a test needs: itself under build/, the trainer for a shell test
-target_of() { case "$1" in build/*) echo "$1" ;; *) echo train ;; esac; }
+# the make targets a test needs: itself under build/, the trainer for a shell test (and the MPI
+# trainer for the tests that run it)
+target_of() {
+    case "$1" in
+        build/*) echo "$1" ;;
+        tests/test_mpi.sh|tests/test_cp.sh|tests/test_cp_ranks.sh) echo train train_mpi ;;
+        *) echo train ;;
+    esac
+}
 # the make targets a patch adds (# targets:), one per line
 extra_targets_of() { sed -n 's/^# targets:[[:space:]]*//p' "$1" | head -n 1 | tr -s ' \t' '\n' | sed '/^$/d'; }
 # the files a patch changes
