@@ -800,7 +800,7 @@ static int run_oracle(int argc, char** argv) {
     double t_enc = 0;
     for (int d = 0; d < ndocs; d++) {
         const char *doc_path = argv[4 + 2 * d], *ids_path = argv[5 + 2 * d];
-        size_t n, kj;
+        size_t n = 0, kj = 0;
         unsigned char* text = slurp(doc_path, &n);
         uint16_t* js = read_ids(ids_path, &kj);
         if (!text || !js) {
