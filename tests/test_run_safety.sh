@@ -135,16 +135,8 @@ else
 fi
 expect_refusal seed_in_hex_is_refused 2 'seed 0x1F: expected a decimal' -- "${BASE[@]}" --steps 2 --seed 0x1F
 
-# ---- 4. sample picks the tokenizer a 50257-id model was made for
-"$TRAIN" "${BASE[@]}" --steps 1 --vocab 50257 --save "$W/v50257.bin" > /dev/null 2>&1
-"$TRAIN" sample --init "$W/v50257.bin" --tokens 8 --threads 2 > "$W/v.out" 2> "$W/v.err"
-rc=$?
-if grep -q 'note: .*has vocab 50257: sampling with the gpt2 tokenizer' "$W/v.err" &&
-   { { [ $rc -eq 0 ] && [ -s "$W/v.out" ]; } || { [ $rc -eq 2 ] && grep -q 'encoder.json\|left out\|GPT-2' "$W/v.err"; }; }; then
-    ok sample_takes_gpt2_for_a_50257_vocab_model "status $rc: $(head -1 "$W/v.err")$([ $rc -eq 2 ] && echo "; then: $(tail -1 "$W/v.err")")"
-else
-    fail sample_takes_gpt2_for_a_50257_vocab_model "status $rc: $(head -c 300 "$W/v.err" | tr '\n' ' ')"
-fi
+# ---- 4. (sample's choice of tokenizer for a 50257-id model: tests/test_train_cli.sh,
+#         sample_without_tokenizer_uses_gpt2_for_a_50257_vocab_model)
 
 # ---- 5. a second stop signal
 SEEDGPT_FAULT=sigint:4,state_sigint:3 "$TRAIN" "${BASE[@]}" --steps 10 --save-every 2 --out "$W/abort" > /dev/null 2> "$W/abort.err"
