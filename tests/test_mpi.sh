@@ -219,7 +219,9 @@ stop_mpirun() {
     local mca=(); [ "$t" != default ] && mca=(--mca odls_base_sigkill_timeout "$t")
     "${MPIRUN[@]}" "${mca[@]}" -np 2 "$TRAIN_MPI" "$@" --out "$out" > "$out.out" 2>&1 &
     local job=$! rows
-    ( sleep 300; kill -9 $job 2> /dev/null ) &
+    # (its output to /dev/null: the sleep outlives the kill below, and a sleep holding the test's
+    # stdout would keep whoever reads it waiting the 300 s out)
+    ( sleep 300; kill -9 $job 2> /dev/null ) > /dev/null 2>&1 &
     local watchdog=$!
     for _ in $(seq 1 600); do
         rows=$(grep -c '"type":"train"' "$out/log.jsonl" 2> /dev/null)
