@@ -321,6 +321,21 @@ uint64_t warp_collective(Site site, WarpOp op, unsigned mask, uint64_t value, in
 #define SG_EMU_GATHER_WORDS 16
 void warp_gather(Site site, const char* what, unsigned mask, const uint32_t* words, int nwords, uint32_t* out);
 
+/* ldmatrix (cuda/mma.h): a warp collective of all 32 lanes; each lane gives the 16-byte shared
+ * memory row `row` (row l % 8 of matrix l / 8, for the lanes of the nmat matrices) and receives
+ * nmat registers, plain or transposed as the PTX ISA lays them out. A row that is not 16-byte
+ * aligned or not inside the block's shared memory is reported. */
+void ldmatrix(Site site, const char* what, int nmat, int trans, const void* row, uint32_t* r);
+/* cp.async (cuda/mma.h), per thread as on a GPU: cp_async fills dst (bytes: 4, 8 or 16, inside
+ * the block's shared memory, aligned to bytes, src aligned too) with the poison at once and
+ * records the copy of src_bytes bytes (0 or bytes; the rest zero) in the thread's open group;
+ * cp_async_commit closes the open group; cp_async_wait(n) performs the copies of every committed
+ * group but the n newest. A thread that leaves the kernel with a copy not yet performed (never
+ * waited for, or never committed) is reported. */
+void cp_async(Site site, void* dst, const void* src, int bytes, int src_bytes);
+void cp_async_commit(Site site);
+void cp_async_wait(Site site, int n);
+
 /* __syncwarp() or __syncwarp(mask): a call site, then the optional mask */
 struct SyncWarp {
     Site site;
