@@ -465,6 +465,9 @@ static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv
 #define __expf(x) expf(x)
 #define __logf(x) logf(x)
 static inline float __fdividef(float a, float b) { return a / b; }
+/* a product rounded on its own: nvcc never fuses __fmul_rn into an fma; nor does this build
+ * (ISO C++ leaves -ffp-contract off, and x86-64 code without -mfma has no fma) */
+static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline unsigned __float_as_uint(float x) { unsigned u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(unsigned u) { float x; memcpy(&x, &u, 4); return x; }

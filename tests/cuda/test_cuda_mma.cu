@@ -518,17 +518,17 @@ static void test_cp_async_read_before_wait_sees_poison(void) {
 
 /* emulation only: mistakes the emulation reports (children: the report ends the process) */
 __global__ void emu_mistake_kernel(float* g, const float* src, int which) {
-    SG_SHARED(float, stage, 64);
+    SG_SHARED(float, stage, 4 * 32);
     SG_SHARED(uint16_t, tile, 8 * 16 + 8);
     const int x = threadIdx.x;
     if (which == 0) {                 /* committed, never waited for */
-        sg_cp_async16(&stage[0], src, 16);
+        sg_cp_async16(&stage[4 * x], src + 4 * (x % 16), 16);
         sg_cp_async_commit();
     } else if (which == 1) {          /* waited for, never committed */
-        sg_cp_async16(&stage[0], src, 16);
+        sg_cp_async16(&stage[4 * x], src + 4 * (x % 16), 16);
         sg_cp_async_wait<0>();
     } else if (which == 2) {          /* into global memory */
-        sg_cp_async16(g, src, 16);
+        sg_cp_async16(g + 4 * (x % 16), src + 4 * (x % 16), 16);
         sg_cp_async_wait_all();
     } else {                          /* an ldmatrix row 2 bytes off */
         for (int e = x; e < 8 * 16 + 8; e += 32) tile[e] = 0;
