@@ -261,7 +261,7 @@ test-asan:
 		MPI_BIN= MPI_TEST="echo SKIP mpi: make test runs the data-parallel tests, OpenMPI is not built for ASan" \
 		CP_TEST="echo SKIP cp: make test runs the context-parallel tests, OpenMPI is not built for ASan" \
 		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
-		KERNELS_CI="echo SKIP check_kernels: make test reads nvcc's output, ASan adds nothing to it" \
+		KERNELS_CI="echo SKIP check_kernels: make test reads the output of nvcc, ASan adds nothing to it" \
 		PERF_CI="echo SKIP gpu_perf_dry_run: make test runs it in the emulation" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \

@@ -591,14 +591,15 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel_baseline(float*
  *     at most one group is in flight (tile t has landed), __syncthreads, the products, and
  *     __syncthreads again (every warp is done with the stage before tile t + 2 refills it). Rows
  *     past T are zero-filled by the copy (src_bytes 0), as the plain loads stored zeros.
- *   - The fragments that do not change along a block's loop are loaded once, before it: Q in the
- *     forward, Q and dO in dQ (at head dim 128 dQ reads them from shared memory per tile instead:
- *     held, they would not fit the registers).
+ *   - The fragments that do not change along a block's loop (Q in the forward, Q and dO in dQ)
+ *     are loaded once, before it, where the registers allow (TcShape: head dims 16 and 32); at 64
+ *     and 128 holding them would cost spills or a block a multiprocessor, so the warp reads them
+ *     again by ldmatrix in each tile (4 or 8 instructions of some 1300 to 2000).
  *   - The causal compare, and the check for rows past T, run only where they can change
  *     something: on the tiles that cross the diagonal and on the block that holds rows past T
- *     (the *_masked bodies). Elsewhere every key of the tile is visible to every row, so the
- *     compare would always pass and the values are the same.
- *   - The forward and dQ take 16 NW queries a block (NW warps, TC_NW below): the key tiles are
+ *     (the bodies with MASKED = true). Elsewhere every key of the tile is visible to every row, so
+ *     the compare would always pass and the values are the same.
+ *   - The forward and dQ take 16 NW queries a block (NW warps, TcShape below): the key tiles are
  *     shared by more queries. In the tiles that cross the diagonal a warp whose rows all come
  *     before the tile's keys skips it: every weight would be exactly 0, so the products would
  *     leave its sums unchanged (corr = exp(0) = 1; o + 0 = o, o never being -0).

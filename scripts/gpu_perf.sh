@@ -10,7 +10,9 @@
 #               beside them (tools/torch_sdpa_bench.py). Before the timings, the tests that hold
 #               the new kernels to the baseline and to the CPU on this GPU (test_cuda_mma:
 #               ldmatrix and cp.async; test_cuda_flash_tc: the pipelined kernels bit for bit the
-#               baseline ones, the masks, the CPU tolerances).
+#               baseline ones, the masks, the CPU tolerances). After them, at T1024 D64 p0.1, each
+#               kernel's own time as Nsight Compute reads it (where ncu runs), and the SASS of the
+#               head dim 64 kernels saved to $OUT for counting.
 # Ends with one table:  row | predicted ms | old | new | verdict
 #   predicted  the new kernels' time predicted before any GPU ran them (docs/cuda.md, "The attention
 #              kernels": PTX warp-instructions counted per tile over the shape's tiles, at the
@@ -175,8 +177,49 @@ sdpa_times() {
     done < <(echo "$out" | grep '^{')
 }
 
+# one kernel at a time (a GPU with ncu only): T1024 D64 p0.1, each kernel's duration as Nsight
+# Compute reads it (gpu__time_duration.sum, the clocks left alone), baseline and new, beside the
+# per-kernel predictions; and the SASS of the head dim 64 kernels, for counting instructions the
+# way the PTX figures were counted (written to $OUT when set)
+declare -A KPRED=([forward]=0.192 [dkdv]=0.270 [dq]=0.235)
+kernel_section() {
+    if [ $DRY = 1 ]; then say "per-kernel times and SASS: skipped (dry run)"; return; fi
+    local NCU CUOBJ
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    CUOBJ=$(command -v cuobjdump || echo "$(dirname "$NVCC")/cuobjdump")
+    if [ -n "$OUT" ] && [ -x "$CUOBJ" ]; then
+        "$CUOBJ" --dump-sass "$BENCH" 2>/dev/null | awk '/Function : /{keep = ($0 ~ /flash_tc_(forward|dkdv|dq|dot)_kernel.*ILi64E|flash_dot_kernel/)} keep' > "$OUT/flash_tc_hd64.sass"
+        say "SASS of the head dim 64 attention kernels: $OUT/flash_tc_hd64.sass ($(grep -c 'Function : ' "$OUT/flash_tc_hd64.sass") functions, $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$OUT/flash_tc_hd64.sass") instructions)"
+    fi
+    if [ -z "$NCU" ]; then say "per-kernel times: skipped (no ncu)"; return; fi
+    local k tmp
+    declare -A KT=()
+    for k in baseline new; do
+        tmp=$(mktemp)
+        step "ncu $k" 120 env SEEDGPT_KERNELS=$k "$NCU" --clock-control none --csv --print-units base \
+             --metrics gpu__time_duration.sum -k regex:flash "$BENCH" --precision bf16act --B 8 --H 12 --T 1024 \
+             --D 64 --p 0.1 --warmup 1 --iters 1 > "$tmp"
+        # "Kernel Name" and "Metric Value" columns; a kernel's time is the mean of its calls
+        while IFS='|' read -r role ns; do KT["$k $role"]=$ns; done < <(awk -F'","' '
+            /^"ID","/ { for (i = 1; i <= NF; i++) { if ($i ~ /Kernel Name/) kn = i; if ($i ~ /Metric Value/) mv = i }; next }
+            kn && mv && /^"/ && /gpu__time_duration/ { n = $kn; v = $mv; gsub(/[",]/, "", v)
+                r = n ~ /forward_kernel/ ? "forward" : n ~ /dkdv_kernel/ ? "dkdv" : n ~ /dq_kernel/ ? "dq" : n ~ /dot_kernel/ ? "dpass" : n ~ /group_sum/ ? "group_sum" : "other"
+                s[r] += v; c[r]++ }
+            END { for (r in s) printf "%s|%.4f\n", r, s[r] / c[r] / 1e6 }' "$tmp")
+        [ -n "$OUT" ] && cp "$tmp" "$OUT/ncu_$k.csv"
+        rm -f "$tmp"
+    done
+    local role
+    for role in forward dpass dkdv dq; do
+        local o=${KT["baseline $role"]:-} n=${KT["new $role"]:-} pr=${KPRED[$role]:--}
+        if [ -z "$o" ] || [ -z "$n" ]; then row "kernel $role T1024 D64 p0.1" "$pr" "${o:--}" "${n:--}" "ncu gave no time"; continue; fi
+        row "kernel $role T1024 D64 p0.1" "$pr" "$o" "$n" "$(awk -v o="$o" -v n="$n" -v pr="$pr" 'BEGIN{ v = sprintf("%.2fx old", o / n); if (pr != "-") v = v sprintf("; %.2fx predicted", n / pr); print v }')"
+    done
+}
+
 sdpa_times
 attention_section
+kernel_section
 
 # ---- the table --------------------------------------------------------------------------------
 say ""
