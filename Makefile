@@ -217,7 +217,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh tests/check_mpi_cuda.sh \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
-		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
+		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(PERF_CI)" "$(XBACKEND_CI)" \
 		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
@@ -236,6 +236,12 @@ BARE_CI ?= tests/check_bare_build.sh
 # the kernels and the CUDA tests run on the CPU through the emulation, plainly and under TSan
 # (make test-cuda-emu); then the emulated trainer against the CPU one (train, resume across).
 CUDA_BUILD_CI ?= tests/check_cuda_build.sh
+# what nvcc makes of the hot kernels: ldmatrix, cp.async, no spills, mma.sync counts, a ratchet on
+# PTX instructions per mma.sync (SKIP without nvcc)
+KERNELS_CI ?= tests/check_kernels.sh
+# scripts/gpu_perf.sh's dry run: the timing script through the emulation at a tiny shape (the
+# pipelined attention's bits against the baseline's, the table), so a GPU's minutes go to figures
+PERF_CI ?= scripts/gpu_perf.sh --dry-run
 EMU_CI ?= $(MAKE) -s --no-print-directory test-cuda-emu
 XBACKEND_CI ?= tests/cuda/test_cross_backend.sh $(EMU_BUILD)/train
 fuzz: $(TRAIN_BIN)
@@ -255,6 +261,8 @@ test-asan:
 		MPI_BIN= MPI_TEST="echo SKIP mpi: make test runs the data-parallel tests, OpenMPI is not built for ASan" \
 		CP_TEST="echo SKIP cp: make test runs the context-parallel tests, OpenMPI is not built for ASan" \
 		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
+		KERNELS_CI="echo SKIP check_kernels: make test reads the output of nvcc, ASan adds nothing to it" \
+		PERF_CI="echo SKIP gpu_perf_dry_run: make test runs it in the emulation" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \
 		LAYOUT_CI="echo SKIP layout: make test checks the includes, a sanitizer adds nothing" \

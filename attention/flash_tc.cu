@@ -17,6 +17,15 @@
  * (B, NH, T), dqkv in fp32 (B, T, (NH+2NKV) HD), as attention_forward / attention_backward write
  * them. Head dims 16, 32, 64, 128 (k-steps of 16).
  *
+ * Two versions of each kernel, with the same arithmetic and so the same bits: the pipelined
+ * kernels (flash_tc_forward_kernel, flash_tc_dkdv_kernel, flash_tc_dq_kernel and the D pass
+ * flash_tc_dot_kernel; fragments by ldmatrix, tiles by cp.async two stages deep, the causal
+ * compare only across the diagonal, 128-query blocks where the registers allow), which the entry
+ * points run, and the *_baseline kernels, the first version, which they run under
+ * SEEDGPT_KERNELS=baseline (tc_baseline below), so that one GPU run can time both and the tests
+ * can hold the pipelined ones to them bit for bit. What follows describes the arithmetic both
+ * share and the baseline's tiling; the pipelined kernels' section says what they change.
+ *
  * Tiling (forward). A block of 4 warps takes 64 queries of one (sequence, query head); warp w owns query
  * rows 16 w .. 16 w + 15 of the tile and walks the key tiles of 64 from the left. Q, K and V tiles
  * sit in shared memory as bf16 bits, row-major with a row stride of HD + 8 (rows 4 banks apart for
@@ -76,6 +85,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include "cuda/mma.h"
 #include "cuda/act.h"
 #include "attention/attention_cuda.h"
@@ -119,7 +129,7 @@ __device__ __forceinline__ void tc_load_tile(uint16_t* dst, const uint16_t* src,
 /* Block (b * NH + h, query tile): the last query tiles (the longest rows) get the first indices.
  * o is written as OutT (cuda/act.h): fp32, or bf16 rounded once (the bf16 table's activation). */
 template <int HD, typename OutT>
-__global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel(OutT* out, float* lse, const uint16_t* qkv,
+__global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel_baseline(OutT* out, float* lse, const uint16_t* qkv,
                                                                        int T, int NH, int NKV, uint32_t g0,
                                                                        uint64_t seed, uint32_t thr, float scale,
                                                                        float sigma) {
@@ -317,7 +327,7 @@ __device__ __forceinline__ float tc_keep_scale(const uint32_t* Mw, int r, int c,
  * head column h * HD): straight into dqkv (k_scale = sigma) when each kv head has one query head,
  * else into per-query-head partial sums that attention_group_sum_cuda adds up. */
 template <int HD>
-__global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride,
+__global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel_baseline(float* dk_out, float* dv_out, size_t out_stride,
                                                                     float k_scale, const float* dout,
                                                                     const uint16_t* qkv, const float* lse,
                                                                     const float* D, int T, int NH, int NKV,
@@ -456,7 +466,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel(float* dk_out
  * S = Q K^T and dP = dO V^T (dO rounded to bf16), ds = p (m scale dp - D_i) rounded to bf16 is
  * the A fragment of dQ += dS K (B from the K tile, keys as the k index); dq = sigma acc. */
 template <int HD>
-__global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel(float* dqkv, const float* dout, const uint16_t* qkv,
+__global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel_baseline(float* dqkv, const float* dout, const uint16_t* qkv,
                                                                   const float* lse, const float* D, int T, int NH,
                                                                   int NKV, uint32_t g0, uint64_t seed, uint32_t thr,
                                                                   float scale, float sigma) {
@@ -569,6 +579,690 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel(float* dqkv, co
     }
 }
 
+/* ==== the pipelined kernels: the same arithmetic, the data moved by ldmatrix and cp.async ========
+ * These are the kernels the entry points run; the ones above (the *_baseline kernels) are the
+ * first version, kept callable with SEEDGPT_KERNELS=baseline so that one GPU run can time the two,
+ * and so that the tests can hold these to those bit for bit. What changed, and why the bits did
+ * not:
+ *   - Fragments come from ldmatrix x4 (cuda/mma.h) instead of pairs of 16-bit shared loads: the
+ *     same bf16 bits land in the same registers (test_cuda_mma holds ldmatrix to the PTX table).
+ *   - Tiles arrive by cp.async, two stages deep: tile t + 1 is in flight while tile t is used.
+ *     One loop step: issue tile t + 1 (one commit group), [the keep words of tile t], wait until
+ *     at most one group is in flight (tile t has landed), __syncthreads, the products, and
+ *     __syncthreads again (every warp is done with the stage before tile t + 2 refills it). Rows
+ *     past T are zero-filled by the copy (src_bytes 0), as the plain loads stored zeros.
+ *   - The fragments that do not change along a block's loop (Q in the forward, Q and dO in dQ)
+ *     are loaded once, before it, where the registers allow (TcShape: head dims 16 and 32); at 64
+ *     and 128 holding them would cost spills or a block a multiprocessor, so the warp reads them
+ *     again by ldmatrix in each tile (4 or 8 instructions of some 1300 to 2000).
+ *   - The causal compare, and the check for rows past T, run only where they can change
+ *     something: on the tiles that cross the diagonal and on the block that holds rows past T
+ *     (the bodies with MASKED = true). Elsewhere every key of the tile is visible to every row, so
+ *     the compare would always pass and the values are the same.
+ *   - The forward and dQ take 16 NW queries a block (NW warps, TcShape below): the key tiles are
+ *     shared by more queries. In the tiles that cross the diagonal a warp whose rows all come
+ *     before the tile's keys skips it: every weight would be exactly 0, so the products would
+ *     leave its sums unchanged (corr = exp(0) = 1; o + 0 = o, o never being -0).
+ *   - dO is rounded to bf16 once, by the D pass (flash_tc_dot_kernel), instead of in every tile
+ *     load of dK/dV and dQ: the same rounding of the same values.
+ * Each output element is still one lane's fp32 chain in the same order: the products of one tile
+ * k-step by k-step (head dims, then keys or queries, ascending), the tiles ascending. */
+
+/* ldmatrix x4 row patterns (lane l gives row l % 8 of matrix l / 8):
+ *   A pattern: the matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) of a
+ *     16 x 16 block: plain, an A fragment (rows, k); .trans, the B fragments of k = the block's
+ *     rows and n = its columns 0-7 (registers 0, 1) and 8-15 (registers 2, 3);
+ *   B pattern: (rows 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15): plain, the B
+ *     fragments of n = the block's rows 0-7 (registers 0, 1) and 8-15 (2, 3), k = its columns. */
+__device__ __forceinline__ int tc_lm_a_row(int lane) { return (lane & 7) + 8 * ((lane >> 3) & 1); }
+__device__ __forceinline__ int tc_lm_a_col(int lane) { return 8 * (lane >> 4); }
+__device__ __forceinline__ int tc_lm_b_row(int lane) { return (lane & 7) + 8 * (lane >> 4); }
+__device__ __forceinline__ int tc_lm_b_col(int lane) { return 8 * ((lane >> 3) & 1); }
+
+/* The shapes that registers and shared memory allow, per head dim (ptxas's report, checked by
+ * tests/check_kernels.sh: no spills):
+ *   fwd_nw, dq_nw     warps a block of the forward and of dQ, 16 queries each: more warps share
+ *                     each key tile;
+ *   fwd_hold, dq_hold whether the warp's Q (and dO) fragments stay in registers across the key
+ *                     tiles, or are read again by ldmatrix in each tile;
+ *   *_minb            blocks a multiprocessor must hold (__launch_bounds__'s second argument,
+ *                     which caps the registers at 65536 / (threads x blocks), at most 255):
+ *                     without it ptxas hoists loads until one block takes every register. */
+template <int HD>
+struct TcShape {
+    static constexpr int fwd_nw = HD == 128 ? 4 : 8, fwd_minb = HD == 128 ? 3 : 2;
+    static constexpr bool fwd_hold = HD <= 32;
+    static constexpr int dkdv_minb = HD == 128 ? 2 : 3;
+    static constexpr int dq_nw = HD <= 32 ? 8 : 4, dq_minb = HD == 128 ? 2 : HD == 64 ? 3 : 2;
+    static constexpr bool dq_hold = HD <= 32;
+};
+
+/* cp.async of ROWS rows of HD bf16 at src (row stride `stride`) into dst (row stride HD + 8), rows
+ * at or past n_valid zero-filled; the NT threads take consecutive 16-byte pieces of a row. */
+template <int HD, int ROWS, int NT>
+__device__ __forceinline__ void tc_issue_tile(uint16_t* dst, const uint16_t* src, size_t stride, int n_valid) {
+    constexpr int V = HD / 8, N = ROWS * V;
+    #pragma unroll
+    for (int k = 0; k < (N + NT - 1) / NT; k++) {
+        const int e = (int)threadIdx.x + k * NT;
+        if (N % NT == 0 || e < N) {
+            const int r = e / V, c = e % V;
+            const bool in = r < n_valid;
+            sg_cp_async16(dst + r * (HD + 8) + 8 * c, src + (size_t)(in ? r : 0) * stride + 8 * c, in ? 16 : 0);
+        }
+    }
+}
+
+/* One stage of the forward's and dQ's pipeline: the K and V tiles of key tile t into stage t & 1
+ * (K at KVs + (t & 1) 2 BK LD, V after it), then a commit (an empty group past the last tile, so
+ * that every step waits the same way). */
+template <int HD, int NT>
+__device__ __forceinline__ void tc_stage_kv(uint16_t* KVs, int t, int n_tiles, const uint16_t* k_src,
+                                            const uint16_t* v_src, size_t QKV, int T) {
+    constexpr int LD = HD + 8;
+    if (t < n_tiles) {
+        const int j0 = t * TC_BK, nk = min(TC_BK, T - j0);
+        uint16_t* Ks = KVs + (t & 1) * 2 * TC_BK * LD;
+        tc_issue_tile<HD, TC_BK, NT>(Ks, k_src + (size_t)j0 * QKV, QKV, nk);
+        tc_issue_tile<HD, TC_BK, NT>(Ks + TC_BK * LD, v_src + (size_t)j0 * QKV, QKV, nk);
+    }
+    sg_cp_async_commit();
+}
+
+/* ---- forward ---- */
+
+/* One key tile of the forward for one warp: S = Q K^T, the online softmax of the lane's two rows,
+ * dropout, o = o corr + P V; the baseline kernel's tile step (above) with ldmatrix fragments.
+ * MASKED: the causal compare and the rows past T (the tiles that cross the diagonal, the block
+ * with rows past T); otherwise every key of the tile is visible to both rows. */
+template <int HD, bool MASKED, bool HOLD>
+__device__ __forceinline__ void tc_fwd_tile(float (&o)[HD / 8][4], float (&mrun)[2], float (&lrun)[2],
+                                            const uint32_t (&qf)[HOLD ? HD / 16 : 1][4], const uint16_t* Qs,
+                                            const uint16_t* Ks, const uint16_t* Vs, int j0, const int (&row_i)[2],
+                                            int T, uint64_t seed, uint32_t g, uint32_t h, uint32_t thr,
+                                            float sigma) {
+    constexpr int LD = HD + 8, NKS = HD / 16, NDT = HD / 8, NKT = TC_BK / 8;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tq = lane & 3;
+    /* S = Q K^T: fragment nf holds keys j0 + 8 nf .. + 7; each element sums d ascending */
+    float s[NKT][4];
+    #pragma unroll
+    for (int nf = 0; nf < NKT; nf++)
+        #pragma unroll
+        for (int c = 0; c < 4; c++) s[nf][c] = 0.0f;
+    const uint16_t* kb0 = Ks + tc_lm_b_row(lane) * LD + tc_lm_b_col(lane);
+    #pragma unroll
+    for (int ks = 0; ks < NKS; ks++) {
+        uint32_t lq[4];
+        if (!HOLD) sg_ldmatrix_x4(lq, Qs + (16 * warp + tc_lm_a_row(lane)) * LD + 16 * ks + tc_lm_a_col(lane));
+        const uint32_t* q = HOLD ? qf[HOLD ? ks : 0] : lq;
+        #pragma unroll
+        for (int nf = 0; nf < NKT; nf += 2) {
+            uint32_t kb[4];   /* B = K^T of keys 8 nf .. + 15, dims 16 ks .. + 15 */
+            sg_ldmatrix_x4(kb, kb0 + 8 * nf * LD + 16 * ks);
+            const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+            sg_mma_m16n8k16_bf16_f32(s[nf], q, b0, s[nf]);
+            sg_mma_m16n8k16_bf16_f32(s[nf + 1], q, b1, s[nf + 1]);
+        }
+    }
+
+    /* the online softmax of the lane's two rows; dropout after the sums */
+    float corr[2];
+    #pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int i = row_i[rr];
+        float mx = -INFINITY;
+        #pragma unroll
+        for (int nf = 0; nf < NKT; nf++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                /* __fmul_rn: the product rounded on its own, never fused into the exponent's
+                 * subtraction below (the baseline's select between it and -inf keeps it apart) */
+                float v = __fmul_rn(s[nf][2 * rr + e], sigma);
+                if (MASKED) {
+                    const int j = j0 + 8 * nf + 2 * tq + e;
+                    v = (j <= i && i < T) ? v : -INFINITY;
+                }
+                s[nf][2 * rr + e] = v;
+                mx = fmaxf(mx, v);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(TC_FULL, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(TC_FULL, mx, 2));
+        const float mnew = fmaxf(mrun[rr], mx);
+        corr[rr] = expf(mrun[rr] - mnew);
+        float tsum = 0.0f;
+        #pragma unroll
+        for (int nf = 0; nf < NKT; nf++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float w = expf(s[nf][2 * rr + e] - mnew);
+                s[nf][2 * rr + e] = w;
+                tsum += w;
+            }
+        tsum += __shfl_xor_sync(TC_FULL, tsum, 1);
+        tsum += __shfl_xor_sync(TC_FULL, tsum, 2);
+        lrun[rr] = lrun[rr] * corr[rr] + tsum;
+        mrun[rr] = mnew;
+        if (thr != 0 && (!MASKED || i < T))
+            #pragma unroll
+            for (int blk = 0; blk < TC_BK / 32; blk++) {
+                if (MASKED && j0 + 32 * blk > i) continue;   /* no key of this block is seen */
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    uint32_t draw[4];   /* keys j0 + 32 blk + 8 w + 2t + e, w = 0..3 */
+                    philox_attn_draw4(seed, g, h, (uint32_t)i, (uint32_t)((j0 >> 5) + blk), (uint32_t)(2 * tq + e),
+                                      draw);
+                    #pragma unroll
+                    for (int w = 0; w < 4; w++)
+                        if (draw[w] < thr) s[4 * blk + w][2 * rr + e] = 0.0f;
+                }
+            }
+    }
+
+    /* o = o corr + P V, P rounded to bf16; keys in ascending order of 16 */
+    #pragma unroll
+    for (int nd = 0; nd < NDT; nd++)
+        #pragma unroll
+        for (int c = 0; c < 4; c++) o[nd][c] *= corr[c >> 1];
+    __syncwarp();   /* the softmax branched on the lane's rows and keys: meet before ldmatrix and mma */
+    const uint16_t* vb0 = Vs + tc_lm_a_row(lane) * LD + tc_lm_a_col(lane);
+    #pragma unroll
+    for (int kk = 0; kk < TC_BK / 16; kk++) {
+        const uint32_t pa[4] = {
+            sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk][0]), __float2bfloat16_rn(s[2 * kk][1])),
+            sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk][2]), __float2bfloat16_rn(s[2 * kk][3])),
+            sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk + 1][0]), __float2bfloat16_rn(s[2 * kk + 1][1])),
+            sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk + 1][2]), __float2bfloat16_rn(s[2 * kk + 1][3]))};
+        #pragma unroll
+        for (int nd = 0; nd < NDT; nd += 2) {
+            uint32_t vb[4];   /* B = V of keys 16 kk .. + 15, dims 8 nd .. + 15 (.trans) */
+            sg_ldmatrix_x4_trans(vb, vb0 + 16 * kk * LD + 8 * nd);
+            const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+            sg_mma_m16n8k16_bf16_f32(o[nd], pa, b0, o[nd]);
+            sg_mma_m16n8k16_bf16_f32(o[nd + 1], pa, b1, o[nd + 1]);
+        }
+    }
+}
+
+/* The forward. Block (b * NH + h, query tile of BQ = 16 NW), the last query tiles first; warp w
+ * owns query rows 16 w .. 16 w + 15. Shared: Q (BQ, LD), then two stages of K and V (BK, LD each).
+ * The key tiles below the block's first query (the "clean" tiles) run the unmasked body; the rest
+ * (those that cross the diagonal, and every tile of a block with rows past T) the masked one. */
+template <int HD, int NW, typename OutT>
+__global__ void __launch_bounds__(32 * NW, TcShape<HD>::fwd_minb) flash_tc_forward_kernel(OutT* out, float* lse, const uint16_t* qkv, int T,
+                                                                   int NH, int NKV, uint32_t g0, uint64_t seed,
+                                                                   uint32_t thr, float scale, float sigma) {
+    SG_DYN_SHARED(uint16_t, smem);
+    constexpr int LD = HD + 8, NKS = HD / 16, NDT = HD / 8, BQ = 16 * NW, NT = 32 * NW;
+    uint16_t* Qs = smem;              /* (BQ, LD) queries */
+    uint16_t* KVs = Qs + BQ * LD;     /* 2 stages of (BK, LD) keys then (BK, LD) values */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    const int i0 = (gridDim.y - 1 - blockIdx.y) * BQ, nq = min(BQ, T - i0);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
+    const uint16_t* qkv_b = qkv + (size_t)b * T * QKV;
+    const uint16_t* k_src = qkv_b + (size_t)(NH + kvh) * HD;
+    const uint16_t* v_src = qkv_b + (size_t)(NH + NKV + kvh) * HD;
+    const uint32_t g = g0 + (uint32_t)b;
+    const int r0 = 16 * warp + gq;                 /* the lane's rows of the tile: r0, r0 + 8 */
+    const int row_i[2] = {i0 + r0, i0 + r0 + 8};   /* their query positions */
+    const int iw = i0 + 16 * warp;                 /* the warp's first query */
+    const int n_tiles = (i0 + nq + TC_BK - 1) / TC_BK;
+    const int n_clean = i0 + BQ <= T ? i0 / TC_BK : 0;
+
+    /* Q (its own group), then key tile 0; once Q has landed, the warp's Q fragments */
+    tc_issue_tile<HD, BQ, NT>(Qs, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq);
+    sg_cp_async_commit();
+    tc_stage_kv<HD, NT>(KVs, 0, n_tiles, k_src, v_src, QKV, T);
+    sg_cp_async_wait<1>();
+    __syncthreads();
+    constexpr bool HOLD = TcShape<HD>::fwd_hold;
+    uint32_t qf[HOLD ? NKS : 1][4];   /* A = Q: rows 16 w .., dims 16 ks .. (held, or read per tile) */
+    if (HOLD)
+        #pragma unroll
+        for (int ks = 0; ks < (HOLD ? NKS : 0); ks++)
+            sg_ldmatrix_x4(qf[ks], Qs + (16 * warp + tc_lm_a_row(lane)) * LD + 16 * ks + tc_lm_a_col(lane));
+
+    float o[NDT][4];   /* o fragments: dims 8 nd + 2t + e of rows r0 (e), r0 + 8 (2 + e) */
+    #pragma unroll
+    for (int nd = 0; nd < NDT; nd++)
+        #pragma unroll
+        for (int c = 0; c < 4; c++) o[nd][c] = 0.0f;
+    /* -FLT_MAX, not -inf: padding rows see no key and must rescale by exp(0) = 1 */
+    float mrun[2] = {-FLT_MAX, -FLT_MAX}, lrun[2] = {0.0f, 0.0f};
+
+    int t = 0;
+    for (; t < n_clean; t++) {   /* the main loop: every key below every row of the block */
+        tc_stage_kv<HD, NT>(KVs, t + 1, n_tiles, k_src, v_src, QKV, T);
+        sg_cp_async_wait<1>();   /* tile t has landed */
+        __syncthreads();
+        const uint16_t* Ks = KVs + (t & 1) * 2 * TC_BK * LD;
+        tc_fwd_tile<HD, false, HOLD>(o, mrun, lrun, qf, Qs, Ks, Ks + TC_BK * LD, t * TC_BK, row_i, T, seed, g,
+                                     (uint32_t)h, thr, sigma);
+        __syncthreads();         /* the stage is free for tile t + 2 */
+    }
+    for (; t < n_tiles; t++) {   /* the tiles that cross the diagonal, or a block with rows past T */
+        tc_stage_kv<HD, NT>(KVs, t + 1, n_tiles, k_src, v_src, QKV, T);
+        sg_cp_async_wait<1>();
+        __syncthreads();
+        const int j0 = t * TC_BK;
+        if (iw + 15 >= j0 && iw < T) {   /* the warp sees a key of the tile (warp-uniform) */
+            const uint16_t* Ks = KVs + (t & 1) * 2 * TC_BK * LD;
+            tc_fwd_tile<HD, true, HOLD>(o, mrun, lrun, qf, Qs, Ks, Ks + TC_BK * LD, j0, row_i, T, seed, g,
+                                        (uint32_t)h, thr, sigma);
+        }
+        __syncthreads();
+    }
+
+    #pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int i = row_i[rr];
+        if (i >= T) continue;
+        const float rs = scale / lrun[rr];
+        OutT* orow = out + ((size_t)b * T + i) * C + (size_t)h * HD;
+        #pragma unroll
+        for (int nd = 0; nd < NDT; nd++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) act_store(orow, 8 * nd + 2 * tq + e, o[nd][2 * rr + e] * rs);
+        if (tq == 0) lse[((size_t)b * NH + h) * T + i] = mrun[rr] + logf(lrun[rr]);
+    }
+}
+
+/* ---- backward ---- */
+
+/* Pass 0: D_i = do_i . o_i, flash_dot_kernel's arithmetic (one warp a row, the lanes' fmaf chains
+ * over d = lane, lane + 32, .., then a butterfly: the same bits), and dO rounded to bf16 once, the
+ * operand of dK/dV and dQ: do_(b, i, h) at dob + (b T + i) dob_stride + 2 h HD (the host puts it
+ * in the first half of dq (b, i, h)'s bytes in dqkv, see tc_dob). */
+template <typename OutT>
+__global__ void flash_tc_dot_kernel(float* D, uint16_t* dob, size_t dob_stride, const float* dout, const OutT* out,
+                                    int B, int T, int NH, int HD) {
+    const int lane = threadIdx.x & 31;
+    const long row = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const long rows = (long)B * NH * T;
+    float s = 0.0f;
+    if (row < rows) {
+        const long bh = row / T, i = row % T, b = bh / NH, h = bh % NH;
+        const size_t at = ((size_t)b * T + (size_t)i) * NH * HD + (size_t)h * HD;
+        uint16_t* dorow = dob + ((size_t)b * T + (size_t)i) * dob_stride + (size_t)h * 2 * HD;
+        for (int d = lane; d < HD; d += 32) {
+            const float x = dout[at + d];
+            s = fmaf(x, act_load(out, at + d), s);
+            dorow[d] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(TC_FULL, s, off);
+    if (row < rows && lane == 0) D[row] = s;
+}
+
+/* One query tile of dK/dV for one warp: S^T = K Q^T, dP^T = V dO^T, the softmax backward, then
+ * dV += Pd^T dO and dK += dS^T Q; the baseline kernel's tile step with ldmatrix fragments and the
+ * bf16 operands packed as soon as they are known (the same rounding, fewer registers). Qs, dOs,
+ * Ls, Ds: the tile's stage; Mw its keep words. MASKED: the causal compare and the rows past T. */
+template <int HD, bool MASKED>
+__device__ __forceinline__ void tc_dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4], const uint16_t* Ks,
+                                             const uint16_t* Vs, const uint16_t* Qs, const uint16_t* dOs,
+                                             const float* Ls, const float* Ds, const uint32_t* Mw, int i0, int j0,
+                                             const int (&col_j)[2], int T, uint32_t thr, float scale, float sigma) {
+    constexpr int LD = HD + 8, NKS = HD / 16, NDT = HD / 8, NQT = TC_BQ / 8;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tq = lane & 3;
+    /* S^T = K Q^T and dP^T = V dO^T: fragment nf holds queries i0 + 8 nf .. + 7, d ascending */
+    float s[NQT][4], dp[NQT][4];
+    #pragma unroll
+    for (int nf = 0; nf < NQT; nf++)
+        #pragma unroll
+        for (int c = 0; c < 4; c++) s[nf][c] = dp[nf][c] = 0.0f;
+    const int a_off = (16 * warp + tc_lm_a_row(lane)) * LD + tc_lm_a_col(lane);
+    const int b_off = tc_lm_b_row(lane) * LD + tc_lm_b_col(lane);
+    #pragma unroll
+    for (int ks = 0; ks < NKS; ks++) {
+        uint32_t ak[4], av[4];   /* A = K, V: key rows 16 w .., dims 16 ks .. */
+        sg_ldmatrix_x4(ak, Ks + a_off + 16 * ks);
+        sg_ldmatrix_x4(av, Vs + a_off + 16 * ks);
+        #pragma unroll
+        for (int nf = 0; nf < NQT; nf += 2) {
+            uint32_t qb[4], ob[4];   /* B = Q^T, dO^T of queries 8 nf .. + 15 */
+            sg_ldmatrix_x4(qb, Qs + b_off + 8 * nf * LD + 16 * ks);
+            sg_ldmatrix_x4(ob, dOs + b_off + 8 * nf * LD + 16 * ks);
+            const uint32_t q0[2] = {qb[0], qb[1]}, q1[2] = {qb[2], qb[3]};
+            const uint32_t o0[2] = {ob[0], ob[1]}, o1[2] = {ob[2], ob[3]};
+            sg_mma_m16n8k16_bf16_f32(s[nf], ak, q0, s[nf]);
+            sg_mma_m16n8k16_bf16_f32(dp[nf], av, o0, dp[nf]);
+            sg_mma_m16n8k16_bf16_f32(s[nf + 1], ak, q1, s[nf + 1]);
+            sg_mma_m16n8k16_bf16_f32(dp[nf + 1], av, o1, dp[nf + 1]);
+        }
+    }
+
+    /* the softmax backward, element by element: m p scale and ds, rounded to bf16 as operands */
+    uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4];
+    #pragma unroll
+    for (int nf = 0; nf < NQT; nf++)
+        #pragma unroll
+        for (int c = 0; c < 4; c += 2) {
+            float pd[2], ds[2];
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int ci = 8 * nf + 2 * tq + e, i = i0 + ci, j = col_j[c >> 1];
+                const float p = (!MASKED || (j <= i && i < T)) ? expf(s[nf][c + e] * sigma - Ls[ci]) : 0.0f;
+                const float ms = tc_keep_scale(Mw, ci, j - j0, thr, scale);
+                pd[e] = p * ms;
+                ds[e] = p * (dp[nf][c + e] * ms - Ds[ci]);
+            }
+            /* fragment nf, registers c, c + 1 are A register (nf & 1) * 2 + (c >> 1) of k-step nf / 2 */
+            pa[nf >> 1][2 * (nf & 1) + (c >> 1)] =
+                sg_pack_bf16x2(__float2bfloat16_rn(pd[0]), __float2bfloat16_rn(pd[1]));
+            da[nf >> 1][2 * (nf & 1) + (c >> 1)] =
+                sg_pack_bf16x2(__float2bfloat16_rn(ds[0]), __float2bfloat16_rn(ds[1]));
+        }
+
+    /* dV += Pd^T dO, dK += dS^T Q; queries in ascending order of 16. The warp meets first: the
+     * loop above branched on each lane's own queries and keys. */
+    __syncwarp();
+    const int t_off = tc_lm_a_row(lane) * LD + tc_lm_a_col(lane);
+    #pragma unroll
+    for (int kk = 0; kk < TC_BQ / 16; kk++)
+        #pragma unroll
+        for (int nd = 0; nd < NDT; nd += 2) {
+            uint32_t ob[4], qb[4];   /* B = dO, Q: rows queries 16 kk .. + 15, dims 8 nd .. + 15 (.trans) */
+            sg_ldmatrix_x4_trans(ob, dOs + t_off + 16 * kk * LD + 8 * nd);
+            sg_ldmatrix_x4_trans(qb, Qs + t_off + 16 * kk * LD + 8 * nd);
+            const uint32_t o0[2] = {ob[0], ob[1]}, o1[2] = {ob[2], ob[3]};
+            const uint32_t q0[2] = {qb[0], qb[1]}, q1[2] = {qb[2], qb[3]};
+            sg_mma_m16n8k16_bf16_f32(dv[nd], pa[kk], o0, dv[nd]);
+            sg_mma_m16n8k16_bf16_f32(dk[nd], da[kk], q0, dk[nd]);
+            sg_mma_m16n8k16_bf16_f32(dv[nd + 1], pa[kk], o1, dv[nd + 1]);
+            sg_mma_m16n8k16_bf16_f32(dk[nd + 1], da[kk], q1, dk[nd + 1]);
+        }
+}
+
+/* One stage of dK/dV's pipeline: the Q and dO tiles (bf16; rows QKV and dob_stride apart) and the
+ * LSE and D of query tile t (queries i0 = j0 + 64 t) into stage t & 1, then a commit (empty past
+ * the last tile). A stage: Q (BQ, LD), dO (BQ, LD), LSE (BQ), D (BQ); rows past T zero-filled. */
+template <int HD>
+__device__ __forceinline__ void tc_stage_qdo(uint16_t* St, int t, int n_tiles, int j0, const uint16_t* q_src,
+                                             const uint16_t* do_src, size_t QKV, size_t dob_stride, const float* lse_bh,
+                                             const float* D_bh, int T) {
+    constexpr int LD = HD + 8, STAGE = 2 * TC_BQ * LD + 4 * TC_BQ;   /* in uint16_t */
+    if (t < n_tiles) {
+        const int i0 = j0 + t * TC_BQ, nq = min(TC_BQ, T - i0);
+        uint16_t* Qs = St + (t & 1) * STAGE;
+        tc_issue_tile<HD, TC_BQ, TC_THREADS>(Qs, q_src + (size_t)i0 * QKV, QKV, nq);
+        tc_issue_tile<HD, TC_BQ, TC_THREADS>(Qs + TC_BQ * LD, do_src + (size_t)i0 * dob_stride, dob_stride, nq);
+        float* Ls = reinterpret_cast<float*>(Qs + 2 * TC_BQ * LD);
+        const int x = threadIdx.x & (TC_BQ - 1), in = i0 + x < T;   /* threads 0-63: LSE, 64-127: D */
+        const float* src = threadIdx.x < TC_BQ ? lse_bh : D_bh;
+        sg_cp_async4(Ls + threadIdx.x, src + (in ? i0 + x : 0), in ? 4 : 0);
+    }
+    sg_cp_async_commit();
+}
+
+/* One step of dK/dV's pipeline: query tile t + 1 issued, tile t's keep words computed while the
+ * copies fly, tile t waited for, its products, and the barrier that frees its stage. */
+template <int HD, bool MASKED>
+__device__ __forceinline__ void tc_dkdv_step(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4], int t, int n_tiles,
+                                             const uint16_t* Ks, const uint16_t* Vs, uint16_t* St, uint32_t* Mw,
+                                             int j0, const int (&col_j)[2], const uint16_t* q_src,
+                                             const uint16_t* do_src, size_t QKV, size_t dob_stride, const float* lse_bh,
+                                             const float* D_bh, int T, uint64_t seed, uint32_t g, uint32_t h,
+                                             uint32_t thr, float scale, float sigma) {
+    constexpr int LD = HD + 8, STAGE = 2 * TC_BQ * LD + 4 * TC_BQ;
+    const int i0 = j0 + t * TC_BQ;
+    tc_stage_qdo<HD>(St, t + 1, n_tiles, j0, q_src, do_src, QKV, dob_stride, lse_bh, D_bh, T);
+    if (thr != 0) tc_keep_words(Mw, seed, g, h, i0, j0, T, thr);   /* while the copies fly */
+    sg_cp_async_wait<1>();   /* query tile t (and K, V) have landed */
+    __syncthreads();
+    const uint16_t* Qs = St + (t & 1) * STAGE;
+    const float* Ls = reinterpret_cast<const float*>(Qs + 2 * TC_BQ * LD);
+    tc_dkdv_tile<HD, MASKED>(dk, dv, Ks, Vs, Qs, Qs + TC_BQ * LD, Ls, Ls + TC_BQ, Mw, i0, j0, col_j, T, thr, scale,
+                             sigma);
+    __syncthreads();         /* the stage and Mw are free for the next tiles */
+}
+
+/* Pass 1: dK, dV of one query head's 64 keys (the baseline kernel's blocks and warps). Shared: K
+ * and V (BK, LD) once, then two stages of (Q, dO, LSE, D) of a query tile, and the tile's keep
+ * words. The query tiles walk from the diagonal down: the diagonal tile and a last tile with rows
+ * past T run the masked body, the tiles between them (the main loop) the unmasked one. */
+template <int HD>
+__global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::dkdv_minb) flash_tc_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride,
+                                                                    float k_scale, const uint16_t* dob,
+                                                                    size_t dob_stride, const uint16_t* qkv,
+                                                                    const float* lse,
+                                                                    const float* D, int T, int NH, int NKV,
+                                                                    uint32_t g0, uint64_t seed, uint32_t thr,
+                                                                    float scale, float sigma) {
+    SG_DYN_SHARED(uint16_t, smem);
+    constexpr int LD = HD + 8, NDT = HD / 8, STAGE = 2 * TC_BQ * LD + 4 * TC_BQ;
+    static_assert(TC_BQ == TC_BK, "the query tiles start at the key tile's first key");
+    uint16_t* Ks = smem;                  /* (BK, LD) keys */
+    uint16_t* Vs = Ks + TC_BK * LD;       /* (BK, LD) values */
+    uint16_t* St = Vs + TC_BK * LD;       /* 2 stages of Q, dO, LSE, D */
+    uint32_t* Mw = reinterpret_cast<uint32_t*>(St + 2 * STAGE);   /* (BQ, 2) keep words */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    const int j0 = blockIdx.y * TC_BK, nk = min(TC_BK, T - j0);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const uint16_t* qkv_b = qkv + (size_t)b * T * QKV;
+    const uint16_t* q_src = qkv_b + (size_t)h * HD;
+    const uint16_t* do_src = dob + (size_t)b * T * dob_stride + (size_t)h * 2 * HD;
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+    const float* D_bh = D + ((size_t)b * NH + h) * T;
+    const uint32_t g = g0 + (uint32_t)b;
+    const int r0 = 16 * warp + gq;                 /* the lane's key rows of the tile: r0, r0 + 8 */
+    const int col_j[2] = {j0 + r0, j0 + r0 + 8};   /* their key positions */
+    const int n_tiles = (T - j0 + TC_BQ - 1) / TC_BQ;   /* query tiles i0 = j0, j0 + 64, .. (BQ = BK) */
+    const int last_masked = n_tiles > 1 && j0 + n_tiles * TC_BQ > T;   /* a last tile with rows past T */
+
+    /* K and V (a group), then query tile 0 */
+    tc_issue_tile<HD, TC_BK, TC_THREADS>(Ks, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, nk);
+    tc_issue_tile<HD, TC_BK, TC_THREADS>(Vs, qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, nk);
+    sg_cp_async_commit();
+    tc_stage_qdo<HD>(St, 0, n_tiles, j0, q_src, do_src, QKV, dob_stride, lse_bh, D_bh, T);
+
+    float dk[NDT][4], dv[NDT][4];   /* dims 8 nd + 2t + e of key rows r0 (e), r0 + 8 (2 + e) */
+    #pragma unroll
+    for (int nd = 0; nd < NDT; nd++)
+        #pragma unroll
+        for (int c = 0; c < 4; c++) dk[nd][c] = dv[nd][c] = 0.0f;
+
+    /* the diagonal tile; the main loop over the tiles below it, where every query sees every key;
+     * a last tile with rows past T */
+    tc_dkdv_step<HD, true>(dk, dv, 0, n_tiles, Ks, Vs, St, Mw, j0, col_j, q_src, do_src, QKV, dob_stride, lse_bh, D_bh, T,
+                           seed, g, (uint32_t)h, thr, scale, sigma);
+    for (int t = 1; t < n_tiles - last_masked; t++)
+        tc_dkdv_step<HD, false>(dk, dv, t, n_tiles, Ks, Vs, St, Mw, j0, col_j, q_src, do_src, QKV, dob_stride, lse_bh, D_bh,
+                                T, seed, g, (uint32_t)h, thr, scale, sigma);
+    if (last_masked)
+        tc_dkdv_step<HD, true>(dk, dv, n_tiles - 1, n_tiles, Ks, Vs, St, Mw, j0, col_j, q_src, do_src, QKV,
+                               dob_stride, lse_bh, D_bh, T, seed, g, (uint32_t)h, thr, scale, sigma);
+
+    #pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int j = col_j[rr];
+        if (j >= T) continue;
+        float* dkr = dk_out + ((size_t)b * T + j) * out_stride + (size_t)h * HD;
+        float* dvr = dv_out + ((size_t)b * T + j) * out_stride + (size_t)h * HD;
+        #pragma unroll
+        for (int nd = 0; nd < NDT; nd++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                dkr[8 * nd + 2 * tq + e] = dk[nd][2 * rr + e] * k_scale;
+                dvr[8 * nd + 2 * tq + e] = dv[nd][2 * rr + e];
+            }
+    }
+}
+
+/* One key tile of dQ for one warp: S = Q K^T, dP = dO V^T, ds = p (m scale dp - D_i), then
+ * dQ += dS K; the baseline kernel's tile step with ldmatrix fragments. aq, ao: the warp's Q and dO
+ * fragments (held, or loaded here from Qs, dOs when HOLD is false). */
+template <int HD, bool MASKED, bool HOLD>
+__device__ __forceinline__ void tc_dq_tile(float (&acc)[HD / 8][4], const uint32_t (&aq)[HOLD ? HD / 16 : 1][4],
+                                           const uint32_t (&ao)[HOLD ? HD / 16 : 1][4], const uint16_t* Qs,
+                                           const uint16_t* dOs, const uint16_t* Ks, const uint16_t* Vs,
+                                           const uint32_t* Mw, int j0, const int (&row_i)[2], const float (&L)[2],
+                                           const float (&Di)[2], int T, uint32_t thr, float scale, float sigma) {
+    constexpr int LD = HD + 8, NKS = HD / 16, NDT = HD / 8, NKT = TC_BK / 8;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int r0 = 16 * warp + gq;
+    float s[NKT][4], dp[NKT][4];
+    #pragma unroll
+    for (int nf = 0; nf < NKT; nf++)
+        #pragma unroll
+        for (int c = 0; c < 4; c++) s[nf][c] = dp[nf][c] = 0.0f;
+    const int a_off = (16 * warp + tc_lm_a_row(lane)) * LD + tc_lm_a_col(lane);
+    const int b_off = tc_lm_b_row(lane) * LD + tc_lm_b_col(lane);
+    #pragma unroll
+    for (int ks = 0; ks < NKS; ks++) {
+        uint32_t lq[4], lo[4];
+        if (!HOLD) {
+            sg_ldmatrix_x4(lq, Qs + a_off + 16 * ks);
+            sg_ldmatrix_x4(lo, dOs + a_off + 16 * ks);
+        }
+        const uint32_t* q = HOLD ? aq[HOLD ? ks : 0] : lq;
+        const uint32_t* od = HOLD ? ao[HOLD ? ks : 0] : lo;
+        #pragma unroll
+        for (int nf = 0; nf < NKT; nf += 2) {
+            uint32_t kb[4], vb[4];   /* B = K^T, V^T of keys 8 nf .. + 15 */
+            sg_ldmatrix_x4(kb, Ks + b_off + 8 * nf * LD + 16 * ks);
+            sg_ldmatrix_x4(vb, Vs + b_off + 8 * nf * LD + 16 * ks);
+            const uint32_t k0[2] = {kb[0], kb[1]}, k1[2] = {kb[2], kb[3]};
+            const uint32_t v0[2] = {vb[0], vb[1]}, v1[2] = {vb[2], vb[3]};
+            sg_mma_m16n8k16_bf16_f32(s[nf], q, k0, s[nf]);
+            sg_mma_m16n8k16_bf16_f32(dp[nf], od, v0, dp[nf]);
+            sg_mma_m16n8k16_bf16_f32(s[nf + 1], q, k1, s[nf + 1]);
+            sg_mma_m16n8k16_bf16_f32(dp[nf + 1], od, v1, dp[nf + 1]);
+        }
+    }
+
+    /* ds = p (m scale dp - D_i), rounded to bf16 as the A fragments of dS K */
+    uint32_t da[TC_BK / 16][4];
+    #pragma unroll
+    for (int nf = 0; nf < NKT; nf++)
+        #pragma unroll
+        for (int c = 0; c < 4; c += 2) {
+            float ds[2];
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int rr = c >> 1, cj = 8 * nf + 2 * tq + e, j = j0 + cj, i = row_i[rr];
+                const float p = (!MASKED || (j <= i && i < T)) ? expf(s[nf][c + e] * sigma - L[rr]) : 0.0f;
+                const float ms = tc_keep_scale(Mw, r0 + 8 * rr, cj, thr, scale);
+                ds[e] = p * (dp[nf][c + e] * ms - Di[rr]);
+            }
+            da[nf >> 1][2 * (nf & 1) + (c >> 1)] =
+                sg_pack_bf16x2(__float2bfloat16_rn(ds[0]), __float2bfloat16_rn(ds[1]));
+        }
+
+    /* dQ += dS K; keys in ascending order of 16. The warp meets first. */
+    __syncwarp();
+    const int t_off = tc_lm_a_row(lane) * LD + tc_lm_a_col(lane);
+    #pragma unroll
+    for (int kk = 0; kk < TC_BK / 16; kk++)
+        #pragma unroll
+        for (int nd = 0; nd < NDT; nd += 2) {
+            uint32_t kb[4];   /* B = K: rows keys 16 kk .. + 15, dims 8 nd .. + 15 (.trans) */
+            sg_ldmatrix_x4_trans(kb, Ks + t_off + 16 * kk * LD + 8 * nd);
+            const uint32_t k0[2] = {kb[0], kb[1]}, k1[2] = {kb[2], kb[3]};
+            sg_mma_m16n8k16_bf16_f32(acc[nd], da[kk], k0, acc[nd]);
+            sg_mma_m16n8k16_bf16_f32(acc[nd + 1], da[kk], k1, acc[nd + 1]);
+        }
+}
+
+/* Pass 2: dQ. Block (b * NH + h, query tile of BQ = 16 NW), the last query tiles first; warp w
+ * owns query rows 16 w .. 16 w + 15 and walks the key tiles from the left, as the forward does.
+ * Shared: Q and dO (BQ, LD each), two stages of K and V (BK, LD each), the tile's keep words. */
+template <int HD, int NW>
+__global__ void __launch_bounds__(32 * NW, TcShape<HD>::dq_minb) flash_tc_dq_kernel(float* dqkv, const uint16_t* dob, size_t dob_stride, const uint16_t* qkv,
+                                                              const float* lse, const float* D, int T, int NH,
+                                                              int NKV, uint32_t g0, uint64_t seed, uint32_t thr,
+                                                              float scale, float sigma) {
+    SG_DYN_SHARED(uint16_t, smem);
+    constexpr int LD = HD + 8, NKS = HD / 16, NDT = HD / 8, BQ = 16 * NW, NT = 32 * NW;
+    constexpr bool HOLD = TcShape<HD>::dq_hold;   /* Q and dO fragments in registers across the key tiles */
+    uint16_t* Qs = smem;                 /* (BQ, LD) queries */
+    uint16_t* dOs = Qs + BQ * LD;        /* (BQ, LD) do, bf16 */
+    uint16_t* KVs = dOs + BQ * LD;       /* 2 stages of (BK, LD) keys then (BK, LD) values */
+    uint32_t* Mw = reinterpret_cast<uint32_t*>(KVs + 4 * TC_BK * LD);   /* (BQ, 2) keep words */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    const int i0 = (gridDim.y - 1 - blockIdx.y) * BQ, nq = min(BQ, T - i0);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const uint16_t* qkv_b = qkv + (size_t)b * T * QKV;
+    const uint16_t* k_src = qkv_b + (size_t)(NH + kvh) * HD;
+    const uint16_t* v_src = qkv_b + (size_t)(NH + NKV + kvh) * HD;
+    const uint32_t g = g0 + (uint32_t)b;
+    const int r0 = 16 * warp + gq;                 /* the lane's query rows of the tile: r0, r0 + 8 */
+    const int row_i[2] = {i0 + r0, i0 + r0 + 8};   /* their query positions */
+    const int iw = i0 + 16 * warp;
+    const int n_tiles = (i0 + nq + TC_BK - 1) / TC_BK;
+    const int n_clean = i0 + BQ <= T ? i0 / TC_BK : 0;
+
+    tc_issue_tile<HD, BQ, NT>(Qs, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq);
+    /* dO lives in the block's own dq slots of dqkv (see flash_tc_backward_launch): read here, in
+     * full, long before the block writes its dq there at the end */
+    tc_issue_tile<HD, BQ, NT>(dOs, dob + ((size_t)b * T + i0) * dob_stride + (size_t)h * 2 * HD, dob_stride, nq);
+    sg_cp_async_commit();
+    tc_stage_kv<HD, NT>(KVs, 0, n_tiles, k_src, v_src, QKV, T);
+    float L[2], Di[2];
+    #pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int i = row_i[rr];
+        L[rr] = i < T ? lse[((size_t)b * NH + h) * T + i] : 0.0f;
+        Di[rr] = i < T ? D[((size_t)b * NH + h) * T + i] : 0.0f;
+    }
+    sg_cp_async_wait<1>();   /* Q and dO have landed */
+    __syncthreads();
+    uint32_t aq[HOLD ? NKS : 1][4], ao[HOLD ? NKS : 1][4];
+    if (HOLD)
+        #pragma unroll
+        for (int ks = 0; ks < (HOLD ? NKS : 0); ks++) {
+            const int off = (16 * warp + tc_lm_a_row(lane)) * LD + 16 * ks + tc_lm_a_col(lane);
+            sg_ldmatrix_x4(aq[ks], Qs + off);
+            sg_ldmatrix_x4(ao[ks], dOs + off);
+        }
+    float acc[NDT][4];   /* dq fragments: dims 8 nd + 2t + e of rows r0 (e), r0 + 8 (2 + e) */
+    #pragma unroll
+    for (int nd = 0; nd < NDT; nd++)
+        #pragma unroll
+        for (int c = 0; c < 4; c++) acc[nd][c] = 0.0f;
+
+    int t = 0;
+    for (; t < n_clean; t++) {   /* the main loop: every key below every row of the block */
+        tc_stage_kv<HD, NT>(KVs, t + 1, n_tiles, k_src, v_src, QKV, T);
+        if (thr != 0) tc_keep_words(Mw, seed, g, (uint32_t)h, i0, t * TC_BK, T, thr);
+        sg_cp_async_wait<1>();
+        __syncthreads();
+        const uint16_t* Ks = KVs + (t & 1) * 2 * TC_BK * LD;
+        tc_dq_tile<HD, false, HOLD>(acc, aq, ao, Qs, dOs, Ks, Ks + TC_BK * LD, Mw, t * TC_BK, row_i, L, Di, T, thr,
+                                    scale, sigma);
+        __syncthreads();
+    }
+    for (; t < n_tiles; t++) {   /* the tiles that cross the diagonal, or a block with rows past T */
+        const int j0 = t * TC_BK;
+        tc_stage_kv<HD, NT>(KVs, t + 1, n_tiles, k_src, v_src, QKV, T);
+        if (thr != 0) tc_keep_words(Mw, seed, g, (uint32_t)h, i0, j0, T, thr);
+        sg_cp_async_wait<1>();
+        __syncthreads();
+        if (iw + 15 >= j0 && iw < T) {
+            const uint16_t* Ks = KVs + (t & 1) * 2 * TC_BK * LD;
+            tc_dq_tile<HD, true, HOLD>(acc, aq, ao, Qs, dOs, Ks, Ks + TC_BK * LD, Mw, j0, row_i, L, Di, T, thr, scale,
+                                       sigma);
+        }
+        __syncthreads();
+    }
+
+    #pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int i = row_i[rr];
+        if (i >= T) continue;
+        float* dq = dqkv + ((size_t)b * T + i) * QKV + (size_t)h * HD;
+        #pragma unroll
+        for (int nd = 0; nd < NDT; nd++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) dq[8 * nd + 2 * tq + e] = acc[nd][2 * rr + e] * sigma;
+    }
+}
+
 /* qkv (fp32) rounded to bf16, to nearest even: the bits, or their values as fp32 (the fallback) */
 __global__ void flash_tc_round_bits_kernel(uint16_t* dst, const float* src, size_t n) {
     const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -600,22 +1294,53 @@ static void tc_check_shapes(const char* fn, const uint16_t* qkv_bf16, int NH, in
 
 extern "C" int attention_tc_supports_hd(int HD) { return HD == 16 || HD == 32 || HD == 64 || HD == 128; }
 
-/* attention_cuda_check_T (flash_cuda.cu) refuses a T whose tiles of 64 do not fit the grid's y */
+/* attention_cuda_check_T (flash_cuda.cu) refuses a T whose tiles of 64 do not fit the grid's y;
+ * the pipelined forward and dQ take 64 or more queries a block, so fewer tiles along y */
 static_assert(TC_BQ == 64 && TC_BK == 64, "attention_cuda_check_T counts tiles of 64 positions");
+
+/* The runtime switch: SEEDGPT_KERNELS=baseline runs the *_baseline kernels (the first version,
+ * kept so that one GPU run times both and the tests hold the new ones to them bit for bit); unset,
+ * empty or "new", the pipelined ones. Read at every call, so a test or a benchmark may change it
+ * between calls. Anything else is refused in one line. */
+static int tc_baseline(void) {
+    const char* v = getenv("SEEDGPT_KERNELS");
+    if (v == NULL || *v == '\0' || !strcmp(v, "new")) return 0;
+    if (!strcmp(v, "baseline")) return 1;
+    fprintf(stderr, "seedgpt: SEEDGPT_KERNELS=%s: expected baseline or new (unset: new)\n", v);
+    exit(1);
+}
+
+extern "C" const char* attention_tc_kernels(void) { return tc_baseline() ? "baseline" : "new"; }
+
+/* a kernel's dynamic shared memory above the default 48 KiB needs the opt-in */
+template <typename K>
+static void tc_smem_optin(K* kernel, size_t smem) {
+    if (smem > 48 * 1024)
+        SG_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
 
 template <int HD, typename OutT>
 static void flash_tc_launch(OutT* out, float* lse, const uint16_t* qkv, int B, int T, int NH, int NKV,
                             uint32_t g0, uint64_t seed, Dropout drop) {
-    /* through a pointer: a template-id with two arguments would split SG_LAUNCH's arguments */
-    void (*kernel)(OutT*, float*, const uint16_t*, int, int, int, uint32_t, uint64_t, uint32_t, float, float) =
-        flash_tc_forward_kernel<HD, OutT>;
-    const size_t smem = (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8) * sizeof(uint16_t);
-    if (smem > 48 * 1024)
-        SG_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const float sigma = 1.0f / sqrtf((float)HD);
-    dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BQ));
-    SG_LAUNCH(kernel, grid, dim3(TC_THREADS), smem, out, lse, qkv, T, NH, NKV, g0, seed, drop.thr, drop.scale,
-              sigma);
+    /* through a pointer: a template-id with two arguments would split SG_LAUNCH's arguments */
+    void (*kernel)(OutT*, float*, const uint16_t*, int, int, int, uint32_t, uint64_t, uint32_t, float, float);
+    if (tc_baseline()) {
+        kernel = flash_tc_forward_kernel_baseline<HD, OutT>;
+        const size_t smem = (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8) * sizeof(uint16_t);
+        tc_smem_optin(kernel, smem);
+        dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BQ));
+        SG_LAUNCH(kernel, grid, dim3(TC_THREADS), smem, out, lse, qkv, T, NH, NKV, g0, seed, drop.thr, drop.scale,
+                  sigma);
+        SG_CHECK_LAUNCH();
+        return;
+    }
+    constexpr int NW = TcShape<HD>::fwd_nw, BQ = 16 * NW;
+    kernel = flash_tc_forward_kernel<HD, NW, OutT>;
+    const size_t smem = (size_t)(BQ + 4 * TC_BK) * (HD + 8) * sizeof(uint16_t);   /* Q, 2 stages of K, V */
+    tc_smem_optin(kernel, smem);
+    dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)T, BQ));
+    SG_LAUNCH(kernel, grid, dim3(32 * NW), smem, out, lse, qkv, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
     SG_CHECK_LAUNCH();
 }
 
@@ -648,52 +1373,102 @@ extern "C" size_t attention_backward_tc_scratch_floats(int B, int T, int NH, int
     return tc_round16((size_t)B * NH * T) + partial;
 }
 
+/* Where the pipelined backward keeps dO rounded to bf16: in dqkv's dq columns, which nothing reads
+ * or writes before dQ's pass writes them. The bf16 dO of (b, i, h) takes the first half of the
+ * bytes of dq (b, i, h): dob + (b T + i) dob_stride + 2 h HD with dob = (uint16_t*)dqkv,
+ * dob_stride = 2 QKV. The D pass writes it; dK/dV's pass reads it (and writes only dk, dv or the scratch);
+ * each dQ block reads the dO rows of its own queries and heads into shared memory first, and
+ * overwrites those same slots with their dq last, and no other block touches them. So the
+ * backward needs no memory beyond today's scratch. */
+static uint16_t* tc_dob(float* dqkv) { return (uint16_t*)dqkv; }
+static size_t tc_dob_stride(int NH, int NKV, int HD) { return 2 * (size_t)(NH + 2 * NKV) * HD; }
+
 template <int HD>
 static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv,
                                      const float* lse, int B, int T, int NH, int NKV, uint32_t g0, uint64_t seed,
-                                     Dropout drop) {
-    const size_t smem1 = (size_t)(2 * TC_BK + 2 * TC_BQ) * (HD + 8) * sizeof(uint16_t) +
-                         (size_t)TC_BQ * (2 * sizeof(float) + 2 * sizeof(uint32_t));
-    const size_t smem2 = (size_t)(2 * TC_BQ + 2 * TC_BK) * (HD + 8) * sizeof(uint16_t) +
-                         (size_t)TC_BQ * 2 * sizeof(uint32_t);
-    if (smem1 > 48 * 1024)
-        SG_CHECK(cudaFuncSetAttribute(flash_tc_dkdv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)smem1));
-    if (smem2 > 48 * 1024)
-        SG_CHECK(cudaFuncSetAttribute(flash_tc_dq_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)smem2));
+                                     Dropout drop, int baseline) {
     const float sigma = 1.0f / sqrtf((float)HD);
-    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, LD = HD + 8;
     const float* D = scratch;
+    const uint16_t* dob = tc_dob(dqkv);
+    const size_t dob_stride = tc_dob_stride(NH, NKV, HD);
+    float* dKp = scratch + tc_round16((size_t)B * NH * T);
+    float* dVp = dKp + tc_round16((size_t)B * T * NH * HD);
     dim3 grid1((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BK));
-    if (NKV == NH) {   /* one query head per kv head: straight into dqkv */
-        SG_LAUNCH(flash_tc_dkdv_kernel<HD>, grid1, dim3(TC_THREADS), smem1, dqkv + (size_t)NH * HD,
-                  dqkv + (size_t)(NH + NKV) * HD, QKV, sigma, dout, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr,
-                  drop.scale, sigma);
+    /* one query head per kv head: dK, dV straight into dqkv; else partial sums per query head,
+     * then the group's sum in a fixed order */
+    float* dk_out = NKV == NH ? dqkv + (size_t)NH * HD : dKp;
+    float* dv_out = NKV == NH ? dqkv + (size_t)(NH + NKV) * HD : dVp;
+    const size_t out_stride = NKV == NH ? QKV : (size_t)NH * HD;
+    const float k_scale = NKV == NH ? sigma : 1.0f;
+    if (baseline) {
+        const size_t smem1 = (size_t)(2 * TC_BK + 2 * TC_BQ) * LD * sizeof(uint16_t) +
+                             (size_t)TC_BQ * (2 * sizeof(float) + 2 * sizeof(uint32_t));
+        const size_t smem2 = (size_t)(2 * TC_BQ + 2 * TC_BK) * LD * sizeof(uint16_t) + (size_t)TC_BQ * 2 * sizeof(uint32_t);
+        tc_smem_optin(flash_tc_dkdv_kernel_baseline<HD>, smem1);
+        tc_smem_optin(flash_tc_dq_kernel_baseline<HD>, smem2);
+        SG_LAUNCH(flash_tc_dkdv_kernel_baseline<HD>, grid1, dim3(TC_THREADS), smem1, dk_out, dv_out, out_stride,
+                  k_scale, dout, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
         SG_CHECK_LAUNCH();
-    } else {           /* partial sums per query head, then the group's sum in a fixed order */
-        float* dKp = scratch + tc_round16((size_t)B * NH * T);
-        float* dVp = dKp + tc_round16((size_t)B * T * NH * HD);
-        SG_LAUNCH(flash_tc_dkdv_kernel<HD>, grid1, dim3(TC_THREADS), smem1, dKp, dVp, (size_t)NH * HD, 1.0f, dout,
-                  qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
+        if (NKV != NH) attention_group_sum_cuda(dqkv, dKp, dVp, B, T, NH, NKV, HD, sigma);
+        dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BQ));
+        SG_LAUNCH(flash_tc_dq_kernel_baseline<HD>, grid2, dim3(TC_THREADS), smem2, dqkv, dout, qkv, lse, D, T, NH,
+                  NKV, g0, seed, drop.thr, drop.scale, sigma);
         SG_CHECK_LAUNCH();
-        attention_group_sum_cuda(dqkv, dKp, dVp, B, T, NH, NKV, HD, sigma);
+        return;
     }
-    dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BQ));
-    SG_LAUNCH(flash_tc_dq_kernel<HD>, grid2, dim3(TC_THREADS), smem2, dqkv, dout, qkv, lse, D, T, NH, NKV, g0, seed,
-              drop.thr, drop.scale, sigma);
+    /* dK/dV: K, V, two stages of (Q, dO: (BQ, LD) bf16 each; LSE, D: BQ floats each), keep words */
+    const size_t smem1 = (size_t)(2 * TC_BK + 4 * TC_BQ) * LD * sizeof(uint16_t) + (size_t)2 * 2 * TC_BQ * sizeof(float) +
+                         (size_t)TC_BQ * 2 * sizeof(uint32_t);
+    tc_smem_optin(flash_tc_dkdv_kernel<HD>, smem1);
+    SG_LAUNCH(flash_tc_dkdv_kernel<HD>, grid1, dim3(TC_THREADS), smem1, dk_out, dv_out, out_stride, k_scale, dob,
+              dob_stride, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
+    SG_CHECK_LAUNCH();
+    if (NKV != NH) attention_group_sum_cuda(dqkv, dKp, dVp, B, T, NH, NKV, HD, sigma);
+    /* dQ: Q, dO (BQ, LD) each, two stages of K, V, keep words */
+    constexpr int NW = TcShape<HD>::dq_nw, BQ = 16 * NW;
+    void (*dq)(float*, const uint16_t*, size_t, const uint16_t*, const float*, const float*, int, int, int,
+               uint32_t, uint64_t, uint32_t, float, float) = flash_tc_dq_kernel<HD, NW>;
+    const size_t smem2 = (size_t)(2 * BQ + 4 * TC_BK) * LD * sizeof(uint16_t) + (size_t)BQ * 2 * sizeof(uint32_t);
+    tc_smem_optin(dq, smem2);
+    dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, BQ));
+    SG_LAUNCH(dq, grid2, dim3(32 * NW), smem2, dqkv, dob, dob_stride, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr,
+              drop.scale, sigma);
     SG_CHECK_LAUNCH();
 }
 
-/* passes 1 and 2, after pass 0 has left D at the start of the scratch */
-static void flash_tc_backward_passes(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_bf16,
-                                     const float* lse, int B, int T, int NH, int NKV, int HD, uint32_t g0,
-                                     uint64_t attn_seed, Dropout drop) {
+/* Pass 0: D into the scratch, and for the pipelined kernels dO in bf16 into dqkv's dq columns
+ * (tc_dob); out: the forward's o, fp32 or the bf16 table's bits. */
+static void tc_dot(int baseline, float* dqkv, float* scratch, const float* dout, const float* out, int B, int T,
+                   int NH, int NKV, int HD) {
+    if (baseline) { attention_backward_dot_cuda(scratch, dout, out, B, T, NH, HD); return; }
+    SG_LAUNCH(flash_tc_dot_kernel<float>, dim3(sg_ceil_div((size_t)B * NH * T, 8)), dim3(256), 0, scratch,
+              tc_dob(dqkv), tc_dob_stride(NH, NKV, HD), dout, out, B, T, NH, HD);
+    SG_CHECK_LAUNCH();
+}
+static void tc_dot(int baseline, float* dqkv, float* scratch, const float* dout, const uint16_t* out, int B, int T,
+                   int NH, int NKV, int HD) {
+    if (baseline) { attention_backward_dot_bf16_cuda(scratch, dout, out, B, T, NH, HD); return; }
+    SG_LAUNCH(flash_tc_dot_kernel<uint16_t>, dim3(sg_ceil_div((size_t)B * NH * T, 8)), dim3(256), 0, scratch,
+              tc_dob(dqkv), tc_dob_stride(NH, NKV, HD), dout, out, B, T, NH, HD);
+    SG_CHECK_LAUNCH();
+}
+/* pass 0, then passes 1 and 2 */
+template <typename OutT>
+static void flash_tc_backward(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_bf16, const OutT* out,
+                              const float* lse, int B, int T, int NH, int NKV, int HD, uint32_t g0,
+                              uint64_t attn_seed, Dropout drop) {
+    const int baseline = tc_baseline();
+    if ((uintptr_t)dqkv % 16 != 0) {   /* it holds the bf16 dO, read 16 bytes at a time */
+        fprintf(stderr, "seedgpt: attention backward (tensor cores): dqkv %p must be 16-byte aligned\n", (void*)dqkv);
+        exit(1);
+    }
+    tc_dot(baseline, dqkv, scratch, dout, out, B, T, NH, NKV, HD);
     switch (HD) {
-    case 16: flash_tc_backward_launch<16>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
-    case 32: flash_tc_backward_launch<32>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
-    case 64: flash_tc_backward_launch<64>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
-    default: flash_tc_backward_launch<128>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+    case 16: flash_tc_backward_launch<16>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop, baseline); break;
+    case 32: flash_tc_backward_launch<32>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop, baseline); break;
+    case 64: flash_tc_backward_launch<64>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop, baseline); break;
+    default: flash_tc_backward_launch<128>(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, g0, attn_seed, drop, baseline); break;
     }
 }
 
@@ -703,8 +1478,7 @@ extern "C" void attention_backward_tc_cuda(float* dqkv, float* scratch, const fl
     tc_check_shapes("attention_backward_tc_cuda", qkv_bf16, NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
     attention_cuda_check_T("attention_backward_tc_cuda", T);
-    attention_backward_dot_cuda(scratch, dout, out, B, T, NH, HD);
-    flash_tc_backward_passes(dqkv, scratch, dout, qkv_bf16, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
+    flash_tc_backward(dqkv, scratch, dout, qkv_bf16, out, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }
 
 /* ---- the fp32 interface (attention/attention_cuda.h's signatures) ---------------------------- */
@@ -797,9 +1571,10 @@ extern "C" void attention_backward_bf16_cuda(float* dqkv, float* scratch, const 
 /* ---- the bf16 table's attention: q, k, v and o stored in bf16 ----------------------------------- */
 /* Under --precision bf16 the CUDA table stores qkv and the attention's output in bf16
  * (model/backend.h's act_dtype), so the tensor-core kernels read qkv where it lies, with no copy,
- * and the forward writes o rounded once to bf16 (flash_tc_forward_kernel<HD, uint16_t>; the same
- * arithmetic as the fp32-output kernel, only the store rounds). The backward reads that bf16 o for
- * D_i = do_i . o_i (attention_backward_dot_bf16_cuda) and qkv for its tiles. The CPU's twin is
+ * and the forward writes o rounded once to bf16 (flash_tc_forward_kernel<HD, NW, uint16_t>; the
+ * same arithmetic as the fp32-output kernel, only the store rounds). The backward reads that bf16
+ * o for D_i = do_i . o_i (flash_tc_dot_kernel<uint16_t>, or attention_backward_dot_bf16_cuda for
+ * the baseline kernels) and qkv for its tiles. The CPU's twin is
  * attention/flash_bf16_cpu.c, which stores the same way.
  * A head dim the tensor-core kernels do not take goes through the fp32 kernels on the bf16 values,
  * widened to fp32 into scratch (the forward's grow-only block, reserved at build; the backward's
@@ -862,9 +1637,8 @@ extern "C" void attention_backward_bf16_act_cuda(float* dqkv, float* scratch, co
         tc_check_shapes(fn, (const uint16_t*)qkv, NH, NKV, HD);
         if (B <= 0 || T <= 0) return;
         attention_cuda_check_T(fn, T);
-        attention_backward_dot_bf16_cuda(scratch, dout, out, B, T, NH, HD);
-        flash_tc_backward_passes(dqkv, scratch, dout, (const uint16_t*)qkv, lse, B, T, NH, NKV, HD, g0, attn_seed,
-                                 drop);
+        flash_tc_backward(dqkv, scratch, dout, (const uint16_t*)qkv, (const uint16_t*)out, lse, B, T, NH, NKV, HD, g0,
+                          attn_seed, drop);
         return;
     }
     if (B <= 0 || T <= 0) return;

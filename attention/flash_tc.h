@@ -27,6 +27,11 @@ extern "C" {
 /* 1 for the head dims the tensor-core kernels take (16, 32, 64, 128), else 0 */
 int attention_tc_supports_hd(int HD);
 
+/* Which kernels the calls below run, as the environment says now: "new" (SEEDGPT_KERNELS unset,
+ * empty or new: ldmatrix, cp.async, two-stage pipelines) or "baseline" (SEEDGPT_KERNELS=baseline:
+ * the first version, the same bits). Another value is refused in one line by every call. */
+const char* attention_tc_kernels(void);
+
 void attention_forward_tc_cuda(float* out, float* lse, const uint16_t* qkv_bf16,
                                int B, int T, int NH, int NKV, int HD,
                                uint32_t g0, uint64_t attn_seed, Dropout drop);
@@ -34,7 +39,8 @@ void attention_forward_tc_cuda(float* out, float* lse, const uint16_t* qkv_bf16,
 /* Floats of scratch attention_backward_tc_cuda needs: D (B, NH, T), and with NKV < NH the
  * per-query-head partial sums of dK and dV, 2 (B, T, NH, HD). */
 size_t attention_backward_tc_scratch_floats(int B, int T, int NH, int NKV, int HD);
-/* out and lse: the forward's outputs (o after dropout); dout: the gradient of out. */
+/* out and lse: the forward's outputs (o after dropout); dout: the gradient of out. dqkv must start
+ * on 16 bytes: until dQ's pass writes them, its dq columns hold dO rounded to bf16. */
 void attention_backward_tc_cuda(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_bf16,
                                 const float* out, const float* lse, int B, int T, int NH, int NKV, int HD,
                                 uint32_t g0, uint64_t attn_seed, Dropout drop);

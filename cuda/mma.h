@@ -1,4 +1,5 @@
-/* cuda/mma.h — tensor-core instructions, each behind one small wrapper that has two bodies:
+/* cuda/mma.h — tensor-core instructions and the data movement that feeds them (ldmatrix,
+ * cp.async; at the end), each behind one small wrapper that has two bodies:
  * inline PTX for nvcc, and in the emulation (-DSG_EMU) a CPU twin written from the PTX ISA's
  * fragment layouts, so a kernel built on these wrappers runs against its CPU reference in CI and,
  * on a GPU, the real instruction can be held to the emulated one (tests/cuda/test_cuda_mma.cu).
@@ -118,6 +119,96 @@ static inline void sg_mma_m16n8k16_bf16_f32_emu(::sg_emu::Site site, float d[4],
     }
 }
 #define sg_mma_m16n8k16_bf16_f32(d, a, b, c) sg_mma_m16n8k16_bf16_f32_emu(SG_EMU_SITE, (d), (a), (b), (c))
+#endif
+
+/* ---- data movement: ldmatrix and cp.async ------------------------------------------------------
+ * Both move bf16 bits without touching them, so a kernel that builds its fragments with ldmatrix
+ * and fills its tiles with cp.async computes the same bits as one that does it with plain loads.
+ *
+ * sg_ldmatrix_x4(r, row) / sg_ldmatrix_x4_trans(r, row): PTX ldmatrix.sync.aligned.m8n8.x4
+ * [.trans].shared.b16, a warp collective (all 32 lanes, converged). Four 8 x 8 matrices of 16-bit
+ * elements are read from shared memory: lane l gives the address of one 16-byte row, row l % 8 of
+ * matrix l / 8 (16-byte aligned). With g = lane / 4 and t = lane % 4, lane l receives in r[m]:
+ *   plain:  matrix m's row g, columns 2t (low half) and 2t + 1 (high half);
+ *   .trans: matrix m's column g, rows 2t (low half) and 2t + 1 (high half).
+ * So an A fragment of mma.m16n8k16 (16 x 16, row-major in shared memory) is one plain x4 with
+ * matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15); a B
+ * fragment whose column n is a row of shared memory (K of Q K^T) is a plain load, two B fragments
+ * a x4; a B fragment whose row k is a row of shared memory (V of P V) is a .trans load.
+ *
+ * sg_cp_async16(dst, src, src_bytes) / sg_cp_async4: PTX cp.async.cg (16 bytes) / cp.async.ca (4
+ * bytes) .shared.global: an asynchronous copy from global memory to shared memory, both aligned
+ * to the size; src_bytes (0 or the size) are read and the rest of dst is filled with zeros (rows
+ * past T: src_bytes 0). The copy belongs to the thread that issued it. sg_cp_async_commit() closes
+ * the thread's copies issued since the last commit into a group; sg_cp_async_wait<N>() waits until
+ * at most the N newest groups of the thread are still in flight; sg_cp_async_wait_all() commits
+ * and waits until none is. Until its group has been waited for, dst holds undefined bytes; other threads see it
+ * only after the waiting thread meets them at a barrier (__syncthreads).
+ *
+ * The emulation's twins (-DSG_EMU, cuda/emu/cuda_emu.cpp): ldmatrix gathers the 32 addresses in a
+ * warp collective and each lane reads its elements as the table above says (an unaligned row, or
+ * one outside shared memory, is reported); cp.async fills dst with the poison bytes at the issue
+ * and copies at the wait, so reading a tile before its wait sees NaN rather than last tile's data;
+ * a thread that leaves the kernel with copies never waited for is reported. */
+#ifndef SG_EMU
+static __device__ __forceinline__ uint32_t sg_smem_addr(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+static __device__ __forceinline__ void sg_ldmatrix_x4(uint32_t r[4], const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(sg_smem_addr(row))
+                 : "memory");
+}
+static __device__ __forceinline__ void sg_ldmatrix_x4_trans(uint32_t r[4], const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(sg_smem_addr(row))
+                 : "memory");
+}
+static __device__ __forceinline__ void sg_cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sg_smem_addr(dst)), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void sg_cp_async4(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sg_smem_addr(dst)), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void sg_cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+static __device__ __forceinline__ void sg_cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+static __device__ __forceinline__ void sg_cp_async_wait_all(void) {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+#else
+#define sg_ldmatrix_x4(r, row) \
+    ::sg_emu::ldmatrix(SG_EMU_SITE, "sg_ldmatrix_x4 (ldmatrix.m8n8.x4)", 4, 0, (row), (r))
+#define sg_ldmatrix_x4_trans(r, row) \
+    ::sg_emu::ldmatrix(SG_EMU_SITE, "sg_ldmatrix_x4_trans (ldmatrix.m8n8.x4.trans)", 4, 1, (row), (r))
+#define sg_cp_async16(dst, src, src_bytes) ::sg_emu::cp_async(SG_EMU_SITE, (dst), (src), 16, (src_bytes))
+#define sg_cp_async4(dst, src, src_bytes) ::sg_emu::cp_async(SG_EMU_SITE, (dst), (src), 4, (src_bytes))
+#define sg_cp_async_commit() ::sg_emu::cp_async_commit(SG_EMU_SITE)
+template <int N>
+static inline void sg_cp_async_wait_emu(::sg_emu::Site site) {
+    static_assert(N >= 0 && N <= 7, "cp.async.wait_group takes 0 to 7");
+    ::sg_emu::cp_async_wait(site, N);
+}
+/* sg_cp_async_wait<N>() reads as on nvcc: the call site, then the template */
+#define sg_cp_async_wait sg_cp_async_wait_site(SG_EMU_SITE).wait
+struct sg_cp_async_wait_site {
+    ::sg_emu::Site site;
+    explicit sg_cp_async_wait_site(::sg_emu::Site s) : site(s) {}
+    template <int N>
+    void wait() const { sg_cp_async_wait_emu<N>(site); }
+};
+/* as in PTX, wait_all is commit_group then wait_group 0 */
+#define sg_cp_async_wait_all() (::sg_emu::cp_async_commit(SG_EMU_SITE), ::sg_emu::cp_async_wait(SG_EMU_SITE, 0))
 #endif
 
 #endif

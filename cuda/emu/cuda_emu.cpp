@@ -485,6 +485,103 @@ void sg_emu::warp_gather(Site site, const char* what, unsigned mask, const uint3
 }
 
 /* ---- shared memory ------------------------------------------------------------------------ */
+/* is [p, p + n) inside the block's shared memory (the dynamic buffer or the static arena)? */
+static bool in_shared(const sg_emu::Team& t, const void* p, size_t n) {
+    const unsigned char* a = (const unsigned char*)p;
+    if (t.dyn_smem && a >= t.dyn_smem && a + n <= t.dyn_smem + sg_emu::cur.dyn_smem) return true;
+    return a >= t.static_smem && a + n <= t.static_smem + sg_emu::SMEM_STATIC_MAX;
+}
+
+/* ---- ldmatrix ----------------------------------------------------------------------------- */
+void sg_emu::ldmatrix(Site site, const char* what, int nmat, int trans, const void* row, uint32_t* r) {
+    Team& t = my_team();
+    uintptr_t a = (uintptr_t)row;
+    uint32_t mine[2] = {(uint32_t)a, (uint32_t)(a >> 32)}, all[64];
+    warp_gather(site, what, 0xffffffffu, mine, 2, all);
+    const int lane = self.tid & 31, g = lane >> 2, tq = lane & 3;
+    /* the rows of the lanes that give them: 16-byte aligned, in shared memory */
+    for (int l = 0; l < 8 * nmat; l++) {
+        const uintptr_t p = (uintptr_t)all[2 * l] | (uintptr_t)all[2 * l + 1] << 32;
+        if (p % 16 != 0 || !in_shared(t, (const void*)p, 16))
+            die(cur.name, "%s at %s:%d: lane %d gives row address %p, %s", what, site.file, site.line, l,
+                (const void*)p, p % 16 ? "not 16-byte aligned" : "not inside the block's shared memory");
+    }
+    auto elem = [&](int l, int c) {   /* element c of the row lane l gave */
+        const uintptr_t p = (uintptr_t)all[2 * l] | (uintptr_t)all[2 * l + 1] << 32;
+        uint16_t v;
+        memcpy(&v, (const unsigned char*)p + 2 * c, 2);
+        return (uint32_t)v;
+    };
+    for (int m = 0; m < nmat; m++) {
+        if (!trans) r[m] = elem(8 * m + g, 2 * tq) | elem(8 * m + g, 2 * tq + 1) << 16;
+        else r[m] = elem(8 * m + 2 * tq, g) | elem(8 * m + 2 * tq + 1, g) << 16;
+    }
+}
+
+/* ---- cp.async: issued copies land at the wait --------------------------------------------- */
+namespace sg_emu {
+struct CpCopy {
+    void* dst;
+    const void* src;
+    int bytes, src_bytes;
+    Site site;
+};
+struct CpState {
+    std::vector<CpCopy> open;                  /* issued since the last commit */
+    std::deque<std::vector<CpCopy>> groups;    /* committed, oldest first */
+};
+static thread_local CpState cp_state;
+static void cp_perform(const CpCopy& c) {
+    if (c.src_bytes > 0) memcpy(c.dst, c.src, (size_t)c.src_bytes);
+    if (c.src_bytes < c.bytes) memset((unsigned char*)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+}
+/* the thread leaves the block: every copy it issued must have landed */
+static void cp_check_at_exit(void) {
+    size_t n = cp_state.open.size();
+    const CpCopy* first = n ? &cp_state.open[0] : nullptr;
+    for (auto& g : cp_state.groups) {
+        if (!first && !g.empty()) first = &g[0];
+        n += g.size();
+    }
+    if (n > 0)
+        die(cur.name, "this thread leaves the kernel with %zu cp.async cop%s never waited for (the first issued at "
+            "%s:%d): a missing sg_cp_async_commit / sg_cp_async_wait", n, n == 1 ? "y" : "ies", first->site.file,
+            first->site.line);
+}
+}  // namespace sg_emu
+
+void sg_emu::cp_async(Site site, void* dst, const void* src, int bytes, int src_bytes) {
+    Team& t = my_team();
+    if (bytes != 4 && bytes != 8 && bytes != 16)
+        die(cur.name, "cp.async at %s:%d: %d bytes (4, 8 or 16)", site.file, site.line, bytes);
+    if (src_bytes < 0 || src_bytes > bytes)
+        die(cur.name, "cp.async at %s:%d: src_bytes %d outside [0, %d]", site.file, site.line, src_bytes, bytes);
+    if ((uintptr_t)dst % bytes != 0 || !in_shared(t, dst, (size_t)bytes))
+        die(cur.name, "cp.async at %s:%d: destination %p %s", site.file, site.line, dst,
+            (uintptr_t)dst % bytes ? "not aligned to the copy's size" : "not inside the block's shared memory");
+    if ((uintptr_t)src % bytes != 0)
+        die(cur.name, "cp.async at %s:%d: source %p not aligned to the copy's %d bytes", site.file, site.line, src,
+            bytes);
+    memset(dst, POISON, (size_t)bytes);   /* undefined until the wait */
+    cp_state.open.push_back(CpCopy{dst, src, bytes, src_bytes, site});
+}
+
+void sg_emu::cp_async_commit(Site site) {
+    (void)my_team();
+    (void)site;
+    cp_state.groups.push_back(std::move(cp_state.open));
+    cp_state.open.clear();
+}
+
+void sg_emu::cp_async_wait(Site site, int n) {
+    (void)my_team();
+    (void)site;
+    while ((int)cp_state.groups.size() > n) {
+        for (const CpCopy& c : cp_state.groups.front()) cp_perform(c);
+        cp_state.groups.pop_front();
+    }
+}
+
 void* sg_emu::dynamic_shared(void) {
     return my_team().dyn_smem;   /* a launch with 0 bytes still gets an address, as on a GPU */
 }
@@ -583,6 +680,7 @@ static void run_team_thread(Team& t, int tid) {
     while (t.block < cur.nblocks) {
         flat_to_uint3(t.block, cur.grid, &blockIdx);
         (*cur.body)();
+        cp_check_at_exit();
         leave_block(t, tid);
     }
     self.team = nullptr;

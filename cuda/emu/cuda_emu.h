@@ -321,6 +321,21 @@ uint64_t warp_collective(Site site, WarpOp op, unsigned mask, uint64_t value, in
 #define SG_EMU_GATHER_WORDS 16
 void warp_gather(Site site, const char* what, unsigned mask, const uint32_t* words, int nwords, uint32_t* out);
 
+/* ldmatrix (cuda/mma.h): a warp collective of all 32 lanes; each lane gives the 16-byte shared
+ * memory row `row` (row l % 8 of matrix l / 8, for the lanes of the nmat matrices) and receives
+ * nmat registers, plain or transposed as the PTX ISA lays them out. A row that is not 16-byte
+ * aligned or not inside the block's shared memory is reported. */
+void ldmatrix(Site site, const char* what, int nmat, int trans, const void* row, uint32_t* r);
+/* cp.async (cuda/mma.h), per thread as on a GPU: cp_async fills dst (bytes: 4, 8 or 16, inside
+ * the block's shared memory, aligned to bytes, src aligned too) with the poison at once and
+ * records the copy of src_bytes bytes (0 or bytes; the rest zero) in the thread's open group;
+ * cp_async_commit closes the open group; cp_async_wait(n) performs the copies of every committed
+ * group but the n newest. A thread that leaves the kernel with a copy not yet performed (never
+ * waited for, or never committed) is reported. */
+void cp_async(Site site, void* dst, const void* src, int bytes, int src_bytes);
+void cp_async_commit(Site site);
+void cp_async_wait(Site site, int n);
+
 /* __syncwarp() or __syncwarp(mask): a call site, then the optional mask */
 struct SyncWarp {
     Site site;
@@ -450,6 +465,9 @@ static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv
 #define __expf(x) expf(x)
 #define __logf(x) logf(x)
 static inline float __fdividef(float a, float b) { return a / b; }
+/* a product rounded on its own: nvcc never fuses __fmul_rn into an fma; nor does this build
+ * (ISO C++ leaves -ffp-contract off, and x86-64 code without -mfma has no fma) */
+static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline unsigned __float_as_uint(float x) { unsigned u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(unsigned u) { float x; memcpy(&x, &u, 4); return x; }

@@ -804,6 +804,119 @@ static void run_act_fallback(const Shape* s, double p, uint64_t data_seed) {
     free(l32); free(lt); free(g16); free(g32);
 }
 
+/* ---- the pipelined kernels against the baseline kernels ---------------------------------------
+ * The entry points run the pipelined kernels (ldmatrix, cp.async, the causal compare only where
+ * a tile crosses the diagonal, 128-query blocks); SEEDGPT_KERNELS=baseline runs the first
+ * version. Same arithmetic, so the same bits: the forward's o (fp32, and the bf16 table's bf16 o)
+ * and LSE, and the backward's dqkv (fp32 dout, so the D pass's rounding of dO is in play; the
+ * bf16 table's entry too, on a bf16 o), every output poisoned with NaN before each launch. The
+ * shapes reach every path: blocks with and without rows past T, tiles below the diagonal (the
+ * unmasked bodies), query blocks whose first warps skip the last key tile, dK/dV's diagonal, middle
+ * and padded last tiles, grouped-query heads, each head dim's shape (TcShape). */
+static void set_kernels(const char* which) {
+    if (which) setenv("SEEDGPT_KERNELS", which, 1);
+    else unsetenv("SEEDGPT_KERNELS");
+}
+
+static void run_new_vs_baseline(const Shape* s, double p, int act, uint64_t data_seed) {
+    test_rng_state = data_seed;
+    const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, n_qkv = (size_t)B * T * QKV;
+    const size_t n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
+    const Dropout drop = dropout_make(p);
+    uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
+    random_bf16_qkv(n_qkv, bits, NULL);
+    float* dout = (float*)malloc(n_out * sizeof(float));
+    for (size_t e = 0; e < n_out; e++) dout[e] = (float)(2.0 * test_uniform() - 1.0);   /* not bf16 values */
+    const size_t n_scratch = attention_backward_tc_scratch_floats(B, T, NH, NKV, HD);
+    uint16_t *d_qkv, *d_o16;
+    float *d_out, *d_lse, *d_dout, *d_dqkv, *d_scratch;
+    SG_CHECK(cudaMalloc((void**)&d_qkv, n_qkv * sizeof(uint16_t)));
+    SG_CHECK(cudaMalloc((void**)&d_o16, n_out * sizeof(uint16_t)));
+    SG_CHECK(cudaMalloc((void**)&d_out, n_out * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_lse, n_lse * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_dout, n_out * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_dqkv, n_qkv * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_scratch, n_scratch * sizeof(float)));
+    SG_CHECK(cudaMemcpy(d_qkv, bits, n_qkv * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    SG_CHECK(cudaMemcpy(d_dout, dout, n_out * sizeof(float), cudaMemcpyHostToDevice));
+    float *o[2], *l[2], *g[2], *ga[2];
+    uint16_t* o16[2];
+    const char* which[2] = {"baseline", NULL};
+    char kernels[2][16];
+    for (int k = 0; k < 2; k++) {
+        o[k] = (float*)malloc(n_out * sizeof(float));
+        l[k] = (float*)malloc(n_lse * sizeof(float));
+        g[k] = (float*)malloc(n_qkv * sizeof(float));
+        ga[k] = (float*)malloc(n_qkv * sizeof(float));
+        o16[k] = (uint16_t*)malloc(n_out * sizeof(uint16_t));
+        set_kernels(which[k]);
+        snprintf(kernels[k], sizeof(kernels[k]), "%s", attention_tc_kernels());
+        SG_CHECK(cudaMemset(d_out, 0xff, n_out * sizeof(float)));   /* NaN: unwritten fails */
+        SG_CHECK(cudaMemset(d_lse, 0xff, n_lse * sizeof(float)));
+        attention_forward_tc_cuda(d_out, d_lse, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
+        SG_CHECK(cudaMemcpy(o[k], d_out, n_out * sizeof(float), cudaMemcpyDeviceToHost));
+        SG_CHECK(cudaMemcpy(l[k], d_lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+        SG_CHECK(cudaMemset(d_o16, 0xff, n_out * sizeof(uint16_t)));
+        if (act) attention_forward_bf16_act_cuda(d_o16, d_lse, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
+        SG_CHECK(cudaMemcpy(o16[k], d_o16, n_out * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        /* the backward on the baseline forward's o and LSE, both times */
+        if (k == 1) {
+            SG_CHECK(cudaMemcpy(d_out, o[0], n_out * sizeof(float), cudaMemcpyHostToDevice));
+            SG_CHECK(cudaMemcpy(d_lse, l[0], n_lse * sizeof(float), cudaMemcpyHostToDevice));
+            SG_CHECK(cudaMemcpy(d_o16, o16[0], n_out * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        }
+        SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));
+        SG_CHECK(cudaMemset(d_scratch, 0xff, n_scratch * sizeof(float)));
+        attention_backward_tc_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s->g0, SEED,
+                                   drop);
+        SG_CHECK(cudaMemcpy(g[k], d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+        SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));
+        SG_CHECK(cudaMemset(d_scratch, 0xff, n_scratch * sizeof(float)));
+        if (act)
+            attention_backward_bf16_act_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_o16, d_lse, B, T, NH, NKV, HD, s->g0,
+                                             SEED, drop);
+        SG_CHECK(cudaMemcpy(ga[k], d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    set_kernels(NULL);
+    size_t o16d = 0, nonfinite = 0, g_nonfinite = 0;
+    for (size_t e = 0; e < n_out; e++) o16d += o16[0][e] != o16[1][e];
+    for (size_t e = 0; e < n_out; e++) nonfinite += !isfinite(o[1][e]);
+    for (size_t e = 0; e < n_qkv; e++) g_nonfinite += !isfinite(g[1][e]) + (act && !isfinite(ga[1][e]));
+    char name[160], shape[112];
+    snprintf(shape, sizeof(shape), "B %d T %d NH %d NKV %d HD %d g0 %u p %g", B, T, NH, NKV, HD, (unsigned)s->g0, p);
+    snprintf(name, sizeof(name), "flash_tc_pipelined_forward_equals_baseline_bitwise_hd%d_T%d_gqa%d_p%g", HD, T,
+             NH / NKV, p);
+    expect(!strcmp(kernels[0], "baseline") && !strcmp(kernels[1], "new") && bits_differ(o[0], o[1], n_out) == 0 &&
+           bits_differ(l[0], l[1], n_lse) == 0 && (!act || o16d == 0) && nonfinite == 0, name,
+           "%s: kernels '%s' then '%s'; %zu of %zu o, %zu of %zu LSE, %zu of %zu bf16 o%s differ in any bit; %zu "
+           "non-finite outputs of the pipelined kernels", shape, kernels[0], kernels[1],
+           bits_differ(o[0], o[1], n_out), n_out, bits_differ(l[0], l[1], n_lse), n_lse, o16d, n_out,
+           act ? "" : " (not run)", nonfinite);
+    snprintf(name, sizeof(name), "flash_tc_pipelined_backward_equals_baseline_bitwise_hd%d_T%d_gqa%d_p%g", HD, T,
+             NH / NKV, p);
+    expect(bits_differ(g[0], g[1], n_qkv) == 0 && (!act || bits_differ(ga[0], ga[1], n_qkv) == 0) &&
+           g_nonfinite == 0, name, "%s: %zu of %zu dqkv (fp32 o), %zu (the bf16 table's o%s) differ in any bit; %zu "
+           "non-finite", shape, bits_differ(g[0], g[1], n_qkv), n_qkv, bits_differ(ga[0], ga[1], n_qkv),
+           act ? "" : ": not run", g_nonfinite);
+    for (int k = 0; k < 2; k++) { free(o[k]); free(l[k]); free(g[k]); free(ga[k]); free(o16[k]); }
+    SG_CHECK(cudaFree(d_qkv)); SG_CHECK(cudaFree(d_o16)); SG_CHECK(cudaFree(d_out)); SG_CHECK(cudaFree(d_lse));
+    SG_CHECK(cudaFree(d_dout)); SG_CHECK(cudaFree(d_dqkv)); SG_CHECK(cudaFree(d_scratch));
+    free(bits); free(dout);
+}
+
+static int refuse_kernels_child(void) {
+    setenv("SEEDGPT_KERNELS", "fastest", 1);
+    const Dropout drop = dropout_make(0.0);
+    uint16_t* d_qkv;
+    float *d_out, *d_lse;
+    SG_CHECK(cudaMalloc((void**)&d_qkv, 3 * 16 * sizeof(uint16_t)));
+    SG_CHECK(cudaMalloc((void**)&d_out, 16 * sizeof(float)));
+    SG_CHECK(cudaMalloc((void**)&d_lse, sizeof(float)));
+    attention_forward_tc_cuda(d_out, d_lse, d_qkv, 1, 1, 1, 1, 16, 0, 1, drop);
+    return 0;
+}
+
 static int refuse_T_child(const char* which) {
     const Dropout drop = dropout_make(0.0);
     const int T = 65535 * 64 + 1;
@@ -830,12 +943,35 @@ static void test_refuses_T(const char* which) {
 
 int main(int argc, char** argv) {
     if (argc == 3 && !strcmp(argv[1], "--refuse-T")) return refuse_T_child(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--refuse-kernels")) return refuse_kernels_child();
+    set_kernels(NULL);   /* the pipelined kernels, whatever the caller's environment says */
     test_refuses_T("forward_tc");
     test_refuses_T("backward_tc");
     test_refuses_T("forward_bf16");
     test_refuses_T("backward_bf16");
     test_refuses_T("forward_bf16_act");
     test_refuses_T("backward_bf16_act");
+
+    expect_refusal("seedgpt_kernels_refuses_an_unknown_value", "test_cuda_flash_tc", "--refuse-kernels", "x",
+                   "SEEDGPT_KERNELS=fastest");
+
+    /* the pipelined kernels bit for bit the baseline ones (the CPU comparisons below run the
+     * pipelined ones) */
+    const Shape nvb[] = {
+        {2, 45, 2, 2, 64, 7},     /* B > 1, MHA (dK, dV straight into dqkv), one block of rows past T */
+        {1, 260, 1, 1, 64, 3},    /* BQ 128: a padded block (256..), one with 2 clean tiles, dK/dV middle tiles */
+        {1, 140, 2, 1, 128, 0},   /* BQ 64 at HD 128: a clean tile, padded last block, a dK/dV middle tile */
+        {1, 200, 2, 1, 32, 1},    /* the HD 32 shape (Q, dO fragments held), dQ with BQ 128 */
+    };
+    /* the first shape also at p 0.5 and through the bf16 table's entries; under ThreadSanitizer
+     * (races, not values) the first shape only */
+    for (size_t i = 0; i < sizeof(nvb) / sizeof(nvb[0]); i++) {
+#if defined(__SANITIZE_THREAD__)
+        if (i != 0) continue;
+#endif
+        run_new_vs_baseline(&nvb[i], 0.1, i == 0, 0x9e0b0000ull + i);
+        if (i == 0) run_new_vs_baseline(&nvb[i], 0.5, 1, 0x9e0b1000ull + i);
+    }
 
     const Shape shapes[] = {
         {1, 133, 4, 2, 64, 7},    /* GPT-2's head size, two query heads per kv head, odd T, g0 != 0 */

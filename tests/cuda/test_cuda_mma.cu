@@ -16,6 +16,16 @@
  * The kernels load and store fragments with their own transcription of the PTX ISA's layout
  * (frag_* below), not with cuda/mma.h's helpers, so in the emulation the two transcriptions
  * are held to each other; on a GPU the hardware judges both.
+ *   4. the data movement wrappers (cuda/mma.h), which move bits and so are held bit for bit on a
+ *      GPU too: ldmatrix x4, plain and .trans, four warps each reading four 8 x 8 matrices placed
+ *      anywhere in a padded shared tile, against the PTX ISA's table written out on the host; the
+ *      64 x 64 x 64 GEMM of 3 with its A and B fragments built by ldmatrix (B plain from B^T's rows,
+ *      and .trans from B's rows) equals the one built by frag_load_* bit for bit; cp.async, 16
+ *      bytes (rows past a count zero-filled) and 4 bytes (a source only 4-byte aligned), in two
+ *      groups of which wait<1> lands the older and wait<0> the newer.
+ *      In the emulation, also: a copy read before its wait is the poison, not stale data; and a
+ *      thread that leaves with copies never waited for, or never committed, an ldmatrix row that
+ *      is not 16-byte aligned and a cp.async into global memory are each refused in one line.
  * Builds two ways: nvcc (make test-cuda) and C++ against the emulation (make test-cuda-emu).
  */
 #include "cuda/device.h"
@@ -25,6 +35,7 @@
 #include "util/bf16.h"
 #include "cuda/mma.h"
 #include "tests/test.h"
+#include "tests/cuda/refusal.h"
 
 #ifdef SG_EMU
 #define EMU_ONLY 1
@@ -301,7 +312,260 @@ static void test_layout_helpers(void) {
            "one (lane, index); lane 5's coordinates %s the PTX ISA tables", bad, spots ? "match" : "DO NOT match");
 }
 
-int main(void) {
+/* ---- 4: ldmatrix and cp.async ----------------------------------------------------------------- */
+/* a 32 x 32 tile of bf16 in shared memory, rows padded to LM_LD; warp w's matrix m sits at rows
+ * 8 ((w + m) % 4) and columns 8 ((w + 2m + 1) % 4) */
+#define LM_N 32
+#define LM_LD (LM_N + 8)
+static __host__ __device__ int lm_row0(int w, int m) { return 8 * ((w + m) % 4); }
+static __host__ __device__ int lm_col0(int w, int m) { return 8 * ((w + 2 * m + 1) % 4); }
+__global__ void ldmatrix_kernel(uint32_t* out, const uint16_t* src, int trans) {
+    SG_SHARED(uint16_t, tile, LM_N * LM_LD);
+    for (int e = threadIdx.x; e < LM_N * LM_N; e += blockDim.x) tile[(e / LM_N) * LM_LD + e % LM_N] = src[e];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, m = lane >> 3, r = lane & 7;
+    const uint16_t* row = &tile[(lm_row0(w, m) + r) * LM_LD + lm_col0(w, m)];
+    uint32_t v[4];
+    if (trans) sg_ldmatrix_x4_trans(v, row);
+    else sg_ldmatrix_x4(v, row);
+    for (int k = 0; k < 4; k++) out[(size_t)threadIdx.x * 4 + k] = v[k];
+}
+
+static void test_ldmatrix(int trans) {
+    test_rng_state = 0x1d3a0000ull + (uint64_t)trans;
+    const int warps = 4, n_out = warps * 32 * 4;
+    uint16_t src[LM_N * LM_N];
+    for (int e = 0; e < LM_N * LM_N; e++) src[e] = rand_bf16();
+    uint16_t* d_src = (uint16_t*)dev_copy(src, sizeof(src));
+    uint32_t* d_out;
+    SG_CHECK(cudaMalloc((void**)&d_out, n_out * sizeof(uint32_t)));
+    SG_CHECK(cudaMemset(d_out, 0xff, n_out * sizeof(uint32_t)));
+    SG_LAUNCH(ldmatrix_kernel, 1, 32 * warps, 0, d_out, d_src, trans);
+    SG_CHECK_LAUNCH();
+    uint32_t out[4 * 32 * 4];
+    SG_CHECK(cudaMemcpy(out, d_out, sizeof(out), cudaMemcpyDeviceToHost));
+    int bad = 0, first = -1;
+    for (int w = 0; w < warps; w++)
+        for (int lane = 0; lane < 32; lane++)
+            for (int m = 0; m < 4; m++) {
+                /* the PTX ISA's table: plain, row g, columns 2t, 2t + 1; .trans, column g, rows 2t, 2t + 1 */
+                const int g = lane / 4, t = lane % 4, r0 = lm_row0(w, m), c0 = lm_col0(w, m);
+                const uint32_t lo = trans ? src[(r0 + 2 * t) * LM_N + c0 + g] : src[(r0 + g) * LM_N + c0 + 2 * t];
+                const uint32_t hi = trans ? src[(r0 + 2 * t + 1) * LM_N + c0 + g] : src[(r0 + g) * LM_N + c0 + 2 * t + 1];
+                const int i = (w * 32 + lane) * 4 + m;
+                if (out[i] != (lo | hi << 16)) { bad++; if (first < 0) first = i; }
+            }
+    expect(bad == 0, trans ? "ldmatrix_x4_trans_follows_the_ptx_table" : "ldmatrix_x4_follows_the_ptx_table",
+           "4 warps x 32 lanes x 4 registers: %d differ from the table (first: warp %d lane %d register %d, got "
+           "0x%08x)", bad, first < 0 ? 0 : first / 128, first < 0 ? 0 : first / 4 % 32, first < 0 ? 0 : first % 4,
+           first < 0 ? 0u : out[first]);
+    SG_CHECK(cudaFree(d_src)); SG_CHECK(cudaFree(d_out));
+}
+
+/* the GEMM of mma_gemm (64 x 64 x 64, the same warps and chains), with A and B staged in shared
+ * memory (rows padded by 8) and the fragments built by ldmatrix: A plain; B plain from Bt's rows
+ * (b_from_rows 0) or .trans from the rows of B = Bt^T (b_from_rows 1, B row-major in global) */
+#define GM 64
+#define GLD (GM + 8)
+__global__ void mma_gemm_ldmatrix(float* D, const __nv_bfloat16* A, const __nv_bfloat16* Bsrc, const float* C,
+                                  int b_trans) {
+    SG_DYN_SHARED(uint16_t, sm);
+    uint16_t* As = sm;
+    uint16_t* Bs = sm + GM * GLD;
+    for (int e = threadIdx.x; e < GM * GM; e += blockDim.x) {
+        As[(e / GM) * GLD + e % GM] = __bfloat16_as_ushort(A[e]);
+        Bs[(e / GM) * GLD + e % GM] = __bfloat16_as_ushort(Bsrc[e]);
+    }
+    __syncthreads();
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    const int m0 = blockIdx.y * 32 + 16 * (w / 2), n0 = blockIdx.x * 32 + 16 * (w % 2);
+    const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 8 * (lane >> 4);   /* A, and B .trans */
+    const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1);   /* B plain */
+    float acc[2][4];
+    for (int half = 0; half < 2; half++) frag_load_c(acc[half], C + m0 * GM + n0 + 8 * half, GM, lane);
+    for (int k = 0; k < GM; k += 16) {
+        uint32_t a[4], b[4];
+        sg_ldmatrix_x4(a, &As[(m0 + arow) * GLD + k + acol]);
+        if (b_trans) sg_ldmatrix_x4_trans(b, &Bs[(k + arow) * GLD + n0 + acol]);
+        else sg_ldmatrix_x4(b, &Bs[(n0 + brow) * GLD + k + bcol]);
+        /* plain: b[0], b[1] column n0 + g, b[2], b[3] column n0 + 8 + g; .trans: b[0] (k 0-7) and
+         * b[1] (k 8-15) of column n0 + g, b[2], b[3] of n0 + 8 + g, in matrix order (k lo, k hi) */
+        const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+        sg_mma_m16n8k16_bf16_f32(acc[0], a, b0, acc[0]);
+        sg_mma_m16n8k16_bf16_f32(acc[1], a, b1, acc[1]);
+    }
+    for (int half = 0; half < 2; half++) frag_store_d(D + m0 * GM + n0 + 8 * half, GM, acc[half], lane);
+}
+
+static void test_gemm_ldmatrix(uint64_t seed, int b_trans) {
+    test_rng_state = seed;
+    uint16_t *A = (uint16_t*)malloc(GM * GM * 2), *Bt = (uint16_t*)malloc(GM * GM * 2), *B = (uint16_t*)malloc(GM * GM * 2);
+    float* C = (float*)malloc(GM * GM * sizeof(float));
+    for (int i = 0; i < GM * GM; i++) A[i] = rand_bf16();
+    for (int i = 0; i < GM * GM; i++) Bt[i] = rand_bf16();
+    for (int i = 0; i < GM * GM; i++) C[i] = rand_c();
+    for (int k = 0; k < GM; k++)
+        for (int n = 0; n < GM; n++) B[k * GM + n] = Bt[n * GM + k];
+    __nv_bfloat16* dA = (__nv_bfloat16*)dev_copy(A, GM * GM * 2);
+    __nv_bfloat16* dBt = (__nv_bfloat16*)dev_copy(Bt, GM * GM * 2);
+    __nv_bfloat16* dB = (__nv_bfloat16*)dev_copy(B, GM * GM * 2);
+    float* dC = (float*)dev_copy(C, GM * GM * sizeof(float));
+    float *dD = dev_nan(GM * GM), *dL = dev_nan(GM * GM);
+    SG_LAUNCH(mma_gemm, dim3(GM / 32, GM / 32), 128, 0, dD, dA, dBt, dC, GM, GM, GM);
+    SG_CHECK_LAUNCH();
+    SG_LAUNCH(mma_gemm_ldmatrix, dim3(GM / 32, GM / 32), 128, 2 * GM * GLD * sizeof(uint16_t), dL, dA,
+              b_trans ? dB : dBt, dC, b_trans);
+    SG_CHECK_LAUNCH();
+    float *D = (float*)malloc(GM * GM * sizeof(float)), *L = (float*)malloc(GM * GM * sizeof(float));
+    SG_CHECK(cudaMemcpy(D, dD, GM * GM * sizeof(float), cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemcpy(L, dL, GM * GM * sizeof(float), cudaMemcpyDeviceToHost));
+    int differ = 0, nonfinite = 0;
+    for (int i = 0; i < GM * GM; i++) {
+        differ += memcmp(&D[i], &L[i], 4) != 0;
+        nonfinite += !isfinite(L[i]);
+    }
+    char name[96];
+    snprintf(name, sizeof(name), "mma_gemm_with_ldmatrix%s_fragments_equals_plain_loads_bitwise",
+             b_trans ? "_trans" : "");
+    expect(differ == 0 && nonfinite == 0, name, "64x64x64, B %s: %d of %d elements differ in any bit from the "
+           "GEMM whose fragments are built by frag_load_*, %d non-finite", b_trans ? "from B's rows (.trans)" :
+           "from B^T's rows (plain)", differ, GM * GM, nonfinite);
+    free(A); free(Bt); free(B); free(C); free(D); free(L);
+    SG_CHECK(cudaFree(dA)); SG_CHECK(cudaFree(dBt)); SG_CHECK(cudaFree(dB)); SG_CHECK(cudaFree(dC));
+    SG_CHECK(cudaFree(dD)); SG_CHECK(cudaFree(dL));
+}
+
+/* cp.async: 16 rows of 8 floats (two 16-byte pieces a row) in two groups, rows 0-7 into stage 0
+ * and 8-15 into stage 1, rows at or past n_valid zero-filled; then 32 floats from src + 3 (4-byte
+ * aligned only) by 4-byte copies, in the second group. wait<1> lands stage 0, wait<0> the rest. */
+__global__ void cp_async_kernel(float* out, const float* src, int n_valid) {
+    SG_SHARED(float, stage, 2 * 8 * 8 + 32);
+    const int x = threadIdx.x;   /* 16 threads: row x / 2 of a stage, piece x % 2; 2 floats of the 4-byte part */
+    const int r = x / 2, c = 4 * (x % 2);
+    sg_cp_async16(&stage[r * 8 + c], src + (size_t)(r < n_valid ? r : 0) * 8 + c, r < n_valid ? 16 : 0);
+    sg_cp_async_commit();
+    sg_cp_async16(&stage[64 + r * 8 + c], src + (size_t)(r + 8 < n_valid ? r + 8 : 0) * 8 + c,
+                  r + 8 < n_valid ? 16 : 0);
+    for (int k = 0; k < 2; k++) sg_cp_async4(&stage[128 + 2 * x + k], src + 3 + 2 * x + k, 4);
+    sg_cp_async_commit();
+    sg_cp_async_wait<1>();
+    __syncthreads();
+    for (int e = x; e < 64; e += 16) out[e] = stage[e];
+    sg_cp_async_wait<0>();
+    __syncthreads();
+    for (int e = 64 + x; e < 160; e += 16) out[e] = stage[e];
+}
+
+static void test_cp_async(int n_valid) {
+    test_rng_state = 0xc0a5ull + (uint64_t)n_valid;
+    float src[16 * 8 + 8], want[160];
+    for (int e = 0; e < 16 * 8 + 8; e++) src[e] = rand_c();
+    for (int e = 0; e < 128; e++) want[e] = e / 8 < n_valid ? src[e] : 0.0f;
+    for (int e = 0; e < 32; e++) want[128 + e] = src[3 + e];
+    float* d_src = (float*)dev_copy(src, sizeof(src));
+    float* d_out = dev_nan(160);
+    SG_LAUNCH(cp_async_kernel, 1, 16, 0, d_out, d_src, n_valid);
+    SG_CHECK_LAUNCH();
+    float out[160];
+    SG_CHECK(cudaMemcpy(out, d_out, sizeof(out), cudaMemcpyDeviceToHost));
+    int differ = 0;
+    for (int e = 0; e < 160; e++) differ += memcmp(&out[e], &want[e], 4) != 0;
+    char name[96];
+    snprintf(name, sizeof(name), "cp_async_two_groups_land_in_order_valid_rows%d", n_valid);
+    expect(differ == 0, name, "16 rows (%d read, the rest zero-filled) in two groups and 32 floats by 4-byte "
+           "copies: %d of 160 floats differ in any bit", n_valid, differ);
+    SG_CHECK(cudaFree(d_src)); SG_CHECK(cudaFree(d_out));
+}
+
+/* emulation only: a copy's destination read before the wait holds the poison (on a GPU it is
+ * undefined: stale or new bytes) */
+__global__ void cp_async_early_read_kernel(float* before, float* after, const float* src) {
+    SG_SHARED(float, stage, 32 * 4);
+    const int x = threadIdx.x;
+    sg_cp_async16(&stage[4 * x], src + 4 * x, 16);
+    sg_cp_async_commit();
+    for (int k = 0; k < 4; k++) before[4 * x + k] = stage[4 * x + k];   /* no wait: the bug */
+    sg_cp_async_wait<0>();
+    for (int k = 0; k < 4; k++) after[4 * x + k] = stage[4 * x + k];
+}
+
+static void test_cp_async_read_before_wait_sees_poison(void) {
+#ifndef SG_EMU
+    skip("cp_async_read_before_wait_sees_poison", "emulation only (undefined on a GPU)");
+#else
+    float src[128];
+    for (int e = 0; e < 128; e++) src[e] = (float)e;
+    float* d_src = (float*)dev_copy(src, sizeof(src));
+    float *d_before = dev_nan(128), *d_after = dev_nan(128);
+    SG_CHECK(cudaMemset(d_before, 0, 128 * sizeof(float)));
+    SG_LAUNCH(cp_async_early_read_kernel, 1, 32, 0, d_before, d_after, d_src);
+    SG_CHECK_LAUNCH();
+    float before[128], after[128];
+    SG_CHECK(cudaMemcpy(before, d_before, sizeof(before), cudaMemcpyDeviceToHost));
+    SG_CHECK(cudaMemcpy(after, d_after, sizeof(after), cudaMemcpyDeviceToHost));
+    int poisoned = 0, landed = 0;
+    for (int e = 0; e < 128; e++) {
+        uint32_t u;
+        memcpy(&u, &before[e], 4);
+        poisoned += u == 0xffffffffu;
+        landed += after[e] == src[e];
+    }
+    expect(poisoned == 128 && landed == 128, "cp_async_read_before_wait_sees_poison", "%d of 128 floats read "
+           "before the wait are the poison (NaN), %d of 128 read after it are the source", poisoned, landed);
+    SG_CHECK(cudaFree(d_src)); SG_CHECK(cudaFree(d_before)); SG_CHECK(cudaFree(d_after));
+#endif
+}
+
+/* emulation only: mistakes the emulation reports (children: the report ends the process) */
+__global__ void emu_mistake_kernel(float* g, const float* src, int which) {
+    SG_SHARED(float, stage, 4 * 32);
+    SG_SHARED(uint16_t, tile, 8 * 16 + 8);
+    const int x = threadIdx.x;
+    if (which == 0) {                 /* committed, never waited for */
+        sg_cp_async16(&stage[4 * x], src + 4 * (x % 16), 16);
+        sg_cp_async_commit();
+    } else if (which == 1) {          /* waited for, never committed */
+        sg_cp_async16(&stage[4 * x], src + 4 * (x % 16), 16);
+        sg_cp_async_wait<0>();
+    } else if (which == 2) {          /* into global memory */
+        sg_cp_async16(g + 4 * (x % 16), src + 4 * (x % 16), 16);
+        sg_cp_async_wait_all();
+    } else {                          /* an ldmatrix row 2 bytes off */
+        for (int e = x; e < 8 * 16 + 8; e += 32) tile[e] = 0;
+        __syncthreads();
+        uint32_t v[4];
+        sg_ldmatrix_x4(v, &tile[(x & 7) * 16 + 1]);
+        g[x] = (float)v[0];
+    }
+}
+
+static const char* const emu_mistakes[] = {"cp_async_never_waited", "cp_async_never_committed",
+                                           "cp_async_into_global", "ldmatrix_unaligned"};
+static const char* const emu_mistake_words[] = {"never waited for", "never waited for",
+                                                "not inside the block's shared memory", "not 16-byte aligned"};
+static int emu_mistake_child(const char* which) {
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(which, emu_mistakes[k])) {
+            float* d_src = dev_nan(64);
+            float* d_g = dev_nan(64);
+            SG_LAUNCH(emu_mistake_kernel, 1, 32, 0, d_g, d_src, k);
+            SG_CHECK_LAUNCH();
+            return 0;   /* not reported: the parent's check fails */
+        }
+    return 3;
+}
+
+static void test_emu_reports_mistakes(void) {
+    for (int k = 0; k < 4; k++) {
+        char name[96];
+        snprintf(name, sizeof(name), "emulation_reports_%s", emu_mistakes[k]);
+        if (!EMU_ONLY) { skip(name, "emulation only"); continue; }
+        expect_refusal(name, "test_cuda_mma", "--emu-mistake", emu_mistakes[k], emu_mistake_words[k]);
+    }
+}
+
+int main(int argc, char** argv) {
+    if (argc == 3 && !strcmp(argv[1], "--emu-mistake")) return emu_mistake_child(argv[2]);
     test_layout_helpers();
     test_tiles(0x5eed0001ull, 3, 4, 0);
     test_tiles(0x5eed0002ull, 2, 1, 0);
@@ -309,5 +573,14 @@ int main(void) {
     test_tiles(0x5eed0004ull, 2, 2, 1);
     test_gemm(0x5eed0101ull);
     test_gemm(0x5eed0102ull);
+    test_ldmatrix(0);
+    test_ldmatrix(1);
+    test_gemm_ldmatrix(0x5eed0201ull, 0);
+    test_gemm_ldmatrix(0x5eed0202ull, 1);
+    test_cp_async(16);
+    test_cp_async(11);
+    test_cp_async(3);
+    test_cp_async_read_before_wait_sees_poison();
+    test_emu_reports_mistakes();
     return test_finish();
 }
