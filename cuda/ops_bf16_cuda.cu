@@ -493,8 +493,10 @@ static void act_backward_carve(Carve* cv, int N, int C, int OC, int dinp) {
     carve(cv, 2, dinp ? sizeof(uint16_t) * (size_t)OC * Cp : 0);
 }
 
-void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
-                                  const float* bias, int N, int C, int OC) {
+/* matmul_forward_bf16_act_cuda and, with out_gelu != NULL (out bf16), the GELU of its result into
+ * out_gelu */
+static void matmul_forward_act(void* out, int out_dtype, void* out_gelu, const void* inp,
+                               const void* weight, const float* bias, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
     const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
@@ -516,13 +518,30 @@ void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, con
     /* out^T (OC,N) = weight (OC,K) . inp^T (K,N): weight is stored column-major as (K,OC) */
     lt_gemm_or_own("forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, K, w, K, x, K, 0.0f, d,
                    out_dtype == DT_BF16 && !stage, OC, bias);
+    size_t n = (size_t)N * OC;
     if (stage) {
-        size_t n = (size_t)N * OC;
-        unsigned blocks = sg_ceil_div(n, EW_THREADS);
-        if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
-        SG_LAUNCH(round_bf16_kernel, blocks, EW_THREADS, 0, (uint16_t*)out, (const float*)d, n);
-        SG_CHECK_LAUNCH();
+        /* the rounding and the GELU from one read of the staged sum, where the kernel applies */
+        if (out_gelu != NULL && round_gelu_bf16_cuda(out, out_gelu, (const float*)d, n)) return;
+        if (!kernels_baseline_cuda()) {
+            round_to_bf16_cuda(out, (const float*)d, n);   /* 16-byte accesses where aligned */
+        } else {
+            unsigned blocks = sg_ceil_div(n, EW_THREADS);
+            if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
+            SG_LAUNCH(round_bf16_kernel, blocks, EW_THREADS, 0, (uint16_t*)out, (const float*)d, n);
+            SG_CHECK_LAUNCH();
+        }
     }
+    if (out_gelu != NULL) gelu_forward_bf16_cuda(out_gelu, out, n);
+}
+
+void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
+                                  const float* bias, int N, int C, int OC) {
+    matmul_forward_act(out, out_dtype, NULL, inp, weight, bias, N, C, OC);
+}
+
+void matmul_forward_gelu_bf16_act_cuda(void* out, void* out_gelu, const void* inp,
+                                       const void* weight, const float* bias, int N, int C, int OC) {
+    matmul_forward_act(out, DT_BF16, out_gelu, inp, weight, bias, N, C, OC);
 }
 
 void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -532,7 +551,20 @@ void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, co
     Carve cv = {{0}, 0};
     act_backward_carve(&cv, N, C, OC, dinp != NULL);
     void* base = lt_scratch(cv.total);
-    __nv_bfloat16* g16 = round_pad_bf16(base, cv.off[0], dout, N, OC, N, OCp);
+    /* dout rounded to bf16 once, into the scratch (N, OCp). With OC a multiple of 8 there is no
+     * padding, and the rounding goes with the bias gradient's column sums (one read of the fp32
+     * dout for both), or alone in 16-byte accesses; otherwise the padded copy. dbias is
+     * bias_backward_cuda's either way, the same bits. */
+    __nv_bfloat16* g16 = (__nv_bfloat16*)((unsigned char*)base + cv.off[0]);
+    int dbias_done = 0, rounded = 0;
+    if (!kernels_baseline_cuda() && OC % LT_PAD == 0) {
+        if (dbias != NULL) rounded = dbias_done = bias_backward_round_bf16_cuda(dbias, g16, dout, N, OC);
+        if (!rounded && ((uintptr_t)dout & 15u) == 0 && ((uintptr_t)g16 & 15u) == 0) {
+            round_to_bf16_cuda(g16, dout, (size_t)N * OC);
+            rounded = 1;
+        }
+    }
+    if (!rounded) g16 = round_pad_bf16(base, cv.off[0], dout, N, OC, N, OCp);
     const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
     const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
     int ldx = C;
@@ -548,7 +580,7 @@ void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, co
     /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T (C,N) . dout */
     lt_gemm_or_own("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, OCp, 1.0f, dweight, 0, C, NULL);
     /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
-    if (dbias != NULL) bias_backward_cuda(dbias, dout, N, OC);
+    if (dbias != NULL && !dbias_done) bias_backward_cuda(dbias, dout, N, OC);
 }
 
 size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* k) {

@@ -41,6 +41,11 @@ void layernorm_forward_bf16_cuda(void* out, float* mean, float* rstd, const floa
 /* GELU of bf16 inputs, gelu_forward_cuda's arithmetic, the forward's output rounded */
 void gelu_forward_bf16_cuda(void* out, const void* inp, size_t n);
 void gelu_backward_bf16_cuda(float* dinp, const void* inp, const float* dout, size_t n);
+/* the bf16 MLP's pre-activation and GELU from its GEMM's fp32 result src (n): pre = src rounded
+ * once, act = GELU(pre) rounded, both from one read of src (what round_to_bf16_cuda, then
+ * gelu_forward_bf16_cuda give). Returns 0 without doing anything where it does not apply (the
+ * switch at baseline, n not a multiple of 8, a pointer not 16-byte aligned). */
+int round_gelu_bf16_cuda(void* pre, void* act, const float* src, size_t n);
 /* RoPE on bf16 q and k heads: each pair read, rotated in fp32, rounded again */
 void rope_forward_bf16_cuda(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
                             int NKV, int HD, int layout, int pos0);
@@ -49,6 +54,10 @@ void rope_forward_bf16_cuda(void* qkv, const float* cos, const float* sin, int B
  * the bias rounded once) */
 void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
                                   const float* bias, int N, int C, int OC);
+/* matmul_forward_bf16_act_cuda with a bf16 out, then gelu_forward_bf16_cuda(out_gelu, out),
+ * in one call (model/backend.h, matmul_forward_gelu): the same bits, the fp32 result read once */
+void matmul_forward_gelu_bf16_act_cuda(void* out, void* out_gelu, const void* inp,
+                                       const void* weight, const float* bias, int N, int C, int OC);
 /* dinp = bf16(dout) . weight (skipped if NULL) and dweight += bf16(dout)^T . inp, inp and weight
  * bf16 as stored; dout stays fp32 in memory and is rounded into the products' scratch; dbias +=
  * the column sums of the fp32 dout (bias_backward_cuda's, may be NULL) */

@@ -104,6 +104,14 @@ static void w_layernorm_forward(void* out, float* mean, float* rstd, const float
     TIMED(fwd_class(PROF_LAYERNORM), 0,
           inner->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C));
 }
+static void w_residual_layernorm_forward(float* out, const float* x, const float* branch, int B,
+                                         int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
+                                         void* ln_out, float* mean, float* rstd,
+                                         const float* weight, const float* bias) {
+    TIMED(fwd_class(PROF_LAYERNORM), 0,
+          inner->residual_layernorm_forward(out, x, branch, B, T, C, g0, seed, drop, ln_out, mean,
+                                            rstd, weight, bias));
+}
 static void w_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean,
                                  const float* rstd, int N, int C) {
@@ -119,6 +127,11 @@ static void w_matmul_backward(float* dinp, float* dweight, float* dbias, const f
                               const void* inp, const void* weight, int N, int C, int OC) {
     TIMED(PROF_MATMUL_BWD, (dinp != NULL ? 4.0 : 2.0) * N * C * OC,
           inner->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC));
+}
+static void w_matmul_forward_gelu(void* out, void* out_gelu, const void* inp, const void* weight,
+                                  const float* bias, int N, int C, int OC) {
+    TIMED(fwd_class(PROF_MATMUL_FWD), 2.0 * N * C * OC,
+          inner->matmul_forward_gelu(out, out_gelu, inp, weight, bias, N, C, OC));
 }
 static void w_gelu_forward(void* out, const void* inp, size_t n) {
     TIMED(fwd_class(PROF_GELU), 0, inner->gelu_forward(out, inp, n));
@@ -166,6 +179,10 @@ static double w_sum_squares(const float* x, size_t n) {
     TIMED(PROF_OPTIMIZER, 0, r = inner->sum_squares(x, n));
     return r;
 }
+static void w_sum_squares_tensors(double* out, const float* x, int ntensors, const size_t* offset,
+                                  const size_t* size) {
+    TIMED(PROF_OPTIMIZER, 0, inner->sum_squares_tensors(out, x, ntensors, offset, size));
+}
 static void w_scale_inplace(float* x, size_t n, float s) {
     TIMED(PROF_OPTIMIZER, 0, inner->scale_inplace(x, n, s));
 }
@@ -182,6 +199,14 @@ static void w_adamw_update_act(float* params, void* params_act, const float* gra
     TIMED(PROF_OPTIMIZER, 0,
           inner->adamw_update_act(params, params_act, grads, grad_scale, m, v, n, lr, beta1, beta2,
                                   eps, weight_decay, t));
+}
+static void w_adamw_update_tensors(float* params, void* params_act, const float* grads,
+                                   float grad_scale, float* m, float* v, int ntensors,
+                                   const size_t* offset, const size_t* size, const float* wd,
+                                   float lr, float beta1, float beta2, float eps, int t) {
+    TIMED(PROF_OPTIMIZER, 0,
+          inner->adamw_update_tensors(params, params_act, grads, grad_scale, m, v, ntensors, offset,
+                                      size, wd, lr, beta1, beta2, eps, t));
 }
 static void w_round_to_act(void* dst, const float* src, size_t n) {
     TIMED(PROF_OPTIMIZER, 0, inner->round_to_act(dst, src, n));
@@ -221,9 +246,12 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.encoder_forward = w_encoder_forward;
     outer.encoder_backward = w_encoder_backward;
     outer.layernorm_forward = w_layernorm_forward;
+    outer.residual_layernorm_forward =
+        in->residual_layernorm_forward ? w_residual_layernorm_forward : NULL;
     outer.layernorm_backward = w_layernorm_backward;
     outer.matmul_forward = w_matmul_forward;
     outer.matmul_backward = w_matmul_backward;
+    outer.matmul_forward_gelu = in->matmul_forward_gelu ? w_matmul_forward_gelu : NULL;
     outer.gelu_forward = w_gelu_forward;
     outer.gelu_backward = w_gelu_backward;
     outer.residual_dropout_forward = w_residual_dropout_forward;
@@ -236,9 +264,11 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.crossentropy_forward_backward =
         in->crossentropy_forward_backward ? w_crossentropy_forward_backward : NULL;
     outer.sum_squares = w_sum_squares;
+    outer.sum_squares_tensors = in->sum_squares_tensors ? w_sum_squares_tensors : NULL;
     outer.scale_inplace = w_scale_inplace;
     outer.adamw_update = w_adamw_update;
     outer.adamw_update_act = in->adamw_update_act ? w_adamw_update_act : NULL;
+    outer.adamw_update_tensors = in->adamw_update_tensors ? w_adamw_update_tensors : NULL;
     outer.round_to_act = in->round_to_act ? w_round_to_act : NULL;
     outer.attention_forward = w_attention_forward;
     outer.attention_backward = w_attention_backward;

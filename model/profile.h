@@ -15,10 +15,12 @@
  * forward, backward, recompute, optimizer), and an op's class is its kind, except that every op
  * of a recompute — the re-run forward of a segment before its backward, and its value check —
  * counts as "recompute", never as the forward op it repeats:
- *   matmul fwd / bwd     matmul_forward / matmul_backward (every linear and the LM head)
+ *   matmul fwd / bwd     matmul_forward / matmul_backward (every linear and the LM head), and
+ *                        matmul_forward_gelu (the MLP's first product with its GELU fused)
  *   attention fwd / bwd  attention_forward / _backward, with RoPE's rotation of q and k
- *   LayerNorm            layernorm_forward and _backward
- *   GELU                 gelu_forward and _backward
+ *   LayerNorm            layernorm_forward and _backward, and residual_layernorm_forward (the
+ *                        residual add fused into the MLP's LayerNorm)
+ *   GELU                 gelu_forward (where not fused) and _backward
  *   residual+dropout     residual_dropout_forward, dropout_backward, drop_path
  *   cross-entropy        crossentropy_forward and _backward (softmax over the vocabulary)
  *   zero_grad/clip/AdamW the fills, norms, scalings and updates of the optimizer phase
