@@ -52,7 +52,10 @@ static int phase = BE_PHASE_FORWARD;
 static Call* calls;                   /* this step's timed calls */
 static int ncalls, calls_cap;
 static double step_t0;
-static ProfileTotals totals;
+/* the steps measured, in three parts: the first step, the rest of the warm-up (steps 1 ..
+ * PROFILE_WARMUP_STEPS - 1) and the steady steps after it */
+enum { PART_FIRST, PART_WARMUP, PART_STEADY, NUM_PARTS };
+static ProfileTotals parts[NUM_PARTS];
 
 static void push_call(int cls, int m0, int m1, double flops) {
     if (ncalls == calls_cap) {
@@ -273,8 +276,7 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.attention_forward = w_attention_forward;
     outer.attention_backward = w_attention_backward;
     outer.attention_forward_stats = in->attention_forward_stats ? w_attention_forward_stats : NULL;
-    memset(&totals, 0, sizeof(totals));
-    totals.timer = timer->name;
+    memset(parts, 0, sizeof(parts));
     return &outer;
 }
 
@@ -295,16 +297,48 @@ void profile_step_end(void) {
     if (inner->synchronize != NULL) inner->synchronize();
     double wall = wall_now_ms() - step_t0;
     recording = 0;
+    int done = parts[PART_FIRST].steps + parts[PART_WARMUP].steps + parts[PART_STEADY].steps;
+    ProfileTotals* t = &parts[done == 0 ? PART_FIRST : done < PROFILE_WARMUP_STEPS ? PART_WARMUP
+                                                                                  : PART_STEADY];
     for (int i = 0; i < ncalls; i++) {
         double ms = timer->elapsed_ms(calls[i].m0, calls[i].m1);
-        totals.ms[calls[i].cls] += ms > 0 ? ms : 0;
-        totals.flops[calls[i].cls] += calls[i].flops;
+        t->ms[calls[i].cls] += ms > 0 ? ms : 0;
+        t->flops[calls[i].cls] += calls[i].flops;
     }
-    totals.steps++;
-    totals.step_ms += wall;
+    t->steps++;
+    t->step_ms += wall;
 }
 
-ProfileTotals profile_totals(void) { return totals; }
+/* the sum of parts [from, NUM_PARTS) */
+static ProfileTotals parts_from(int from) {
+    ProfileTotals t;
+    memset(&t, 0, sizeof(t));
+    for (int k = from; k < NUM_PARTS; k++) {
+        t.steps += parts[k].steps;
+        t.step_ms += parts[k].step_ms;
+        for (int c = 0; c < NUM_PROF_CLASSES; c++) {
+            t.ms[c] += parts[k].ms[c];
+            t.flops[c] += parts[k].flops[c];
+        }
+    }
+    t.timer = timer != NULL ? timer->name : "";
+    t.first_step_ms = 0.0;
+    return t;
+}
+
+ProfileTotals profile_totals(void) { return parts_from(PART_FIRST); }
+
+ProfileTotals profile_totals_steady(void) {
+    /* the steady steps; with too few steps for them, what is after the first; the first alone
+     * when it is all there is */
+    int from = parts[PART_STEADY].steps > 0 ? PART_STEADY
+             : parts[PART_WARMUP].steps > 0 ? PART_WARMUP : PART_FIRST;
+    ProfileTotals t = parts_from(from);
+    if (from == PART_STEADY) t.warmup = PROFILE_WARMUP_STEPS;
+    if (from == PART_WARMUP) t.warmup = 1;
+    if (from != PART_FIRST && parts[PART_FIRST].steps > 0) t.first_step_ms = parts[PART_FIRST].step_ms;
+    return t;
+}
 
 static const char* const keys[NUM_PROF_CLASSES] = {
     "matmul_fwd", "matmul_bwd", "attn_fwd", "attn_bwd", "layernorm", "gelu",
@@ -329,8 +363,14 @@ void profile_print(FILE* f, const ProfileTotals* t, double peak_gflops) {
         return;
     }
     double n = t->steps, step = t->step_ms / n;
-    fprintf(f, "profile: %d step%s, %.2f ms/step (%s per op; a recompute's re-run forward counts "
-            "as recompute)\n", t->steps, t->steps == 1 ? "" : "s", step, t->timer);
+    if (t->first_step_ms > 0)
+        fprintf(f, "profile: first step %.2f ms (module load, the libraries' first calls and "
+                "algorithm choices, first touches of memory), not in the table\n", t->first_step_ms);
+    char after[64] = "";
+    if (t->warmup > 0)
+        snprintf(after, sizeof after, " after %d warm-up step%s", t->warmup, t->warmup == 1 ? "" : "s");
+    fprintf(f, "profile: %d step%s%s, %.2f ms/step (%s per op; a recompute's re-run forward counts "
+            "as recompute)\n", t->steps, t->steps == 1 ? "" : "s", after, step, t->timer);
     fprintf(f, "  %-30s %10s %7s %9s%s\n", "op class", "ms/step", "% step", "GFLOP/s",
             peak_gflops > 0 ? "   % peak" : "");
     for (int c = 0; c < NUM_PROF_CLASSES; c++) {
@@ -353,7 +393,9 @@ void profile_print(FILE* f, const ProfileTotals* t, double peak_gflops) {
 
 void profile_json_fields(FILE* f, const ProfileTotals* t) {
     double n = t->steps > 0 ? t->steps : 1;
-    fprintf(f, ",\"profile_steps\":%d,\"step_ms\":%.4f", t->steps, t->step_ms / n);
+    fprintf(f, ",\"profile_steps\":%d,\"warmup_steps\":%d,\"step_ms\":%.4f", t->steps, t->warmup,
+            t->step_ms / n);
+    if (t->first_step_ms > 0) fprintf(f, ",\"first_step_ms\":%.4f", t->first_step_ms);
     for (int c = 0; c < NUM_PROF_CLASSES; c++) {
         fprintf(f, ",\"%s_ms\":%.4f", keys[c], t->ms[c] / n);
         if (t->flops[c] > 0)
