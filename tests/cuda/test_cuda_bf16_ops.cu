@@ -34,6 +34,7 @@
 #include "cuda/ops_bf16_cuda.h"
 #include "cpu/ops_bf16_cpu.h"
 #include "tests/test.h"
+#include "tests/cuda/kernels_ab.h"
 
 #ifdef SG_EMU
 #define EMU_ONLY 1
@@ -379,6 +380,157 @@ static void test_refusal_gives_the_same_bits(int N, int C, int OC) {
     free(x); free(w); free(bias); free(dout);
 }
 
+/* ---- the new kernels against the baseline (SEEDGPT_KERNELS=baseline; tests/cuda/kernels_ab.h) -- */
+
+static void* dev_poison(size_t bytes) {
+    void* d = dev_upload(NULL, bytes);
+    SG_CHECK(cudaMemset(d, 0xff, bytes));   /* NaN as fp32 and as bf16 */
+    return d;
+}
+static void* host_of(const void* d, size_t bytes) {
+    void* h = malloc(bytes);
+    download(h, d, bytes);
+    return h;
+}
+
+/* the element-wise bf16 ops: LayerNorm (alone and after the residual add), GELU forward and
+ * backward, round_to_act */
+static void test_ab_elementwise(int B, int T, int C, double p) {
+    char name[160];
+    const int N = B * T;
+    const size_t n = (size_t)N * C, n4 = 4 * n;
+    const int vec = C % 8 == 0;   /* bf16 rows of whole 16-byte pieces */
+    float* x = (float*)malloc(n * 4);
+    float *w = (float*)malloc(C * 4), *b = (float*)malloc(C * 4), *br = (float*)malloc(n * 4);
+    for (size_t i = 0; i < n; i++) { x[i] = (float)(2.0 * test_normal() + 0.3); br[i] = (float)test_normal(); }
+    for (int c = 0; c < C; c++) { w[c] = (float)(1.0 + 0.3 * test_normal()); b[c] = (float)(0.2 * test_normal()); }
+    float *dx = (float*)dev_upload(x, n * 4), *dw = (float*)dev_upload(w, C * 4), *db = (float*)dev_upload(b, C * 4);
+    void *ob = dev_poison(n * 2), *on = dev_poison(n * 2);
+    float *mb = (float*)dev_poison(N * 4), *mn = (float*)dev_poison(N * 4), *rb = (float*)dev_poison(N * 4),
+          *rn = (float*)dev_poison(N * 4);
+    Launches l;
+    AB_RUN(l, layernorm_forward_bf16_cuda(ob, mb, rb, dx, dw, db, N, C),
+           layernorm_forward_bf16_cuda(on, mn, rn, dx, dw, db, N, C));
+    void *hb = host_of(ob, n * 2), *hn = host_of(on, n * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_layernorm_new_equals_baseline_N%d_C%d", N, C);
+    expect_ab(name, hn, hb, n, 2, l, vec);
+    free(hb); free(hn);
+    hb = host_of(rb, N * 4); hn = host_of(rn, N * 4);
+    snprintf(name, sizeof(name), "cuda_bf16_layernorm_rstd_new_equals_baseline_N%d_C%d", N, C);
+    expect_ab(name, hn, hb, N, 4, l, vec);
+    free(hb); free(hn);
+
+    Dropout d = dropout_make(p);
+    uint64_t seed = philox_site_seed(0x5eedull, 2, 1, 2, 0);
+    float *resb = (float*)dev_upload(br, n * 4), *resn = (float*)dev_upload(br, n * 4);
+    SG_CHECK(cudaMemset(ob, 0xff, n * 2)); SG_CHECK(cudaMemset(on, 0xff, n * 2));
+    AB_RUN(l, residual_layernorm_forward_bf16_cuda(resb, dx, resb, B, T, C, 3u, seed, d, ob, mb, rb, dw, db),
+           residual_layernorm_forward_bf16_cuda(resn, dx, resn, B, T, C, 3u, seed, d, on, mn, rn, dw, db));
+    hb = host_of(resb, n * 4); hn = host_of(resn, n * 4);
+    snprintf(name, sizeof(name), "cuda_bf16_residual_layernorm_residual_new_equals_baseline_N%d_C%d_p%g", N, C, p);
+    expect_ab(name, hn, hb, n, 4, l, C % 4 == 0);   /* fused, or the residual's own new kernel */
+    free(hb); free(hn);
+    hb = host_of(ob, n * 2); hn = host_of(on, n * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_residual_layernorm_norm_new_equals_baseline_N%d_C%d_p%g", N, C, p);
+    expect_ab(name, hn, hb, n, 2, l, C % 4 == 0);
+    free(hb); free(hn);
+
+    /* GELU on the MLP's width: bf16 in, bf16 out; the backward in place on dout */
+    uint16_t* g16 = random_bf16(n4, 2.5);
+    float* dg = (float*)malloc(n4 * 4);
+    for (size_t i = 0; i < n4; i++) dg[i] = (float)test_normal();
+    void *dgin = dev_upload(g16, n4 * 2), *gb = dev_poison(n4 * 2), *gn = dev_poison(n4 * 2);
+    AB_RUN(l, gelu_forward_bf16_cuda(gb, dgin, n4), gelu_forward_bf16_cuda(gn, dgin, n4));
+    hb = host_of(gb, n4 * 2); hn = host_of(gn, n4 * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_gelu_forward_new_equals_baseline_n%zu", n4);
+    expect_ab(name, hn, hb, n4, 2, l, n4 % 8 == 0);
+    free(hb); free(hn);
+    float *bb = (float*)dev_upload(dg, n4 * 4), *bn = (float*)dev_upload(dg, n4 * 4);
+    AB_RUN(l, gelu_backward_bf16_cuda(bb, dgin, bb, n4), gelu_backward_bf16_cuda(bn, dgin, bn, n4));
+    hb = host_of(bb, n4 * 4); hn = host_of(bn, n4 * 4);
+    snprintf(name, sizeof(name), "cuda_bf16_gelu_backward_new_equals_baseline_n%zu", n4);
+    expect_ab(name, hn, hb, n4, 4, l, n4 % 8 == 0);
+    free(hb); free(hn);
+
+    SG_CHECK(cudaMemset(ob, 0xff, n * 2)); SG_CHECK(cudaMemset(on, 0xff, n * 2));
+    AB_RUN(l, round_to_bf16_cuda(ob, dx, n), round_to_bf16_cuda(on, dx, n));
+    hb = host_of(ob, n * 2); hn = host_of(on, n * 2);
+    snprintf(name, sizeof(name), "cuda_round_to_act_new_equals_baseline_n%zu", n);
+    expect_ab(name, hn, hb, n, 2, l, n % 8 == 0);
+    free(hb); free(hn);
+
+    void* dev[] = {dx, dw, db, ob, on, mb, mn, rb, rn, resb, resn, dgin, gb, gn, bb, bn};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) SG_CHECK(cudaFree(dev[i]));
+    free(x); free(w); free(b); free(br); free(g16); free(dg);
+}
+
+/* the products: the forward with a bf16 result and a bias (the staged sum rounded in 16-byte
+ * accesses), the MLP's product with its GELU in one op against the two ops under baseline, and the
+ * backward with dout rounded once (with the bias gradient's column sums, or alone) */
+static void test_ab_products(int N, int C, int OC) {
+    char name[160];
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    const int vec = OC % 8 == 0, vec_out = no % 8 == 0;   /* the dout's rounding; the result's */
+    uint16_t *x = random_bf16(nx, 1.0), *w = random_bf16(nw, 0.5);
+    float* bias = (float*)malloc(OC * 4);
+    for (int o = 0; o < OC; o++) bias[o] = (float)(0.3 * test_normal());
+    float* dout = (float*)malloc(no * 4);
+    for (size_t i = 0; i < no; i++) dout[i] = (float)test_normal();
+    void *dx = dev_upload(x, nx * 2), *dwt = dev_upload(w, nw * 2);
+    float *db = (float*)dev_upload(bias, OC * 4), *dgo = (float*)dev_upload(dout, no * 4);
+    void *yb = dev_poison(no * 2), *yn = dev_poison(no * 2), *gb = dev_poison(no * 2), *gn = dev_poison(no * 2);
+    Launches l;
+    AB_RUN(l, matmul_forward_bf16_act_cuda(yb, DT_BF16, dx, dwt, db, N, C, OC),
+           matmul_forward_bf16_act_cuda(yn, DT_BF16, dx, dwt, db, N, C, OC));
+    void *hb = host_of(yb, no * 2), *hn = host_of(yn, no * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_matmul_forward_bf16_bias_new_equals_baseline_N%d_C%d_OC%d", N, C, OC);
+    expect_ab(name, hn, hb, no, 2, l, vec_out);
+    free(hb); free(hn);
+    SG_CHECK(cudaMemset(yb, 0xff, no * 2)); SG_CHECK(cudaMemset(yn, 0xff, no * 2));
+    AB_RUN(l, (matmul_forward_bf16_act_cuda(yb, DT_BF16, dx, dwt, db, N, C, OC),
+               gelu_forward_bf16_cuda(gb, yb, no)),
+           matmul_forward_gelu_bf16_act_cuda(yn, gn, dx, dwt, db, N, C, OC));
+    hb = host_of(yb, no * 2); hn = host_of(yn, no * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_matmul_forward_gelu_pre_new_equals_baseline_N%d_C%d_OC%d", N, C, OC);
+    expect_ab(name, hn, hb, no, 2, l, vec_out);
+    free(hb); free(hn);
+    hb = host_of(gb, no * 2); hn = host_of(gn, no * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_matmul_forward_gelu_act_new_equals_baseline_N%d_C%d_OC%d", N, C, OC);
+    expect_ab(name, hn, hb, no, 2, l, vec_out);
+    free(hb); free(hn);
+
+    for (int with_bias = 1; with_bias >= 0; with_bias--) {
+        float* dw0 = (float*)malloc(nw * 4);
+        float* db0 = (float*)malloc(OC * 4);
+        for (size_t i = 0; i < nw; i++) dw0[i] = (float)(0.1 * test_normal());
+        for (int o = 0; o < OC; o++) db0[o] = (float)(0.1 * test_normal());
+        float *ib = (float*)dev_poison(nx * 4), *in = (float*)dev_poison(nx * 4);
+        float *wb = (float*)dev_upload(dw0, nw * 4), *wn = (float*)dev_upload(dw0, nw * 4);
+        float *bb = (float*)dev_upload(db0, OC * 4), *bn = (float*)dev_upload(db0, OC * 4);
+        AB_RUN(l, matmul_backward_bf16_act_cuda(ib, wb, with_bias ? bb : NULL, dgo, dx, dwt, N, C, OC),
+               matmul_backward_bf16_act_cuda(in, wn, with_bias ? bn : NULL, dgo, dx, dwt, N, C, OC));
+        const char* tag = with_bias ? "bias" : "nobias";
+        hb = host_of(ib, nx * 4); hn = host_of(in, nx * 4);
+        snprintf(name, sizeof(name), "cuda_bf16_matmul_backward_dinp_new_equals_baseline_%s_N%d_C%d_OC%d", tag, N, C, OC);
+        expect_ab(name, hn, hb, nx, 4, l, vec);
+        free(hb); free(hn);
+        hb = host_of(wb, nw * 4); hn = host_of(wn, nw * 4);
+        snprintf(name, sizeof(name), "cuda_bf16_matmul_backward_dweight_new_equals_baseline_%s_N%d_C%d_OC%d", tag, N, C, OC);
+        expect_ab(name, hn, hb, nw, 4, l, vec);
+        free(hb); free(hn);
+        hb = host_of(bb, OC * 4); hn = host_of(bn, OC * 4);
+        snprintf(name, sizeof(name), "cuda_bf16_matmul_backward_dbias_new_equals_baseline_%s_N%d_C%d_OC%d", tag, N, C, OC);
+        expect_ab(name, hn, hb, OC, 4, l, vec);
+        free(hb); free(hn);
+        SG_CHECK(cudaFree(ib)); SG_CHECK(cudaFree(in)); SG_CHECK(cudaFree(wb)); SG_CHECK(cudaFree(wn));
+        SG_CHECK(cudaFree(bb)); SG_CHECK(cudaFree(bn));
+        free(dw0); free(db0);
+    }
+    void* dev[] = {dx, dwt, db, dgo, yb, yn, gb, gn};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) SG_CHECK(cudaFree(dev[i]));
+    free(x); free(w); free(bias); free(dout);
+}
+
 int main(void) {
     test_rng_state = 0xbf16ac7ull;
     test_round_to_act();
@@ -397,5 +549,9 @@ int main(void) {
     } else {
         skip("cuda_bf16_matmul_refused_by_cublaslt", "refusals are forced only in the emulation");
     }
+    test_ab_elementwise(2, 9, 64, 0.1);
+    test_ab_elementwise(1, 3, 36, 0.5);   /* C not a multiple of 8: the baseline kernels */
+    test_ab_products(19, 64, 48);
+    test_ab_products(13, 64, 20);         /* OC not a multiple of 8: the padded dout */
     return test_finish();
 }
