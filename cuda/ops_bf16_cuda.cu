@@ -468,6 +468,14 @@ static void lt_gemm_or_own(const char* what, cublasOperation_t transa, cublasOpe
     SG_CHECK_LAUNCH();
 }
 
+void gemm_bf16_cuda(int transa, int transb, int m, int n, int k, const void* A, long long lda,
+                    const void* B, long long ldb, float beta, void* D, int d_bf16, long long ldd,
+                    const float* bias) {
+    lt_gemm_or_own("benchmarked", transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
+                   n, k, (const __nv_bfloat16*)A, lda, (const __nv_bfloat16*)B, ldb, beta, D, d_bf16, ldd,
+                   bias);
+}
+
 /* the scratch's pieces (the ops below carve the same): the forward's padded weight and inp when C
  * is not used as stored, and with a bias its fp32 result before the one rounding to bf16 (below);
  * the backward's rounded dout, then the padded inp and weight likewise */

@@ -68,6 +68,15 @@ void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, co
 size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* calls);
 void matmul_act_reserve_scratch_bf16_cuda(const OpCalls* calls);
 
+/* One GEMM problem as the products above run it (the per-problem table of
+ * tests/cuda/bench_ops_cuda.cu): D (m, n) column-major = op(A) (m, k) . op(B) (k, n) + beta D
+ * [+ bias (m)], A and B bf16 column-major (ld lda, ldb) before their transposes (transa, transb:
+ * 0 none, 1 transposed), D fp32 or, with d_bf16, bf16 (ld ldd); the same cached cuBLASLt plan, or
+ * seedgpt's own kernel where cuBLASLt refuses. */
+void gemm_bf16_cuda(int transa, int transb, int m, int n, int k, const void* A, long long lda,
+                    const void* B, long long ldb, float beta, void* D, int d_bf16, long long ldd,
+                    const float* bias);
+
 /* cuBLASLt's workspace, allocated once through device_alloc_cuda (counted in the peak) */
 #define SG_LT_WORKSPACE_BYTES ((size_t)32 << 20)
 
