@@ -591,6 +591,34 @@ void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, co
     if (dbias != NULL && !dbias_done) bias_backward_cuda(dbias, dout, N, OC);
 }
 
+void matmul_backward_dout_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const void* dout,
+                                        int ld_dout, const void* inp, const void* weight, int N, int C,
+                                        int OC) {
+    if (N == 0 || C == 0 || OC == 0) return;
+    if (dbias != NULL || ld_dout < OC || ld_dout % LT_PAD != 0 || ((uintptr_t)dout & 15u) != 0) {
+        fprintf(stderr, "seedgpt: matmul_backward_dout_bf16_act_cuda: wants no bias gradient (its sums need the "
+                "fp32 dout), rows of dout at least OC (%d) apart in a multiple of %d elements (%d) and 16-byte "
+                "aligned\n", OC, LT_PAD, ld_dout);
+        exit(1);
+    }
+    Carve cv = {{0}, 0};
+    act_backward_carve(&cv, N, C, OC, dinp != NULL);
+    void* base = lt_scratch(cv.total);
+    const __nv_bfloat16* g16 = (const __nv_bfloat16*)dout;
+    const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
+    const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
+    int ldx = C;
+    if (!act_direct(C)) {
+        ldx = (int)pad_to((size_t)C, LT_PAD);
+        x = pad_cols_bf16(base, cv.off[1], inp, N, C, ldx);
+        if (dinp != NULL) w = pad_cols_bf16(base, cv.off[2], weight, OC, C, ldx);
+    }
+    /* the products of matmul_backward_bf16_act_cuda, on the given bf16 dout */
+    if (dinp != NULL)
+        lt_gemm_or_own("dinp", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, ld_dout, 0.0f, dinp, 0, C, NULL);
+    lt_gemm_or_own("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, ld_dout, 1.0f, dweight, 0, C, NULL);
+}
+
 size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* k) {
     return products_scratch_bytes(k, act_forward_carve, act_backward_carve);
 }

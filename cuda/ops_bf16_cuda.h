@@ -63,6 +63,19 @@ void matmul_forward_gelu_bf16_act_cuda(void* out, void* out_gelu, const void* in
  * the column sums of the fp32 dout (bias_backward_cuda's, may be NULL) */
 void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
                                    const void* inp, const void* weight, int N, int C, int OC);
+/* the classifier chunk's loss and gradient in one pass under bf16 operands (model/backend.h,
+ * crossentropy_forward_backward_act): losses (N) = (max - l[target]) + log(sum exp(l - max)) in
+ * fp32; dlogits = dloss (softmax - onehot) on [0, V), +0 on [V, Vp), rounded once to bf16 and
+ * written over the logits: row n's Vp bf16 values at the start of fp32 row n (rows 2 Vp bf16
+ * elements apart). fp32 exponentials: within docs/cuda.md's bound of the fp32 op. Under
+ * SEEDGPT_KERNELS=baseline: the fp32 kernels, then the rounding into that form. */
+void crossentropy_forward_backward_bf16_cuda(float* losses, float* logits, const int* targets,
+                                             float dloss, int N, int V, int Vp);
+/* matmul_backward_bf16_act_cuda with dout already bf16 (N rows, ld_dout elements apart, a multiple
+ * of 8, 16-byte aligned), as the op above leaves it; dbias must be NULL */
+void matmul_backward_dout_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const void* dout,
+                                        int ld_dout, const void* inp, const void* weight, int N, int C,
+                                        int OC);
 /* The device memory those two keep (the padded operand copies they need, cuBLASLt's workspace)
  * for a model's calls, and its allocation now. */
 size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* calls);

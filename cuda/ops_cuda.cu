@@ -1266,6 +1266,124 @@ void crossentropy_backward_cuda(float* logits, const int* targets, float dloss, 
     SG_CHECK_LAUNCH();
 }
 
+/* ---- the classifier's cross-entropy under bf16 operands, in one pass ---------------------- */
+/* Row n of the chunk, one block: the logits l[0, V) read once for an online max and sum of
+ * exponentials (fp32, __expf; each thread over its own 8-element pieces, then the threads'
+ * (max, sum) pairs combined in a fixed butterfly and warp order), the loss
+ * (maxv - l[target]) + log(sum), then dlogits = dloss (softmax - onehot) rounded once to bf16,
+ * +0 on [V, Vp), written over the logits' own memory: the row's Vp bf16 values at the start of its
+ * fp32 row (model/backend.h, crossentropy_forward_backward_act), where the classifier's backward
+ * product reads them. The second pass reads the row again (from L2: a block's row was read just
+ * before) a piece of 8 elements a thread at a time; its bf16 writes for piece k land on the fp32
+ * elements [k S / 2, (k + 1) S / 2) (S = 8 threads), which the block has read by then, so a
+ * barrier between each piece's reads and its writes is all the order there is to keep.
+ * fp32 exponentials move bits against the fp32 kernels above (double): docs/cuda.md gives the
+ * bound test_cuda_bf16_ops holds them to. */
+static __device__ inline void ms_combine(float& m, float& s, float m2, float s2) {
+    float mm = fmaxf(m, m2);
+    float a = m == -INFINITY ? 0.0f : s * __expf(m - mm);
+    float b = m2 == -INFINITY ? 0.0f : s2 * __expf(m2 - mm);
+    m = mm;
+    s = a + b;   /* the same bits whichever side is which */
+}
+
+__global__ void crossentropy_bf16_kernel(float* losses, float* logits, const int* targets, float dloss,
+                                         int V, int Vp) {
+    SG_SHARED(float, red_m, 32);
+    SG_SHARED(float, red_s, 32);
+    int n = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    float* l = logits + (size_t)n * Vp;
+    const int S = 8 * blockDim.x;   /* elements a piece */
+    float m = -INFINITY, s = 0.0f;
+    for (int p0 = 0; p0 < V; p0 += S) {
+        int v0 = p0 + 8 * tid;
+        if (v0 >= V) continue;
+        float x[8];
+        ld_f4(l + v0, x);
+        ld_f4(l + v0 + 4, x + 4);
+        #pragma unroll
+        for (int w = 0; w < 8; w++) {
+            if (v0 + w >= V) break;
+            if (x[w] > m) {
+                s = s * __expf(m - x[w]) + 1.0f;
+                m = x[w];
+            } else {
+                s += __expf(x[w] - m);
+            }
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1)
+        ms_combine(m, s, __shfl_xor_sync(0xffffffffu, m, off), __shfl_xor_sync(0xffffffffu, s, off));
+    if (lane == 0) { red_m[warp] = m; red_s[warp] = s; }
+    __syncthreads();
+    int nwarps = blockDim.x / 32;
+    if (warp == 0) {
+        m = lane < nwarps ? red_m[lane] : -INFINITY;
+        s = lane < nwarps ? red_s[lane] : 0.0f;
+        for (int off = 16; off > 0; off >>= 1)
+            ms_combine(m, s, __shfl_xor_sync(0xffffffffu, m, off), __shfl_xor_sync(0xffffffffu, s, off));
+        if (lane == 0) { red_m[0] = m; red_s[0] = s; }
+    }
+    __syncthreads();
+    const float maxv = red_m[0], sum = red_s[0], inv = 1.0f / sum;
+    const int target = targets[n];
+    if (tid == 0 && losses != NULL) losses[n] = (maxv - l[target]) + logf(sum);   /* before any write */
+    uint16_t* d = (uint16_t*)l;   /* the row's bf16 dlogits, over its first 2 Vp bytes */
+    for (int p0 = 0; p0 < Vp; p0 += S) {
+        int v0 = p0 + 8 * tid;
+        float g[8];
+        if (v0 < Vp) {
+            float x[8];
+            ld_f4(l + v0, x);
+            ld_f4(l + v0 + 4, x + 4);
+            #pragma unroll
+            for (int w = 0; w < 8; w++) {
+                int v = v0 + w;
+                float pr = __expf(x[w] - maxv) * inv;
+                /* the target's (p - 1) dloss as one expression, as the CPU's */
+                g[w] = v >= V ? 0.0f : (v == target ? (pr - 1.0f) * dloss : pr * dloss);
+            }
+        }
+        __syncthreads();   /* every read of this piece (and of the row before it) is done */
+        if (v0 < Vp) act_store16(d, v0, g);
+    }
+}
+
+/* the baseline's dlogits (fp32, in place) moved into the bf16 form above: the rounding pass the
+ * product made before, one block a row, in pieces ordered as above */
+__global__ void dlogits_to_bf16_kernel(float* logits, int Vp) {
+    float* l = logits + (size_t)blockIdx.x * Vp;
+    uint16_t* d = (uint16_t*)l;
+    for (int v0 = 0; v0 < Vp; v0 += blockDim.x) {
+        int v = v0 + threadIdx.x;
+        float x = v < Vp ? l[v] : 0.0f;
+        __syncthreads();
+        if (v < Vp) act_store(d, v, x);
+    }
+}
+
+void crossentropy_forward_backward_bf16_cuda(float* losses, float* logits, const int* targets,
+                                             float dloss, int N, int V, int Vp) {
+    if (N == 0) return;
+    if (Vp % 8 != 0 || !aligned16(logits)) {
+        fprintf(stderr, "seedgpt: crossentropy_forward_backward_bf16_cuda: the padded vocabulary (%d) must be a "
+                "multiple of 8 and the logits 16-byte aligned\n", Vp);
+        exit(1);
+    }
+    if (kernels_baseline_cuda()) {   /* the two fp32 kernels, then the product's rounding pass */
+        crossentropy_forward_cuda(losses, logits, targets, N, V, Vp);
+        crossentropy_backward_cuda(logits, targets, dloss, N, V, Vp);
+        SG_LAUNCH(dlogits_to_bf16_kernel, N, 256, 0, logits, Vp);
+        SG_CHECK_LAUNCH();
+        return;
+    }
+    unsigned t = 32;   /* a power of two, 8 elements a thread a piece, at most 1024 threads */
+    while (t < 1024 && (size_t)t * 8 < (size_t)Vp) t *= 2;
+    new_launches++;
+    SG_LAUNCH(crossentropy_bf16_kernel, N, t, 0, losses, logits, targets, dloss, V, Vp);
+    SG_CHECK_LAUNCH();
+}
+
 /* ---- norms and the optimizer -------------------------------------------------------------- */
 
 /* first pass: partial[k] = sum of squares (double) of block k of NORM_BLOCK elements */

@@ -251,6 +251,8 @@ static const Backend* backend_cuda_bf16(void) {
         t.residual_layernorm_forward = residual_layernorm_forward_bf16_cuda;
         t.matmul_forward = matmul_forward_bf16_act_cuda;
         t.matmul_forward_gelu = matmul_forward_gelu_bf16_act_cuda;
+        t.crossentropy_forward_backward_act = crossentropy_forward_backward_bf16_cuda;
+        t.matmul_backward_dout_act = matmul_backward_dout_bf16_act_cuda;
         t.matmul_backward = matmul_backward_bf16_act_cuda;
         t.gelu_forward = gelu_forward_bf16_cuda;
         t.gelu_backward = gelu_backward_bf16_cuda;

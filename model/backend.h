@@ -152,6 +152,20 @@ typedef struct Backend {
      * same bits */
     void (*crossentropy_forward_backward)(float* losses, float* logits, const int* targets,
                                           float dloss, int N, int V, int Vp);
+    /* optional, together (NULL: crossentropy_forward_backward, then matmul_backward on the fp32
+     * dlogits): the classifier chunk's loss and gradient with dlogits in act_dtype, then its
+     * backward product reading them. crossentropy_forward_backward_act writes the losses as
+     * crossentropy_forward does, and dloss (softmax - onehot) on [0, V), +0 on [V, Vp), in
+     * act_dtype over the logits' own memory: row n's Vp values at the start of fp32 row n, so
+     * rows Vp * 4 / dtype_bytes(act_dtype) elements apart (it may compute in a way that moves
+     * bits against crossentropy_forward_backward: the backend's docs give the bound).
+     * matmul_backward_dout_act is matmul_backward with that dout (rows ld_dout elements apart) and
+     * no bias gradient (dbias NULL). */
+    void (*crossentropy_forward_backward_act)(float* losses, float* logits, const int* targets,
+                                              float dloss, int N, int V, int Vp);
+    void (*matmul_backward_dout_act)(float* dinp, float* dweight, float* dbias, const void* dout,
+                                     int ld_dout, const void* inp, const void* weight, int N, int C,
+                                     int OC);
     double (*sum_squares)(const float* x, size_t n);
     /* optional (NULL: sum_squares tensor by tensor): out[k] = sum_squares(x + offset[k], size[k])
      * for the ntensors tensors in one call, the same bits */

@@ -1139,6 +1139,17 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
         int rows = N - r0 < R ? N - r0 : R;
         m->be->matmul_forward(m->logits, DT_FP32, act_rows(m, m->lnf, (size_t)r0, (size_t)C),
                               wop(m, m->params.wte), NULL, rows, C, c->padded_vocab_size);
+        if (fuse && m->be->crossentropy_forward_backward_act != NULL) {
+            /* dlogits in act_dtype over the logits' memory, read there by the head's product */
+            m->be->crossentropy_forward_backward_act(m->losses + r0, m->logits, m->targets + r0,
+                                                     m->loss_scale, rows, c->vocab_size,
+                                                     c->padded_vocab_size);
+            int ld = (int)((size_t)c->padded_vocab_size * sizeof(float) / dtype_bytes(m->act_dtype));
+            m->be->matmul_backward_dout_act(m->dlnf + (size_t)r0 * C, m->grads.wte, NULL, m->logits, ld,
+                                            act_rows(m, m->lnf, (size_t)r0, (size_t)C),
+                                            wop(m, m->params.wte), rows, C, c->padded_vocab_size);
+            continue;
+        }
         if (fuse && m->be->crossentropy_forward_backward != NULL) {
             m->be->crossentropy_forward_backward(m->losses + r0, m->logits, m->targets + r0,
                                                  m->loss_scale, rows, c->vocab_size,

@@ -177,6 +177,17 @@ static void w_crossentropy_forward_backward(float* losses, float* logits, const 
     TIMED(PROF_CROSSENTROPY, 0,
           inner->crossentropy_forward_backward(losses, logits, targets, dloss, N, V, Vp));
 }
+static void w_crossentropy_forward_backward_act(float* losses, float* logits, const int* targets,
+                                                float dloss, int N, int V, int Vp) {
+    TIMED(PROF_CROSSENTROPY, 0,
+          inner->crossentropy_forward_backward_act(losses, logits, targets, dloss, N, V, Vp));
+}
+static void w_matmul_backward_dout_act(float* dinp, float* dweight, float* dbias, const void* dout,
+                                       int ld_dout, const void* inp, const void* weight, int N, int C,
+                                       int OC) {
+    TIMED(PROF_MATMUL_BWD, (dinp != NULL ? 4.0 : 2.0) * N * C * OC,
+          inner->matmul_backward_dout_act(dinp, dweight, dbias, dout, ld_dout, inp, weight, N, C, OC));
+}
 static double w_sum_squares(const float* x, size_t n) {
     double r = 0;
     TIMED(PROF_OPTIMIZER, 0, r = inner->sum_squares(x, n));
@@ -266,6 +277,9 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.crossentropy_backward = w_crossentropy_backward;
     outer.crossentropy_forward_backward =
         in->crossentropy_forward_backward ? w_crossentropy_forward_backward : NULL;
+    outer.crossentropy_forward_backward_act =
+        in->crossentropy_forward_backward_act ? w_crossentropy_forward_backward_act : NULL;
+    outer.matmul_backward_dout_act = in->matmul_backward_dout_act ? w_matmul_backward_dout_act : NULL;
     outer.sum_squares = w_sum_squares;
     outer.sum_squares_tensors = in->sum_squares_tensors ? w_sum_squares_tensors : NULL;
     outer.scale_inplace = w_scale_inplace;

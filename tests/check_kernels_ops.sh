@@ -101,6 +101,7 @@ PAIRS=(
     "round_gelu_bf16_vec_kernel(|round_bf16_kernel("
     "column_sum_partials_round_kernel(|round_pad_bf16_kernel("
     "adamw_tensors_kernel(|adamw_kernel("
+    "crossentropy_bf16_kernel(|crossentropy_forward_kernel("
 )
 # a kernel's line: its demangled name starts with "void " when it is a template's instance
 line_of() { awk -F'\t' -v k="$1" 'index($1, k) == 1 || index($1, "void " k) == 1' "$2" | head -1; }

@@ -91,17 +91,21 @@ static int cmp_double(const void* a, const void* b) {
 /* median ms of `reps` calls of f(set), the sets taken in turn, after `warmup` calls; under the
  * switch's `side` (NULL: unset) */
 static double time_calls(const char* side, const std::function<void(int)>& f, int nsets, int warmup,
-                         int reps) {
+                         int reps, const std::function<void(int)>& prep = nullptr) {
     if (side != NULL) setenv("SEEDGPT_KERNELS", side, 1);
     else unsetenv("SEEDGPT_KERNELS");
     int s = 0;
-    for (int w = 0; w < warmup; w++, s = (s + 1) % nsets) f(s);
+    for (int w = 0; w < warmup; w++, s = (s + 1) % nsets) {
+        if (prep) prep(s);
+        f(s);
+    }
     SG_CHECK(cudaDeviceSynchronize());
     double* t = (double*)malloc(sizeof(double) * reps);
     cudaEvent_t e0, e1;
     SG_CHECK(cudaEventCreate(&e0));
     SG_CHECK(cudaEventCreate(&e1));
     for (int r = 0; r < reps; r++, s = (s + 1) % nsets) {
+        if (prep) prep(s);   /* outside the timed interval */
         SG_CHECK(cudaEventRecord(e0, 0));
         f(s);
         SG_CHECK(cudaEventRecord(e1, 0));
@@ -144,11 +148,11 @@ static int skipped(const Bench* b, const char* name) { return b->only != NULL &&
 
 /* one op row: old and new kernels through the same call */
 static void op_row(const Bench* b, const char* name, int calls, double bytes, double flops, int nsets,
-                   const std::function<void(int)>& f) {
+                   const std::function<void(int)>& f, const std::function<void(int)>& prep = nullptr) {
     if (skipped(b, name)) return;
     double floor_ms = bytes / (b->gbps * 1e6) + flops / (b->tflops * 1e9);
-    double old_ms = time_calls("baseline", f, nsets, b->warmup, b->reps);
-    double new_ms = time_calls(NULL, f, nsets, b->warmup, b->reps);
+    double old_ms = time_calls("baseline", f, nsets, b->warmup, b->reps, prep);
+    double new_ms = time_calls(NULL, f, nsets, b->warmup, b->reps, prep);
     printf("%-34s %5d %10.1f %9.4f %9.4f %9.4f %7.2fx %8.0f\n", name, calls, bytes / 1e6, floor_ms, old_ms,
            new_ms, old_ms / new_ms, bytes / (new_ms * 1e6));
     printf("{\"bench\":\"op\",\"name\":\"%s\",\"calls\":%d,\"bytes\":%.0f,\"flops\":%.0f,\"floor_ms\":%.5f,"
@@ -266,7 +270,7 @@ int main(int argc, char** argv) {
         struct Prod { const char* name; int n, c, oc, bias, dinp, calls, bf16_out; };
         const Prod prods[] = {
             {"qkv", N, C, C3, 1, 1, L, 1}, {"attproj", N, C, C, 1, 1, L, 0}, {"fc", N, C, C4, 1, 1, L, 1},
-            {"fcproj", N, C4, C, 1, 1, L, 0}, {"classifier", R, C, Vp, 0, 1, (N + R - 1) / R, 0}};
+            {"fcproj", N, C4, C, 1, 1, L, 0}};
         for (const Prod& p : prods) {
             const size_t ni = (size_t)p.n * p.c, no = (size_t)p.n * p.oc, nw = (size_t)p.oc * p.c;
             const size_t set = ni * 2 + no * (4 + 2 + 2) + ni * 4;
@@ -295,6 +299,31 @@ int main(int argc, char** argv) {
             for (int s = 0; s < K; s++) { cudaFree(x[s]); cudaFree(y16[s]); cudaFree(g16[s]); cudaFree(dout[s]); cudaFree(dinp[s]); }
             cudaFree(w); cudaFree(bias); cudaFree(dw); cudaFree(db);
         }
+    }
+    {   /* the classifier's chunk: the cross-entropy (fp32 logits in, bf16 dlogits over them out),
+         * then the head's backward product on them; each call on freshly written logits */
+        const size_t nl = (size_t)R * Vp, ni = (size_t)R * C, nw = (size_t)Vp * C;
+        const int calls = (N + R - 1) / R, K = sets_for(nl * 4);
+        float *fresh = rand_f32(nl, -4, 4), *logits[8], *loss = rand_f32(R, 0, 1), *dinp = rand_f32(ni, -1, 1),
+              *dw = rand_f32(nw, -1, 1);
+        int* tg;
+        SG_CHECK(cudaMalloc((void**)&tg, R * sizeof(int)));
+        int* htg = (int*)malloc(R * sizeof(int));
+        for (int r = 0; r < R; r++) htg[r] = (int)((r * 2654435761u) % (unsigned)V);
+        SG_CHECK(cudaMemcpy(tg, htg, R * sizeof(int), cudaMemcpyHostToDevice));
+        free(htg);
+        void *x = rand_bf16(ni, -1, 1), *w = rand_bf16(nw, -0.05f, 0.05f);
+        for (int s = 0; s < K; s++) SG_CHECK(cudaMalloc((void**)&logits[s], nl * 4));
+        auto refill = [&](int s) { SG_CHECK(cudaMemcpy(logits[s], fresh, nl * 4, cudaMemcpyDeviceToDevice)); };
+        op_row(&bench, "crossentropy_forward_backward_bf16", calls, nl * 6.0, 0, K,
+               [&](int s) { crossentropy_forward_backward_bf16_cuda(loss, logits[s], tg, 1e-4f, R, V, Vp); }, refill);
+        op_row(&bench, "classifier backward: cross-entropy + head product", calls, nl * 6.0, 4.0 * R * C * Vp, K,
+               [&](int s) {
+                   crossentropy_forward_backward_bf16_cuda(loss, logits[s], tg, 1e-4f, R, V, Vp);
+                   matmul_backward_dout_bf16_act_cuda(dinp, dw, NULL, logits[s], 2 * Vp, x, w, R, C, Vp);
+               }, refill);
+        for (int s = 0; s < K; s++) cudaFree(logits[s]);
+        cudaFree(fresh); cudaFree(loss); cudaFree(dinp); cudaFree(dw); cudaFree(tg); cudaFree(x); cudaFree(w);
     }
     {   /* the optimizer over GPT-2's 16 tensors (model/gpt.c's order), 64-byte aligned */
         const size_t sz[16] = {(size_t)Vp * C, (size_t)T * C, (size_t)L * C, (size_t)L * C, (size_t)L * C3 * C,
@@ -328,12 +357,16 @@ int main(int argc, char** argv) {
         const Prod prods[] = {{"qkv", N, C, C3, 1, L}, {"attproj", N, C, C, 1, L}, {"fc", N, C, C4, 1, L},
                               {"fcproj", N, C4, C, 1, L}, {"classifier", R, C, Vp, 0, (N + R - 1) / R}};
         for (const Prod& p : prods) {
+            /* the classifier's dout is the cross-entropy's bf16 dlogits over the fp32 logits: rows
+             * 2 Vp apart; the layers' is the rounded copy, rows OC apart */
+            const int ldg = p.bias ? p.oc : 2 * p.oc;
             const size_t ni = (size_t)p.n * p.c, no = (size_t)p.n * p.oc, nw = (size_t)p.oc * p.c;
             const int K = sets_for(ni * 2 + no * 6 + ni * 4);
             void *x[8], *g[8], *w = rand_bf16(nw, -0.05f, 0.05f);
             float *d[8], *di[8], *bias = p.bias ? rand_f32(p.oc, -0.1f, 0.1f) : NULL, *dw = rand_f32(nw, -1, 1);
             for (int s = 0; s < K; s++) {
-                x[s] = rand_bf16(ni, -1, 1); g[s] = rand_bf16(no, -1, 1); d[s] = rand_f32(no, -1, 1); di[s] = rand_f32(ni, -1, 1);
+                x[s] = rand_bf16(ni, -1, 1); g[s] = rand_bf16((size_t)p.n * ldg, -1, 1); d[s] = rand_f32(no, -1, 1);
+                di[s] = rand_f32(ni, -1, 1);
             }
             char name[96];
             /* forward: out^T (OC, N) = w (OC, C) . x^T; fp32 D (a bf16 result with a bias is staged so) */
@@ -343,11 +376,11 @@ int main(int argc, char** argv) {
             /* dinp (N, C) = dout (N, OC) . w (OC, C) */
             snprintf(name, sizeof name, "%s dinp", p.name);
             gemm_row(&bench, name, p.calls, p.n, p.c, p.oc, 0, 0, K, [&](int s) {
-                gemm_bf16_cuda(0, 0, p.c, p.n, p.oc, w, p.c, g[s], p.oc, 0.0f, di[s], 0, p.c, NULL); });
+                gemm_bf16_cuda(0, 0, p.c, p.n, p.oc, w, p.c, g[s], ldg, 0.0f, di[s], 0, p.c, NULL); });
             /* dweight (OC, C) += dout^T (OC, N) . x (N, C) */
             snprintf(name, sizeof name, "%s dweight", p.name);
             gemm_row(&bench, name, p.calls, p.oc, p.c, p.n, 0, 1, K, [&](int s) {
-                gemm_bf16_cuda(0, 1, p.c, p.oc, p.n, x[s], p.c, g[s], p.oc, 1.0f, dw, 0, p.c, NULL); });
+                gemm_bf16_cuda(0, 1, p.c, p.oc, p.n, x[s], p.c, g[s], ldg, 1.0f, dw, 0, p.c, NULL); });
             for (int s = 0; s < K; s++) { cudaFree(x[s]); cudaFree(g[s]); cudaFree(d[s]); cudaFree(di[s]); }
             cudaFree(w); if (bias) cudaFree(bias); cudaFree(dw);
         }

@@ -531,6 +531,110 @@ static void test_ab_products(int N, int C, int OC) {
     free(x); free(w); free(bias); free(dout);
 }
 
+/* ---- the classifier's cross-entropy in one pass (bf16 dlogits, fp32 exponentials) ------------ */
+/* Against the CPU's fp32 op (model/ops.h crossentropy_forward_backward: double exponentials) on
+ * the same logits: the losses within 1e-5 relative (an fp32 sum of V exponentials is within about
+ * (V / threads + log2 threads) 2^-24 relative of the double one, and __expf within a few 2^-23);
+ * every bf16 dlogit equal to the CPU's fp32 dlogit rounded once, or one bf16 step from it (the
+ * fp32 value lies within ~1e-6 relative of the reference, so it can land on the other side of a
+ * rounding boundary), at most FLIP_FRAC of them; the padded columns +0; the values where the op's
+ * contract puts them (row n's Vp bf16 values at the start of fp32 row n). The baseline side
+ * (SEEDGPT_KERNELS=baseline: the fp32 kernels, then the rounding) must be the CUDA fp32 op's
+ * dlogits rounded, bit for bit. Then the head's product on that dout against the product on the
+ * same values in fp32 (which rounds them to themselves). */
+static void test_crossentropy(int N, int V, int Vp, int C) {
+    char name[160];
+    const size_t nl = (size_t)N * Vp;
+    float* logits = (float*)malloc(nl * 4);
+    for (size_t i = 0; i < nl; i++) logits[i] = (float)(3.0 * test_normal());
+    int* tg = (int*)malloc(N * sizeof(int));
+    for (int n = 0; n < N; n++) tg[n] = (int)(test_uniform() * V) % V;
+    const float dloss = 1.0f / 37.0f;
+    float *cl = (float*)malloc(nl * 4), *closs = (float*)malloc(N * 4);
+    memcpy(cl, logits, nl * 4);
+    crossentropy_forward_backward(closs, cl, tg, dloss, N, V, Vp);   /* the CPU's, fp32 out */
+    int* dtg = (int*)dev_upload(tg, N * sizeof(int));
+    float *dl = (float*)dev_upload(logits, nl * 4), *dloss_n = (float*)dev_poison(N * 4);
+    Launches l;
+    float *dlb = (float*)dev_upload(logits, nl * 4), *dloss_b = (float*)dev_poison(N * 4);
+    AB_RUN(l, crossentropy_forward_backward_bf16_cuda(dloss_b, dlb, dtg, dloss, N, V, Vp),
+           crossentropy_forward_backward_bf16_cuda(dloss_n, dl, dtg, dloss, N, V, Vp));
+    float *gl = (float*)malloc(nl * 4), *gloss = (float*)malloc(N * 4), *bl = (float*)malloc(nl * 4);
+    download(gl, dl, nl * 4); download(gloss, dloss_n, N * 4); download(bl, dlb, nl * 4);
+    /* the bf16 dlogits: row n's Vp values at the start of fp32 row n */
+    uint16_t *got = (uint16_t*)malloc(nl * 2), *want = (uint16_t*)malloc(nl * 2), *base = (uint16_t*)malloc(nl * 2);
+    for (int n = 0; n < N; n++) {
+        memcpy(got + (size_t)n * Vp, gl + (size_t)n * Vp, (size_t)Vp * 2);
+        memcpy(base + (size_t)n * Vp, bl + (size_t)n * Vp, (size_t)Vp * 2);
+        for (int v = 0; v < Vp; v++) want[(size_t)n * Vp + v] = sg_bf16_from_float(cl[(size_t)n * Vp + v]);
+    }
+    double worst = 0;
+    for (int n = 0; n < N; n++) {
+        double e = fabs((double)gloss[n] - closs[n]) / fmax(1.0, fabs((double)closs[n]));
+        if (!(e <= worst)) worst = e;   /* NaN stays */
+    }
+    snprintf(name, sizeof(name), "cuda_bf16_crossentropy_losses_match_cpu_N%d_V%d", N, V);
+    expect(worst <= 1e-5, name, "worst |loss - cpu| / max(1, |cpu|) = %.2e over %d rows (<= 1e-5: fp32 "
+           "exponentials and sums)", worst, N);
+    Steps st = bf16_steps(got, want, nl);
+    size_t pad_bad = 0;
+    for (int n = 0; n < N; n++)
+        for (int v = V; v < Vp; v++) pad_bad += got[(size_t)n * Vp + v] != 0;
+    snprintf(name, sizeof(name), "cuda_bf16_crossentropy_dlogits_are_cpu_rounded_N%d_V%d", N, V);
+    expect(st.far == 0 && st.differ <= FLIP_FRAC * nl && pad_bad == 0, name,
+           "%zu of %zu bf16 dlogits one step from the CPU's fp32 dlogit rounded (at most %.0f%%), %zu further; "
+           "%zu padded columns not +0", st.differ, nl, 100 * FLIP_FRAC, st.far, pad_bad);
+    /* the baseline side: the CUDA fp32 op's dlogits rounded once */
+    float* d32 = (float*)dev_upload(logits, nl * 4);
+    float* dlo32 = (float*)dev_poison(N * 4);
+    crossentropy_forward_cuda(dlo32, d32, dtg, N, V, Vp);
+    crossentropy_backward_cuda(d32, dtg, dloss, N, V, Vp);
+    float* f32 = (float*)malloc(nl * 4);
+    download(f32, d32, nl * 4);
+    for (size_t i = 0; i < nl; i++) want[i] = sg_bf16_from_float(f32[i]);
+    snprintf(name, sizeof(name), "cuda_bf16_crossentropy_baseline_is_the_fp32_op_rounded_N%d_V%d", N, V);
+    expect(bits_differ(base, want, nl, 2) == 0 && l.base == 0 && l.fresh > 0, name,
+           "%zu of %zu baseline dlogits differ from the fp32 kernels' rounded; new kernel launched %llu times "
+           "under baseline (want 0), %llu unset (want > 0)", bits_differ(base, want, nl, 2), nl, l.base, l.fresh);
+    /* two runs: the same bits */
+    float *dl2 = (float*)dev_upload(logits, nl * 4), *dloss2 = (float*)dev_poison(N * 4);
+    crossentropy_forward_backward_bf16_cuda(dloss2, dl2, dtg, dloss, N, V, Vp);
+    float *gl2 = (float*)malloc(nl * 4), *gloss2 = (float*)malloc(N * 4);
+    download(gl2, dl2, nl * 4); download(gloss2, dloss2, N * 4);
+    int det = 1;
+    for (int n = 0; n < N; n++) det = det && memcmp(gl + (size_t)n * Vp, gl2 + (size_t)n * Vp, (size_t)Vp * 2) == 0;
+    det = det && memcmp(gloss, gloss2, N * 4) == 0;
+    snprintf(name, sizeof(name), "cuda_bf16_crossentropy_deterministic_N%d_V%d", N, V);
+    expect(det, name, "two runs: %s", det ? "the same bits" : "BITS DIFFER");
+
+    /* the head's product on the bf16 dout where it lies (rows 2 Vp apart) against the product on
+     * the same values in fp32 */
+    const size_t nx = (size_t)N * C, nw = (size_t)Vp * C;
+    uint16_t *x = random_bf16(nx, 1.0), *w = random_bf16(nw, 0.5);
+    void *dx = dev_upload(x, nx * 2), *dw = dev_upload(w, nw * 2);
+    float* g32 = (float*)malloc(nl * 4);
+    for (size_t i = 0; i < nl; i++) g32[i] = sg_bf16_to_float(got[i]);
+    float* dg32 = (float*)dev_upload(g32, nl * 4);
+    float *di_a = (float*)dev_poison(nx * 4), *di_b = (float*)dev_poison(nx * 4);
+    float *dw_a = (float*)dev_upload(NULL, nw * 4), *dw_b = (float*)dev_upload(NULL, nw * 4);
+    SG_CHECK(cudaMemset(dw_a, 0, nw * 4)); SG_CHECK(cudaMemset(dw_b, 0, nw * 4));
+    matmul_backward_dout_bf16_act_cuda(di_a, dw_a, NULL, dl, 2 * Vp, dx, dw, N, C, Vp);
+    matmul_backward_bf16_act_cuda(di_b, dw_b, NULL, dg32, dx, dw, N, C, Vp);
+    float *ha = (float*)malloc(nx * 4), *hb = (float*)malloc(nx * 4), *wa = (float*)malloc(nw * 4), *wb = (float*)malloc(nw * 4);
+    download(ha, di_a, nx * 4); download(hb, di_b, nx * 4); download(wa, dw_a, nw * 4); download(wb, dw_b, nw * 4);
+    double ei = rel_err_ff(ha, hb, nx), ew = rel_err_ff(wa, wb, nw);
+    size_t bi = bits_differ(ha, hb, nx, 4), bw = bits_differ(wa, wb, nw, 4);
+    snprintf(name, sizeof(name), "cuda_bf16_head_product_reads_the_bf16_dlogits_in_place_N%d_C%d", N, C);
+    /* in the emulation the same sums: bit for bit; on a GPU another leading dimension may pick
+     * another algorithm: fp32 rounding */
+    expect(EMU_ONLY ? bi == 0 && bw == 0 : ei <= 1e-5 && ew <= 1e-5, name,
+           "dinp: %zu of %zu differ in bits (rel %.2e), dweight: %zu of %zu (rel %.2e)", bi, nx, ei, bw, nw, ew);
+    void* dev[] = {dtg, dl, dloss_n, dlb, dloss_b, d32, dlo32, dl2, dloss2, dx, dw, dg32, di_a, di_b, dw_a, dw_b};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) SG_CHECK(cudaFree(dev[i]));
+    free(logits); free(tg); free(cl); free(closs); free(gl); free(gloss); free(bl); free(got); free(want);
+    free(base); free(f32); free(gl2); free(gloss2); free(x); free(w); free(g32); free(ha); free(hb); free(wa); free(wb);
+}
+
 int main(void) {
     test_rng_state = 0xbf16ac7ull;
     test_round_to_act();
@@ -553,5 +657,7 @@ int main(void) {
     test_ab_elementwise(1, 3, 36, 0.5);   /* C not a multiple of 8: the baseline kernels */
     test_ab_products(19, 64, 48);
     test_ab_products(13, 64, 20);         /* OC not a multiple of 8: the padded dout */
+    test_crossentropy(5, 200, 256, 64);    /* a block of 32 threads, one piece a row */
+    test_crossentropy(3, 3000, 3072, 40);  /* two pieces of 2048 a row; C not a multiple of 8 */
     return test_finish();
 }
