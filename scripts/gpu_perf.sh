@@ -20,7 +20,7 @@
 # Everything goes to $OUT/gpu_perf.txt (when OUT is set) and each row to $OUT/gpu_perf_rows.txt as
 # it happens, so a run cut short still leaves what it saw. GPU_PERF_JOBS=N build jobs (default
 # nproc); GPU_PERF_QUICK=1 (the dry run's test) leaves out the test binaries, which make test runs
-# in the emulation anyway.
+# in the emulation anyway, and torch.compile's step (tools/torch_bench.py has its own test).
 set -u
 cd "$(dirname "$0")/.."
 DRY=0

@@ -154,7 +154,7 @@ step_class_ms() { grep '"type":"profile"' "$1" 2>/dev/null | grep -o "\"$2_ms\":
 step_timings() {
     local rc bench=$WORK/bench_ops.txt
     step "bench_ops_cuda" 150 "$STEP_BENCH" "${STEP_BENCH_ARGS[@]}" > "$bench"; rc=$?
-    cat "$bench" >> "${REPORT:-/dev/null}"
+    grep -v '^== ' "$bench" | tee -a "${REPORT:-/dev/null}"
     local gbps
     gbps=$(grep -o '"bench":"copy","gbps":[0-9.]*' "$bench" | cut -d: -f3)
     if [ $rc -eq 0 ] && [ -n "$gbps" ]; then
@@ -167,7 +167,7 @@ step_timings() {
         local g=$WORK/gemm_torch.txt
         step "torch.matmul on the step's GEMM problems" 90 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PY" \
             scripts/gpu_perf_gemm.py "$bench" "${STEP_GEMM_ARGS[@]}" > "$g"; rc=$?
-        cat "$g" >> "${REPORT:-/dev/null}"; cat "$g"
+        grep -v '^== ' "$g" | tee -a "${REPORT:-/dev/null}"
         local tot=$(grep '"bench": "gemm_torch_step"' "$g" | tail -1)
         if [ -n "$tot" ]; then
             local s t
@@ -208,8 +208,11 @@ step_timings() {
     else
         perf_row "step 124M B16 T1024 bf16 p0.1 (ms)" "$STEP_PREDICTED_MS" "${o:--}" "${n:--}" "a run failed (see the report)"
     fi
-    # torch.compile's step, the same model and dropout
-    if [ $HAVE_TORCH = 1 ]; then
+    # torch.compile's step, the same model and dropout (not in the quick dry run: tools/torch_bench.py
+    # has its own test)
+    if [ "${GPU_PERF_QUICK:-0}" = 1 ]; then
+        perf_row "torch.compile step" - - - "skipped: GPU_PERF_QUICK"
+    elif [ $HAVE_TORCH = 1 ]; then
         local out l tms torch_flags=(--precision bf16 --compile)
         [ $DRY = 1 ] && torch_flags=()   # the CPU's torch, fp32, not compiled: the row, not the figure
         out=$(step "torch.compile step" 150 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PY" tools/torch_bench.py \

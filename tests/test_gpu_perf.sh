@@ -4,7 +4,7 @@
 # row "ok" (among them a wrong SEEDGPT_KERNELS refused in one line, and whole training runs with
 # the new kernels bit for bit the baseline's), a table row per benchmarked op and for the step, and
 # the table `predicted | old | new | verdict` last. GPU_PERF_QUICK=1: the op test binaries, which
-# make test runs in the emulation anyway, are left out. The emulated build needs no CUDA toolkit;
+# make test runs in the emulation anyway, and torch.compile's step are left out. The emulated build needs no CUDA toolkit;
 # without PyTorch the torch rows say "skipped" and the rest is checked the same.
 set -u
 cd "$(dirname "$0")/.."
