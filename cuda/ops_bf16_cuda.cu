@@ -166,9 +166,12 @@ typedef struct {
     int d_bf16;   /* D (and C) bf16, else fp32 */
     unsigned align_a, align_b, align_d, align_bias;
     int refused;   /* no algorithm, or cublasLtMatmul said NOT_SUPPORTED: the fp32 op computes it */
+    int reduction_allowed;   /* the heuristic had nothing without split-K: the documented schemes were allowed */
+    float waves;             /* the heuristic's wavesCount: the tiles over the SMs' capacity (1.0: one full wave) */
     cublasLtMatmulAlgo_t algo;
 } LtPlan;
 static LtPlan plans[LT_MAX_PLANS];
+static const LtPlan* last_plan = NULL;   /* gemm_bf16_describe_last_cuda */
 static int n_plans = 0;
 
 static int same_problem(const LtPlan* a, const LtPlan* b) {
@@ -225,6 +228,7 @@ static int lt_gemm(const char* what, const char* instead, cublasOperation_t tran
     LtPlan* plan = NULL;
     for (int i = 0; i < n_plans && plan == NULL; i++)
         if (same_problem(&plans[i], &want)) plan = &plans[i];
+    if (plan != NULL) last_plan = plan;
     if (plan != NULL && plan->refused) return 0;
 
     cublasLtMatmulDesc_t desc;
@@ -292,6 +296,8 @@ static int lt_gemm(const char* what, const char* instead, cublasOperation_t tran
         } else {
             SG_CUBLAS_CHECK(st);
             want.algo = result.algo;
+            want.waves = result.wavesCount;
+            want.reduction_allowed = reduction != CUBLASLT_REDUCTION_SCHEME_NONE;
         }
         plans[n_plans] = want;
         plan = &plans[n_plans++];
@@ -310,6 +316,7 @@ static int lt_gemm(const char* what, const char* instead, cublasOperation_t tran
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
     SG_CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+    last_plan = plan;
     return !plan->refused;
 }
 
@@ -466,6 +473,30 @@ static void lt_gemm_or_own(const char* what, cublasOperation_t transa, cublasOpe
     SG_LAUNCH(gemm_bf16_own_kernel, blocks, EW_THREADS, 0, D, d_bf16, ldd, transa == CUBLAS_OP_T,
               (const uint16_t*)A, lda, transb == CUBLAS_OP_T, (const uint16_t*)B, ldb, m, n, k, beta, bias);
     SG_CHECK_LAUNCH();
+}
+
+void gemm_bf16_describe_last_cuda(char* line, size_t cap) {
+    const LtPlan* p = last_plan;
+    if (p == NULL) { snprintf(line, cap, "no GEMM yet"); return; }
+    if (p->refused) { snprintf(line, cap, "refused by cuBLASLt: seedgpt's own kernel"); return; }
+#ifdef SG_EMU
+    snprintf(line, cap, "emulated cuBLASLt (one algorithm: fp32 sums in ascending k)");
+#else
+    int32_t id = -1, splitk = -1;
+    uint32_t tile = 0, reduction = 0, stages = 0, swizzle = 0;
+    uint16_t cluster = 0;
+    size_t w = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof reduction, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof swizzle, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, &w);
+    snprintf(line, cap, "algo %d tile %u stages %u cluster %u swizzle %u splitK %d reduction %u%s, %.2f waves", id,
+             tile, stages, (unsigned)cluster, swizzle, splitk, reduction,
+             p->reduction_allowed ? " (allowed: nothing without)" : "", p->waves);
+#endif
 }
 
 void gemm_bf16_cuda(int transa, int transb, int m, int n, int k, const void* A, long long lda,

@@ -90,6 +90,12 @@ void gemm_bf16_cuda(int transa, int transb, int m, int n, int k, const void* A, 
                     const void* B, long long ldb, float beta, void* D, int d_bf16, long long ldd,
                     const float* bias);
 
+/* The last GEMM problem's plan in one line: cuBLASLt's algorithm configuration (cublasLt.h's
+ * CUBLASLT_ALGO_CONFIG_* ids: algorithm, tile, stages, cluster shape, swizzle, split-K count and
+ * reduction scheme) and the heuristic's waves (tiles over what the SMs hold at once), for the
+ * benchmarks' per-problem table */
+void gemm_bf16_describe_last_cuda(char* line, size_t cap);
+
 /* cuBLASLt's workspace, allocated once through device_alloc_cuda (counted in the peak) */
 #define SG_LT_WORKSPACE_BYTES ((size_t)32 << 20)
 

@@ -92,6 +92,8 @@ def main():
         tot_t += ms * p["calls"]
         print(f"{p['name']:<22} {p['calls']:>5} {M:>7} {N:>7} {K:>7} {p['d']:>5} {p['ms']:>11.4f} "
               f"{fl / (p['ms'] * 1e9):>8.1f} {ms:>9.4f} {fl / (ms * 1e9):>8.1f} {ratio:>12.2f}x")
+        if p.get("plan"):
+            print(f"{'':<22} seedgpt's plan: {p['plan']}")
         print(json.dumps({"bench": "gemm_torch", "name": p["name"], "M": M, "N": N, "K": K,
                           "calls": p["calls"], "seedgpt_ms": p["ms"], "torch_ms": round(ms, 5),
                           "ratio": round(ratio, 3)}))

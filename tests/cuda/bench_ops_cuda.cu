@@ -166,11 +166,13 @@ static void gemm_row(const Bench* b, const char* name, int calls, int M, int N, 
     if (skipped(b, name)) return;
     double ms = time_calls(NULL, f, nsets, b->warmup, b->reps);
     double fl = 2.0 * M * N * K;
-    printf("%-34s %5d %7d %7d %7d %5s %4.0f %9.4f %8.1f\n", name, calls, M, N, K, d_bf16 ? "bf16" : "fp32",
-           beta, ms, fl / (ms * 1e9));
+    char plan[256];
+    gemm_bf16_describe_last_cuda(plan, sizeof plan);
+    printf("%-34s %5d %7d %7d %7d %5s %4.0f %9.4f %8.1f  %s\n", name, calls, M, N, K, d_bf16 ? "bf16" : "fp32",
+           beta, ms, fl / (ms * 1e9), plan);
     printf("{\"bench\":\"gemm\",\"name\":\"%s\",\"M\":%d,\"N\":%d,\"K\":%d,\"d\":\"%s\",\"beta\":%g,\"calls\":%d,"
-           "\"ms\":%.5f,\"tflops\":%.2f}\n", name, M, N, K, d_bf16 ? "bf16" : "fp32", beta, calls, ms,
-           fl / (ms * 1e9));
+           "\"ms\":%.5f,\"tflops\":%.2f,\"plan\":\"%s\"}\n", name, M, N, K, d_bf16 ? "bf16" : "fp32", beta, calls, ms,
+           fl / (ms * 1e9), plan);
     fflush(stdout);
 }
 
@@ -350,8 +352,8 @@ int main(int argc, char** argv) {
     }
 
     /* ---- the GEMM problems: out (M, N) = a (M, K) . b (K, N) in row-major terms ---- */
-    printf("\n%-34s %5s %7s %7s %7s %5s %4s %9s %8s\n", "GEMM problem (gemm_bf16_cuda)", "calls", "M", "N", "K", "D",
-           "beta", "ms", "TFLOP/s");
+    printf("\n%-34s %5s %7s %7s %7s %5s %4s %9s %8s  %s\n", "GEMM problem (gemm_bf16_cuda)", "calls", "M", "N", "K", "D",
+           "beta", "ms", "TFLOP/s", "cuBLASLt's plan");
     {
         struct Prod { const char* name; int n, c, oc, bias, calls; };
         const Prod prods[] = {{"qkv", N, C, C3, 1, L}, {"attproj", N, C, C, 1, L}, {"fc", N, C, C4, 1, L},
