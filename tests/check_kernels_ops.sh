@@ -28,11 +28,11 @@ if ! command -v c++filt >/dev/null 2>&1; then
 fi
 D=build/check_kernels_ops
 rm -rf "$D"; mkdir -p "$D"
-FLAGS=(-O3 -std=c++17 -I. -gencode arch=compute_90,code=sm_90 -Xptxas -v -c -keep -keep-dir "$D")
+FLAGS=(-O3 -std=c++17 -I. -gencode arch=compute_90,code=sm_90 -Xptxas -v -cubin -keep -keep-dir "$D")
 fail=0
 for f in cuda/ops_cuda.cu cuda/ops_bf16_cuda.cu; do
     b=$(basename "$f" .cu)
-    if ! "$NVCC" "${FLAGS[@]}" -o "$D/$b.o" "$f" > "$D/$b.ptxas" 2>&1; then
+    if ! "$NVCC" "${FLAGS[@]}" -o "$D/$b.cubin" "$f" > "$D/$b.ptxas" 2>&1; then
         echo "FAIL kernels_compile: nvcc on $f: $(grep -m2 -i error "$D/$b.ptxas" | tr '\n' ' ' | head -c 300)"
         exit 1
     fi
@@ -46,7 +46,7 @@ __global__ void planted_stack_kernel(float* out, const int* idx) {
     out[threadIdx.x] = a[idx[threadIdx.x] & 255];
 }
 EOF
-"$NVCC" "${FLAGS[@]}" -o "$D/planted.o" "$D/planted.cu" > "$D/planted.ptxas" 2>&1 || { echo "FAIL kernels_compile: the planted kernel"; exit 1; }
+"$NVCC" "${FLAGS[@]}" -o "$D/planted.cubin" "$D/planted.cu" > "$D/planted.ptxas" 2>&1 || { echo "FAIL kernels_compile: the planted kernel"; exit 1; }
 
 # ---- per kernel: demangled name, stack frame, spill stores, spill loads (from ptxas -v)
 frames() {  # PTXAS_LOG...
