@@ -217,7 +217,8 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh tests/check_mpi_cuda.sh \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
-		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(PERF_CI)" "$(XBACKEND_CI)" \
+		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
+		"$(KERNELS_OPS_CI)" "$(GPU_PERF_CI)" \
 		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
@@ -239,11 +240,13 @@ CUDA_BUILD_CI ?= tests/check_cuda_build.sh
 # what nvcc makes of the hot kernels: ldmatrix, cp.async, no spills, mma.sync counts, a ratchet on
 # PTX instructions per mma.sync (SKIP without nvcc)
 KERNELS_CI ?= tests/check_kernels.sh
-# scripts/gpu_perf.sh's dry run: the timing script through the emulation at a tiny shape (the
-# pipelined attention's bits against the baseline's, the table), so a GPU's minutes go to figures
-PERF_CI ?= scripts/gpu_perf.sh --dry-run
 EMU_CI ?= $(MAKE) -s --no-print-directory test-cuda-emu
 XBACKEND_CI ?= tests/cuda/test_cross_backend.sh $(EMU_BUILD)/train
+# the op kernels' machine code, read without a GPU (nvcc -Xptxas -v, PTX): stack frames, 16-byte
+# loads, fp64 (SKIP without nvcc); and scripts/gpu_perf.sh --dry-run through the emulation, its
+# attention section and its step section (tests/test_gpu_perf.sh), so a GPU's minutes go to figures
+KERNELS_OPS_CI ?= tests/check_kernels_ops.sh
+GPU_PERF_CI ?= tests/test_gpu_perf.sh
 fuzz: $(TRAIN_BIN)
 	@tests/fuzz/run.sh $(FUZZ_SECONDS)
 
@@ -262,9 +265,10 @@ test-asan:
 		CP_TEST="echo SKIP cp: make test runs the context-parallel tests, OpenMPI is not built for ASan" \
 		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
 		KERNELS_CI="echo SKIP check_kernels: make test reads the output of nvcc, ASan adds nothing to it" \
-		PERF_CI="echo SKIP gpu_perf_dry_run: make test runs it in the emulation" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \
+		KERNELS_OPS_CI="echo SKIP check_kernels_ops: make test reads the kernels, ASan adds nothing to nvcc" \
+		GPU_PERF_CI="echo SKIP gpu_perf_dry_run: make test runs it in the emulation" \
 		LAYOUT_CI="echo SKIP layout: make test checks the includes, a sanitizer adds nothing" \
 		BARE_CI="echo SKIP bare_build: make test builds the CUDA code bare, ASan adds nothing"
 
@@ -400,6 +404,11 @@ BENCH_ATTN_OBJ := $(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/attention/f
 $(CUDA_BUILD)/bench_attention_cuda: tests/cuda/bench_attention_cuda.cu $(BENCH_ATTN_OBJ) $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(BENCH_ATTN_OBJ)
+# the step's ops, old kernels against new, and its GEMM problems (scripts/gpu_perf_step.sh), not a test
+BENCH_OPS_OBJ := $(CUDA_BUILD)/cuda/ops_cuda.o $(CUDA_BUILD)/cuda/ops_bf16_cuda.o $(CUDA_BUILD)/cuda/device_memory.o
+$(CUDA_BUILD)/bench_ops_cuda: tests/cuda/bench_ops_cuda.cu $(BENCH_OPS_OBJ) $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(BENCH_OPS_OBJ) -lcublas -lcublasLt
 ifeq ($(CUDA_KERNELS_MISSING),)
 CUDA_TEST_BINS := $(CUDA_TEST_ALONE_BINS) $(CUDA_TEST_ATTN_BINS) $(CUDA_TEST_MODEL_BINS)
 CUDA_TEST_RUN := $(CUDA_TEST_BINS)
@@ -414,7 +423,7 @@ test-cuda: train_cuda $(CUDA_TEST_BINS)
 	@tests/run.sh $(CUDA_TEST_RUN) "tests/cuda/test_cross_backend.sh ./train_cuda"
 .PHONY: cuda-test-bins
 # (with the attention benchmark of scripts/gpu_check.sh, so that CI compiles it too)
-cuda-test-bins: $(CUDA_TEST_BINS) $(CUDA_BUILD)/bench_attention_cuda
+cuda-test-bins: $(CUDA_TEST_BINS) $(CUDA_BUILD)/bench_attention_cuda $(CUDA_BUILD)/bench_ops_cuda
 
 # make test-cuda-emu: the same kernel and test sources as C++ on the CPU (cuda/emu/cuda_emu.h),
 # run once plainly and then, built with ThreadSanitizer (make test-cuda-emu-tsan), with two
@@ -458,6 +467,10 @@ $(EMU_FTC_BINS): $(EMU_BUILD)/tests/test_cuda_flash_tc.o $(EMU_BUILD)/attention/
 # the attention benchmark in the emulation: scripts/gpu_check.sh --dry-run runs it at a tiny shape
 $(EMU_BUILD)/bench_attention_cuda: $(EMU_BUILD)/tests/bench_attention_cuda.o $(EMU_BUILD)/attention/flash_cuda.o \
 		$(EMU_BUILD)/attention/flash_tc.o $(EMU_BUILD)/cuda/device_memory.o $(EMU_RT_OBJ)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
+# the ops benchmark in the emulation: scripts/gpu_perf.sh --dry-run runs it at a tiny shape
+$(EMU_BUILD)/bench_ops_cuda: $(EMU_BUILD)/tests/bench_ops_cuda.o $(EMU_BUILD)/cuda/ops_cuda.o \
+		$(EMU_BUILD)/cuda/ops_bf16_cuda.o $(EMU_BUILD)/cuda/device_memory.o $(EMU_RT_OBJ)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # the trainer itself with the emulated CUDA backend: ./train --device cuda, slowly, on the CPU
 $(EMU_BUILD)/train: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(CUDA_CORE_OBJ) $(EMU_OBJ) $(EMU_RT_OBJ)

@@ -1579,7 +1579,7 @@ static void print_summary(const Run* r, int done, int resuming, double run_start
  * resume that runs that step again drops it with the step's own rows. */
 static void print_profile(Run* r, int done) {
     if (!r->o->profile || !r->writer || done <= r->start_step) return;
-    ProfileTotals t = profile_totals();
+    ProfileTotals t = profile_totals_steady();   /* the warm-up steps left out */
     profile_print(stdout, &t, r->peak_gflops);
     fflush(stdout);
     if (r->jsonf != NULL) {

@@ -1298,17 +1298,10 @@ extern "C" int attention_tc_supports_hd(int HD) { return HD == 16 || HD == 32 ||
  * the pipelined forward and dQ take 64 or more queries a block, so fewer tiles along y */
 static_assert(TC_BQ == 64 && TC_BK == 64, "attention_cuda_check_T counts tiles of 64 positions");
 
-/* The runtime switch: SEEDGPT_KERNELS=baseline runs the *_baseline kernels (the first version,
- * kept so that one GPU run times both and the tests hold the new ones to them bit for bit); unset,
- * empty or "new", the pipelined ones. Read at every call, so a test or a benchmark may change it
- * between calls. Anything else is refused in one line. */
-static int tc_baseline(void) {
-    const char* v = getenv("SEEDGPT_KERNELS");
-    if (v == NULL || *v == '\0' || !strcmp(v, "new")) return 0;
-    if (!strcmp(v, "baseline")) return 1;
-    fprintf(stderr, "seedgpt: SEEDGPT_KERNELS=%s: expected baseline or new (unset: new)\n", v);
-    exit(1);
-}
+/* The runtime switch (cuda/device.h, sg_kernels_baseline): SEEDGPT_KERNELS=baseline runs the
+ * *_baseline kernels (the first version, kept so that one GPU run times both and the tests hold
+ * the new ones to them bit for bit); unset, empty or "new", the pipelined ones. */
+static int tc_baseline(void) { return sg_kernels_baseline(); }
 
 extern "C" const char* attention_tc_kernels(void) { return tc_baseline() ? "baseline" : "new"; }
 

@@ -19,11 +19,13 @@
  *   - bfloat16 as a storage type: __nv_bfloat16, __float2bfloat16_rn, __bfloat162float,
  *     __bfloat16_as_ushort, __ushort_as_bfloat16 (no bf16 arithmetic, no implicit conversions),
  *     and sg_pack_bf16x2 below; the host's twin conversions are in util/bf16.h;
- *   - tensor cores only through the wrappers of cuda/mma.h (sg_mma_m16n8k16_bf16_f32), each
- *     a warp collective: all 32 lanes of the warp call it together;
+ *   - tensor cores and their data movement only through the wrappers of cuda/mma.h
+ *     (sg_mma_m16n8k16_bf16_f32; ldmatrix x4, plain and .trans; cp.async of 16 and 4 bytes with
+ *     its commit and wait_group), each mma and ldmatrix a warp collective: all 32 lanes of the
+ *     warp call it together; a cp.async destination is read only after its wait;
  *   - integer atomics (atomicAdd/atomicMax/atomicCAS on int/unsigned); no float atomics (DESIGN §5);
  *   - threadIdx, blockIdx, blockDim, gridDim, warpSize; dim3;
- *   - math: expf, logf, sqrtf, rsqrtf, tanhf, fmaxf, fminf, fabsf, __expf, __logf, __fdividef,
+ *   - math: expf, logf, sqrtf, rsqrtf, tanhf, fmaxf, fminf, fabsf, __expf, __logf, __fdividef, __fmul_rn,
  *     __float_as_uint, __uint_as_float, min/max on int;
  *   - host API: cudaMalloc, cudaFree, cudaMemcpy (H2D, D2H, D2D), cudaMemset, cudaDeviceSynchronize,
  *     cudaGetLastError, cudaGetErrorString, cudaFuncSetAttribute(kernel,
@@ -54,6 +56,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef SG_EMU
 #include "cuda/emu/cuda_emu.h"
@@ -96,5 +99,19 @@ static inline __host__ __device__ uint32_t sg_pack_bf16x2(__nv_bfloat16 lo, __nv
 }
 
 static inline unsigned sg_ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+/* The kernels' A/B switch, one reading for every .cu file (the ops of cuda/ and the attention of
+ * attention/): 1 when SEEDGPT_KERNELS=baseline (every op and the attention run the kernels they
+ * had before their speed rewrite: the same bits where the arithmetic was kept), 0 when it is unset,
+ * empty or "new"; any other value ends the run with one line. Read at every call (a getenv,
+ * negligible beside a launch), so a test or a benchmark may flip it between calls, and one build
+ * times old against new on one GPU (scripts/gpu_perf.sh). */
+static inline int sg_kernels_baseline(void) {
+    const char* v = getenv("SEEDGPT_KERNELS");
+    if (v == NULL || v[0] == '\0' || strcmp(v, "new") == 0) return 0;
+    if (strcmp(v, "baseline") == 0) return 1;
+    fprintf(stderr, "seedgpt: SEEDGPT_KERNELS=%s: expected baseline or new (or unset: new)\n", v);
+    exit(1);
+}
 
 #endif

@@ -166,9 +166,12 @@ typedef struct {
     int d_bf16;   /* D (and C) bf16, else fp32 */
     unsigned align_a, align_b, align_d, align_bias;
     int refused;   /* no algorithm, or cublasLtMatmul said NOT_SUPPORTED: the fp32 op computes it */
+    int reduction_allowed;   /* the heuristic had nothing without split-K: the documented schemes were allowed */
+    float waves;             /* the heuristic's wavesCount: the tiles over the SMs' capacity (1.0: one full wave) */
     cublasLtMatmulAlgo_t algo;
 } LtPlan;
 static LtPlan plans[LT_MAX_PLANS];
+static const LtPlan* last_plan = NULL;   /* gemm_bf16_describe_last_cuda */
 static int n_plans = 0;
 
 static int same_problem(const LtPlan* a, const LtPlan* b) {
@@ -225,6 +228,7 @@ static int lt_gemm(const char* what, const char* instead, cublasOperation_t tran
     LtPlan* plan = NULL;
     for (int i = 0; i < n_plans && plan == NULL; i++)
         if (same_problem(&plans[i], &want)) plan = &plans[i];
+    if (plan != NULL) last_plan = plan;
     if (plan != NULL && plan->refused) return 0;
 
     cublasLtMatmulDesc_t desc;
@@ -292,6 +296,8 @@ static int lt_gemm(const char* what, const char* instead, cublasOperation_t tran
         } else {
             SG_CUBLAS_CHECK(st);
             want.algo = result.algo;
+            want.waves = result.wavesCount;
+            want.reduction_allowed = reduction != CUBLASLT_REDUCTION_SCHEME_NONE;
         }
         plans[n_plans] = want;
         plan = &plans[n_plans++];
@@ -310,6 +316,7 @@ static int lt_gemm(const char* what, const char* instead, cublasOperation_t tran
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
     SG_CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+    last_plan = plan;
     return !plan->refused;
 }
 
@@ -468,6 +475,38 @@ static void lt_gemm_or_own(const char* what, cublasOperation_t transa, cublasOpe
     SG_CHECK_LAUNCH();
 }
 
+void gemm_bf16_describe_last_cuda(char* line, size_t cap) {
+    const LtPlan* p = last_plan;
+    if (p == NULL) { snprintf(line, cap, "no GEMM yet"); return; }
+    if (p->refused) { snprintf(line, cap, "refused by cuBLASLt: seedgpt's own kernel"); return; }
+#ifdef SG_EMU
+    snprintf(line, cap, "emulated cuBLASLt (one algorithm: fp32 sums in ascending k)");
+#else
+    int32_t id = -1, splitk = -1;
+    uint32_t tile = 0, reduction = 0, stages = 0, swizzle = 0;
+    uint16_t cluster = 0;
+    size_t w = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof reduction, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof swizzle, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, &w);
+    snprintf(line, cap, "algo %d tile %u stages %u cluster %u swizzle %u splitK %d reduction %u%s, %.2f waves", id,
+             tile, stages, (unsigned)cluster, swizzle, splitk, reduction,
+             p->reduction_allowed ? " (allowed: nothing without)" : "", p->waves);
+#endif
+}
+
+void gemm_bf16_cuda(int transa, int transb, int m, int n, int k, const void* A, long long lda,
+                    const void* B, long long ldb, float beta, void* D, int d_bf16, long long ldd,
+                    const float* bias) {
+    lt_gemm_or_own("benchmarked", transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
+                   n, k, (const __nv_bfloat16*)A, lda, (const __nv_bfloat16*)B, ldb, beta, D, d_bf16, ldd,
+                   bias);
+}
+
 /* the scratch's pieces (the ops below carve the same): the forward's padded weight and inp when C
  * is not used as stored, and with a bias its fp32 result before the one rounding to bf16 (below);
  * the backward's rounded dout, then the padded inp and weight likewise */
@@ -493,8 +532,10 @@ static void act_backward_carve(Carve* cv, int N, int C, int OC, int dinp) {
     carve(cv, 2, dinp ? sizeof(uint16_t) * (size_t)OC * Cp : 0);
 }
 
-void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
-                                  const float* bias, int N, int C, int OC) {
+/* matmul_forward_bf16_act_cuda and, with out_gelu != NULL (out bf16), the GELU of its result into
+ * out_gelu */
+static void matmul_forward_act(void* out, int out_dtype, void* out_gelu, const void* inp,
+                               const void* weight, const float* bias, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
     const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
@@ -516,13 +557,30 @@ void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, con
     /* out^T (OC,N) = weight (OC,K) . inp^T (K,N): weight is stored column-major as (K,OC) */
     lt_gemm_or_own("forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, K, w, K, x, K, 0.0f, d,
                    out_dtype == DT_BF16 && !stage, OC, bias);
+    size_t n = (size_t)N * OC;
     if (stage) {
-        size_t n = (size_t)N * OC;
-        unsigned blocks = sg_ceil_div(n, EW_THREADS);
-        if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
-        SG_LAUNCH(round_bf16_kernel, blocks, EW_THREADS, 0, (uint16_t*)out, (const float*)d, n);
-        SG_CHECK_LAUNCH();
+        /* the rounding and the GELU from one read of the staged sum, where the kernel applies */
+        if (out_gelu != NULL && round_gelu_bf16_cuda(out, out_gelu, (const float*)d, n)) return;
+        if (!kernels_baseline_cuda()) {
+            round_to_bf16_cuda(out, (const float*)d, n);   /* 16-byte accesses where aligned */
+        } else {
+            unsigned blocks = sg_ceil_div(n, EW_THREADS);
+            if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
+            SG_LAUNCH(round_bf16_kernel, blocks, EW_THREADS, 0, (uint16_t*)out, (const float*)d, n);
+            SG_CHECK_LAUNCH();
+        }
     }
+    if (out_gelu != NULL) gelu_forward_bf16_cuda(out_gelu, out, n);
+}
+
+void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
+                                  const float* bias, int N, int C, int OC) {
+    matmul_forward_act(out, out_dtype, NULL, inp, weight, bias, N, C, OC);
+}
+
+void matmul_forward_gelu_bf16_act_cuda(void* out, void* out_gelu, const void* inp,
+                                       const void* weight, const float* bias, int N, int C, int OC) {
+    matmul_forward_act(out, DT_BF16, out_gelu, inp, weight, bias, N, C, OC);
 }
 
 void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -532,7 +590,20 @@ void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, co
     Carve cv = {{0}, 0};
     act_backward_carve(&cv, N, C, OC, dinp != NULL);
     void* base = lt_scratch(cv.total);
-    __nv_bfloat16* g16 = round_pad_bf16(base, cv.off[0], dout, N, OC, N, OCp);
+    /* dout rounded to bf16 once, into the scratch (N, OCp). With OC a multiple of 8 there is no
+     * padding, and the rounding goes with the bias gradient's column sums (one read of the fp32
+     * dout for both), or alone in 16-byte accesses; otherwise the padded copy. dbias is
+     * bias_backward_cuda's either way, the same bits. */
+    __nv_bfloat16* g16 = (__nv_bfloat16*)((unsigned char*)base + cv.off[0]);
+    int dbias_done = 0, rounded = 0;
+    if (!kernels_baseline_cuda() && OC % LT_PAD == 0) {
+        if (dbias != NULL) rounded = dbias_done = bias_backward_round_bf16_cuda(dbias, g16, dout, N, OC);
+        if (!rounded && ((uintptr_t)dout & 15u) == 0 && ((uintptr_t)g16 & 15u) == 0) {
+            round_to_bf16_cuda(g16, dout, (size_t)N * OC);
+            rounded = 1;
+        }
+    }
+    if (!rounded) g16 = round_pad_bf16(base, cv.off[0], dout, N, OC, N, OCp);
     const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
     const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
     int ldx = C;
@@ -548,7 +619,35 @@ void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, co
     /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T (C,N) . dout */
     lt_gemm_or_own("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, OCp, 1.0f, dweight, 0, C, NULL);
     /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
-    if (dbias != NULL) bias_backward_cuda(dbias, dout, N, OC);
+    if (dbias != NULL && !dbias_done) bias_backward_cuda(dbias, dout, N, OC);
+}
+
+void matmul_backward_dout_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const void* dout,
+                                        int ld_dout, const void* inp, const void* weight, int N, int C,
+                                        int OC) {
+    if (N == 0 || C == 0 || OC == 0) return;
+    if (dbias != NULL || ld_dout < OC || ld_dout % LT_PAD != 0 || ((uintptr_t)dout & 15u) != 0) {
+        fprintf(stderr, "seedgpt: matmul_backward_dout_bf16_act_cuda: wants no bias gradient (its sums need the "
+                "fp32 dout), rows of dout at least OC (%d) apart in a multiple of %d elements (%d) and 16-byte "
+                "aligned\n", OC, LT_PAD, ld_dout);
+        exit(1);
+    }
+    Carve cv = {{0}, 0};
+    act_backward_carve(&cv, N, C, OC, dinp != NULL);
+    void* base = lt_scratch(cv.total);
+    const __nv_bfloat16* g16 = (const __nv_bfloat16*)dout;
+    const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
+    const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
+    int ldx = C;
+    if (!act_direct(C)) {
+        ldx = (int)pad_to((size_t)C, LT_PAD);
+        x = pad_cols_bf16(base, cv.off[1], inp, N, C, ldx);
+        if (dinp != NULL) w = pad_cols_bf16(base, cv.off[2], weight, OC, C, ldx);
+    }
+    /* the products of matmul_backward_bf16_act_cuda, on the given bf16 dout */
+    if (dinp != NULL)
+        lt_gemm_or_own("dinp", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, ld_dout, 0.0f, dinp, 0, C, NULL);
+    lt_gemm_or_own("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, ld_dout, 1.0f, dweight, 0, C, NULL);
 }
 
 size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* k) {

@@ -41,6 +41,11 @@ void layernorm_forward_bf16_cuda(void* out, float* mean, float* rstd, const floa
 /* GELU of bf16 inputs, gelu_forward_cuda's arithmetic, the forward's output rounded */
 void gelu_forward_bf16_cuda(void* out, const void* inp, size_t n);
 void gelu_backward_bf16_cuda(float* dinp, const void* inp, const float* dout, size_t n);
+/* the bf16 MLP's pre-activation and GELU from its GEMM's fp32 result src (n): pre = src rounded
+ * once, act = GELU(pre) rounded, both from one read of src (what round_to_bf16_cuda, then
+ * gelu_forward_bf16_cuda give). Returns 0 without doing anything where it does not apply (the
+ * switch at baseline, n not a multiple of 8, a pointer not 16-byte aligned). */
+int round_gelu_bf16_cuda(void* pre, void* act, const float* src, size_t n);
 /* RoPE on bf16 q and k heads: each pair read, rotated in fp32, rounded again */
 void rope_forward_bf16_cuda(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
                             int NKV, int HD, int layout, int pos0);
@@ -49,15 +54,47 @@ void rope_forward_bf16_cuda(void* qkv, const float* cos, const float* sin, int B
  * the bias rounded once) */
 void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
                                   const float* bias, int N, int C, int OC);
+/* matmul_forward_bf16_act_cuda with a bf16 out, then gelu_forward_bf16_cuda(out_gelu, out),
+ * in one call (model/backend.h, matmul_forward_gelu): the same bits, the fp32 result read once */
+void matmul_forward_gelu_bf16_act_cuda(void* out, void* out_gelu, const void* inp,
+                                       const void* weight, const float* bias, int N, int C, int OC);
 /* dinp = bf16(dout) . weight (skipped if NULL) and dweight += bf16(dout)^T . inp, inp and weight
  * bf16 as stored; dout stays fp32 in memory and is rounded into the products' scratch; dbias +=
  * the column sums of the fp32 dout (bias_backward_cuda's, may be NULL) */
 void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
                                    const void* inp, const void* weight, int N, int C, int OC);
+/* the classifier chunk's loss and gradient in one pass under bf16 operands (model/backend.h,
+ * crossentropy_forward_backward_act): losses (N) = (max - l[target]) + log(sum exp(l - max)) in
+ * fp32; dlogits = dloss (softmax - onehot) on [0, V), +0 on [V, Vp), rounded once to bf16 and
+ * written over the logits: row n's Vp bf16 values at the start of fp32 row n (rows 2 Vp bf16
+ * elements apart). fp32 exponentials: within docs/cuda.md's bound of the fp32 op. Under
+ * SEEDGPT_KERNELS=baseline: the fp32 kernels, then the rounding into that form. */
+void crossentropy_forward_backward_bf16_cuda(float* losses, float* logits, const int* targets,
+                                             float dloss, int N, int V, int Vp);
+/* matmul_backward_bf16_act_cuda with dout already bf16 (N rows, ld_dout elements apart, a multiple
+ * of 8, 16-byte aligned), as the op above leaves it; dbias must be NULL */
+void matmul_backward_dout_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const void* dout,
+                                        int ld_dout, const void* inp, const void* weight, int N, int C,
+                                        int OC);
 /* The device memory those two keep (the padded operand copies they need, cuBLASLt's workspace)
  * for a model's calls, and its allocation now. */
 size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* calls);
 void matmul_act_reserve_scratch_bf16_cuda(const OpCalls* calls);
+
+/* One GEMM problem as the products above run it (the per-problem table of
+ * tests/cuda/bench_ops_cuda.cu): D (m, n) column-major = op(A) (m, k) . op(B) (k, n) + beta D
+ * [+ bias (m)], A and B bf16 column-major (ld lda, ldb) before their transposes (transa, transb:
+ * 0 none, 1 transposed), D fp32 or, with d_bf16, bf16 (ld ldd); the same cached cuBLASLt plan, or
+ * seedgpt's own kernel where cuBLASLt refuses. */
+void gemm_bf16_cuda(int transa, int transb, int m, int n, int k, const void* A, long long lda,
+                    const void* B, long long ldb, float beta, void* D, int d_bf16, long long ldd,
+                    const float* bias);
+
+/* The last GEMM problem's plan in one line: cuBLASLt's algorithm configuration (cublasLt.h's
+ * CUBLASLT_ALGO_CONFIG_* ids: algorithm, tile, stages, cluster shape, swizzle, split-K count and
+ * reduction scheme) and the heuristic's waves (tiles over what the SMs hold at once), for the
+ * benchmarks' per-problem table */
+void gemm_bf16_describe_last_cuda(char* line, size_t cap);
 
 /* cuBLASLt's workspace, allocated once through device_alloc_cuda (counted in the peak) */
 #define SG_LT_WORKSPACE_BYTES ((size_t)32 << 20)

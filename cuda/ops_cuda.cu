@@ -17,6 +17,15 @@
  * No float atomics anywhere: every reduction has one fixed order, so results do not depend on the
  * launch and the recompute reproduces the forward's bits (DESIGN §4). Kernels use only the subset
  * of cuda/device.h, so this file also builds against the CPU emulation.
+ *
+ * Two generations of kernels live side by side until a GPU has timed both (DESIGN §10): the
+ * baseline ones above, one element (or a quad of scalar accesses) a thread, and the ones named
+ * *_vec_kernel and the fused ones (residual_layernorm_forward_kernel, column_sum_partials_round_kernel,
+ * round_gelu_bf16_vec_kernel, adamw_tensors_kernel, sum_squares_tensors_*), which move 16 bytes
+ * per access (cuda/act.h) and fuse passes where one read can serve two: the same arithmetic
+ * element by element and the same summation orders, so the same bits (tests/cuda/kernels_ab.h).
+ * An op takes the new kernels where its rows are whole 16-byte pieces and the switch
+ * (kernels_baseline_cuda, SEEDGPT_KERNELS=baseline) does not ask for the old ones.
  */
 #include "cuda/device.h"
 #include <math.h>
@@ -40,9 +49,23 @@
 #define CE_THREADS 256
 #define LN_ROWS_PER_BLOCK 8   /* one warp per row */
 
+/* ---- the A/B switch (cuda/ops_cuda.h) ------------------------------------------------------- */
+
+int kernels_baseline_cuda(void) { return sg_kernels_baseline(); }
+
+/* launches of the kernels the switch's "new" side adds (a test reads it: the A/B comparison
+ * is between two paths only if the new one ran) */
+static unsigned long long new_launches = 0;
+unsigned long long kernels_new_launches_cuda(void) { return new_launches; }
+
 static unsigned ew_blocks(size_t n) {
     unsigned b = sg_ceil_div(n, EW_THREADS);
     return b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS;
+}
+
+/* rows of C floats the 16-byte kernels take: C a multiple of 4, every row 16-byte aligned */
+static int rows_vec4(int C, const void* a, const void* b, const void* c) {
+    return C % 4 == 0 && aligned16(a) && aligned16(b) && (c == NULL || aligned16(c));
 }
 
 /* ---- scratch ------------------------------------------------------------------------------- */
@@ -329,20 +352,168 @@ __global__ void layernorm_forward_kernel(ActT* out, float* mean, float* rstd, co
     }
 }
 
+/* The same arithmetic with 16-byte accesses. The sums must add the same elements in the same
+ * order as the kernel above (lane l adds x[l], x[l + 32], ...), but a lane's 16-byte load holds
+ * four neighbouring elements, which belong to four lanes. So the warp first copies its row into
+ * shared memory with 16-byte loads, then sums from there in the baseline's order; the outputs go
+ * out 16 bytes at a time (4 fp32 or 8 bf16), each computed by the baseline's expression. */
+template <typename ActT>
+static __device__ inline void layernorm_row_smem(ActT* o, float* mean_n, float* rstd_n,
+                                                 const float* xs, const float* weight,
+                                                 const float* bias, int C, int lane) {
+    const float eps = 1e-5f;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += xs[c];
+    float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) { float d = xs[c] - m; v += d * d; }
+    v = warp_sum(v) / C;
+    float r = 1.0f / sqrtf(v + eps);
+    const int E = ACT_VEC(ActT);
+    for (int c = lane * E; c < C; c += 32 * E) {
+        float x[E], w[E], b[E], y[E];
+        #pragma unroll
+        for (int k = 0; k < E; k += 4) {
+            ld_f4(xs + c + k, x + k);
+            ld_f4(weight + c + k, w + k);
+            ld_f4(bias + c + k, b + k);
+        }
+        #pragma unroll
+        for (int k = 0; k < E; k++) y[k] = (r * (x[k] - m)) * w[k] + b[k];
+        act_store16(o, c, y);
+    }
+    if (lane == 0) {
+        *mean_n = m;
+        *rstd_n = r;
+    }
+}
+
+/* one warp per row, rows_per_block warps; the dynamic shared memory holds one row per warp */
+template <typename ActT>
+__global__ void layernorm_forward_vec_kernel(ActT* out, float* mean, float* rstd, const float* inp,
+                                             const float* weight, const float* bias, int N, int C) {
+    SG_DYN_SHARED(float, rows);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int n = blockIdx.x * (blockDim.x / 32) + warp;
+    if (n >= N) return;   /* the whole warp; the block has no barrier */
+    float* xs = rows + (size_t)warp * C;
+    const float* x = inp + (size_t)n * C;
+    for (int c = 4 * lane; c < C; c += 128) {
+        float v[4];
+        ld_f4(x + c, v);
+        st_f4(xs + c, v);
+    }
+    __syncwarp(0xffffffffu);   /* every lane's part of the row is in xs */
+    layernorm_row_smem(out + (size_t)n * C, mean + n, rstd + n, xs, weight, bias, C, lane);
+}
+
+/* residual_dropout_forward then layernorm_forward of its output in one pass: the warp of row n
+ * writes out = x + drop(branch) (the same Philox call per quad, dropout_quad) and keeps the row
+ * in shared memory for the LayerNorm, which is layernorm_forward_vec_kernel's. out may alias
+ * branch. */
+template <typename ActT>
+__global__ void residual_layernorm_forward_kernel(float* out, const float* x, const float* branch,
+                                                  int T, int C, uint32_t g0, uint64_t seed,
+                                                  Dropout drop, ActT* ln_out, float* mean,
+                                                  float* rstd, const float* weight,
+                                                  const float* bias, int N) {
+    SG_DYN_SHARED(float, rows);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int n = blockIdx.x * (blockDim.x / 32) + warp;
+    if (n >= N) return;
+    int b = n / T, t = n % T;
+    float* xs = rows + (size_t)warp * C;
+    size_t row = (size_t)n * C;
+    for (int q = lane; q < C / 4; q += 32) {
+        size_t i = row + 4 * (size_t)q;
+        float v[4], xi[4];
+        ld_f4(branch + i, v);
+        ld_f4(x + i, xi);
+        dropout_quad(v, 4, seed, g0 + (uint32_t)b, (uint32_t)t, (uint32_t)q, drop);
+        #pragma unroll
+        for (int w = 0; w < 4; w++) v[w] = xi[w] + v[w];
+        st_f4(out + i, v);
+        st_f4(xs + 4 * q, v);
+    }
+    __syncwarp(0xffffffffu);
+    layernorm_row_smem(ln_out + row, mean + n, rstd + n, xs, weight, bias, C, lane);
+}
+
+/* rows a block of the row-in-shared-memory kernels takes: 8, fewer for a wide row (48 KiB of
+ * shared memory at most); 0 when one row does not fit (the baseline kernel runs) */
+static int ln_smem_rows(int C) {
+    int r = LN_ROWS_PER_BLOCK;
+    while (r > 0 && (size_t)r * C * sizeof(float) > 48 * 1024) r /= 2;
+    return r;
+}
+
+template <typename ActT>
+static int ln_vec_ok(int C, const void* out, const float* inp, const float* w, const float* b) {
+    return !kernels_baseline_cuda() && C % ACT_VEC(ActT) == 0 && ln_smem_rows(C) > 0 &&
+           aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b);
+}
+
+template <typename ActT>
+static void layernorm_forward_any(ActT* out, float* mean, float* rstd, const float* inp,
+                                  const float* weight, const float* bias, int N, int C) {
+    if (N == 0 || C == 0) return;
+    if (ln_vec_ok<ActT>(C, out, inp, weight, bias)) {
+        int r = ln_smem_rows(C);
+        new_launches++;
+        SG_LAUNCH(layernorm_forward_vec_kernel<ActT>, sg_ceil_div((size_t)N, r), 32 * r,
+                  (size_t)r * C * sizeof(float), out, mean, rstd, inp, weight, bias, N, C);
+    } else {
+        SG_LAUNCH(layernorm_forward_kernel<ActT>, sg_ceil_div((size_t)N, LN_ROWS_PER_BLOCK),
+                  32 * LN_ROWS_PER_BLOCK, 0, out, mean, rstd, inp, weight, bias, N, C);
+    }
+    SG_CHECK_LAUNCH();
+}
+
 void layernorm_forward_cuda(float* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int N, int C) {
-    if (N == 0 || C == 0) return;
-    SG_LAUNCH(layernorm_forward_kernel<float>, sg_ceil_div((size_t)N, LN_ROWS_PER_BLOCK),
-              32 * LN_ROWS_PER_BLOCK, 0, out, mean, rstd, inp, weight, bias, N, C);
-    SG_CHECK_LAUNCH();
+    layernorm_forward_any(out, mean, rstd, inp, weight, bias, N, C);
 }
 
 void layernorm_forward_bf16_cuda(void* out, float* mean, float* rstd, const float* inp,
                                  const float* weight, const float* bias, int N, int C) {
+    layernorm_forward_any((uint16_t*)out, mean, rstd, inp, weight, bias, N, C);
+}
+
+template <typename ActT>
+static void residual_layernorm_forward_any(float* out, const float* x, const float* branch, int B,
+                                           int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
+                                           ActT* ln_out, float* mean, float* rstd,
+                                           const float* weight, const float* bias) {
+    int N = B * T;
     if (N == 0 || C == 0) return;
-    SG_LAUNCH(layernorm_forward_kernel<uint16_t>, sg_ceil_div((size_t)N, LN_ROWS_PER_BLOCK),
-              32 * LN_ROWS_PER_BLOCK, 0, (uint16_t*)out, mean, rstd, inp, weight, bias, N, C);
-    SG_CHECK_LAUNCH();
+    if (ln_vec_ok<ActT>(C, ln_out, out, weight, bias) && rows_vec4(C, out, x, branch)) {
+        int r = ln_smem_rows(C);
+        new_launches++;
+        SG_LAUNCH(residual_layernorm_forward_kernel<ActT>, sg_ceil_div((size_t)N, r), 32 * r,
+                  (size_t)r * C * sizeof(float), out, x, branch, T, C, g0, seed, drop, ln_out, mean,
+                  rstd, weight, bias, N);
+        SG_CHECK_LAUNCH();
+        return;
+    }
+    /* the two ops, as the orchestrator would call them (the baseline's kernels under the switch) */
+    residual_dropout_forward_cuda(out, x, branch, B, T, C, g0, seed, drop);
+    layernorm_forward_any(ln_out, mean, rstd, out, weight, bias, N, C);
+}
+
+void residual_layernorm_forward_cuda(float* out, const float* x, const float* branch, int B,
+                                     int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
+                                     void* ln_out, float* mean, float* rstd, const float* weight,
+                                     const float* bias) {
+    residual_layernorm_forward_any(out, x, branch, B, T, C, g0, seed, drop, (float*)ln_out, mean,
+                                   rstd, weight, bias);
+}
+
+void residual_layernorm_forward_bf16_cuda(float* out, const float* x, const float* branch, int B,
+                                          int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
+                                          void* ln_out, float* mean, float* rstd,
+                                          const float* weight, const float* bias) {
+    residual_layernorm_forward_any(out, x, branch, B, T, C, g0, seed, drop, (uint16_t*)ln_out, mean,
+                                   rstd, weight, bias);
 }
 
 /* dinp (accumulated), one warp per row. In the forward out = norm * w + b with
@@ -395,19 +566,129 @@ __global__ void layernorm_param_partials_kernel(float* pw, float* pb, const floa
     }
 }
 
+/* The backward in one pass over dout and inp. One block takes chunk k of COLSUM_ROWS rows (the
+ * chunks of the baseline's parameter partials), LNB_WARPS rows at a time, one warp a row. The
+ * warp copies its row's dout and norm = (x - mean) rstd into shared memory with 16-byte loads,
+ * sums dnorm and dnorm norm from there in the baseline's lane order, and adds its dinp 16 bytes
+ * at a time. Then each thread adds the rows' dout norm and dout to its columns' running partials,
+ * in row order, so the chunk's partial is the baseline's sum of its rows in order from 0. The
+ * partials are added over the chunks by column_sum_finish_kernel as before: the same bits, with
+ * dout and inp read from memory once. Shared memory: weight, the two partials, and LNB_WARPS rows
+ * of dout and of norm. */
+#define LNB_WARPS 4
+static size_t lnb_smem_bytes(int C) { return sizeof(float) * (3 + 2 * LNB_WARPS) * (size_t)C; }
+
+__global__ void layernorm_backward_vec_kernel(float* dinp, float* pw, float* pb, const float* dout,
+                                              const float* inp, const float* weight,
+                                              const float* mean, const float* rstd, int N, int C) {
+    SG_DYN_SHARED(float, sm);
+    float* ws = sm;               /* weight (C) */
+    float* aw = ws + C;           /* the chunk's partials of dweight and dbias (C each) */
+    float* ab = aw + C;
+    float* ds = ab + C;           /* LNB_WARPS rows of dout */
+    float* ns = ds + (size_t)LNB_WARPS * C;   /* and of norm */
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int k = blockIdx.x;
+    int n0 = k * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
+    for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+        float w[4], z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        ld_f4(weight + c, w);
+        st_f4(ws + c, w);
+        st_f4(aw + c, z);
+        st_f4(ab + c, z);
+    }
+    __syncthreads();
+    float* dsw = ds + (size_t)warp * C;
+    float* nsw = ns + (size_t)warp * C;
+    for (int r0 = n0; r0 < n1; r0 += LNB_WARPS) {
+        int n = r0 + warp;
+        if (n < n1) {
+            const float* x = inp + (size_t)n * C;
+            const float* d = dout + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            for (int c = 4 * lane; c < C; c += 128) {
+                float xv[4], dv[4], nv[4];
+                ld_f4(x + c, xv);
+                ld_f4(d + c, dv);
+                #pragma unroll
+                for (int w = 0; w < 4; w++) nv[w] = (xv[w] - m) * s;
+                st_f4(nsw + c, nv);
+                st_f4(dsw + c, dv);
+            }
+            __syncwarp(0xffffffffu);
+            float a = 0.0f, an = 0.0f;
+            for (int c = lane; c < C; c += 32) {
+                float norm = nsw[c];
+                float dnorm = ws[c] * dsw[c];
+                a += dnorm;
+                an += dnorm * norm;
+            }
+            float dnorm_mean = warp_sum(a) / C;
+            float dnorm_norm_mean = warp_sum(an) / C;
+            float* dx = dinp + (size_t)n * C;
+            for (int c = 4 * lane; c < C; c += 128) {
+                float g[4];
+                ld_f4(dx + c, g);
+                #pragma unroll
+                for (int w = 0; w < 4; w++) {
+                    float norm = nsw[c + w];
+                    float dnorm = ws[c + w] * dsw[c + w];
+                    g[w] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+                }
+                st_f4(dx + c, g);
+            }
+        }
+        __syncthreads();   /* the round's rows are in ds and ns */
+        int rows = n1 - r0 < LNB_WARPS ? n1 - r0 : LNB_WARPS;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float accw = aw[c], accb = ab[c];
+            for (int w = 0; w < rows; w++) {
+                float dv = ds[(size_t)w * C + c];
+                accw += dv * ns[(size_t)w * C + c];
+                accb += dv;
+            }
+            aw[c] = accw;
+            ab[c] = accb;
+        }
+        __syncthreads();   /* before the next round overwrites ds and ns */
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        pw[(size_t)k * C + c] = aw[c];
+        pb[(size_t)k * C + c] = ab[c];
+    }
+}
+
+/* the one-pass kernel's conditions: 16-byte rows and its shared memory on the device */
+static int lnb_vec_ok(int C, const float* dinp, const float* dout, const float* inp,
+                      const float* weight) {
+    return !kernels_baseline_cuda() && C % 4 == 0 && aligned16(dinp) && aligned16(dout) &&
+           aligned16(inp) && aligned16(weight) && lnb_smem_bytes(C) <= 200 * 1024;
+}
+
 void layernorm_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
                              const float* inp, const float* weight, const float* mean,
                              const float* rstd, int N, int C) {
     if (N == 0 || C == 0) return;
-    SG_LAUNCH(layernorm_backward_dinp_kernel, sg_ceil_div((size_t)N, LN_ROWS_PER_BLOCK),
-              32 * LN_ROWS_PER_BLOCK, 0, dinp, dout, inp, weight, mean, rstd, N, C);
-    SG_CHECK_LAUNCH();
     int nchunks = colsum_chunks(N);
     float* pw = (float*)ops_scratch(sizeof(float) * 2 * (size_t)nchunks * C);
     float* pb = pw + (size_t)nchunks * C;
-    SG_LAUNCH(layernorm_param_partials_kernel, colsum_grid(N, C), COLSUM_THREADS, 0, pw, pb, dout, inp, mean,
-              rstd, N, C);
-    SG_CHECK_LAUNCH();
+    if (lnb_vec_ok(C, dinp, dout, inp, weight)) {
+        size_t smem = lnb_smem_bytes(C);
+        if (smem > 48 * 1024)
+            SG_CHECK(cudaFuncSetAttribute(layernorm_backward_vec_kernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        new_launches++;
+        SG_LAUNCH(layernorm_backward_vec_kernel, (unsigned)nchunks, 32 * LNB_WARPS, smem, dinp, pw,
+                  pb, dout, inp, weight, mean, rstd, N, C);
+        SG_CHECK_LAUNCH();
+    } else {
+        SG_LAUNCH(layernorm_backward_dinp_kernel, sg_ceil_div((size_t)N, LN_ROWS_PER_BLOCK),
+                  32 * LN_ROWS_PER_BLOCK, 0, dinp, dout, inp, weight, mean, rstd, N, C);
+        SG_CHECK_LAUNCH();
+        SG_LAUNCH(layernorm_param_partials_kernel, colsum_grid(N, C), COLSUM_THREADS, 0, pw, pb,
+                  dout, inp, mean, rstd, N, C);
+        SG_CHECK_LAUNCH();
+    }
     unsigned cblocks = sg_ceil_div((size_t)C, COLSUM_THREADS);
     SG_LAUNCH(column_sum_finish_kernel, cblocks, COLSUM_THREADS, 0, dweight, pw, nchunks, C);
     SG_CHECK_LAUNCH();
@@ -488,6 +769,45 @@ void bias_backward_cuda(float* dbias, const float* dout, int N, int OC) {
     SG_CHECK_LAUNCH();
 }
 
+/* column_sum_partials_kernel over four columns a thread (16-byte loads), writing on the way the
+ * bf16 copy of x (N, C), each element rounded once: the bias gradient's partials and the
+ * backward products' bf16 dout from one read of the fp32 dout. Each column adds its chunk's rows
+ * in order from 0, as the baseline. grid (quads of columns / COLSUM_THREADS, chunks strided) */
+__global__ void column_sum_partials_round_kernel(float* partial, uint16_t* x16, const float* x, int N,
+                                                 int C) {
+    int c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= C) return;
+    const int nchunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    for (int k = blockIdx.y; k < nchunks; k += gridDim.y) {
+        int n0 = k * COLSUM_ROWS, n1 = n0 + COLSUM_ROWS < N ? n0 + COLSUM_ROWS : N;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int n = n0; n < n1; n++) {
+            float v[4];
+            ld_f4(x + (size_t)n * C + c, v);
+            #pragma unroll
+            for (int w = 0; w < 4; w++) acc[w] += v[w];
+            bf16_store4(x16, (size_t)n * C + c, v);
+        }
+        st_f4(partial + (size_t)k * C + c, acc);
+    }
+}
+
+int bias_backward_round_bf16_cuda(float* dbias, void* dout16, const float* dout, int N, int OC) {
+    if (kernels_baseline_cuda() || OC % 4 != 0 || !aligned16(dout) || !aligned16(dout16)) return 0;
+    if (N == 0 || OC == 0) return 1;
+    int nchunks = colsum_chunks(N);
+    float* partial = (float*)ops_scratch(sizeof(float) * (size_t)nchunks * OC);
+    dim3 grid(sg_ceil_div((size_t)OC / 4, COLSUM_THREADS), colsum_grid(N, OC).y);
+    new_launches++;
+    SG_LAUNCH(column_sum_partials_round_kernel, grid, COLSUM_THREADS, 0, partial, (uint16_t*)dout16,
+              dout, N, OC);
+    SG_CHECK_LAUNCH();
+    SG_LAUNCH(column_sum_finish_kernel, sg_ceil_div((size_t)OC, COLSUM_THREADS),
+              COLSUM_THREADS, 0, dbias, partial, nchunks, OC);
+    SG_CHECK_LAUNCH();
+    return 1;
+}
+
 /* ---- GELU (tanh approximation) ------------------------------------------------------------ */
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f  /* sqrt(2 / pi) */
@@ -495,15 +815,27 @@ void bias_backward_cuda(float* dbias, const float* dout, int N, int OC) {
 /* the CPU's formula: tanh(u) = 1 - 2 / (1 + e^(2u)); saturates to +-1 at both ends */
 static __device__ inline float gelu_tanh(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
 
+/* the element's arithmetic, shared by the kernels below so that every one computes the same
+ * bits: the forward's value, and the backward's local derivative */
+static __device__ inline float gelu_value(float x) {
+    float cube = 0.044715f * x * x * x;
+    return 0.5f * x * (1.0f + gelu_tanh(GELU_SCALING_FACTOR * (x + cube)));
+}
+static __device__ inline float gelu_local_grad(float x) {
+    float cube = 0.044715f * x * x * x;
+    float th = gelu_tanh(GELU_SCALING_FACTOR * (x + cube));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th)
+         + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 /* inp and out are operand activations (cuda/act.h): the fp32 arithmetic on the value read, the
- * output rounded once under bf16 */
+ * output rounded once under bf16. The baseline kernels: one element a thread. */
 template <typename ActT>
 __global__ void gelu_forward_kernel(ActT* out, const ActT* inp, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float x = act_load(inp, i);
-        float cube = 0.044715f * x * x * x;
-        act_store(out, i, 0.5f * x * (1.0f + gelu_tanh(GELU_SCALING_FACTOR * (x + cube))));
+        act_store(out, i, gelu_value(act_load(inp, i)));
     }
 }
 
@@ -511,40 +843,87 @@ template <typename ActT>
 __global__ void gelu_backward_kernel(float* dinp, const ActT* inp, const float* dout, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float x = act_load(inp, i);
-        float cube = 0.044715f * x * x * x;
-        float th = gelu_tanh(GELU_SCALING_FACTOR * (x + cube));
-        float sech2 = 1.0f - th * th;
-        float local = 0.5f * (1.0f + th)
-                    + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = local * dout[i];
+        dinp[i] = gelu_local_grad(act_load(inp, i)) * dout[i];
     }
 }
 
-void gelu_forward_cuda(float* out, const float* inp, size_t n) {
+/* The same, 16 bytes of the activation a thread (4 fp32 or 8 bf16: ACT_VEC), nv = n / ACT_VEC
+ * vectors; n a multiple of ACT_VEC and the tensors 16-byte aligned. dinp may alias dout. */
+template <typename ActT>
+__global__ void gelu_forward_vec_kernel(ActT* out, const ActT* inp, size_t nv) {
+    const int E = ACT_VEC(ActT);
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nv;
+         j += (size_t)gridDim.x * blockDim.x) {
+        float v[E];
+        act_load16(inp, j * E, v);
+        #pragma unroll
+        for (int k = 0; k < E; k++) v[k] = gelu_value(v[k]);
+        act_store16(out, j * E, v);
+    }
+}
+
+template <typename ActT>
+__global__ void gelu_backward_vec_kernel(float* dinp, const ActT* inp, const float* dout, size_t nv) {
+    const int E = ACT_VEC(ActT);
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nv;
+         j += (size_t)gridDim.x * blockDim.x) {
+        float x[E], d[E];
+        act_load16(inp, j * E, x);
+        #pragma unroll
+        for (int k = 0; k < E; k += 4) ld_f4(dout + j * E + k, d + k);
+        #pragma unroll
+        for (int k = 0; k < E; k++) d[k] = gelu_local_grad(x[k]) * d[k];
+        #pragma unroll
+        for (int k = 0; k < E; k += 4) st_f4(dinp + j * E + k, d + k);
+    }
+}
+
+/* the 16-byte kernels take n whole vectors on 16-byte aligned tensors, unless the switch asks for
+ * the baseline */
+template <typename ActT>
+static int gelu_vec_ok(size_t n, const void* a, const void* b, const void* c) {
+    return !kernels_baseline_cuda() && n % ACT_VEC(ActT) == 0 && aligned16(a) && aligned16(b) &&
+           (c == NULL || aligned16(c));
+}
+
+template <typename ActT>
+static void gelu_forward_any(ActT* out, const ActT* inp, size_t n) {
     if (n == 0) return;
-    SG_LAUNCH(gelu_forward_kernel<float>, ew_blocks(n), EW_THREADS, 0, out, inp, n);
+    if (gelu_vec_ok<ActT>(n, out, inp, NULL)) {
+        size_t nv = n / ACT_VEC(ActT);
+        new_launches++;
+        SG_LAUNCH(gelu_forward_vec_kernel<ActT>, ew_blocks(nv), EW_THREADS, 0, out, inp, nv);
+    } else {
+        SG_LAUNCH(gelu_forward_kernel<ActT>, ew_blocks(n), EW_THREADS, 0, out, inp, n);
+    }
     SG_CHECK_LAUNCH();
 }
 
-void gelu_backward_cuda(float* dinp, const float* inp, const float* dout, size_t n) {
+template <typename ActT>
+static void gelu_backward_any(float* dinp, const ActT* inp, const float* dout, size_t n) {
     if (n == 0) return;
-    SG_LAUNCH(gelu_backward_kernel<float>, ew_blocks(n), EW_THREADS, 0, dinp, inp, dout, n);
+    if (gelu_vec_ok<ActT>(n, dinp, inp, dout)) {
+        size_t nv = n / ACT_VEC(ActT);
+        new_launches++;
+        SG_LAUNCH(gelu_backward_vec_kernel<ActT>, ew_blocks(nv), EW_THREADS, 0, dinp, inp, dout, nv);
+    } else {
+        SG_LAUNCH(gelu_backward_kernel<ActT>, ew_blocks(n), EW_THREADS, 0, dinp, inp, dout, n);
+    }
     SG_CHECK_LAUNCH();
+}
+
+void gelu_forward_cuda(float* out, const float* inp, size_t n) { gelu_forward_any(out, inp, n); }
+
+void gelu_backward_cuda(float* dinp, const float* inp, const float* dout, size_t n) {
+    gelu_backward_any(dinp, inp, dout, n);
 }
 
 void gelu_forward_bf16_cuda(void* out, const void* inp, size_t n) {
-    if (n == 0) return;
-    SG_LAUNCH(gelu_forward_kernel<uint16_t>, ew_blocks(n), EW_THREADS, 0, (uint16_t*)out,
-              (const uint16_t*)inp, n);
-    SG_CHECK_LAUNCH();
+    gelu_forward_any((uint16_t*)out, (const uint16_t*)inp, n);
 }
 
 void gelu_backward_bf16_cuda(float* dinp, const void* inp, const float* dout, size_t n) {
-    if (n == 0) return;
-    SG_LAUNCH(gelu_backward_kernel<uint16_t>, ew_blocks(n), EW_THREADS, 0, dinp,
-              (const uint16_t*)inp, dout, n);
-    SG_CHECK_LAUNCH();
+    gelu_backward_any(dinp, (const uint16_t*)inp, dout, n);
 }
 
 /* ---- the weights' bf16 operand copy --------------------------------------------------------- */
@@ -555,10 +934,56 @@ __global__ void round_to_bf16_kernel(uint16_t* dst, const float* src, size_t n) 
         act_store(dst, i, src[i]);
 }
 
+/* the same, eight elements a thread: two 16-byte loads, one 16-byte store (nv = n / 8) */
+__global__ void round_to_bf16_vec_kernel(uint16_t* dst, const float* src, size_t nv) {
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nv;
+         j += (size_t)gridDim.x * blockDim.x) {
+        float v[8];
+        ld_f4(src + 8 * j, v);
+        ld_f4(src + 8 * j + 4, v + 4);
+        act_store16(dst, 8 * j, v);
+    }
+}
+
 void round_to_bf16_cuda(void* dst, const float* src, size_t n) {
     if (n == 0) return;
-    SG_LAUNCH(round_to_bf16_kernel, ew_blocks(n), EW_THREADS, 0, (uint16_t*)dst, src, n);
+    if (!kernels_baseline_cuda() && n % 8 == 0 && aligned16(dst) && aligned16(src)) {
+        new_launches++;
+        SG_LAUNCH(round_to_bf16_vec_kernel, ew_blocks(n / 8), EW_THREADS, 0, (uint16_t*)dst, src,
+                  n / 8);
+    } else {
+        SG_LAUNCH(round_to_bf16_kernel, ew_blocks(n), EW_THREADS, 0, (uint16_t*)dst, src, n);
+    }
     SG_CHECK_LAUNCH();
+}
+
+/* The bf16 MLP's first product, after its GEMM: pre (n) = src rounded once (the bf16 fch, what
+ * round_to_bf16 gives), act = GELU of that rounded value, rounded (what gelu_forward_bf16 gives
+ * reading pre): both from one read of the fp32 src, eight elements a thread. */
+__global__ void round_gelu_bf16_vec_kernel(uint16_t* pre, uint16_t* act, const float* src, size_t nv) {
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nv;
+         j += (size_t)gridDim.x * blockDim.x) {
+        float v[8];
+        ld_f4(src + 8 * j, v);
+        ld_f4(src + 8 * j + 4, v + 4);
+        #pragma unroll   /* the rounded values, as gelu_forward would read them back */
+        for (int k = 0; k < 8; k++) v[k] = __bfloat162float(__float2bfloat16_rn(v[k]));
+        act_store16(pre, 8 * j, v);   /* exact: v holds bf16 values */
+        #pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = gelu_value(v[k]);
+        act_store16(act, 8 * j, v);
+    }
+}
+
+int round_gelu_bf16_cuda(void* pre, void* act, const float* src, size_t n) {
+    if (kernels_baseline_cuda() || n % 8 != 0 || !aligned16(pre) || !aligned16(act) || !aligned16(src))
+        return 0;
+    if (n == 0) return 1;
+    new_launches++;
+    SG_LAUNCH(round_gelu_bf16_vec_kernel, ew_blocks(n / 8), EW_THREADS, 0, (uint16_t*)pre,
+              (uint16_t*)act, src, n / 8);
+    SG_CHECK_LAUNCH();
+    return 1;
 }
 
 /* ---- residual + dropout ------------------------------------------------------------------- */
@@ -582,12 +1007,39 @@ __global__ void residual_dropout_forward_kernel(float* out, const float* x, cons
     }
 }
 
+/* The same, each tensor's quad in one 16-byte access (C % 4 == 0, rows 16-byte aligned): the
+ * same Philox call per quad and the same arithmetic per element, so the same bits */
+__global__ void residual_dropout_forward_vec_kernel(float* out, const float* x, const float* branch,
+                                                    int T, int t0, int C, uint32_t g0, uint64_t seed,
+                                                    Dropout drop) {
+    int bt = blockIdx.x;
+    int b = bt / T, t = t0 + bt % T;
+    size_t row = (size_t)bt * C;
+    int Q = C / 4;
+    for (int q = threadIdx.x; q < Q; q += blockDim.x) {
+        size_t i = row + 4 * (size_t)q;
+        float v[4], xi[4];
+        ld_f4(branch + i, v);
+        ld_f4(x + i, xi);
+        dropout_quad(v, 4, seed, g0 + (uint32_t)b, (uint32_t)t, (uint32_t)q, drop);
+        #pragma unroll
+        for (int w = 0; w < 4; w++) v[w] = xi[w] + v[w];
+        st_f4(out + i, v);
+    }
+}
+
 void residual_dropout_forward_at_cuda(float* out, const float* x, const float* branch, int B,
                                       int T, int t0, int C, uint32_t g0, uint64_t seed,
                                       Dropout drop) {
     if (B * T == 0 || C == 0) return;
-    SG_LAUNCH(residual_dropout_forward_kernel, B * T, quad_threads(C), 0, out, x, branch, T, t0, C,
-              g0, seed, drop);
+    if (!kernels_baseline_cuda() && rows_vec4(C, out, x, branch)) {
+        new_launches++;
+        SG_LAUNCH(residual_dropout_forward_vec_kernel, B * T, quad_threads(C), 0, out, x, branch, T,
+                  t0, C, g0, seed, drop);
+    } else {
+        SG_LAUNCH(residual_dropout_forward_kernel, B * T, quad_threads(C), 0, out, x, branch, T, t0,
+                  C, g0, seed, drop);
+    }
     SG_CHECK_LAUNCH();
 }
 
@@ -614,11 +1066,33 @@ __global__ void dropout_backward_kernel(float* dy, const float* dout, int T, int
     }
 }
 
+/* the same, 16-byte accesses (C % 4 == 0, rows 16-byte aligned); dy may alias dout */
+__global__ void dropout_backward_vec_kernel(float* dy, const float* dout, int T, int t0, int C,
+                                            uint32_t g0, uint64_t seed, Dropout drop) {
+    int bt = blockIdx.x;
+    int b = bt / T, t = t0 + bt % T;
+    size_t row = (size_t)bt * C;
+    int Q = C / 4;
+    for (int q = threadIdx.x; q < Q; q += blockDim.x) {
+        size_t i = row + 4 * (size_t)q;
+        float v[4];
+        ld_f4(dout + i, v);
+        dropout_quad(v, 4, seed, g0 + (uint32_t)b, (uint32_t)t, (uint32_t)q, drop);
+        st_f4(dy + i, v);
+    }
+}
+
 void dropout_backward_at_cuda(float* dy, const float* dout, int B, int T, int t0, int C,
                               uint32_t g0, uint64_t seed, Dropout drop) {
     if (B * T == 0 || C == 0) return;
-    SG_LAUNCH(dropout_backward_kernel, B * T, quad_threads(C), 0, dy, dout, T, t0, C, g0, seed,
-              drop);
+    if (!kernels_baseline_cuda() && rows_vec4(C, dy, dout, NULL)) {
+        new_launches++;
+        SG_LAUNCH(dropout_backward_vec_kernel, B * T, quad_threads(C), 0, dy, dout, T, t0, C, g0,
+                  seed, drop);
+    } else {
+        SG_LAUNCH(dropout_backward_kernel, B * T, quad_threads(C), 0, dy, dout, T, t0, C, g0, seed,
+                  drop);
+    }
     SG_CHECK_LAUNCH();
 }
 
@@ -787,6 +1261,124 @@ void crossentropy_backward_cuda(float* logits, const int* targets, float dloss, 
     SG_CHECK_LAUNCH();
 }
 
+/* ---- the classifier's cross-entropy under bf16 operands, in one pass ---------------------- */
+/* Row n of the chunk, one block: the logits l[0, V) read once for an online max and sum of
+ * exponentials (fp32, __expf; each thread over its own 8-element pieces, then the threads'
+ * (max, sum) pairs combined in a fixed butterfly and warp order), the loss
+ * (maxv - l[target]) + log(sum), then dlogits = dloss (softmax - onehot) rounded once to bf16,
+ * +0 on [V, Vp), written over the logits' own memory: the row's Vp bf16 values at the start of its
+ * fp32 row (model/backend.h, crossentropy_forward_backward_act), where the classifier's backward
+ * product reads them. The second pass reads the row again (from L2: a block's row was read just
+ * before) a piece of 8 elements a thread at a time; its bf16 writes for piece k land on the fp32
+ * elements [k S / 2, (k + 1) S / 2) (S = 8 threads), which the block has read by then, so a
+ * barrier between each piece's reads and its writes is all the order there is to keep.
+ * fp32 exponentials move bits against the fp32 kernels above (double): docs/cuda.md gives the
+ * bound test_cuda_bf16_ops holds them to. */
+static __device__ inline void ms_combine(float& m, float& s, float m2, float s2) {
+    float mm = fmaxf(m, m2);
+    float a = m == -INFINITY ? 0.0f : s * __expf(m - mm);
+    float b = m2 == -INFINITY ? 0.0f : s2 * __expf(m2 - mm);
+    m = mm;
+    s = a + b;   /* the same bits whichever side is which */
+}
+
+__global__ void crossentropy_bf16_kernel(float* losses, float* logits, const int* targets, float dloss,
+                                         int V, int Vp) {
+    SG_SHARED(float, red_m, 32);
+    SG_SHARED(float, red_s, 32);
+    int n = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    float* l = logits + (size_t)n * Vp;
+    const int S = 8 * blockDim.x;   /* elements a piece */
+    float m = -INFINITY, s = 0.0f;
+    for (int p0 = 0; p0 < V; p0 += S) {
+        int v0 = p0 + 8 * tid;
+        if (v0 >= V) continue;
+        float x[8];
+        ld_f4(l + v0, x);
+        ld_f4(l + v0 + 4, x + 4);
+        #pragma unroll
+        for (int w = 0; w < 8; w++) {
+            if (v0 + w >= V) break;
+            if (x[w] > m) {
+                s = s * __expf(m - x[w]) + 1.0f;
+                m = x[w];
+            } else {
+                s += __expf(x[w] - m);
+            }
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1)
+        ms_combine(m, s, __shfl_xor_sync(0xffffffffu, m, off), __shfl_xor_sync(0xffffffffu, s, off));
+    if (lane == 0) { red_m[warp] = m; red_s[warp] = s; }
+    __syncthreads();
+    int nwarps = blockDim.x / 32;
+    if (warp == 0) {
+        m = lane < nwarps ? red_m[lane] : -INFINITY;
+        s = lane < nwarps ? red_s[lane] : 0.0f;
+        for (int off = 16; off > 0; off >>= 1)
+            ms_combine(m, s, __shfl_xor_sync(0xffffffffu, m, off), __shfl_xor_sync(0xffffffffu, s, off));
+        if (lane == 0) { red_m[0] = m; red_s[0] = s; }
+    }
+    __syncthreads();
+    const float maxv = red_m[0], sum = red_s[0], inv = 1.0f / sum;
+    const int target = targets[n];
+    if (tid == 0 && losses != NULL) losses[n] = (maxv - l[target]) + logf(sum);   /* before any write */
+    uint16_t* d = (uint16_t*)l;   /* the row's bf16 dlogits, over its first 2 Vp bytes */
+    for (int p0 = 0; p0 < Vp; p0 += S) {
+        int v0 = p0 + 8 * tid;
+        float g[8];
+        if (v0 < Vp) {
+            float x[8];
+            ld_f4(l + v0, x);
+            ld_f4(l + v0 + 4, x + 4);
+            #pragma unroll
+            for (int w = 0; w < 8; w++) {
+                int v = v0 + w;
+                float pr = __expf(x[w] - maxv) * inv;
+                /* the target's (p - 1) dloss as one expression, as the CPU's */
+                g[w] = v >= V ? 0.0f : (v == target ? (pr - 1.0f) * dloss : pr * dloss);
+            }
+        }
+        __syncthreads();   /* every read of this piece (and of the row before it) is done */
+        if (v0 < Vp) act_store16(d, v0, g);
+    }
+}
+
+/* the baseline's dlogits (fp32, in place) moved into the bf16 form above: the rounding pass the
+ * product made before, one block a row, in pieces ordered as above */
+__global__ void dlogits_to_bf16_kernel(float* logits, int Vp) {
+    float* l = logits + (size_t)blockIdx.x * Vp;
+    uint16_t* d = (uint16_t*)l;
+    for (int v0 = 0; v0 < Vp; v0 += blockDim.x) {
+        int v = v0 + threadIdx.x;
+        float x = v < Vp ? l[v] : 0.0f;
+        __syncthreads();
+        if (v < Vp) act_store(d, v, x);
+    }
+}
+
+void crossentropy_forward_backward_bf16_cuda(float* losses, float* logits, const int* targets,
+                                             float dloss, int N, int V, int Vp) {
+    if (N == 0) return;
+    if (Vp % 8 != 0 || !aligned16(logits)) {
+        fprintf(stderr, "seedgpt: crossentropy_forward_backward_bf16_cuda: the padded vocabulary (%d) must be a "
+                "multiple of 8 and the logits 16-byte aligned\n", Vp);
+        exit(1);
+    }
+    if (kernels_baseline_cuda()) {   /* the two fp32 kernels, then the product's rounding pass */
+        crossentropy_forward_cuda(losses, logits, targets, N, V, Vp);
+        crossentropy_backward_cuda(logits, targets, dloss, N, V, Vp);
+        SG_LAUNCH(dlogits_to_bf16_kernel, N, 256, 0, logits, Vp);
+        SG_CHECK_LAUNCH();
+        return;
+    }
+    unsigned t = 32;   /* a power of two, 8 elements a thread a piece, at most 1024 threads */
+    while (t < 1024 && (size_t)t * 8 < (size_t)Vp) t *= 2;
+    new_launches++;
+    SG_LAUNCH(crossentropy_bf16_kernel, N, t, 0, losses, logits, targets, dloss, V, Vp);
+    SG_CHECK_LAUNCH();
+}
+
 /* ---- norms and the optimizer -------------------------------------------------------------- */
 
 /* first pass: partial[k] = sum of squares (double) of block k of NORM_BLOCK elements */
@@ -857,6 +1449,165 @@ void adamw_update_cuda(float* params, const float* grads, float grad_scale, floa
     SG_CHECK_LAUNCH();
 }
 
+/* ---- every parameter tensor in one call -------------------------------------------------- */
+
+/* The tensors of one call, passed by value: tensor k is [off[k], off[k] + size[k]) of the
+ * parameter block; its first quad (4 elements) is number q0[k] of the call's quads, q0[n] the
+ * total; wd[k] its weight decay. */
+#define TENSORS_MAX 32
+typedef struct {
+    int n;
+    unsigned long long off[TENSORS_MAX], size[TENSORS_MAX], q0[TENSORS_MAX + 1];
+    float wd[TENSORS_MAX];
+} TensorList;
+
+/* the list of tensors first .. first + n - 1 (n <= TENSORS_MAX), each cut in quads */
+static TensorList tensor_list(int n, const size_t* off, const size_t* size, const float* wd) {
+    TensorList l;
+    memset(&l, 0, sizeof l);
+    l.n = n;
+    unsigned long long q = 0;
+    for (int k = 0; k < n; k++) {
+        l.off[k] = off[k];
+        l.size[k] = size[k];
+        l.wd[k] = wd != NULL ? wd[k] : 0.0f;
+        l.q0[k] = q;
+        q += (size[k] + 3) / 4;
+    }
+    l.q0[n] = q;
+    return l;
+}
+
+/* the tensor whose quads hold quad j (j < q0[n]) */
+static __device__ inline int tensor_of_quad(const TensorList& l, unsigned long long j) {
+    int k = 0;
+    while (k + 1 < l.n && j >= l.q0[k + 1]) k++;
+    return k;
+}
+
+/* AdamW over every tensor of the list, a quad of elements a thread (16-byte accesses; the quad
+ * past a tensor's end only where its elements are), each element adamw_kernel's arithmetic, and
+ * with act != NULL the updated parameter rounded once into the bf16 operand copy (what
+ * round_to_bf16 writes after the update). */
+__global__ void adamw_tensors_kernel(float* params, uint16_t* act, const float* grads,
+                                     float grad_scale, float* m, float* v, TensorList l, float lr,
+                                     float beta1, float beta2, float eps, float bc1, float bc2) {
+    for (unsigned long long j = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         j < l.q0[l.n]; j += (unsigned long long)gridDim.x * blockDim.x) {
+        int k = tensor_of_quad(l, j);
+        size_t i = l.off[k] + 4 * (j - l.q0[k]);
+        size_t end = l.off[k] + l.size[k];
+        float wd = l.wd[k];
+        if (i + 4 <= end) {
+            float p[4], g[4], mm[4], vv[4];
+            ld_f4(params + i, p);
+            ld_f4(grads + i, g);
+            ld_f4(m + i, mm);
+            ld_f4(v + i, vv);
+            #pragma unroll
+            for (int w = 0; w < 4; w++)
+                adamw_element(&p[w], g[w] * grad_scale, &mm[w], &vv[w], lr, beta1, beta2, eps, wd,
+                              bc1, bc2);
+            st_f4(params + i, p);
+            st_f4(m + i, mm);
+            st_f4(v + i, vv);
+            if (act != NULL) bf16_store4(act, i, p);
+        } else {
+            for (size_t e = i; e < end; e++) {
+                adamw_element(&params[e], grads[e] * grad_scale, &m[e], &v[e], lr, beta1, beta2,
+                              eps, wd, bc1, bc2);
+                if (act != NULL) act_store(act, e, params[e]);
+            }
+        }
+    }
+}
+
+void adamw_update_tensors_cuda(float* params, void* params_act, const float* grads,
+                               float grad_scale, float* m, float* v, int ntensors,
+                               const size_t* offset, const size_t* size, const float* wd, float lr,
+                               float beta1, float beta2, float eps, int t) {
+    int vec = !kernels_baseline_cuda() && aligned16(params) && aligned16(grads) && aligned16(m) &&
+              aligned16(v) && (params_act == NULL || ((uintptr_t)params_act & 7u) == 0);
+    for (int k = 0; k < ntensors; k++) vec = vec && offset[k] % 4 == 0;
+    if (!vec) {   /* tensor by tensor, then the operand copy (the baseline's calls) */
+        for (int k = 0; k < ntensors; k++)
+            adamw_update_cuda(params + offset[k], grads + offset[k], grad_scale, m + offset[k],
+                              v + offset[k], size[k], lr, beta1, beta2, eps, wd[k], t);
+        if (params_act != NULL)
+            for (int k = 0; k < ntensors; k++)
+                round_to_bf16_cuda((uint16_t*)params_act + offset[k], params + offset[k], size[k]);
+        return;
+    }
+    float bc1 = 1.0f - powf(beta1, (float)t);   /* as adamw_update_cuda */
+    float bc2 = 1.0f - powf(beta2, (float)t);
+    for (int k0 = 0; k0 < ntensors; k0 += TENSORS_MAX) {
+        int n = ntensors - k0 < TENSORS_MAX ? ntensors - k0 : TENSORS_MAX;
+        TensorList l = tensor_list(n, offset + k0, size + k0, wd + k0);
+        if (l.q0[n] == 0) continue;
+        new_launches++;
+        SG_LAUNCH(adamw_tensors_kernel, ew_blocks(l.q0[n]), EW_THREADS, 0, params,
+                  (uint16_t*)params_act, grads, grad_scale, m, v, l, lr, beta1, beta2, eps, bc1, bc2);
+        SG_CHECK_LAUNCH();
+    }
+}
+
+/* sum_squares_cuda over every tensor of the list in two launches and one copy: block b of the
+ * first pass is block b - bstart[k] of tensor k (its NORM_BLOCK elements, the same sum as
+ * sum_squares_partials_kernel's); the second pass sums tensor k's partials with
+ * sum_squares_finish_kernel's strides and tree, one block a tensor. The blocks of the tensors are
+ * counted in q0 here (in blocks, not quads). */
+__global__ void sum_squares_tensors_partials_kernel(double* partial, const float* base, TensorList l) {
+    SG_SHARED(double, red, NORM_THREADS);
+    int k = tensor_of_quad(l, blockIdx.x);
+    const float* x = base + l.off[k];
+    size_t n = l.size[k];
+    size_t i0 = (size_t)(blockIdx.x - l.q0[k]) * NORM_BLOCK;
+    size_t i1 = i0 + NORM_BLOCK < n ? i0 + NORM_BLOCK : n;
+    double acc = 0.0;
+    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += (double)x[i] * (double)x[i];
+    double s = block_sum_double(acc, red);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void sum_squares_tensors_finish_kernel(double* total, const double* partial, TensorList l) {
+    SG_SHARED(double, red, NORM_THREADS);
+    int k = blockIdx.x;
+    const double* p = partial + l.q0[k];
+    size_t nblocks = l.q0[k + 1] - l.q0[k];
+    double acc = 0.0;
+    for (size_t b = threadIdx.x; b < nblocks; b += blockDim.x) acc += p[b];
+    double s = block_sum_double(acc, red);
+    if (threadIdx.x == 0) total[k] = s;
+}
+
+void sum_squares_tensors_cuda(double* out, const float* x, int ntensors, const size_t* offset,
+                              const size_t* size) {
+    if (kernels_baseline_cuda()) {
+        for (int k = 0; k < ntensors; k++) out[k] = sum_squares_cuda(x + offset[k], size[k]);
+        return;
+    }
+    for (int k0 = 0; k0 < ntensors; k0 += TENSORS_MAX) {
+        int n = ntensors - k0 < TENSORS_MAX ? ntensors - k0 : TENSORS_MAX;
+        TensorList l = tensor_list(n, offset + k0, size + k0, NULL);
+        unsigned long long b = 0;   /* q0 in blocks of NORM_BLOCK elements */
+        for (int k = 0; k < n; k++) {
+            l.q0[k] = b;
+            b += (size[k0 + k] + NORM_BLOCK - 1) / NORM_BLOCK;
+        }
+        l.q0[n] = b;
+        double* partial = (double*)ops_scratch(sizeof(double) * (b + TENSORS_MAX));
+        double* total = partial + b;
+        if (b > 0) {
+            SG_LAUNCH(sum_squares_tensors_partials_kernel, (unsigned)b, NORM_THREADS, 0, partial, x, l);
+            SG_CHECK_LAUNCH();
+        }
+        new_launches++;
+        SG_LAUNCH(sum_squares_tensors_finish_kernel, (unsigned)n, NORM_THREADS, 0, total, partial, l);
+        SG_CHECK_LAUNCH();
+        device_to_host_cuda(out + k0, total, sizeof(double) * n);
+    }
+}
+
 /* ---- the scratch a model's calls need --------------------------------------------------------- */
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
@@ -876,7 +1627,11 @@ size_t ops_scratch_bytes_cuda(const OpCalls* k) {
     }
     /* sum_squares, one tensor at a time */
     const size_t nblocks = (k->largest_tensor + NORM_BLOCK - 1) / NORM_BLOCK;
-    return max_size(need, sizeof(double) * (nblocks + 1));
+    need = max_size(need, sizeof(double) * (nblocks + 1));
+    /* sum_squares_tensors: every tensor's blocks (at most one more each than the whole count's
+     * share), then the totals */
+    const size_t all = k->all_parameters / NORM_BLOCK + (size_t)k->n_tensors + TENSORS_MAX;
+    return max_size(need, sizeof(double) * all);
 }
 
 void ops_reserve_scratch_cuda(const OpCalls* k) { (void)ops_scratch(ops_scratch_bytes_cuda(k)); }

@@ -15,6 +15,16 @@
 extern "C" {
 #endif
 
+/* The kernels' A/B switch: 1 when the environment says SEEDGPT_KERNELS=baseline, 0 when it is
+ * unset, empty or "new"; any other value ends the run with one line. Read at every call (a getenv,
+ * negligible beside a launch), so a benchmark or a test may flip it between calls. Under
+ * "baseline" each op whose kernels were rewritten for speed runs the kernels it had before
+ * (the same bits where the arithmetic was kept: test_cuda_ops, test_cuda_bf16_ops), so one build
+ * times old against new on one GPU (scripts/gpu_perf.sh). */
+int kernels_baseline_cuda(void);
+/* how many times a kernel of the new side has been launched in this process */
+unsigned long long kernels_new_launches_cuda(void);
+
 void encoder_forward_cuda(float* out, const int* inp, const float* wte, const float* wpe,
                           int B, int T, int C, uint32_t g0, uint64_t embd_seed, Dropout drop);
 /* the same at global positions t0 .. t0+T-1 (context parallelism: model/ops.h's _at twins) */
@@ -40,6 +50,11 @@ void matmul_backward_dweight_cuda(float* dweight, const float* dout, const float
 /* dbias (OC) += the column sums of dout (N, OC), in two fixed passes (matmul_backward_cuda's
  * bias gradient; the bf16 matmuls share it, so their dbias has the same bits) */
 void bias_backward_cuda(float* dbias, const float* dout, int N, int OC);
+/* the same bias gradient as bias_backward_cuda, and dout16 (N, OC) = dout rounded to bf16 once
+ * (the backward products' operand), from one read of dout. Returns 0 without doing anything
+ * where it does not apply (the switch at baseline, OC not a multiple of 4, a pointer not 16-byte
+ * aligned): the caller then makes the two passes. */
+int bias_backward_round_bf16_cuda(float* dbias, void* dout16, const float* dout, int N, int OC);
 void gelu_forward_cuda(float* out, const float* inp, size_t n);
 void gelu_backward_cuda(float* dinp, const float* inp, const float* dout, size_t n);
 void residual_dropout_forward_cuda(float* out, const float* x, const float* branch,
@@ -65,6 +80,25 @@ void crossentropy_forward_cuda(float* losses, const float* logits, const int* ta
 void crossentropy_backward_cuda(float* logits, const int* targets, float dloss, int N, int V,
                                 int Vp);
 double sum_squares_cuda(const float* x, size_t n);
+/* residual_dropout_forward_cuda, then layernorm_forward_cuda of its output (ln_out fp32), in one
+ * pass; the bf16 twin writes ln_out in bf16 (model/backend.h, residual_layernorm_forward) */
+void residual_layernorm_forward_cuda(float* out, const float* x, const float* branch, int B,
+                                     int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
+                                     void* ln_out, float* mean, float* rstd, const float* weight,
+                                     const float* bias);
+void residual_layernorm_forward_bf16_cuda(float* out, const float* x, const float* branch, int B,
+                                          int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
+                                          void* ln_out, float* mean, float* rstd,
+                                          const float* weight, const float* bias);
+/* every parameter tensor at once (model/backend.h, adamw_update_tensors, sum_squares_tensors):
+ * the same bits as adamw_update_cuda (then round_to_bf16_cuda into params_act, when not NULL) and
+ * sum_squares_cuda, tensor by tensor */
+void adamw_update_tensors_cuda(float* params, void* params_act, const float* grads,
+                               float grad_scale, float* m, float* v, int ntensors,
+                               const size_t* offset, const size_t* size, const float* wd, float lr,
+                               float beta1, float beta2, float eps, int t);
+void sum_squares_tensors_cuda(double* out, const float* x, int ntensors, const size_t* offset,
+                              const size_t* size);
 
 /* The ops' one device scratch (column-sum partials, the encoder backward's token buckets, the
  * norm's partials): the most bytes a model's calls ask of it, and its allocation at that size

@@ -165,6 +165,7 @@ static size_t cuda_scratch_bytes(const OpCalls* k) {
     return ops_scratch_bytes_cuda(k) + device_differ_scratch_bytes_cuda();
 }
 static void cuda_reserve_scratch(const OpCalls* k) {
+    (void)kernels_baseline_cuda();   /* a wrong SEEDGPT_KERNELS is refused at the build, in one line */
     ops_reserve_scratch_cuda(k);
     device_reserve_differ_cuda();
 }
@@ -205,6 +206,7 @@ static const Backend backend_cuda = {
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
     .residual_dropout_forward = residual_dropout_forward_cuda,
+    .residual_layernorm_forward = residual_layernorm_forward_cuda,
     .dropout_backward = dropout_backward_cuda,
     .rope_forward = cuda_rope_forward,
     .rope_backward = rope_backward_cuda,
@@ -212,8 +214,10 @@ static const Backend backend_cuda = {
     .crossentropy_forward = crossentropy_forward_cuda,
     .crossentropy_backward = crossentropy_backward_cuda,
     .sum_squares = sum_squares_cuda,
+    .sum_squares_tensors = sum_squares_tensors_cuda,
     .scale_inplace = scale_inplace_cuda,
     .adamw_update = adamw_update_cuda,
+    .adamw_update_tensors = adamw_update_tensors_cuda,
     .attention_forward = cuda_attention_forward,
     .attention_backward_scratch_floats = attention_backward_scratch_floats_cuda,
     .attention_backward = cuda_attention_backward,
@@ -244,7 +248,11 @@ static const Backend* backend_cuda_bf16(void) {
         t.scratch_bytes = cuda_bf16_scratch_bytes;
         t.reserve_scratch = cuda_bf16_reserve_scratch;
         t.layernorm_forward = layernorm_forward_bf16_cuda;
+        t.residual_layernorm_forward = residual_layernorm_forward_bf16_cuda;
         t.matmul_forward = matmul_forward_bf16_act_cuda;
+        t.matmul_forward_gelu = matmul_forward_gelu_bf16_act_cuda;
+        t.crossentropy_forward_backward_act = crossentropy_forward_backward_bf16_cuda;
+        t.matmul_backward_dout_act = matmul_backward_dout_bf16_act_cuda;
         t.matmul_backward = matmul_backward_bf16_act_cuda;
         t.gelu_forward = gelu_forward_bf16_cuda;
         t.gelu_backward = gelu_backward_bf16_cuda;

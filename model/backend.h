@@ -46,6 +46,8 @@ typedef struct {
     int V;                  /* token ids are below V (the encoder backward's buckets) */
     int NH, NKV, HD;        /* attention */
     size_t largest_tensor;  /* floats: sum_squares reads one parameter tensor at a time */
+    size_t all_parameters;  /* floats in all the parameter tensors, and their count: */
+    int n_tensors;          /* sum_squares_tensors reads them all at once */
     int n_matmul;
     MatmulCall matmul[OP_CALLS_MAX_MATMULS];
 } OpCalls;
@@ -110,6 +112,13 @@ typedef struct Backend {
                              int B, int T, int C);
     void (*layernorm_forward)(void* out, float* mean, float* rstd, const float* inp,
                               const float* weight, const float* bias, int N, int C);
+    /* optional (NULL: residual_dropout_forward, then layernorm_forward of its output): both in
+     * one call, the same bits: out = x + drop(branch) (out may alias branch), and the LayerNorm
+     * of out into ln_out (act_dtype), mean and rstd */
+    void (*residual_layernorm_forward)(float* out, const float* x, const float* branch, int B,
+                                       int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
+                                       void* ln_out, float* mean, float* rstd,
+                                       const float* weight, const float* bias);
     void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* mean,
                                const float* rstd, int N, int C);
@@ -119,6 +128,10 @@ typedef struct Backend {
                            const float* bias, int N, int C, int OC);
     void (*matmul_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
                             const void* inp, const void* weight, int N, int C, int OC);
+    /* optional (NULL: matmul_forward with out in act_dtype, then gelu_forward(out_gelu, out)):
+     * both in one call, the same bits */
+    void (*matmul_forward_gelu)(void* out, void* out_gelu, const void* inp, const void* weight,
+                                const float* bias, int N, int C, int OC);
     void (*gelu_forward)(void* out, const void* inp, size_t n);
     void (*gelu_backward)(float* dinp, const void* inp, const float* dout, size_t n);
     void (*residual_dropout_forward)(float* out, const float* x, const float* branch,
@@ -139,7 +152,25 @@ typedef struct Backend {
      * same bits */
     void (*crossentropy_forward_backward)(float* losses, float* logits, const int* targets,
                                           float dloss, int N, int V, int Vp);
+    /* optional, together (NULL: crossentropy_forward_backward, then matmul_backward on the fp32
+     * dlogits): the classifier chunk's loss and gradient with dlogits in act_dtype, then its
+     * backward product reading them. crossentropy_forward_backward_act writes the losses as
+     * crossentropy_forward does, and dloss (softmax - onehot) on [0, V), +0 on [V, Vp), in
+     * act_dtype over the logits' own memory: row n's Vp values at the start of fp32 row n, so
+     * rows Vp * 4 / dtype_bytes(act_dtype) elements apart (it may compute in a way that moves
+     * bits against crossentropy_forward_backward: the backend's docs give the bound).
+     * matmul_backward_dout_act is matmul_backward with that dout (rows ld_dout elements apart) and
+     * no bias gradient (dbias NULL). */
+    void (*crossentropy_forward_backward_act)(float* losses, float* logits, const int* targets,
+                                              float dloss, int N, int V, int Vp);
+    void (*matmul_backward_dout_act)(float* dinp, float* dweight, float* dbias, const void* dout,
+                                     int ld_dout, const void* inp, const void* weight, int N, int C,
+                                     int OC);
     double (*sum_squares)(const float* x, size_t n);
+    /* optional (NULL: sum_squares tensor by tensor): out[k] = sum_squares(x + offset[k], size[k])
+     * for the ntensors tensors in one call, the same bits */
+    void (*sum_squares_tensors)(double* out, const float* x, int ntensors, const size_t* offset,
+                                const size_t* size);
     void (*scale_inplace)(float* x, size_t n, float s);
     /* the gradient grads[i] * grad_scale (model/ops.h) */
     void (*adamw_update)(float* params, const float* grads, float grad_scale, float* m, float* v,
@@ -151,6 +182,14 @@ typedef struct Backend {
     void (*adamw_update_act)(float* params, void* params_act, const float* grads,
                              float grad_scale, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
                              float weight_decay, int t);
+    /* optional (NULL: adamw_update_act, or adamw_update then round_to_act, tensor by tensor): every
+     * parameter tensor in one call, the same bits. Tensor k is [offset[k], offset[k] + size[k])
+     * of params, grads, m, v and, when params_act is not NULL, of the operand copy (act_dtype),
+     * written in the same pass; wd[k] its weight decay */
+    void (*adamw_update_tensors)(float* params, void* params_act, const float* grads,
+                                 float grad_scale, float* m, float* v, int ntensors,
+                                 const size_t* offset, const size_t* size, const float* wd,
+                                 float lr, float beta1, float beta2, float eps, int t);
     void (*attention_forward)(void* out, float* lse, const void* qkv,
                               int B, int T, int NH, int NKV, int HD,
                               uint32_t g0, uint64_t attn_seed, Dropout drop);

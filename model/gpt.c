@@ -312,8 +312,11 @@ static void op_calls(const GPTConfig* c, int B, int T, int classifier_rows, OpCa
     k->HD = gpt_head_dim(c);
     size_t sizes[NUM_PARAMETER_TENSORS];
     gpt_param_sizes(c, sizes);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         if (sizes[i] > k->largest_tensor) k->largest_tensor = sizes[i];
+        k->all_parameters += sizes[i];
+    }
+    k->n_tensors = NUM_PARAMETER_TENSORS;
     const MatmulCall calls[] = {
         {N, C, QKV, 1, 1},                             /* qkv */
         {N, C, C, 1, 1},                               /* attention projection */
@@ -1066,10 +1069,21 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
     m->be->matmul_forward(a->resid2, DT_FP32, a->atty, wop(m, p.attprojw), p.attprojb, N, C, C);
     /* branch = drop_path(dropout(proj)): the per-sequence factor, then the residual dropout */
     if (depth) pos_drop_path(m, a->resid2, a->resid2, B, T, g0, rec->seed[SITE_DEPTH_ATTN]);
-    pos_residual_dropout(m, a->resid2, x, a->resid2, B, T, g0, rec->seed[SITE_ATTN_RESID], dres);
-    m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, mlp_in, p.ln2w, p.ln2b, N, C);
-    m->be->matmul_forward(a->fch, m->act_dtype, a->ln2, wop(m, p.fcw), p.fcb, N, C, 4 * C);
-    m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    if (m->be->residual_layernorm_forward != NULL && !cp_on(m) && mlp_in == a->resid2) {
+        /* the residual add and the MLP's LayerNorm of its result, in one op */
+        m->be->residual_layernorm_forward(a->resid2, x, a->resid2, B, T, C, g0,
+                                          rec->seed[SITE_ATTN_RESID], dres, a->ln2, a->ln2_mean,
+                                          a->ln2_rstd, p.ln2w, p.ln2b);
+    } else {
+        pos_residual_dropout(m, a->resid2, x, a->resid2, B, T, g0, rec->seed[SITE_ATTN_RESID], dres);
+        m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, mlp_in, p.ln2w, p.ln2b, N, C);
+    }
+    if (m->be->matmul_forward_gelu != NULL) {   /* the product and its GELU in one op */
+        m->be->matmul_forward_gelu(a->fch, a->fch_gelu, a->ln2, wop(m, p.fcw), p.fcb, N, C, 4 * C);
+    } else {
+        m->be->matmul_forward(a->fch, m->act_dtype, a->ln2, wop(m, p.fcw), p.fcb, N, C, 4 * C);
+        m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    }
     m->be->matmul_forward(out, DT_FP32, a->fch_gelu, wop(m, p.fcprojw), p.fcprojb, N, 4 * C, C);
     if (depth) pos_drop_path(m, out, out, B, T, g0, rec->seed[SITE_DEPTH_MLP]);
     pos_residual_dropout(m, out, a->resid2, out, B, T, g0, rec->seed[SITE_MLP_RESID], dres);
@@ -1125,6 +1139,17 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
         int rows = N - r0 < R ? N - r0 : R;
         m->be->matmul_forward(m->logits, DT_FP32, act_rows(m, m->lnf, (size_t)r0, (size_t)C),
                               wop(m, m->params.wte), NULL, rows, C, c->padded_vocab_size);
+        if (fuse && m->be->crossentropy_forward_backward_act != NULL) {
+            /* dlogits in act_dtype over the logits' memory, read there by the head's product */
+            m->be->crossentropy_forward_backward_act(m->losses + r0, m->logits, m->targets + r0,
+                                                     m->loss_scale, rows, c->vocab_size,
+                                                     c->padded_vocab_size);
+            int ld = (int)((size_t)c->padded_vocab_size * sizeof(float) / dtype_bytes(m->act_dtype));
+            m->be->matmul_backward_dout_act(m->dlnf + (size_t)r0 * C, m->grads.wte, NULL, m->logits, ld,
+                                            act_rows(m, m->lnf, (size_t)r0, (size_t)C),
+                                            wop(m, m->params.wte), rows, C, c->padded_vocab_size);
+            continue;
+        }
         if (fuse && m->be->crossentropy_forward_backward != NULL) {
             m->be->crossentropy_forward_backward(m->losses + r0, m->logits, m->targets + r0,
                                                  m->loss_scale, rows, c->vocab_size,
@@ -1341,8 +1366,15 @@ float gpt_grad_norm(GPT* m) {
     set_phase(m, BE_PHASE_OPTIMIZER);
     float* g[NUM_PARAMETER_TENSORS];
     memcpy(g, &m->grads, sizeof(g));
-    double ss = 0.0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) ss += m->be->sum_squares(g[k], m->param_sizes[k]);
+    double ss = 0.0, t[NUM_PARAMETER_TENSORS];
+    if (m->be->sum_squares_tensors != NULL) {   /* every tensor in one call, the same sums */
+        size_t off[NUM_PARAMETER_TENSORS];
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) off[k] = (size_t)(g[k] - m->grads_memory);
+        m->be->sum_squares_tensors(t, m->grads_memory, NUM_PARAMETER_TENSORS, off, m->param_sizes);
+    } else {
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) t[k] = m->be->sum_squares(g[k], m->param_sizes[k]);
+    }
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) ss += t[k];
     return (float)sqrt(ss);
 }
 
@@ -1363,6 +1395,19 @@ void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weig
     float *p[NUM_PARAMETER_TENSORS], *g[NUM_PARAMETER_TENSORS];
     memcpy(p, &m->params, sizeof(p));
     memcpy(g, &m->grads, sizeof(g));
+    if (m->be->adamw_update_tensors != NULL) {   /* every tensor, and the bf16 copy, in one call */
+        size_t off[NUM_PARAMETER_TENSORS];
+        float wd[NUM_PARAMETER_TENSORS];
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            off[k] = (size_t)(p[k] - m->params_memory);
+            wd[k] = gpt_param_decay[k] ? weight_decay : 0.0f;
+        }
+        m->be->adamw_update_tensors(m->params_memory, m->wop_memory, m->grads_memory, m->grad_scale,
+                                    m->m_memory, m->v_memory, NUM_PARAMETER_TENSORS, off,
+                                    m->param_sizes, wd, lr, beta1, beta2, eps, t);
+        m->grad_scale = 1.0f;
+        return;
+    }
     /* the products' bf16 copy, once per update: in AdamW's own pass where the table can */
     int fused = m->wop_memory != NULL && m->be->adamw_update_act != NULL;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {

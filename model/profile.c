@@ -52,7 +52,10 @@ static int phase = BE_PHASE_FORWARD;
 static Call* calls;                   /* this step's timed calls */
 static int ncalls, calls_cap;
 static double step_t0;
-static ProfileTotals totals;
+/* the steps measured, in three parts: the first step, the rest of the warm-up (steps 1 ..
+ * PROFILE_WARMUP_STEPS - 1) and the steady steps after it */
+enum { PART_FIRST, PART_WARMUP, PART_STEADY, NUM_PARTS };
+static ProfileTotals parts[NUM_PARTS];
 
 static void push_call(int cls, int m0, int m1, double flops) {
     if (ncalls == calls_cap) {
@@ -104,6 +107,14 @@ static void w_layernorm_forward(void* out, float* mean, float* rstd, const float
     TIMED(fwd_class(PROF_LAYERNORM), 0,
           inner->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C));
 }
+static void w_residual_layernorm_forward(float* out, const float* x, const float* branch, int B,
+                                         int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
+                                         void* ln_out, float* mean, float* rstd,
+                                         const float* weight, const float* bias) {
+    TIMED(fwd_class(PROF_LAYERNORM), 0,
+          inner->residual_layernorm_forward(out, x, branch, B, T, C, g0, seed, drop, ln_out, mean,
+                                            rstd, weight, bias));
+}
 static void w_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean,
                                  const float* rstd, int N, int C) {
@@ -119,6 +130,11 @@ static void w_matmul_backward(float* dinp, float* dweight, float* dbias, const f
                               const void* inp, const void* weight, int N, int C, int OC) {
     TIMED(PROF_MATMUL_BWD, (dinp != NULL ? 4.0 : 2.0) * N * C * OC,
           inner->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC));
+}
+static void w_matmul_forward_gelu(void* out, void* out_gelu, const void* inp, const void* weight,
+                                  const float* bias, int N, int C, int OC) {
+    TIMED(fwd_class(PROF_MATMUL_FWD), 2.0 * N * C * OC,
+          inner->matmul_forward_gelu(out, out_gelu, inp, weight, bias, N, C, OC));
 }
 static void w_gelu_forward(void* out, const void* inp, size_t n) {
     TIMED(fwd_class(PROF_GELU), 0, inner->gelu_forward(out, inp, n));
@@ -161,10 +177,25 @@ static void w_crossentropy_forward_backward(float* losses, float* logits, const 
     TIMED(PROF_CROSSENTROPY, 0,
           inner->crossentropy_forward_backward(losses, logits, targets, dloss, N, V, Vp));
 }
+static void w_crossentropy_forward_backward_act(float* losses, float* logits, const int* targets,
+                                                float dloss, int N, int V, int Vp) {
+    TIMED(PROF_CROSSENTROPY, 0,
+          inner->crossentropy_forward_backward_act(losses, logits, targets, dloss, N, V, Vp));
+}
+static void w_matmul_backward_dout_act(float* dinp, float* dweight, float* dbias, const void* dout,
+                                       int ld_dout, const void* inp, const void* weight, int N, int C,
+                                       int OC) {
+    TIMED(PROF_MATMUL_BWD, (dinp != NULL ? 4.0 : 2.0) * N * C * OC,
+          inner->matmul_backward_dout_act(dinp, dweight, dbias, dout, ld_dout, inp, weight, N, C, OC));
+}
 static double w_sum_squares(const float* x, size_t n) {
     double r = 0;
     TIMED(PROF_OPTIMIZER, 0, r = inner->sum_squares(x, n));
     return r;
+}
+static void w_sum_squares_tensors(double* out, const float* x, int ntensors, const size_t* offset,
+                                  const size_t* size) {
+    TIMED(PROF_OPTIMIZER, 0, inner->sum_squares_tensors(out, x, ntensors, offset, size));
 }
 static void w_scale_inplace(float* x, size_t n, float s) {
     TIMED(PROF_OPTIMIZER, 0, inner->scale_inplace(x, n, s));
@@ -182,6 +213,14 @@ static void w_adamw_update_act(float* params, void* params_act, const float* gra
     TIMED(PROF_OPTIMIZER, 0,
           inner->adamw_update_act(params, params_act, grads, grad_scale, m, v, n, lr, beta1, beta2,
                                   eps, weight_decay, t));
+}
+static void w_adamw_update_tensors(float* params, void* params_act, const float* grads,
+                                   float grad_scale, float* m, float* v, int ntensors,
+                                   const size_t* offset, const size_t* size, const float* wd,
+                                   float lr, float beta1, float beta2, float eps, int t) {
+    TIMED(PROF_OPTIMIZER, 0,
+          inner->adamw_update_tensors(params, params_act, grads, grad_scale, m, v, ntensors, offset,
+                                      size, wd, lr, beta1, beta2, eps, t));
 }
 static void w_round_to_act(void* dst, const float* src, size_t n) {
     TIMED(PROF_OPTIMIZER, 0, inner->round_to_act(dst, src, n));
@@ -221,9 +260,12 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.encoder_forward = w_encoder_forward;
     outer.encoder_backward = w_encoder_backward;
     outer.layernorm_forward = w_layernorm_forward;
+    outer.residual_layernorm_forward =
+        in->residual_layernorm_forward ? w_residual_layernorm_forward : NULL;
     outer.layernorm_backward = w_layernorm_backward;
     outer.matmul_forward = w_matmul_forward;
     outer.matmul_backward = w_matmul_backward;
+    outer.matmul_forward_gelu = in->matmul_forward_gelu ? w_matmul_forward_gelu : NULL;
     outer.gelu_forward = w_gelu_forward;
     outer.gelu_backward = w_gelu_backward;
     outer.residual_dropout_forward = w_residual_dropout_forward;
@@ -235,16 +277,20 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.crossentropy_backward = w_crossentropy_backward;
     outer.crossentropy_forward_backward =
         in->crossentropy_forward_backward ? w_crossentropy_forward_backward : NULL;
+    outer.crossentropy_forward_backward_act =
+        in->crossentropy_forward_backward_act ? w_crossentropy_forward_backward_act : NULL;
+    outer.matmul_backward_dout_act = in->matmul_backward_dout_act ? w_matmul_backward_dout_act : NULL;
     outer.sum_squares = w_sum_squares;
+    outer.sum_squares_tensors = in->sum_squares_tensors ? w_sum_squares_tensors : NULL;
     outer.scale_inplace = w_scale_inplace;
     outer.adamw_update = w_adamw_update;
     outer.adamw_update_act = in->adamw_update_act ? w_adamw_update_act : NULL;
+    outer.adamw_update_tensors = in->adamw_update_tensors ? w_adamw_update_tensors : NULL;
     outer.round_to_act = in->round_to_act ? w_round_to_act : NULL;
     outer.attention_forward = w_attention_forward;
     outer.attention_backward = w_attention_backward;
     outer.attention_forward_stats = in->attention_forward_stats ? w_attention_forward_stats : NULL;
-    memset(&totals, 0, sizeof(totals));
-    totals.timer = timer->name;
+    memset(parts, 0, sizeof(parts));
     return &outer;
 }
 
@@ -265,16 +311,48 @@ void profile_step_end(void) {
     if (inner->synchronize != NULL) inner->synchronize();
     double wall = wall_now_ms() - step_t0;
     recording = 0;
+    int done = parts[PART_FIRST].steps + parts[PART_WARMUP].steps + parts[PART_STEADY].steps;
+    ProfileTotals* t = &parts[done == 0 ? PART_FIRST : done < PROFILE_WARMUP_STEPS ? PART_WARMUP
+                                                                                  : PART_STEADY];
     for (int i = 0; i < ncalls; i++) {
         double ms = timer->elapsed_ms(calls[i].m0, calls[i].m1);
-        totals.ms[calls[i].cls] += ms > 0 ? ms : 0;
-        totals.flops[calls[i].cls] += calls[i].flops;
+        t->ms[calls[i].cls] += ms > 0 ? ms : 0;
+        t->flops[calls[i].cls] += calls[i].flops;
     }
-    totals.steps++;
-    totals.step_ms += wall;
+    t->steps++;
+    t->step_ms += wall;
 }
 
-ProfileTotals profile_totals(void) { return totals; }
+/* the sum of parts [from, NUM_PARTS) */
+static ProfileTotals parts_from(int from) {
+    ProfileTotals t;
+    memset(&t, 0, sizeof(t));
+    for (int k = from; k < NUM_PARTS; k++) {
+        t.steps += parts[k].steps;
+        t.step_ms += parts[k].step_ms;
+        for (int c = 0; c < NUM_PROF_CLASSES; c++) {
+            t.ms[c] += parts[k].ms[c];
+            t.flops[c] += parts[k].flops[c];
+        }
+    }
+    t.timer = timer != NULL ? timer->name : "";
+    t.first_step_ms = 0.0;
+    return t;
+}
+
+ProfileTotals profile_totals(void) { return parts_from(PART_FIRST); }
+
+ProfileTotals profile_totals_steady(void) {
+    /* the steady steps; with too few steps for them, what is after the first; the first alone
+     * when it is all there is */
+    int from = parts[PART_STEADY].steps > 0 ? PART_STEADY
+             : parts[PART_WARMUP].steps > 0 ? PART_WARMUP : PART_FIRST;
+    ProfileTotals t = parts_from(from);
+    if (from == PART_STEADY) t.warmup = PROFILE_WARMUP_STEPS;
+    if (from == PART_WARMUP) t.warmup = 1;
+    if (from != PART_FIRST && parts[PART_FIRST].steps > 0) t.first_step_ms = parts[PART_FIRST].step_ms;
+    return t;
+}
 
 static const char* const keys[NUM_PROF_CLASSES] = {
     "matmul_fwd", "matmul_bwd", "attn_fwd", "attn_bwd", "layernorm", "gelu",
@@ -299,8 +377,14 @@ void profile_print(FILE* f, const ProfileTotals* t, double peak_gflops) {
         return;
     }
     double n = t->steps, step = t->step_ms / n;
-    fprintf(f, "profile: %d step%s, %.2f ms/step (%s per op; a recompute's re-run forward counts "
-            "as recompute)\n", t->steps, t->steps == 1 ? "" : "s", step, t->timer);
+    if (t->first_step_ms > 0)
+        fprintf(f, "profile: first step %.2f ms (module load, the libraries' first calls and "
+                "algorithm choices, first touches of memory), not in the table\n", t->first_step_ms);
+    char after[64] = "";
+    if (t->warmup > 0)
+        snprintf(after, sizeof after, " after %d warm-up step%s", t->warmup, t->warmup == 1 ? "" : "s");
+    fprintf(f, "profile: %d step%s%s, %.2f ms/step (%s per op; a recompute's re-run forward counts "
+            "as recompute)\n", t->steps, t->steps == 1 ? "" : "s", after, step, t->timer);
     fprintf(f, "  %-30s %10s %7s %9s%s\n", "op class", "ms/step", "% step", "GFLOP/s",
             peak_gflops > 0 ? "   % peak" : "");
     for (int c = 0; c < NUM_PROF_CLASSES; c++) {
@@ -323,7 +407,9 @@ void profile_print(FILE* f, const ProfileTotals* t, double peak_gflops) {
 
 void profile_json_fields(FILE* f, const ProfileTotals* t) {
     double n = t->steps > 0 ? t->steps : 1;
-    fprintf(f, ",\"profile_steps\":%d,\"step_ms\":%.4f", t->steps, t->step_ms / n);
+    fprintf(f, ",\"profile_steps\":%d,\"warmup_steps\":%d,\"step_ms\":%.4f", t->steps, t->warmup,
+            t->step_ms / n);
+    if (t->first_step_ms > 0) fprintf(f, ",\"first_step_ms\":%.4f", t->first_step_ms);
     for (int c = 0; c < NUM_PROF_CLASSES; c++) {
         fprintf(f, ",\"%s_ms\":%.4f", keys[c], t->ms[c] / n);
         if (t->flops[c] > 0)

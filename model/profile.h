@@ -15,10 +15,12 @@
  * forward, backward, recompute, optimizer), and an op's class is its kind, except that every op
  * of a recompute — the re-run forward of a segment before its backward, and its value check —
  * counts as "recompute", never as the forward op it repeats:
- *   matmul fwd / bwd     matmul_forward / matmul_backward (every linear and the LM head)
+ *   matmul fwd / bwd     matmul_forward / matmul_backward (every linear and the LM head), and
+ *                        matmul_forward_gelu (the MLP's first product with its GELU fused)
  *   attention fwd / bwd  attention_forward / _backward, with RoPE's rotation of q and k
- *   LayerNorm            layernorm_forward and _backward
- *   GELU                 gelu_forward and _backward
+ *   LayerNorm            layernorm_forward and _backward, and residual_layernorm_forward (the
+ *                        residual add fused into the MLP's LayerNorm)
+ *   GELU                 gelu_forward (where not fused) and _backward
  *   residual+dropout     residual_dropout_forward, dropout_backward, drop_path
  *   cross-entropy        crossentropy_forward and _backward (softmax over the vocabulary)
  *   zero_grad/clip/AdamW the fills, norms, scalings and updates of the optimizer phase
@@ -83,16 +85,27 @@ typedef struct {
     double ms[NUM_PROF_CLASSES];
     double flops[NUM_PROF_CLASSES];          /* 0 where FLOPs are not defined */
     const char* timer;
+    int warmup;                              /* steps measured before these and left out */
+    double first_step_ms;                    /* the first step's wall ms when left out, else 0 */
 } ProfileTotals;
+/* Every step measured. */
 ProfileTotals profile_totals(void);
+/* The steady state: the steps after the first PROFILE_WARMUP_STEPS (the first pays for module
+ * load, the libraries' first calls and their algorithm choices, and first touches of memory; the
+ * second may still pay for some of it), with the first step's wall time on its own. A run of
+ * fewer steps gives the steps after the first, and a run of one step that step. */
+#define PROFILE_WARMUP_STEPS 2
+ProfileTotals profile_totals_steady(void);
 
 const char* profile_class_key(int c);        /* JSON key: "matmul_fwd", ... */
 const char* profile_class_label(int c);      /* table label: "matmul fwd", ... */
 
-/* The table: one row per class (ms/step, % of the step, GFLOP/s and, with peak_gflops > 0, % of
- * that peak), then the host time between ops and the step. */
+/* The table: the first step's line when it was left out, then one row per class (ms/step, % of
+ * the step, GFLOP/s and, with peak_gflops > 0, % of that peak), then the host time between ops
+ * and the step. */
 void profile_print(FILE* f, const ProfileTotals* t, double peak_gflops);
-/* The JSON fields (each starting with a comma): "profile_steps", "step_ms" (per step),
+/* The JSON fields (each starting with a comma): "profile_steps", "warmup_steps", "step_ms" (per
+ * step), "first_step_ms" (when left out),
  * "<class>_ms" per step for every class, "<class>_gflops" where FLOPs are defined, "host_ms" and
  * "timer". */
 void profile_json_fields(FILE* f, const ProfileTotals* t);

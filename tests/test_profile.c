@@ -125,7 +125,40 @@ static void profiled_steps_match_plain_bitwise(const char* policy) {
     gpt_free(&prof);
 }
 
+/* --profile's table (profile_totals_steady) leaves out the first PROFILE_WARMUP_STEPS steps and
+ * gives the first step's wall time on its own; a run of fewer steps falls back to the steps after
+ * the first, or to the one step it has. FLOPs per step are exact, so the steps counted show in
+ * them. */
+static void steady_profile_leaves_out_the_warmup(int steps) {
+    GPT m;
+    float losses[8];
+    build(&m, "none");
+    m.be = profile_wrap(m.be, NULL);
+    run_steps(&m, steps, losses);
+    ProfileTotals all = profile_totals(), st = profile_totals_steady();
+    int want = steps > PROFILE_WARMUP_STEPS ? steps - PROFILE_WARMUP_STEPS : steps > 1 ? steps - 1 : 1;
+    int want_warm = steps - want;
+    double per_step = matmul_fwd_flops();
+    char name[96], text[4096] = "";
+    FILE* f = fmemopen(text, sizeof text - 1, "w");
+    profile_print(f, &st, 0);
+    fclose(f);
+    int first_line = strstr(text, "profile: first step") != NULL;
+    snprintf(name, sizeof name, "steady_profile_leaves_out_the_warmup_of_%d_steps", steps);
+    expect(all.steps == steps && st.steps == want && st.warmup == want_warm &&
+           st.flops[PROF_MATMUL_FWD] == want * per_step && (st.first_step_ms > 0) == (steps > 1) &&
+           first_line == (steps > 1) && st.step_ms <= all.step_ms, name,
+           "%d steps measured: the table counts %d (want %d) after %d warm-up (want %d), matmul fwd "
+           "%.0f FLOPs (want %.0f); first step %.3f ms on its own line: %s (want %s)", all.steps,
+           st.steps, want, st.warmup, want_warm, st.flops[PROF_MATMUL_FWD], want * per_step,
+           st.first_step_ms, first_line ? "yes" : "no", steps > 1 ? "yes" : "no");
+    gpt_free(&m);
+}
+
 int main(void) {
+    steady_profile_leaves_out_the_warmup(1);
+    steady_profile_leaves_out_the_warmup(2);
+    steady_profile_leaves_out_the_warmup(4);
     profiled_steps_match_plain_bitwise("none");
     profiled_steps_match_plain_bitwise("layer");
     return test_finish();

@@ -34,6 +34,7 @@
 #include "cuda/ops_bf16_cuda.h"
 #include "cpu/ops_bf16_cpu.h"
 #include "tests/test.h"
+#include "tests/cuda/kernels_ab.h"
 
 #ifdef SG_EMU
 #define EMU_ONLY 1
@@ -379,6 +380,261 @@ static void test_refusal_gives_the_same_bits(int N, int C, int OC) {
     free(x); free(w); free(bias); free(dout);
 }
 
+/* ---- the new kernels against the baseline (SEEDGPT_KERNELS=baseline; tests/cuda/kernels_ab.h) -- */
+
+static void* dev_poison(size_t bytes) {
+    void* d = dev_upload(NULL, bytes);
+    SG_CHECK(cudaMemset(d, 0xff, bytes));   /* NaN as fp32 and as bf16 */
+    return d;
+}
+static void* host_of(const void* d, size_t bytes) {
+    void* h = malloc(bytes);
+    download(h, d, bytes);
+    return h;
+}
+
+/* the element-wise bf16 ops: LayerNorm (alone and after the residual add), GELU forward and
+ * backward, round_to_act */
+static void test_ab_elementwise(int B, int T, int C, double p) {
+    char name[160];
+    const int N = B * T;
+    const size_t n = (size_t)N * C, n4 = 4 * n;
+    const int vec = C % 8 == 0;   /* bf16 rows of whole 16-byte pieces */
+    float* x = (float*)malloc(n * 4);
+    float *w = (float*)malloc(C * 4), *b = (float*)malloc(C * 4), *br = (float*)malloc(n * 4);
+    for (size_t i = 0; i < n; i++) { x[i] = (float)(2.0 * test_normal() + 0.3); br[i] = (float)test_normal(); }
+    for (int c = 0; c < C; c++) { w[c] = (float)(1.0 + 0.3 * test_normal()); b[c] = (float)(0.2 * test_normal()); }
+    float *dx = (float*)dev_upload(x, n * 4), *dw = (float*)dev_upload(w, C * 4), *db = (float*)dev_upload(b, C * 4);
+    void *ob = dev_poison(n * 2), *on = dev_poison(n * 2);
+    float *mb = (float*)dev_poison(N * 4), *mn = (float*)dev_poison(N * 4), *rb = (float*)dev_poison(N * 4),
+          *rn = (float*)dev_poison(N * 4);
+    Launches l;
+    AB_RUN(l, layernorm_forward_bf16_cuda(ob, mb, rb, dx, dw, db, N, C),
+           layernorm_forward_bf16_cuda(on, mn, rn, dx, dw, db, N, C));
+    void *hb = host_of(ob, n * 2), *hn = host_of(on, n * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_layernorm_new_equals_baseline_N%d_C%d", N, C);
+    expect_ab(name, hn, hb, n, 2, l, vec);
+    free(hb); free(hn);
+    hb = host_of(rb, N * 4); hn = host_of(rn, N * 4);
+    snprintf(name, sizeof(name), "cuda_bf16_layernorm_rstd_new_equals_baseline_N%d_C%d", N, C);
+    expect_ab(name, hn, hb, N, 4, l, vec);
+    free(hb); free(hn);
+
+    Dropout d = dropout_make(p);
+    uint64_t seed = philox_site_seed(0x5eedull, 2, 1, 2, 0);
+    float *resb = (float*)dev_upload(br, n * 4), *resn = (float*)dev_upload(br, n * 4);
+    SG_CHECK(cudaMemset(ob, 0xff, n * 2)); SG_CHECK(cudaMemset(on, 0xff, n * 2));
+    AB_RUN(l, residual_layernorm_forward_bf16_cuda(resb, dx, resb, B, T, C, 3u, seed, d, ob, mb, rb, dw, db),
+           residual_layernorm_forward_bf16_cuda(resn, dx, resn, B, T, C, 3u, seed, d, on, mn, rn, dw, db));
+    hb = host_of(resb, n * 4); hn = host_of(resn, n * 4);
+    snprintf(name, sizeof(name), "cuda_bf16_residual_layernorm_residual_new_equals_baseline_N%d_C%d_p%g", N, C, p);
+    expect_ab(name, hn, hb, n, 4, l, C % 4 == 0);   /* fused, or the residual's own new kernel */
+    free(hb); free(hn);
+    hb = host_of(ob, n * 2); hn = host_of(on, n * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_residual_layernorm_norm_new_equals_baseline_N%d_C%d_p%g", N, C, p);
+    expect_ab(name, hn, hb, n, 2, l, C % 4 == 0);
+    free(hb); free(hn);
+
+    /* GELU on the MLP's width: bf16 in, bf16 out; the backward in place on dout */
+    uint16_t* g16 = random_bf16(n4, 2.5);
+    float* dg = (float*)malloc(n4 * 4);
+    for (size_t i = 0; i < n4; i++) dg[i] = (float)test_normal();
+    void *dgin = dev_upload(g16, n4 * 2), *gb = dev_poison(n4 * 2), *gn = dev_poison(n4 * 2);
+    AB_RUN(l, gelu_forward_bf16_cuda(gb, dgin, n4), gelu_forward_bf16_cuda(gn, dgin, n4));
+    hb = host_of(gb, n4 * 2); hn = host_of(gn, n4 * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_gelu_forward_new_equals_baseline_n%zu", n4);
+    expect_ab(name, hn, hb, n4, 2, l, n4 % 8 == 0);
+    free(hb); free(hn);
+    float *bb = (float*)dev_upload(dg, n4 * 4), *bn = (float*)dev_upload(dg, n4 * 4);
+    AB_RUN(l, gelu_backward_bf16_cuda(bb, dgin, bb, n4), gelu_backward_bf16_cuda(bn, dgin, bn, n4));
+    hb = host_of(bb, n4 * 4); hn = host_of(bn, n4 * 4);
+    snprintf(name, sizeof(name), "cuda_bf16_gelu_backward_new_equals_baseline_n%zu", n4);
+    expect_ab(name, hn, hb, n4, 4, l, n4 % 8 == 0);
+    free(hb); free(hn);
+
+    SG_CHECK(cudaMemset(ob, 0xff, n * 2)); SG_CHECK(cudaMemset(on, 0xff, n * 2));
+    AB_RUN(l, round_to_bf16_cuda(ob, dx, n), round_to_bf16_cuda(on, dx, n));
+    hb = host_of(ob, n * 2); hn = host_of(on, n * 2);
+    snprintf(name, sizeof(name), "cuda_round_to_act_new_equals_baseline_n%zu", n);
+    expect_ab(name, hn, hb, n, 2, l, n % 8 == 0);
+    free(hb); free(hn);
+
+    void* dev[] = {dx, dw, db, ob, on, mb, mn, rb, rn, resb, resn, dgin, gb, gn, bb, bn};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) SG_CHECK(cudaFree(dev[i]));
+    free(x); free(w); free(b); free(br); free(g16); free(dg);
+}
+
+/* the products: the forward with a bf16 result and a bias (the staged sum rounded in 16-byte
+ * accesses), the MLP's product with its GELU in one op against the two ops under baseline, and the
+ * backward with dout rounded once (with the bias gradient's column sums, or alone) */
+static void test_ab_products(int N, int C, int OC) {
+    char name[160];
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    const int vec = OC % 8 == 0, vec_out = no % 8 == 0;   /* the dout's rounding; the result's */
+    uint16_t *x = random_bf16(nx, 1.0), *w = random_bf16(nw, 0.5);
+    float* bias = (float*)malloc(OC * 4);
+    for (int o = 0; o < OC; o++) bias[o] = (float)(0.3 * test_normal());
+    float* dout = (float*)malloc(no * 4);
+    for (size_t i = 0; i < no; i++) dout[i] = (float)test_normal();
+    void *dx = dev_upload(x, nx * 2), *dwt = dev_upload(w, nw * 2);
+    float *db = (float*)dev_upload(bias, OC * 4), *dgo = (float*)dev_upload(dout, no * 4);
+    void *yb = dev_poison(no * 2), *yn = dev_poison(no * 2), *gb = dev_poison(no * 2), *gn = dev_poison(no * 2);
+    Launches l;
+    AB_RUN(l, matmul_forward_bf16_act_cuda(yb, DT_BF16, dx, dwt, db, N, C, OC),
+           matmul_forward_bf16_act_cuda(yn, DT_BF16, dx, dwt, db, N, C, OC));
+    void *hb = host_of(yb, no * 2), *hn = host_of(yn, no * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_matmul_forward_bf16_bias_new_equals_baseline_N%d_C%d_OC%d", N, C, OC);
+    expect_ab(name, hn, hb, no, 2, l, vec_out);
+    free(hb); free(hn);
+    SG_CHECK(cudaMemset(yb, 0xff, no * 2)); SG_CHECK(cudaMemset(yn, 0xff, no * 2));
+    AB_RUN(l, (matmul_forward_bf16_act_cuda(yb, DT_BF16, dx, dwt, db, N, C, OC),
+               gelu_forward_bf16_cuda(gb, yb, no)),
+           matmul_forward_gelu_bf16_act_cuda(yn, gn, dx, dwt, db, N, C, OC));
+    hb = host_of(yb, no * 2); hn = host_of(yn, no * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_matmul_forward_gelu_pre_new_equals_baseline_N%d_C%d_OC%d", N, C, OC);
+    expect_ab(name, hn, hb, no, 2, l, vec_out);
+    free(hb); free(hn);
+    hb = host_of(gb, no * 2); hn = host_of(gn, no * 2);
+    snprintf(name, sizeof(name), "cuda_bf16_matmul_forward_gelu_act_new_equals_baseline_N%d_C%d_OC%d", N, C, OC);
+    expect_ab(name, hn, hb, no, 2, l, vec_out);
+    free(hb); free(hn);
+
+    for (int with_bias = 1; with_bias >= 0; with_bias--) {
+        float* dw0 = (float*)malloc(nw * 4);
+        float* db0 = (float*)malloc(OC * 4);
+        for (size_t i = 0; i < nw; i++) dw0[i] = (float)(0.1 * test_normal());
+        for (int o = 0; o < OC; o++) db0[o] = (float)(0.1 * test_normal());
+        float *ib = (float*)dev_poison(nx * 4), *in = (float*)dev_poison(nx * 4);
+        float *wb = (float*)dev_upload(dw0, nw * 4), *wn = (float*)dev_upload(dw0, nw * 4);
+        float *bb = (float*)dev_upload(db0, OC * 4), *bn = (float*)dev_upload(db0, OC * 4);
+        AB_RUN(l, matmul_backward_bf16_act_cuda(ib, wb, with_bias ? bb : NULL, dgo, dx, dwt, N, C, OC),
+               matmul_backward_bf16_act_cuda(in, wn, with_bias ? bn : NULL, dgo, dx, dwt, N, C, OC));
+        const char* tag = with_bias ? "bias" : "nobias";
+        hb = host_of(ib, nx * 4); hn = host_of(in, nx * 4);
+        snprintf(name, sizeof(name), "cuda_bf16_matmul_backward_dinp_new_equals_baseline_%s_N%d_C%d_OC%d", tag, N, C, OC);
+        expect_ab(name, hn, hb, nx, 4, l, vec);
+        free(hb); free(hn);
+        hb = host_of(wb, nw * 4); hn = host_of(wn, nw * 4);
+        snprintf(name, sizeof(name), "cuda_bf16_matmul_backward_dweight_new_equals_baseline_%s_N%d_C%d_OC%d", tag, N, C, OC);
+        expect_ab(name, hn, hb, nw, 4, l, vec);
+        free(hb); free(hn);
+        hb = host_of(bb, OC * 4); hn = host_of(bn, OC * 4);
+        snprintf(name, sizeof(name), "cuda_bf16_matmul_backward_dbias_new_equals_baseline_%s_N%d_C%d_OC%d", tag, N, C, OC);
+        expect_ab(name, hn, hb, OC, 4, l, vec);
+        free(hb); free(hn);
+        SG_CHECK(cudaFree(ib)); SG_CHECK(cudaFree(in)); SG_CHECK(cudaFree(wb)); SG_CHECK(cudaFree(wn));
+        SG_CHECK(cudaFree(bb)); SG_CHECK(cudaFree(bn));
+        free(dw0); free(db0);
+    }
+    void* dev[] = {dx, dwt, db, dgo, yb, yn, gb, gn};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) SG_CHECK(cudaFree(dev[i]));
+    free(x); free(w); free(bias); free(dout);
+}
+
+/* ---- the classifier's cross-entropy in one pass (bf16 dlogits, fp32 exponentials) ------------ */
+/* Against the CPU's fp32 op (model/ops.h crossentropy_forward_backward: double exponentials) on
+ * the same logits: the losses within 1e-5 relative (an fp32 sum of V exponentials is within about
+ * (V / threads + log2 threads) 2^-24 relative of the double one, and __expf within a few 2^-23);
+ * every bf16 dlogit equal to the CPU's fp32 dlogit rounded once, or one bf16 step from it (the
+ * fp32 value lies within ~1e-6 relative of the reference, so it can land on the other side of a
+ * rounding boundary), at most FLIP_FRAC of them; the padded columns +0; the values where the op's
+ * contract puts them (row n's Vp bf16 values at the start of fp32 row n). The baseline side
+ * (SEEDGPT_KERNELS=baseline: the fp32 kernels, then the rounding) must be the CUDA fp32 op's
+ * dlogits rounded, bit for bit. Then the head's product on that dout against the product on the
+ * same values in fp32 (which rounds them to themselves). */
+static void test_crossentropy(int N, int V, int Vp, int C) {
+    char name[160];
+    const size_t nl = (size_t)N * Vp;
+    float* logits = (float*)malloc(nl * 4);
+    for (size_t i = 0; i < nl; i++) logits[i] = (float)(3.0 * test_normal());
+    int* tg = (int*)malloc(N * sizeof(int));
+    for (int n = 0; n < N; n++) tg[n] = (int)(test_uniform() * V) % V;
+    const float dloss = 1.0f / 37.0f;
+    float *cl = (float*)malloc(nl * 4), *closs = (float*)malloc(N * 4);
+    memcpy(cl, logits, nl * 4);
+    crossentropy_forward_backward(closs, cl, tg, dloss, N, V, Vp);   /* the CPU's, fp32 out */
+    int* dtg = (int*)dev_upload(tg, N * sizeof(int));
+    float *dl = (float*)dev_upload(logits, nl * 4), *dloss_n = (float*)dev_poison(N * 4);
+    Launches l;
+    float *dlb = (float*)dev_upload(logits, nl * 4), *dloss_b = (float*)dev_poison(N * 4);
+    AB_RUN(l, crossentropy_forward_backward_bf16_cuda(dloss_b, dlb, dtg, dloss, N, V, Vp),
+           crossentropy_forward_backward_bf16_cuda(dloss_n, dl, dtg, dloss, N, V, Vp));
+    float *gl = (float*)malloc(nl * 4), *gloss = (float*)malloc(N * 4), *bl = (float*)malloc(nl * 4);
+    download(gl, dl, nl * 4); download(gloss, dloss_n, N * 4); download(bl, dlb, nl * 4);
+    /* the bf16 dlogits: row n's Vp values at the start of fp32 row n */
+    uint16_t *got = (uint16_t*)malloc(nl * 2), *want = (uint16_t*)malloc(nl * 2), *base = (uint16_t*)malloc(nl * 2);
+    for (int n = 0; n < N; n++) {
+        memcpy(got + (size_t)n * Vp, gl + (size_t)n * Vp, (size_t)Vp * 2);
+        memcpy(base + (size_t)n * Vp, bl + (size_t)n * Vp, (size_t)Vp * 2);
+        for (int v = 0; v < Vp; v++) want[(size_t)n * Vp + v] = sg_bf16_from_float(cl[(size_t)n * Vp + v]);
+    }
+    double worst = 0;
+    for (int n = 0; n < N; n++) {
+        double e = fabs((double)gloss[n] - closs[n]) / fmax(1.0, fabs((double)closs[n]));
+        if (!(e <= worst)) worst = e;   /* NaN stays */
+    }
+    snprintf(name, sizeof(name), "cuda_bf16_crossentropy_losses_match_cpu_N%d_V%d", N, V);
+    expect(worst <= 1e-5, name, "worst |loss - cpu| / max(1, |cpu|) = %.2e over %d rows (<= 1e-5: fp32 "
+           "exponentials and sums)", worst, N);
+    Steps st = bf16_steps(got, want, nl);
+    size_t pad_bad = 0;
+    for (int n = 0; n < N; n++)
+        for (int v = V; v < Vp; v++) pad_bad += got[(size_t)n * Vp + v] != 0;
+    snprintf(name, sizeof(name), "cuda_bf16_crossentropy_dlogits_are_cpu_rounded_N%d_V%d", N, V);
+    expect(st.far == 0 && st.differ <= FLIP_FRAC * nl && pad_bad == 0, name,
+           "%zu of %zu bf16 dlogits one step from the CPU's fp32 dlogit rounded (at most %.0f%%), %zu further; "
+           "%zu padded columns not +0", st.differ, nl, 100 * FLIP_FRAC, st.far, pad_bad);
+    /* the baseline side: the CUDA fp32 op's dlogits rounded once */
+    float* d32 = (float*)dev_upload(logits, nl * 4);
+    float* dlo32 = (float*)dev_poison(N * 4);
+    crossentropy_forward_cuda(dlo32, d32, dtg, N, V, Vp);
+    crossentropy_backward_cuda(d32, dtg, dloss, N, V, Vp);
+    float* f32 = (float*)malloc(nl * 4);
+    download(f32, d32, nl * 4);
+    for (size_t i = 0; i < nl; i++) want[i] = sg_bf16_from_float(f32[i]);
+    snprintf(name, sizeof(name), "cuda_bf16_crossentropy_baseline_is_the_fp32_op_rounded_N%d_V%d", N, V);
+    expect(bits_differ(base, want, nl, 2) == 0 && l.base == 0 && l.fresh > 0, name,
+           "%zu of %zu baseline dlogits differ from the fp32 kernels' rounded; new kernel launched %llu times "
+           "under baseline (want 0), %llu unset (want > 0)", bits_differ(base, want, nl, 2), nl, l.base, l.fresh);
+    /* two runs: the same bits */
+    float *dl2 = (float*)dev_upload(logits, nl * 4), *dloss2 = (float*)dev_poison(N * 4);
+    crossentropy_forward_backward_bf16_cuda(dloss2, dl2, dtg, dloss, N, V, Vp);
+    float *gl2 = (float*)malloc(nl * 4), *gloss2 = (float*)malloc(N * 4);
+    download(gl2, dl2, nl * 4); download(gloss2, dloss2, N * 4);
+    int det = 1;
+    for (int n = 0; n < N; n++) det = det && memcmp(gl + (size_t)n * Vp, gl2 + (size_t)n * Vp, (size_t)Vp * 2) == 0;
+    det = det && memcmp(gloss, gloss2, N * 4) == 0;
+    snprintf(name, sizeof(name), "cuda_bf16_crossentropy_deterministic_N%d_V%d", N, V);
+    expect(det, name, "two runs: %s", det ? "the same bits" : "BITS DIFFER");
+
+    /* the head's product on the bf16 dout where it lies (rows 2 Vp apart) against the product on
+     * the same values in fp32 */
+    const size_t nx = (size_t)N * C, nw = (size_t)Vp * C;
+    uint16_t *x = random_bf16(nx, 1.0), *w = random_bf16(nw, 0.5);
+    void *dx = dev_upload(x, nx * 2), *dw = dev_upload(w, nw * 2);
+    float* g32 = (float*)malloc(nl * 4);
+    for (size_t i = 0; i < nl; i++) g32[i] = sg_bf16_to_float(got[i]);
+    float* dg32 = (float*)dev_upload(g32, nl * 4);
+    float *di_a = (float*)dev_poison(nx * 4), *di_b = (float*)dev_poison(nx * 4);
+    float *dw_a = (float*)dev_upload(NULL, nw * 4), *dw_b = (float*)dev_upload(NULL, nw * 4);
+    SG_CHECK(cudaMemset(dw_a, 0, nw * 4)); SG_CHECK(cudaMemset(dw_b, 0, nw * 4));
+    matmul_backward_dout_bf16_act_cuda(di_a, dw_a, NULL, dl, 2 * Vp, dx, dw, N, C, Vp);
+    matmul_backward_bf16_act_cuda(di_b, dw_b, NULL, dg32, dx, dw, N, C, Vp);
+    float *ha = (float*)malloc(nx * 4), *hb = (float*)malloc(nx * 4), *wa = (float*)malloc(nw * 4), *wb = (float*)malloc(nw * 4);
+    download(ha, di_a, nx * 4); download(hb, di_b, nx * 4); download(wa, dw_a, nw * 4); download(wb, dw_b, nw * 4);
+    double ei = rel_err_ff(ha, hb, nx), ew = rel_err_ff(wa, wb, nw);
+    size_t bi = bits_differ(ha, hb, nx, 4), bw = bits_differ(wa, wb, nw, 4);
+    snprintf(name, sizeof(name), "cuda_bf16_head_product_reads_the_bf16_dlogits_in_place_N%d_C%d", N, C);
+    /* in the emulation the same sums: bit for bit; on a GPU another leading dimension may pick
+     * another algorithm: fp32 rounding */
+    expect(EMU_ONLY ? bi == 0 && bw == 0 : ei <= 1e-5 && ew <= 1e-5, name,
+           "dinp: %zu of %zu differ in bits (rel %.2e), dweight: %zu of %zu (rel %.2e)", bi, nx, ei, bw, nw, ew);
+    void* dev[] = {dtg, dl, dloss_n, dlb, dloss_b, d32, dlo32, dl2, dloss2, dx, dw, dg32, di_a, di_b, dw_a, dw_b};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) SG_CHECK(cudaFree(dev[i]));
+    free(logits); free(tg); free(cl); free(closs); free(gl); free(gloss); free(bl); free(got); free(want);
+    free(base); free(f32); free(gl2); free(gloss2); free(x); free(w); free(g32); free(ha); free(hb); free(wa); free(wb);
+}
+
 int main(void) {
     test_rng_state = 0xbf16ac7ull;
     test_round_to_act();
@@ -397,5 +653,11 @@ int main(void) {
     } else {
         skip("cuda_bf16_matmul_refused_by_cublaslt", "refusals are forced only in the emulation");
     }
+    test_ab_elementwise(2, 9, 64, 0.1);
+    test_ab_elementwise(1, 3, 36, 0.5);   /* C not a multiple of 8: the baseline kernels */
+    test_ab_products(19, 64, 48);
+    test_ab_products(13, 64, 20);         /* OC not a multiple of 8: the padded dout */
+    test_crossentropy(5, 200, 256, 64);    /* a block of 32 threads, one piece a row */
+    test_crossentropy(3, 3000, 3072, 40);  /* two pieces of 2048 a row; C not a multiple of 8 */
     return test_finish();
 }

@@ -22,8 +22,10 @@
 #include <math.h>
 #include "model/ops.h"
 #include "cuda/ops_cuda.h"
+#include "cuda/ops_bf16_cuda.h"   /* round_to_bf16_cuda: the baseline of the fused rounding */
 #include "random/philox.h"
 #include "tests/test.h"
+#include "tests/cuda/kernels_ab.h"
 
 #define TOL 1e-5
 static const uint64_t MASTER = 0x5eed5eed12345678ULL;
@@ -890,6 +892,234 @@ static void test_copy_rows(size_t rows, size_t width, size_t src_stride, size_t 
     device_free_cuda(d_src); device_free_cuda(d_dst);
 }
 
+/* ---- the new kernels against the baseline (SEEDGPT_KERNELS=baseline; tests/cuda/kernels_ab.h) -- */
+
+static void test_ab_residual_dropout(int B, int T, int C, uint32_t g0, double p) {
+    char name[160];
+    size_t n = (size_t)B * T * C;
+    Dropout d = dropout_make(p);
+    uint64_t seed = philox_site_seed(MASTER, 3, 1, 2, 0);
+    float *x = hrand(n, 1.0), *br = hrand(n, 1.0);
+    float *dx = up(x, n), *dbr = up(br, n), *ob = dpoison(n), *on = dpoison(n);
+    int vec = C % 4 == 0;
+    Launches l;
+    AB_RUN(l, residual_dropout_forward_cuda(ob, dx, dbr, B, T, C, g0, seed, d),
+           residual_dropout_forward_cuda(on, dx, dbr, B, T, C, g0, seed, d));
+    float *hb = down(ob, n), *hn = down(on, n);
+    snprintf(name, sizeof(name), "residual_dropout_forward_new_equals_baseline_B%d_T%d_C%d_p%g", B, T, C, p);
+    expect_ab(name, hn, hb, n, sizeof(float), l, vec);
+    free(hb); free(hn);
+    /* in place on the branch, as the orchestrator calls it */
+    float *ib = up(br, n), *in = up(br, n);
+    AB_RUN(l, residual_dropout_forward_cuda(ib, dx, ib, B, T, C, g0, seed, d),
+           residual_dropout_forward_cuda(in, dx, in, B, T, C, g0, seed, d));
+    hb = down(ib, n); hn = down(in, n);
+    snprintf(name, sizeof(name), "residual_dropout_forward_in_place_new_equals_baseline_B%d_T%d_C%d_p%g", B, T, C, p);
+    expect_ab(name, hn, hb, n, sizeof(float), l, vec);
+    free(hb); free(hn);
+    device_fill_cuda(ob, n, NAN); device_fill_cuda(on, n, NAN);
+    AB_RUN(l, dropout_backward_cuda(ob, dx, B, T, C, g0, seed, d),
+           dropout_backward_cuda(on, dx, B, T, C, g0, seed, d));
+    hb = down(ob, n); hn = down(on, n);
+    snprintf(name, sizeof(name), "dropout_backward_new_equals_baseline_B%d_T%d_C%d_p%g", B, T, C, p);
+    expect_ab(name, hn, hb, n, sizeof(float), l, vec);
+    free(hb); free(hn); free(x); free(br);
+    device_free_cuda(dx); device_free_cuda(dbr); device_free_cuda(ob); device_free_cuda(on);
+    device_free_cuda(ib); device_free_cuda(in);
+}
+
+static void test_ab_layernorm(int B, int T, int C, double p) {
+    char name[160];
+    int N = B * T;
+    size_t n = (size_t)N * C;
+    int vec = C % 4 == 0;
+    float *x = hrand(n, 2.0), *br = hrand(n, 1.0), *w = hrand(C, 1.0), *bias = hrand(C, 1.0);
+    for (size_t i = 0; i < n; i++) x[i] += 0.7f;
+    float *dx = up(x, n), *dbr = up(br, n), *dw = up(w, C), *db = up(bias, C);
+    /* forward: out, mean, rstd */
+    float *ob = dpoison(n), *on = dpoison(n), *mb = dpoison(N), *mn = dpoison(N), *rb = dpoison(N),
+          *rn = dpoison(N);
+    Launches l;
+    AB_RUN(l, layernorm_forward_cuda(ob, mb, rb, dx, dw, db, N, C),
+           layernorm_forward_cuda(on, mn, rn, dx, dw, db, N, C));
+    float *h[6] = {down(ob, n), down(on, n), down(mb, N), down(mn, N), down(rb, N), down(rn, N)};
+    snprintf(name, sizeof(name), "layernorm_forward_new_equals_baseline_N%d_C%d", N, C);
+    expect_ab(name, h[1], h[0], n, sizeof(float), l, vec);
+    snprintf(name, sizeof(name), "layernorm_forward_mean_rstd_new_equal_baseline_N%d_C%d", N, C);
+    int stats = same_bits(h[3], h[2], N) && same_bits(h[5], h[4], N);
+    expect(stats, name, "mean and rstd %s", stats ? "the same bits" : "BITS DIFFER");
+    for (int i = 0; i < 6; i++) free(h[i]);
+
+    /* the residual add fused with the LayerNorm, against the two baseline ops */
+    Dropout d = dropout_make(p);
+    uint64_t seed = philox_site_seed(MASTER, 4, 2, 2, 0);
+    float *resb = up(br, n), *resn = up(br, n);   /* out aliases the branch, as in the model */
+    device_fill_cuda(ob, n, NAN); device_fill_cuda(on, n, NAN);
+    device_fill_cuda(mb, N, NAN); device_fill_cuda(mn, N, NAN);
+    device_fill_cuda(rb, N, NAN); device_fill_cuda(rn, N, NAN);
+    AB_RUN(l, residual_layernorm_forward_cuda(resb, dx, resb, B, T, C, 7u, seed, d, ob, mb, rb, dw, db),
+           residual_layernorm_forward_cuda(resn, dx, resn, B, T, C, 7u, seed, d, on, mn, rn, dw, db));
+    float *g[8] = {down(resb, n), down(resn, n), down(ob, n), down(on, n), down(mb, N), down(mn, N),
+                   down(rb, N), down(rn, N)};
+    snprintf(name, sizeof(name), "residual_layernorm_forward_residual_new_equals_baseline_B%d_T%d_C%d_p%g", B, T, C, p);
+    expect_ab(name, g[1], g[0], n, sizeof(float), l, vec);
+    snprintf(name, sizeof(name), "residual_layernorm_forward_norm_new_equals_baseline_B%d_T%d_C%d_p%g", B, T, C, p);
+    expect_ab(name, g[3], g[2], n, sizeof(float), l, vec);
+    stats = same_bits(g[5], g[4], N) && same_bits(g[7], g[6], N);
+    snprintf(name, sizeof(name), "residual_layernorm_forward_stats_new_equal_baseline_B%d_T%d_C%d_p%g", B, T, C, p);
+    expect(stats, name, "mean and rstd %s", stats ? "the same bits" : "BITS DIFFER");
+    for (int i = 0; i < 8; i++) free(g[i]);
+
+    /* backward: dinp, dweight, dbias accumulate onto the same random values */
+    float *dout = hrand(n, 1.0), *di0 = hrand(n, 1.0), *dw0 = hrand(C, 1.0), *db0 = hrand(C, 1.0);
+    float *ddout = up(dout, n), *dib = up(di0, n), *din = up(di0, n), *dwb = up(dw0, C),
+          *dwn = up(dw0, C), *dbb = up(db0, C), *dbn = up(db0, C);
+    AB_RUN(l, layernorm_backward_cuda(dib, dwb, dbb, ddout, dx, dw, mb, rb, N, C),
+           layernorm_backward_cuda(din, dwn, dbn, ddout, dx, dw, mb, rb, N, C));
+    float *k[6] = {down(dib, n), down(din, n), down(dwb, C), down(dwn, C), down(dbb, C), down(dbn, C)};
+    snprintf(name, sizeof(name), "layernorm_backward_dinp_new_equals_baseline_N%d_C%d", N, C);
+    expect_ab(name, k[1], k[0], n, sizeof(float), l, vec);
+    snprintf(name, sizeof(name), "layernorm_backward_dweight_new_equals_baseline_N%d_C%d", N, C);
+    expect_ab(name, k[3], k[2], C, sizeof(float), l, vec);
+    snprintf(name, sizeof(name), "layernorm_backward_dbias_new_equals_baseline_N%d_C%d", N, C);
+    expect_ab(name, k[5], k[4], C, sizeof(float), l, vec);
+    for (int i = 0; i < 6; i++) free(k[i]);
+    free(x); free(br); free(w); free(bias); free(dout); free(di0); free(dw0); free(db0);
+    float* dev[] = {dx, dbr, dw, db, ob, on, mb, mn, rb, rn, resb, resn, ddout, dib, din, dwb, dwn, dbb, dbn};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) device_free_cuda(dev[i]);
+}
+
+static void test_ab_gelu(size_t n) {
+    char name[160];
+    int vec = n % 4 == 0;
+    float *x = hrand(n, 2.0), *dout = hrand(n, 1.0);
+    float *dx = up(x, n), *ob = dpoison(n), *on = dpoison(n);
+    Launches l;
+    AB_RUN(l, gelu_forward_cuda(ob, dx, n), gelu_forward_cuda(on, dx, n));
+    float *hb = down(ob, n), *hn = down(on, n);
+    snprintf(name, sizeof(name), "gelu_forward_new_equals_baseline_n%zu", n);
+    expect_ab(name, hn, hb, n, sizeof(float), l, vec);
+    free(hb); free(hn);
+    /* in place on dout, as the orchestrator calls it */
+    float *gb = up(dout, n), *gn = up(dout, n);
+    AB_RUN(l, gelu_backward_cuda(gb, dx, gb, n), gelu_backward_cuda(gn, dx, gn, n));
+    hb = down(gb, n); hn = down(gn, n);
+    snprintf(name, sizeof(name), "gelu_backward_new_equals_baseline_n%zu", n);
+    expect_ab(name, hn, hb, n, sizeof(float), l, vec);
+    free(hb); free(hn); free(x); free(dout);
+    device_free_cuda(dx); device_free_cuda(ob); device_free_cuda(on); device_free_cuda(gb);
+    device_free_cuda(gn);
+}
+
+/* the bias gradient's column sums with the bf16 copy of dout on the way, against the baseline's
+ * two passes (bias_backward_cuda, then round_to_bf16_cuda) */
+static void test_ab_bias_round(int N, int OC) {
+    char name[160];
+    size_t n = (size_t)N * OC;
+    float *dout = hrand(n, 1.0), *b0 = hrand(OC, 1.0);
+    float *dd = up(dout, n), *bb = up(b0, OC), *bn = up(b0, OC);
+    uint16_t *rb = (uint16_t*)device_alloc_cuda(n * 2), *rn = (uint16_t*)device_alloc_cuda(n * 2);
+    device_fill_cuda((float*)rb, n / 2, NAN);
+    device_fill_cuda((float*)rn, n / 2, NAN);
+    Launches l;
+    int done = -1;
+    AB_RUN(l, (bias_backward_cuda(bb, dd, N, OC), round_to_bf16_cuda(rb, dd, n)),
+           done = bias_backward_round_bf16_cuda(bn, rn, dd, N, OC));
+    float *hb = down(bb, OC), *hn = down(bn, OC);
+    uint16_t *cb = (uint16_t*)malloc(n * 2), *cn = (uint16_t*)malloc(n * 2);
+    device_to_host_cuda(cb, rb, n * 2);
+    device_to_host_cuda(cn, rn, n * 2);
+    snprintf(name, sizeof(name), "bias_backward_round_dbias_new_equals_baseline_N%d_OC%d", N, OC);
+    expect_ab(name, hn, hb, OC, sizeof(float), l, 1);
+    snprintf(name, sizeof(name), "bias_backward_round_bf16_dout_new_equals_baseline_N%d_OC%d", N, OC);
+    expect_ab(name, cn, cb, n, 2, l, 1);
+    expect(done == 1, "bias_backward_round_applies_to_16_byte_rows", "returned %d for OC %d (want 1)", done, OC);
+    free(hb); free(hn); free(cb); free(cn); free(dout); free(b0);
+    device_free_cuda(dd); device_free_cuda(bb); device_free_cuda(bn); device_free_cuda(rb);
+    device_free_cuda(rn);
+}
+
+/* every parameter tensor in one call against the baseline's calls tensor by tensor: AdamW with
+ * the bf16 operand copy, and the sums of squares. The tensors lie 16 floats apart as the model's
+ * do (64-byte aligned), with sizes that are not multiples of 4 and gaps that must stay untouched. */
+static void test_ab_tensors(int t, float gs) {
+    char name[160];
+    enum { K = 6 };
+    const size_t size[K] = {37, 64, 5, 1003, 16, 3 * 16384 + 9};
+    size_t off[K], total = 0;
+    float wd[K];
+    for (int k = 0; k < K; k++) {
+        off[k] = total;
+        total += (size[k] + 15) / 16 * 16 + 16;   /* 64-byte aligned, a gap after each */
+        wd[k] = k % 2 ? 0.1f : 0.0f;
+    }
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    float *p = hrand(total, 0.1), *g = hrand(total, 1.0), *m = hrand(total, 0.1), *v = hrand(total, 0.1);
+    for (size_t i = 0; i < total; i++) v[i] = v[i] * v[i];
+    float *pb = up(p, total), *pn = up(p, total), *dg = up(g, total), *mb = up(m, total),
+          *mn = up(m, total), *vb = up(v, total), *vn = up(v, total);
+    uint16_t *ab = (uint16_t*)device_alloc_cuda(total * 2), *an = (uint16_t*)device_alloc_cuda(total * 2);
+    device_fill_cuda((float*)ab, total / 2, NAN);
+    device_fill_cuda((float*)an, total / 2, NAN);
+    Launches l;
+    AB_RUN(l, adamw_update_tensors_cuda(pb, ab, dg, gs, mb, vb, K, off, size, wd, lr, b1, b2, eps, t),
+           adamw_update_tensors_cuda(pn, an, dg, gs, mn, vn, K, off, size, wd, lr, b1, b2, eps, t));
+    float *h[6] = {down(pb, total), down(pn, total), down(mb, total), down(mn, total), down(vb, total),
+                   down(vn, total)};
+    uint16_t *cb = (uint16_t*)malloc(total * 2), *cn = (uint16_t*)malloc(total * 2);
+    device_to_host_cuda(cb, ab, total * 2);
+    device_to_host_cuda(cn, an, total * 2);
+    snprintf(name, sizeof(name), "adamw_update_tensors_params_new_equal_baseline_t%d_gs%g", t, gs);
+    expect_ab(name, h[1], h[0], total, sizeof(float), l, 1);
+    snprintf(name, sizeof(name), "adamw_update_tensors_m_new_equals_baseline_t%d_gs%g", t, gs);
+    expect_ab(name, h[3], h[2], total, sizeof(float), l, 1);
+    snprintf(name, sizeof(name), "adamw_update_tensors_v_new_equals_baseline_t%d_gs%g", t, gs);
+    expect_ab(name, h[5], h[4], total, sizeof(float), l, 1);
+    snprintf(name, sizeof(name), "adamw_update_tensors_bf16_copy_new_equals_baseline_t%d_gs%g", t, gs);
+    expect_ab(name, cn, cb, total, 2, l, 1);
+    /* the gaps between tensors: untouched by both */
+    size_t touched = 0;
+    for (int k = 0; k < K; k++) {
+        size_t end = k + 1 < K ? off[k + 1] : total;
+        for (size_t i = off[k] + size[k]; i < end; i++)
+            touched += memcmp(&h[1][i], &p[i], 4) != 0 || memcmp(&h[0][i], &p[i], 4) != 0;
+    }
+    expect(touched == 0, "adamw_update_tensors_leaves_the_gaps_alone", "%zu floats between tensors "
+           "changed", touched);
+    for (int i = 0; i < 6; i++) free(h[i]);
+    free(cb); free(cn);
+
+    double sb[K], sn[K];
+    AB_RUN(l, sum_squares_tensors_cuda(sb, dg, K, off, size), sum_squares_tensors_cuda(sn, dg, K, off, size));
+    double one[K];   /* and each the plain op's */
+    for (int k = 0; k < K; k++) one[k] = sum_squares_cuda(dg + off[k], size[k]);
+    snprintf(name, sizeof(name), "sum_squares_tensors_new_equal_baseline_t%d", t);
+    expect_ab(name, sn, sb, K, sizeof(double), l, 1);
+    int same = memcmp(sn, one, sizeof one) == 0;
+    expect(same, "sum_squares_tensors_equal_sum_squares_each", "%s (first %.17g, %.17g)",
+           same ? "the same bits" : "BITS DIFFER", sn[0], one[0]);
+    free(p); free(g); free(m); free(v);
+    float* dev[] = {pb, pn, dg, mb, mn, vb, vn};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) device_free_cuda(dev[i]);
+    device_free_cuda(ab); device_free_cuda(an);
+}
+
+/* the switch's own contract: an unknown value is refused (tested by tests/test_gpu_perf.sh through
+ * the trainer, since it ends the process); unset, empty and "new" select the new side */
+static void test_switch_values(void) {
+    const char* vals[3] = {NULL, "", "new"};
+    int sides[3];
+    for (int i = 0; i < 3; i++) {
+        use_kernels(vals[i]);
+        sides[i] = kernels_baseline_cuda();
+    }
+    use_kernels("baseline");
+    int base = kernels_baseline_cuda();
+    use_kernels(NULL);
+    expect(sides[0] == 0 && sides[1] == 0 && sides[2] == 0 && base == 1, "kernels_switch_values",
+           "unset %d, empty %d, new %d, baseline %d (want 0 0 0 1)", sides[0], sides[1], sides[2], base);
+}
+
 int main(void) {
     test_memory();   /* first: its peak figures assume nothing else has been allocated */
 
@@ -943,5 +1173,19 @@ int main(void) {
     test_ops_at(2, 1, 2, 8, 9u, 0.0);
     test_copy_rows(7, 12, 20, 12);        /* the K, V columns out of qkv rows */
     test_copy_rows(5, 3, 3, 9);
+
+    test_switch_values();
+    test_ab_residual_dropout(2, 3, 64, 5u, 0.1);
+    test_ab_residual_dropout(1, 2, 1032, 9u, 0.5);   /* more quads than a block's threads */
+    test_ab_residual_dropout(2, 2, 13, 1u, 0.1);     /* odd C: the baseline kernels */
+    test_ab_layernorm(2, 35, 64, 0.1);   /* three chunks of 32 rows, the last short */
+    test_ab_layernorm(1, 3, 1032, 0.0);
+    test_ab_layernorm(2, 3, 37, 0.5);    /* odd C */
+    test_ab_layernorm(1, 2, 1200, 0.1);  /* the backward's shared memory above 48 KiB */
+    test_ab_gelu(1004);
+    test_ab_gelu(1003);
+    test_ab_bias_round(70, 48);
+    test_ab_tensors(1, 1.0f);
+    test_ab_tensors(9, 0.37f);
     return test_finish();
 }
