@@ -46,15 +46,19 @@ head -c 30000 README.md > "$W/doc.txt"
 "$TRAIN" prepare "$W/doc.txt" "$W/data" > /dev/null || { fail hellaswag_data "prepare failed"; exit 1; }
 RUN=(--train "$W/data/train_*.bin" --layers 2 --heads 2 --embd 32 --seq-len 128 --batch 4
      --lr 3e-3 --log-every 0 --threads 2 --seed 7)
-if ! "$TRAIN" "${RUN[@]}" --steps 30 --save "$W/model.bin" --hellaswag "$W/hs.bin" \
-        --hellaswag-every 20 --log-json "$W/log.jsonl" > "$W/run.out" 2> "$W/run.err"; then
-    fail hellaswag_in_training_run "exit $?: $(tail -n 2 "$W/run.err")"
+"$TRAIN" "${RUN[@]}" --steps 30 --save "$W/model.bin" --hellaswag "$W/hs.bin" \
+    --hellaswag-every 20 --log-json "$W/log.jsonl" > "$W/run.out" 2> "$W/run.err"
+rc=$?
+if [ $rc -ne 0 ]; then
+    fail hellaswag_in_training_run "exit $rc: $(tail -n 2 "$W/run.err")"
     exit 1
 fi
 
 # ---- the scoring against the float64 reference ----------------------------------------------------
 "$TRAIN" eval --hellaswag "$W/hs.bin" --init "$W/model.bin" --per-example --batch 8 \
-    > "$W/eval.out" 2> "$W/eval.err" || { fail hellaswag_eval "exit $?: $(tail -n 2 "$W/eval.err")"; exit 1; }
+    > "$W/eval.out" 2> "$W/eval.err"
+rc=$?
+[ $rc -eq 0 ] || { fail hellaswag_eval "exit $rc: $(tail -n 2 "$W/eval.err")"; exit 1; }
 "$PY" tests/hellaswag_ref.py "$W/model.bin" "$W/hs.bin" > "$W/ref.out" ||
     { fail hellaswag_reference "the reference failed"; exit 1; }
 cmp_out=$("$PY" - "$W/eval.out" "$W/ref.out" << 'PY'

@@ -95,9 +95,11 @@ PY
 recipe() {   # recipe NAME FIXTURE DOCS_PY: runs scripts/data/NAME.sh, checks its shards
     local name=$1 fixture=$2
     "$PY" -c "$3" > "$W/$name.docs.json"
-    if ! scripts/data/$name.sh --input "$fixture" --out "$W/$name" --bpe-dir "$W/bpe" --val-frac 0.2 \
-            > "$W/$name.out" 2>&1; then
-        fail "recipe_${name}_offline" "exit $?: $(tail -n 2 "$W/$name.out")"
+    scripts/data/$name.sh --input "$fixture" --out "$W/$name" --bpe-dir "$W/bpe" --val-frac 0.2 \
+        > "$W/$name.out" 2>&1
+    local rc=$?
+    if [ $rc -ne 0 ]; then
+        fail "recipe_${name}_offline" "exit $rc: $(tail -n 2 "$W/$name.out")"
         return
     fi
     local res
