@@ -82,13 +82,14 @@ BUILD   := build
 # model/ (the network, its files and plan, the backend table), cpu/ (the CPU backend), dist/ (the
 # single-process transport; ./train_mpi swaps in dist/dist_mpi.c)
 CORE_SRC := model/gpt.c model/backend.c model/plan.c model/mem.c model/modelfile.c model/state.c \
-            model/sample.c model/profile.c \
+            model/sample.c model/profile.c model/eval.c \
             cpu/backend_cpu.c cpu/ops_cpu.c cpu/gemm_cpu.c cpu/gemm_bf16_cpu.c cpu/ops_bf16_cpu.c \
             cpu/peak.c \
             dist/dist_none.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c attention/flash_bf16_cpu.c \
-            data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c
+            data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c data/hellaswag.c \
+            data/hellaswag_prepare.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 # Test builds: the same sources with SEEDGPT_TEST_BUILD (NaN-filled scratch, allocation counting).
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
@@ -219,6 +220,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
 		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
 		"$(KERNELS_OPS_CI)" "$(GPU_PERF_CI)" \
+		"$(HELLASWAG_TEST)" "$(RECIPES_TEST)" \
 		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
@@ -228,6 +230,10 @@ FUZZ_SECONDS ?= 60
 FUZZ_CI ?= FUZZ_SEED=1 tests/fuzz/run.sh 10
 ASAN_CI ?= pass:ASan+UBSan:$(MAKE) -s --no-print-directory test-asan
 LEARN_TEST ?= tests/test_learn.sh
+# HellaSwag against its float64 reference (numpy), after the emulated trainer is built (EMU_CI), so
+# that its --device cuda check runs; the data recipes on their fixtures, offline
+HELLASWAG_TEST ?= SEEDGPT_EMU_TRAIN=$(EMU_BUILD)/train tests/test_hellaswag.sh
+RECIPES_TEST ?= tests/test_recipes.sh
 # the folders' one-way dependencies (DESIGN §1): a grep over the includes, no build
 LAYOUT_CI ?= tests/check_layout.sh
 # a bare CUDA machine simulated: OpenBLAS, cJSON, PCRE2, zlib and MPI hidden in a private mount

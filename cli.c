@@ -62,6 +62,8 @@ static const struct { const char* name; int resume; int bare; /* 1: takes no val
     [F_MEMORY_BUDGET] = {"--memory-budget", R_LOCAL},
     /* the state's header holds it: train.c refuses a resume with another layout */
     [F_CONTEXT_PARALLEL] = {"--context-parallel", R_LOCAL},
+    /* not stored: a resumed run scores HellaSwag when it is given again */
+    [F_HELLASWAG] = {"--hellaswag", R_LOCAL},   [F_HELLASWAG_EVERY] = {"--hellaswag-every", R_LOCAL},
 };
 
 /* ./train --help: the synopsis of training and of each subcommand (the words after "./train"
@@ -151,6 +153,10 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      (a full disk) stops the run after the step, state saved, exit status 6\n"
 "  --eval-every N      validation loss every N steps, and at the end (default 0: only at the end)\n"
 "  --eval-batches N    validation windows per evaluation (default 8)\n"
+"  --hellaswag PATH    HellaSwag accuracy (acc, acc_norm; README \"HellaSwag\") of the model at the\n"
+"                      end, as a {\"type\":\"hellaswag\",...} row; PATH in llm.c's eval format\n"
+"                      (scripts/data/hellaswag.sh). Needs --batch >= 4 (4 rows per example)\n"
+"  --hellaswag-every N also every N steps (default 0: only at the end)\n"
 "  --sample-every N    print a sample every N steps (default 0: never): --sample-tokens tokens\n"
 "                      (default 64) after an EOT, temperature 1, drawn from the master seed's\n"
 "                      SAMPLE stream with counter (position, step, 0, 0); moves no loader\n"
@@ -385,6 +391,8 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_EVAL_BATCHES: o->eval_batches = parse_long(f, v, 1, 1000000); break;
     case F_THREADS: o->threads = parse_long(f, v, 1, 1024); break;
     case F_CONTEXT_PARALLEL: o->context_parallel = (int)parse_long(f, v, 1, 1 << 20); break;
+    case F_HELLASWAG: o->hellaswag_path = parse_path(f, v); break;
+    case F_HELLASWAG_EVERY: o->hellaswag_every = parse_long(f, v, 0, 2000000000L); break;
     case F_DEVICE:
         if (strcmp(v, "cpu") && strcmp(v, "cuda")) die_flag(f, v, "cpu or cuda");
         if (backend_by_name(v) == NULL)
@@ -489,6 +497,8 @@ static int format_flag(const Options* o, int id, int world, char* buf, size_t ca
     case F_EVAL_BATCHES: snprintf(buf, cap, "%d", o->eval_batches); return 0;
     case F_THREADS: snprintf(buf, cap, "%d", o->threads); return 0;
     case F_CONTEXT_PARALLEL: snprintf(buf, cap, "%d", o->context_parallel); return 0;
+    case F_HELLASWAG: s = o->hellaswag_path; break;
+    case F_HELLASWAG_EVERY: snprintf(buf, cap, "%d", o->hellaswag_every); return 0;
     case F_DEVICE: s = o->device; break;
     case F_PRECISION: s = o->precision; break;
     case F_RECOMPUTE: s = recompute_name(&o->policy, pname); break;
@@ -565,6 +575,10 @@ void check_options(const Options* o, const char* raw[NUM_FLAGS]) {
         fprintf(stderr, "seedgpt: --init takes the model shape from the file; drop --layers, "
                         "--heads, --kv-heads, --embd, --seq-len, --pos, --rope-base, "
                         "--rope-layout and --block\n");
+        exit(EXIT_BAD_INPUT);
+    }
+    if (o->hellaswag_path == NULL && raw[F_HELLASWAG_EVERY] != NULL) {
+        fprintf(stderr, "seedgpt: --hellaswag-every needs --hellaswag PATH\n");
         exit(EXIT_BAD_INPUT);
     }
     if (!o->pos_rope && (raw[F_ROPE_BASE] || raw[F_ROPE_LAYOUT])) {
@@ -729,6 +743,65 @@ void parse_sample_options(SampleOptions* so, int argc, char** argv) {
     }
     if (so->init == NULL) {
         fprintf(stderr, "seedgpt: sample: --init MODEL is required (see ./train sample --help)\n");
+        exit(EXIT_BAD_INPUT);
+    }
+}
+
+/* ---- ./train eval ------------------------------------------------------------------------ */
+
+static void eval_usage(FILE* f) {
+    fprintf(f,
+"usage: ./train eval --hellaswag FILE --init MODEL [flags]\n"
+"  --hellaswag PATH    the examples, in llm.c's HellaSwag eval format (scripts/data/hellaswag.sh\n"
+"                      writes it; docs/formats.md)\n"
+"  --init PATH         the model file (llm.c fp32 v3 or seedgpt's own)\n"
+"  --batch N           rows per forward, 4 per example, N >= 4 (default 16)\n"
+"  --device D          cpu or cuda (default: as a training run's);  --precision fp32 | bf16\n"
+"  --threads N         OpenMP threads (default: all cores)\n"
+"  --per-example       one line per example on stdout: label, both picks, the four summed\n"
+"                      losses and ending lengths\n"
+"Each ending is scored by the model's cross-entropy over its own tokens, after the shared\n"
+"context: acc picks the lowest sum, acc_norm the lowest mean per ending token (llm.c's number).\n"
+"Prints a summary line and a {\"type\":\"hellaswag\",...} JSON line; progress on stderr.\n");
+}
+
+void parse_eval_options(EvalOptions* eo, int argc, char** argv) {
+    eo->init = NULL; eo->hellaswag = NULL; eo->batch = 16; eo->device = backend_default_name();
+    eo->precision = "fp32"; eo->threads = 0; eo->per_example = 0;
+    for (int i = 0; i < argc; i++) {
+        const char* f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { eval_usage(stdout); exit(0); }
+        if (!strcmp(f, "--per-example")) { eo->per_example = 1; continue; }
+        if (strncmp(f, "--", 2) != 0) {
+            fprintf(stderr, "seedgpt: eval: unexpected argument '%s' (see ./train eval --help)\n", f);
+            exit(EXIT_BAD_INPUT);
+        }
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+        int known = !strcmp(f, "--init") || !strcmp(f, "--hellaswag") || !strcmp(f, "--batch") ||
+                    !strcmp(f, "--device") || !strcmp(f, "--precision") || !strcmp(f, "--threads");
+        if (!known) {
+            fprintf(stderr, "seedgpt: eval: unknown flag %s (see ./train eval --help)\n", f);
+            exit(EXIT_BAD_INPUT);
+        }
+        if (v == NULL) die_flag(f, NULL, "a value");
+        i++;
+        if (!strcmp(f, "--init")) eo->init = parse_path(f, v);
+        else if (!strcmp(f, "--hellaswag")) eo->hellaswag = parse_path(f, v);
+        else if (!strcmp(f, "--batch")) eo->batch = (int)parse_long(f, v, 4, 1 << 20);
+        else if (!strcmp(f, "--threads")) eo->threads = (int)parse_long(f, v, 1, 1024);
+        else if (!strcmp(f, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda")) die_flag(f, v, "cpu or cuda");
+            if (backend_by_name(v) == NULL)
+                die_flag(f, v, "cpu (this binary has no CUDA backend: `make cuda` builds ./train_cuda)");
+            eo->device = v;
+        } else {
+            if (strcmp(v, "fp32") && strcmp(v, "bf16")) die_flag(f, v, "fp32 or bf16");
+            eo->precision = v;
+        }
+    }
+    if (eo->hellaswag == NULL || eo->init == NULL) {
+        fprintf(stderr, "seedgpt: eval: --%s is required (see ./train eval --help)\n",
+                eo->hellaswag == NULL ? "hellaswag FILE" : "init MODEL");
         exit(EXIT_BAD_INPUT);
     }
 }

@@ -66,6 +66,10 @@ typedef struct {
     int save_every, keep, max_bad_steps;
     int log_json_is_default;   /* log_json is DIR/log.jsonl because --out was given without it */
     const char* resumed_train_path;   /* --resume: the state's --train when this run's differs */
+    /* HellaSwag in the loop (data/hellaswag.h): the eval file, scored every N steps and at the
+     * end (N 0: only at the end) */
+    const char* hellaswag_path;
+    int hellaswag_every;
 } Options;
 
 /* The flags of ./train, as indices into cli.c's table (each flag's spelling and what it is to a
@@ -85,6 +89,7 @@ enum {
     F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH, F_DEVICE,
     F_PRECISION, F_PROFILE, F_LOG_ATTN_STATS,
     F_MEMORY_BUDGET, F_CONTEXT_PARALLEL,
+    F_HELLASWAG, F_HELLASWAG_EVERY,
     NUM_FLAGS
 };
 
@@ -134,6 +139,20 @@ typedef struct {
 
 /* Parses the words after `sample` into so; --help prints the sample usage text and exits 0. */
 void parse_sample_options(SampleOptions* so, int argc, char** argv);
+
+/* ./train eval's options. */
+typedef struct {
+    const char* init;          /* the model file (required) */
+    const char* hellaswag;     /* the HellaSwag eval file (required) */
+    int batch;                 /* rows per forward, 4 per example (default 16) */
+    const char* device;        /* cpu or cuda */
+    const char* precision;     /* fp32 or bf16 */
+    int threads;               /* 0: OpenMP's default */
+    int per_example;           /* one line per example on stdout */
+} EvalOptions;
+
+/* Parses the words after `eval` into eo; --help prints the eval usage text and exits 0. */
+void parse_eval_options(EvalOptions* eo, int argc, char** argv);
 
 /* ./train peak's options. */
 typedef struct {

@@ -7,6 +7,7 @@
  *   ./train [flags]            train (./train --help lists every flag)
  *   ./train prepare ...        text -> token shards (data/prepare.h)
  *   ./train sample ...         text from a model file (model/sample.h: KV cache, its own stream)
+ *   ./train eval ...           a model file's HellaSwag accuracy (data/hellaswag.h, model/eval.h)
  *   ./train plot RUNDIR        loss and lr curves to RUNDIR/loss.png (runs scripts/plot.sh)
  *   ./train peak               the measured fp32 / bf16 FLOP peak, MFU's yardstick (cpu/peak.h)
  *   mpirun -np R ./train_mpi   data parallel over R processes (`make mpi`; dist/dist.h)
@@ -44,6 +45,8 @@
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "data/prepare.h"
+#include "data/hellaswag.h"
+#include "model/eval.h"
 #include "model/plan.h"
 #include "util/fileio.h"
 #include "model/profile.h"
@@ -97,6 +100,111 @@ static float evaluate(GPT* m, DataLoader* val, int n, int* inputs, int* targets,
                            0, 0, 0);
     }
     return (float)(dist_sum(sum) / ((double)n * cpn));
+}
+
+/* ---- HellaSwag (data/hellaswag.h: the file and its rows; model/eval.h: the scoring rule) ------ */
+
+typedef struct {
+    int n, correct, correct_norm;   /* examples scored; picks equal to the label, by acc / acc_norm */
+} HellaswagScore;
+
+/* The host buffers of one batch of rows (B, T), allocated once. */
+typedef struct {
+    int B, T;
+    int *inputs, *targets;          /* (B, T) */
+    int *comp_first, *comp_len;     /* (B) */
+    int* labels;                    /* (B / 4) */
+    double* sum;                    /* (B) */
+} HellaswagBuffers;
+
+static void hellaswag_buffers_alloc(HellaswagBuffers* hb, int B, int T) {
+    hb->B = B;
+    hb->T = T;
+    hb->inputs = mem_alloc((size_t)B * T * sizeof(int));
+    hb->targets = mem_alloc((size_t)B * T * sizeof(int));
+    hb->comp_first = mem_alloc((size_t)B * sizeof(int));
+    hb->comp_len = mem_alloc((size_t)B * sizeof(int));
+    hb->labels = mem_alloc((size_t)B * sizeof(int));
+    hb->sum = mem_alloc((size_t)B * sizeof(double));
+}
+
+static void hellaswag_buffers_free(HellaswagBuffers* hb) {
+    mem_free(hb->inputs);
+    mem_free(hb->targets);
+    mem_free(hb->comp_first);
+    mem_free(hb->comp_len);
+    mem_free(hb->labels);
+    mem_free(hb->sum);
+    memset(hb, 0, sizeof(*hb));
+}
+
+/* Whether the file's examples fit a model of vocabulary V read in batches of B rows of T
+ * positions. 0, or EXIT_BAD_INPUT with the line said (flag: what names the file). */
+static int hellaswag_fits(const HellaswagSet* hs, const char* flag, const char* path, int V, int B,
+                          int T, const char* t_what) {
+    if (hs->max_token >= V) {
+        fprintf(stderr, "seedgpt: %s %s: token id %d is outside the model's vocabulary of %d\n",
+                flag, path, hs->max_token, V);
+        return EXIT_BAD_INPUT;
+    }
+    if (hs->longest_row > T) {
+        fprintf(stderr, "seedgpt: %s %s: an example needs %d positions (context + ending - 1); "
+                "%s is %d\n", flag, path, hs->longest_row, t_what, T);
+        return EXIT_BAD_INPUT;
+    }
+    if (B < HELLASWAG_ENDINGS) {
+        fprintf(stderr, "seedgpt: %s %s: each example is %d rows of a batch; the batch is %d\n",
+                flag, path, HELLASWAG_ENDINGS, B);
+        return EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
+/* Scores the examples of hs: B / 4 examples per forward (each batch as long as its longest row),
+ * rank k of `ranks` taking batches k, k + ranks, ... (the caller sums the counts over the
+ * ranks). A progress line on stderr (every 2 s, and at the end) when progress is set; with
+ * per_example, one line per example (its label, both picks, the four sums and lengths). */
+static HellaswagScore hellaswag_eval(GPT* m, const HellaswagSet* hs, HellaswagBuffers* hb,
+                                     int rank, int ranks, int progress, FILE* per_example) {
+    int E = hb->B / HELLASWAG_ENDINGS;   /* examples per batch */
+    int batches = (hs->num_examples + E - 1) / E;
+    HellaswagScore sc = {0, 0, 0};
+    double t0 = now_ms(), last_said = t0;
+    for (int j = rank; j < batches; j += ranks) {
+        int first = j * E, n = hs->num_examples - first < E ? hs->num_examples - first : E;
+        int T = hellaswag_rows_len(hs, first, n);
+        hellaswag_fill_rows(hs, first, n, T, hb->inputs, hb->targets, hb->comp_first, hb->comp_len,
+                            hb->labels);
+        eval_choice_losses(m, hb->inputs, hb->targets, HELLASWAG_ENDINGS * n, T, hb->comp_first,
+                           hb->comp_len, hb->sum);
+        for (int i = 0; i < n; i++) {
+            const double* sum = hb->sum + HELLASWAG_ENDINGS * i;
+            const int* len = hb->comp_len + HELLASWAG_ENDINGS * i;
+            int pick = eval_pick(sum, len, HELLASWAG_ENDINGS, 0);
+            int pick_norm = eval_pick(sum, len, HELLASWAG_ENDINGS, 1);
+            sc.n++;
+            sc.correct += pick == hb->labels[i];
+            sc.correct_norm += pick_norm == hb->labels[i];
+            if (per_example != NULL) {
+                fprintf(per_example, "hellaswag example %d label %d pick %d pick_norm %d sums", first + i,
+                        hb->labels[i], pick, pick_norm);
+                for (int k = 0; k < HELLASWAG_ENDINGS; k++) fprintf(per_example, " %.17g", sum[k]);
+                fprintf(per_example, " lens");
+                for (int k = 0; k < HELLASWAG_ENDINGS; k++) fprintf(per_example, " %d", len[k]);
+                fprintf(per_example, "\n");
+            }
+        }
+        double now = now_ms();
+        if (progress && now - last_said >= 2000.0) {
+            fprintf(stderr, "hellaswag: %d/%d examples, acc_norm %.4f so far, %.1f s\n",
+                    first + n, hs->num_examples, (double)sc.correct_norm / sc.n, (now - t0) / 1e3);
+            last_said = now;
+        }
+    }
+    if (progress)
+        fprintf(stderr, "hellaswag: %d examples scored in %.1f s (%d per forward%s)\n", sc.n,
+                (now_ms() - t0) / 1e3, E, ranks > 1 ? ", this rank" : "");
+    return sc;
 }
 
 /* The rate MFU is read against when --peak-gflops is not given, with the line that says what it
@@ -328,6 +436,9 @@ typedef struct {
     double step_flops;           /* model FLOPs of one step over every rank */
     double total_ms;             /* the steps' time so far, this process */
     float last_loss, last_val;   /* last_val NaN: no evaluation yet */
+    HellaswagSet hs;             /* --hellaswag's examples, when hs_open */
+    int hs_open;
+    HellaswagBuffers hb;         /* their batch (allocated before step 0) */
     int last_val_step;           /* the step after which last_val was measured */
     /* the non-finite guard, and the states */
     uint32_t bad_consecutive;    /* non-finite steps in a row */
@@ -354,6 +465,8 @@ static void run_close(Run* r) {
     mem_free(r->local_targets);
     if (r->loader_open) loader_close(&r->loader);
     if (r->val_open) loader_close(&r->val);
+    if (r->hs_open) hellaswag_free(&r->hs);
+    hellaswag_buffers_free(&r->hb);
     if (r->model_built) gpt_free(&r->model);
     if (r->tok_open) tokenizer_free(&r->tok);
 }
@@ -837,6 +950,7 @@ static void collect_inputs(const Run* r, const char* state_file, InputList* in) 
         for (int s = 0; s < r->val.num_shards; s++)
             add_input(in, "the validation shard", r->val.paths[s]);
     add_input(in, "--init's model file", o->init_path);
+    add_input(in, "the HellaSwag file", o->hellaswag_path);
     if (state_file != NULL && state_file[0] != '\0') add_input(in, "the resumed state", state_file);
     if (!strcmp(o->tokenizer, "gpt2")) {
         const char* env = getenv("SEEDGPT_BPE_DIR");
@@ -1100,6 +1214,21 @@ static int open_data(Run* r) {
         }
         r->val_open = 1;
     }
+    if (o->hellaswag_path != NULL) {
+        if (cpn > 1) {
+            fprintf(stderr, "seedgpt: --hellaswag: not available with --context-parallel (each "
+                    "example's rows are scored whole on one rank)\n");
+            return EXIT_BAD_INPUT;
+        }
+        if (hellaswag_open(&r->hs, o->hellaswag_path, err) != 0) {
+            fprintf(stderr, "seedgpt: --hellaswag %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+        r->hs_open = 1;
+        int rc = hellaswag_fits(&r->hs, "--hellaswag", o->hellaswag_path, r->cfg.vocab_size, r->B,
+                                r->T, "the training sequence (--seq)");
+        if (rc != 0) return rc;
+    }
     return 0;
 }
 
@@ -1309,6 +1438,7 @@ static void prepare_loop(Run* r) {
     const Options* o = r->o;
     r->inputs = mem_alloc((size_t)r->B * r->T * sizeof(int));
     r->targets = mem_alloc((size_t)r->B * r->T * sizeof(int));
+    if (r->hs_open) hellaswag_buffers_alloc(&r->hb, r->B / HELLASWAG_ENDINGS * HELLASWAG_ENDINGS, r->T);
     /* progress: model FLOPs per step against this machine's (or the given) peak. The peak is
      * one process's (rank 0 measures its own threads' or device's); the step's FLOPs are every
      * rank's, so MFU reads them against the peak of all ranks */
@@ -1535,6 +1665,24 @@ static void after_step(Run* r, int step) {
             log_row_done(r, step);
         }
     }
+    if (r->hs_open && ((o->hellaswag_every > 0 && (step + 1) % o->hellaswag_every == 0) || last)) {
+        HellaswagScore sc = hellaswag_eval(&r->model, &r->hs, &r->hb, dist_dp_rank(), dp, r->writer,
+                                           NULL);
+        sc.n = (int)dist_sum(sc.n);
+        sc.correct = (int)dist_sum(sc.correct);
+        sc.correct_norm = (int)dist_sum(sc.correct_norm);
+        double acc = (double)sc.correct / sc.n, acc_norm = (double)sc.correct_norm / sc.n;
+        if (r->writer) printf("step %5d | hellaswag acc %.4f acc_norm %.4f (%d examples)\n", step, acc,
+                              acc_norm, sc.n);
+        if (r->jsonf != NULL) {
+            fprintf(r->jsonf, "{\"type\":\"hellaswag\",\"step\":%d", step);
+            json_float(r->jsonf, "acc", acc);
+            json_float(r->jsonf, "acc_norm", acc_norm);
+            fprintf(r->jsonf, ",\"n\":%d,\"correct\":%d,\"correct_norm\":%d}\n", sc.n, sc.correct,
+                    sc.correct_norm);
+            log_row_done(r, step);
+        }
+    }
     if (r->have_sampler && (step + 1) % o->sample_every == 0) {
         gpt_to_host(&r->model);   /* sampling runs on the host copy of the weights */
         printf("step %5d | sample: ", step);
@@ -1690,6 +1838,71 @@ static int sample_main(const char* self, int argc, char** argv) {
     gpt_free(&model);
     tokenizer_free(&tok);
     return rc;
+}
+
+/* ./train eval: a model file's HellaSwag accuracy (options: cli.c), one process. The model is
+ * planned for batches of --batch rows (4 per example) of the file's longest row, on --device at
+ * --precision, and scored through the training forward (model/eval.h). */
+static int eval_main(const char* self, int argc, char** argv) {
+    EvalOptions eo;
+    parse_eval_options(&eo, argc, argv);
+    if (eo.threads > 0) omp_set_num_threads(eo.threads);
+    char err[256];
+    GPTConfig cfg;
+    if (modelfile_read_config(eo.init, &cfg, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    HellaswagSet hs;
+    if (hellaswag_open(&hs, eo.hellaswag, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    int rc = hellaswag_fits(&hs, "--hellaswag", eo.hellaswag, cfg.vocab_size, eo.batch,
+                            cfg.max_seq_len, "the model's context (maxT)");
+    const Backend* be = backend_lookup(eo.device, eo.precision);
+    if (rc == 0 && be == NULL) {
+        fprintf(stderr, "seedgpt: eval: --device %s --precision %s is not in this binary\n",
+                eo.device, eo.precision);
+        rc = EXIT_BAD_INPUT;
+    }
+    if (rc != 0) {
+        hellaswag_free(&hs);
+        return rc;
+    }
+    int B = eo.batch / HELLASWAG_ENDINGS * HELLASWAG_ENDINGS;
+    if (B > HELLASWAG_ENDINGS * hs.num_examples) B = HELLASWAG_ENDINGS * hs.num_examples;
+    int T = hs.longest_row;
+    RecomputePolicy none;
+    memset(&none, 0, sizeof(none));
+    GPT model;
+    if (gpt_build_on(&model, &cfg, B, T, &none, be, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        hellaswag_free(&hs);
+        return EXIT_BAD_INPUT;
+    }
+    if (modelfile_load(&model, eo.init, err) != 0) {
+        fprintf(stderr, "seedgpt: %s\n", err);
+        gpt_free(&model);
+        hellaswag_free(&hs);
+        return EXIT_BAD_INPUT;
+    }
+    fprintf(stderr, "hellaswag: %s, %d examples, %d rows of up to %d positions per forward, "
+            "device %s, precision %s\n", eo.hellaswag, hs.num_examples, B, T, model.be->name,
+            model.be->precision);
+    HellaswagBuffers hb;
+    hellaswag_buffers_alloc(&hb, B, T);
+    HellaswagScore sc = hellaswag_eval(&model, &hs, &hb, 0, 1, 1, eo.per_example ? stdout : NULL);
+    printf("hellaswag: %d examples, acc %.4f (%d right), acc_norm %.4f (%d right)\n", sc.n,
+           (double)sc.correct / sc.n, sc.correct, (double)sc.correct_norm / sc.n, sc.correct_norm);
+    printf("{\"type\":\"hellaswag\"");
+    json_float(stdout, "acc", (double)sc.correct / sc.n);
+    json_float(stdout, "acc_norm", (double)sc.correct_norm / sc.n);
+    printf(",\"n\":%d,\"correct\":%d,\"correct_norm\":%d}\n", sc.n, sc.correct, sc.correct_norm);
+    hellaswag_buffers_free(&hb);
+    gpt_free(&model);
+    hellaswag_free(&hs);
+    return 0;
 }
 
 /* ./train plot: runs scripts/plot.sh beside this binary (the repository root), else in the
@@ -1857,6 +2070,8 @@ static int plan_main(const char* self, int argc, char** argv) {
 
 /* ./train prepare: text -> token shards (data/prepare.h). */
 static int prepare_cmd(const char* self, int argc, char** argv) {
+    for (int i = 0; i < argc; i++)   /* the HellaSwag jsonl -> its eval file (data/hellaswag.h) */
+        if (!strcmp(argv[i], "--hellaswag")) return hellaswag_prepare_main(argc, argv);
     return prepare_main(argc, argv);
 }
 
@@ -1911,6 +2126,7 @@ static int print_version(void) {
 /* Every subcommand, in the order ./train --help lists them. */
 static const Subcommand subcommands[] = {
     {"sample", "--help", sample_main, "generate text from a model file"},
+    {"eval", "--help", eval_main, "a model file's HellaSwag accuracy (acc, acc_norm)"},
     {"plot", "RUNDIR", plot_main, "RUNDIR/log.jsonl -> RUNDIR/loss.png (gnuplot)"},
     {"prepare", "--help", prepare_cmd, "turn text files into token shards"},
     {"plan", "TRAINING FLAGS", plan_main, "the memory of each recompute policy, before a run"},

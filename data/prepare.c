@@ -25,6 +25,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifndef SEEDGPT_NO_BPE
+#include <cjson/cJSON.h>
+#endif
 
 #define PREPARE_CHUNK_BYTES (1u << 20)
 #define PREPARE_PROGRESS_BYTES (10ull << 20)
@@ -43,7 +46,8 @@ static void set_err(char* err, const char* fmt, ...) {
 static void usage(FILE* f) {
     fprintf(f,
         "usage: ./train prepare [--tokenizer byte|gpt2] [--bpe-dir DIR] [--val-frac F] [--shard-tokens N]\n"
-        "                       IN.txt [IN2.txt ...] OUTDIR\n"
+        "                       [--jsonl FIELD] IN.txt [IN2.txt ...] OUTDIR\n"
+        "       ./train prepare --hellaswag IN.jsonl OUT.bin   (the HellaSwag eval file; --hellaswag --help)\n"
         "\n"
         "Turns text files into llm.c token shards OUTDIR/train_NNNNNN.bin and OUTDIR/val_NNNNNN.bin.\n"
         "Each input file is one document; the token stream is EOT doc1 EOT doc2 ... EOT docN (n tokens).\n"
@@ -56,6 +60,9 @@ static void usage(FILE* f) {
         "                     train = tokens [0, s); val = EOT + tokens [s, n), the EOT added only when\n"
         "                     the split falls inside a document. F = 0 writes no val shard.\n"
         "  --shard-tokens N   at most N tokens per shard file, default 100000000.\n"
+        "  --jsonl FIELD      the inputs are JSON lines: each line's string FIELD is one document\n"
+        "                     (e.g. --jsonl text; blank lines skipped), so the stream is EOT doc ...\n"
+        "                     over every line of every file.\n"
         "  --help             this text.\n"
         "\n"
         "OUTDIR is created if missing. Shards are written to NAME.tmp and renamed into place only when\n"
@@ -286,6 +293,56 @@ static int encode_document(Reader* r, const char* path, TokenFn fn, void* ctx, c
     return rc;
 }
 
+/* --jsonl FIELD: each non-blank line of path is a JSON object whose string FIELD is one document;
+ * fn gets EOT and then the document's ids, for every line in order (*docs counts them). Each
+ * document is encoded whole. Returns 0, or non-zero with err set (unless fn failed). */
+static int encode_jsonl(Reader* r, const char* path, const char* field, TokenFn fn, void* ctx,
+                        size_t* docs, char err[256]) {
+#ifdef SEEDGPT_NO_BPE
+    set_err(err, "%s: --jsonl needs cJSON, which this build was made without", path);
+    return 1;
+#else
+    FILE* f = fopen(path, "rb");
+    if (!f) { set_err(err, "%s: cannot open input: %s", path, strerror(errno)); return 1; }
+    char* line = NULL;
+    size_t cap = 0, lineno = 0;
+    ssize_t len;
+    uint16_t* ids = NULL;
+    int rc = 0;
+    while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        r->bytes_done += (size_t)len;
+        size_t i = 0;
+        while (i < (size_t)len && strchr(" \t\r\n", line[i]) != NULL) i++;
+        if (i == (size_t)len) continue;
+        cJSON* o = cJSON_ParseWithLength(line, (size_t)len);
+        const cJSON* v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, field) : NULL;
+        if (!cJSON_IsString(v)) {
+            set_err(err, "%s:%zu: %s", path, lineno, o == NULL || !cJSON_IsObject(o)
+                    ? "not a JSON object" : "no string field named by --jsonl");
+            cJSON_Delete(o);
+            rc = 1;
+            break;
+        }
+        size_t n = strlen(v->valuestring);
+        uint16_t* grown = realloc(ids, (tokenizer_max_tokens(r->tok, n) + 1) * sizeof(uint16_t));
+        if (grown == NULL) { cJSON_Delete(o); set_err(err, "%s: out of memory", path); rc = 1; break; }
+        ids = grown;
+        ids[0] = (uint16_t)r->tok->eot;   /* the document's EOT, then its ids */
+        size_t m = tokenizer_encode(r->tok, (const unsigned char*)v->valuestring, n, ids + 1);
+        cJSON_Delete(o);
+        if (fn(ctx, ids, m + 1) != 0) { rc = 1; break; }
+        r->tokens_done += m + 1;
+        (*docs)++;
+    }
+    if (rc == 0 && ferror(f)) { set_err(err, "%s: read error: %s", path, strerror(errno)); rc = 1; }
+    free(ids);
+    free(line);
+    fclose(f);
+    return rc;
+#endif
+}
+
 static int count_tokens(void* ctx, const uint16_t* t, size_t n) {
     (void)t;
     *(size_t*)ctx += n;
@@ -347,6 +404,8 @@ static int remove_stale_shards(const char* outdir, const int files[2]) {
 int prepare_main(int argc, char** argv) {
     const char* tok_name = "byte";
     const char* bpe_dir = NULL;
+    const char* jsonl = NULL;   /* --jsonl FIELD: one document per line */
+    size_t jsonl_docs = 0;
     double val_frac = 0.1;
     size_t shard_tokens = PREPARE_DEFAULT_SHARD_TOKENS;
     const char** pos = calloc((size_t)argc + 1, sizeof(char*));
@@ -360,7 +419,8 @@ int prepare_main(int argc, char** argv) {
         if (strcmp(a, "--") == 0) { flags_done = 1; continue; }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); free(pos); return 0; }
         int takes_value = strcmp(a, "--tokenizer") == 0 || strcmp(a, "--val-frac") == 0 ||
-                          strcmp(a, "--shard-tokens") == 0 || strcmp(a, "--bpe-dir") == 0;
+                          strcmp(a, "--shard-tokens") == 0 || strcmp(a, "--bpe-dir") == 0 ||
+                          strcmp(a, "--jsonl") == 0;
         if (!takes_value) {
             fprintf(stderr, "prepare: unknown flag %s (see ./train prepare --help)\n", a);
             free(pos);
@@ -376,6 +436,8 @@ int prepare_main(int argc, char** argv) {
             tok_name = v;
         } else if (strcmp(a, "--bpe-dir") == 0) {
             bpe_dir = v;
+        } else if (strcmp(a, "--jsonl") == 0) {
+            jsonl = v;
         } else if (strcmp(a, "--val-frac") == 0) {
             if (parse_val_frac(v, &val_frac) != 0) {
                 fprintf(stderr, "prepare: --val-frac %s: expected a number in [0, 1)\n", v);
@@ -421,12 +483,14 @@ int prepare_main(int argc, char** argv) {
         n += 1 + b;   /* EOT + the document (byte: one token per byte) */
         total_bytes += b;
     }
-    if (tok.kind != TOKENIZER_BYTE) {
+    if (tok.kind != TOKENIZER_BYTE || jsonl != NULL) {
         Reader r;
-        n = ndocs;    /* the EOTs */
+        n = jsonl != NULL ? 0 : (size_t)ndocs;    /* the EOTs (--jsonl: counted with each line) */
         int bad = reader_init(&r, &tok, "counting", total_bytes);
         if (bad) set_err(err, "out of memory");
-        for (int d = 0; d < ndocs && !bad; d++) bad = encode_document(&r, pos[d], count_tokens, &n, err);
+        for (int d = 0; d < ndocs && !bad; d++)
+            bad = jsonl != NULL ? encode_jsonl(&r, pos[d], jsonl, count_tokens, &n, &jsonl_docs, err)
+                                : encode_document(&r, pos[d], count_tokens, &n, err);
         reader_free(&r);
         if (bad) {
             fprintf(stderr, "prepare: %s\n", err);
@@ -469,7 +533,10 @@ int prepare_main(int argc, char** argv) {
     Reader r;
     int failed = reader_init(&r, &tok, "read", total_bytes);
     if (failed) set_err(k.err, "out of memory");
-    for (int d = 0; d < ndocs && !failed; d++) {
+    size_t docs_read = 0;
+    for (int d = 0; d < ndocs && !failed && jsonl != NULL; d++)
+        failed = encode_jsonl(&r, pos[d], jsonl, feed_sink, &k, &docs_read, k.err) != 0;
+    for (int d = 0; d < ndocs && !failed && jsonl == NULL; d++) {
         uint16_t eot = (uint16_t)tok.eot;
         if (sink_feed(&k, &eot, 1) != 0) { failed = 1; break; }
         r.tokens_done++;
@@ -500,8 +567,9 @@ int prepare_main(int argc, char** argv) {
     free(k.done);
     int removed = remove_stale_shards(outdir, k.files);
 
-    printf("prepare: %d document(s), %zu bytes -> %zu train tokens in %d file(s), %zu val tokens "
-           "in %d file(s) in %s (%s tokenizer, vocab %d, val-frac %g)", ndocs, total_bytes,
+    printf("prepare: %zu document(s), %zu bytes -> %zu train tokens in %d file(s), %zu val tokens "
+           "in %d file(s) in %s (%s tokenizer, vocab %d, val-frac %g)",
+           jsonl != NULL ? jsonl_docs : (size_t)ndocs, total_bytes,
            k.tokens[0], k.files[0], k.tokens[1], k.files[1], outdir, tokenizer_name(&tok),
            tok.vocab_size, val_frac);
     if (removed) printf("; removed %d stale shard(s) of an older run", removed);

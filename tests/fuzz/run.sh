@@ -2,7 +2,7 @@
 # tests/fuzz/run.sh [SECONDS] — builds the libFuzzer targets of tests/fuzz/ with clang
 # (-fsanitize=fuzzer,address,undefined; UBSan findings abort) into $BUILD/fuzz, seeds each with
 # real files made by ./train, and runs each for SECONDS (default 60). Targets: shard, modelfile,
-# state (fuzz_*.c), tokenizer (names and text through prepare) and, where data/bpe.c exists, bpe
+# state, hellaswag (fuzz_*.c), tokenizer (names and text through prepare) and, where data/bpe.c exists, bpe
 # (GPT-2's encoder.json + vocab.bpe). One line per target:
 # "ok   fuzz_NAME_...: N executions in S s, corpus C inputs" or FAIL with the crashing input saved
 # under $BUILD/fuzz/artifacts. Without clang's libFuzzer the targets report SKIP.
@@ -14,7 +14,7 @@ SECONDS_PER=${1:-60}
 B=${BUILD:-build}/fuzz
 TRAIN=${SEEDGPT_TRAIN:-./train}
 CLANG=${FUZZ_CC:-clang}
-TARGETS=(shard modelfile state tokenizer)
+TARGETS=(shard modelfile state hellaswag tokenizer)
 LIBS=(-lm)
 TOKENIZER_SRC="data/tokenizer.c data/prepare.c data/shards.c"
 if [ -f data/bpe.c ]; then   # GPT-2's BPE: its files are a loader too
@@ -54,6 +54,7 @@ MODEL=(model/gpt.c model/backend.c model/mem.c cpu/backend_cpu.c cpu/ops_cpu.c c
        attention/flash_bf16_cpu.c)
 declare -A SRC=(
     [shard]="data/shards.c"
+    [hellaswag]="data/hellaswag.c"
     [modelfile]="model/modelfile.c ${MODEL[*]}"
     [state]="model/state.c ${MODEL[*]}"
     [tokenizer]="$TOKENIZER_SRC"
@@ -77,7 +78,7 @@ if [ $build_failed -ne 0 ]; then echo "FAIL fuzz_targets_build: clang failed (se
 # ---- seeds: real files from ./train (a shard, both model formats, a state), and two texts
 seeds=$B/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{shard,modelfile,state,tokenizer,bpe}
+mkdir -p "$seeds"/{shard,modelfile,state,hellaswag,tokenizer,bpe}
 printf 'byte\000In the beginning was the word.\n' > "$seeds/tokenizer/text"
 printf 'gpt2\000\000\001\377 binary' > "$seeds/tokenizer/other"
 if [ -x "$TRAIN" ]; then
@@ -85,6 +86,8 @@ if [ -x "$TRAIN" ]; then
     head -c 600 README.md > "$w/t.txt"
     "$TRAIN" prepare "$w/t.txt" "$w/d" > /dev/null 2>&1
     cp "$w/d/train_000000.bin" "$seeds/shard/" 2> /dev/null
+    "$TRAIN" prepare --hellaswag tests/fixtures/hellaswag_val_20.jsonl "$w/hs.bin" --tokenizer byte \
+        > /dev/null 2>&1 && cp "$w/hs.bin" "$seeds/hellaswag/val_20.bin"
     tiny=(--train "$w/d/train_*.bin" --layers 1 --embd 4 --seq-len 4 --batch 1 --threads 1
           --log-every 0)
     "$TRAIN" "${tiny[@]}" --heads 1 --steps 0 --save "$seeds/modelfile/llmc.bin" > /dev/null 2>&1
