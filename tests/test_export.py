@@ -321,7 +321,8 @@ def main():
                 b, e = h16[k]["data_offsets"]
                 got = np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<u2")
                 wrong += int((got != bf16_bits(x).ravel()).sum())
-            ties = int(((np.concatenate([x.ravel() for x in want.values()]).view("<u4") & 0xFFFF) >= 0x8000).sum())
+            allw = np.concatenate([x.ravel() for x in want.values()])
+            ties = int((bf16_bits(allw) != (allw.view("<u4") >> 16)).sum())   # rounded up
             ok = ok and wrong == 0 and json.load(open(j("hf16", "config.json")))["torch_dtype"] == "bfloat16"
         check(ok, "export_bf16_rounds_to_nearest_even",
               f"rc {rc}; {wrong if rc == 0 else '?'} weights differ from round-to-nearest-even "
