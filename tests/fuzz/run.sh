@@ -92,6 +92,15 @@ if [ -x "$TRAIN" ]; then
     "$TRAIN" "${tiny[@]}" --heads 2 --kv-heads 1 --steps 0 --save "$seeds/modelfile/seed.bin" \
         > /dev/null 2>&1
     "$TRAIN" "${tiny[@]}" --heads 1 --steps 2 --out "$w/run" > /dev/null 2>&1
+    # llm.c's bf16 model file (version 5): the same header, each weight's top 16 bits
+    python3 - "$seeds/modelfile/llmc.bin" "$seeds/modelfile/llmc_bf16.bin" << 'PY' 2> /dev/null
+import struct, sys
+raw = open(sys.argv[1], "rb").read()
+head = bytearray(raw[:1024])
+head[4:8] = struct.pack("<i", 5)
+body = b"".join(raw[i + 2:i + 4] for i in range(1024, len(raw), 4))
+open(sys.argv[2], "wb").write(bytes(head) + body)
+PY
     "$TRAIN" export "$seeds/modelfile/llmc.bin" "$w/hf" > /dev/null 2>&1 &&
         cp "$w/hf/model.safetensors" "$seeds/safetensors/gpt2.safetensors"
     "$TRAIN" export --dtype bf16 "$seeds/modelfile/llmc.bin" "$w/hf16" > /dev/null 2>&1 &&
