@@ -82,7 +82,7 @@ BUILD   := build
 # model/ (the network, its files and plan, the backend table), cpu/ (the CPU backend), dist/ (the
 # single-process transport; ./train_mpi swaps in dist/dist_mpi.c)
 CORE_SRC := model/gpt.c model/backend.c model/plan.c model/mem.c model/modelfile.c model/state.c \
-            model/sample.c model/profile.c model/eval.c \
+            model/sample.c model/profile.c model/eval.c model/safetensors.c model/hf.c \
             cpu/backend_cpu.c cpu/ops_cpu.c cpu/gemm_cpu.c cpu/gemm_bf16_cpu.c cpu/ops_bf16_cpu.c \
             cpu/peak.c \
             dist/dist_none.c \
@@ -206,6 +206,8 @@ test-bins: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS)
 
 # The PyTorch oracle: the whole model against an independent implementation (SKIP without torch).
 ORACLE := $(BUILD)/tests/oracle_harness
+# seedgpt's logits for tests/test_export.py's float64 GPT-2 forward over an exported model
+LOGITS_HARNESS := $(BUILD)/tests/logits_harness
 TORCH_PYTHON ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit; }; done; echo /usr/bin/python3)
 
 # `make test` first installs what is missing (scripts/setup.sh), then builds and runs everything.
@@ -213,10 +215,12 @@ test:
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory test-run
 
-test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline
+test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline \
+		$(LOGITS_HARNESS)
 	@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh tests/check_mpi_cuda.sh \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
+		"tests/test_export.sh $(LOGITS_HARNESS)" "$(TORCH_PYTHON) tests/test_export_torch.py" \
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
 		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
 		"$(KERNELS_OPS_CI)" "$(GPU_PERF_CI)" \

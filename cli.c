@@ -88,7 +88,7 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "  --bpe-dir DIR       gpt2's encoder.json + vocab.bpe (default $SEEDGPT_BPE_DIR, else data/gpt2)\n"
 "  --shuffle 0|1       visit training windows in a seeded shuffled order each epoch (default 1)\n"
 "model (a fresh model, unless --init or --resume)\n"
-"  --init PATH         start from a model file (llm.c fp32 v3 or seedgpt's own)\n"
+"  --init PATH         start from a model file (llm.c fp32 v3 or bf16 v5, or seedgpt's own)\n"
 "  --layers L          blocks (default 4)\n"
 "  --heads H           query heads (default 4)\n"
 "  --kv-heads K        key/value heads, divides H (default H: plain GPT-2)\n"

@@ -8,6 +8,8 @@
  *   ./train prepare ...        text -> token shards (data/prepare.h)
  *   ./train sample ...         text from a model file (model/sample.h: KV cache, its own stream)
  *   ./train eval ...           a model file's HellaSwag accuracy (data/hellaswag.h, model/eval.h)
+ *   ./train export ...         a model file -> a Hugging Face GPT-2 folder (model/hf.h)
+ *   ./train import ...         Hugging Face GPT-2 weights -> a model file (model/hf.h)
  *   ./train plot RUNDIR        loss and lr curves to RUNDIR/loss.png (runs scripts/plot.sh)
  *   ./train peak               the measured fp32 / bf16 FLOP peak, MFU's yardstick (cpu/peak.h)
  *   mpirun -np R ./train_mpi   data parallel over R processes (`make mpi`; dist/dist.h)
@@ -50,6 +52,7 @@
 #include "model/plan.h"
 #include "util/fileio.h"
 #include "model/profile.h"
+#include "model/hf.h"
 #include "cli.h"
 
 /* Processes of this run (dist/dist.h): 1 in ./train. They form dp groups of cpn ranks that
@@ -2075,6 +2078,14 @@ static int prepare_cmd(const char* self, int argc, char** argv) {
     return prepare_main(argc, argv);
 }
 
+/* ./train export and ./train import: Hugging Face's GPT-2 layout (model/hf.h). */
+static int export_cmd(const char* self, int argc, char** argv) {
+    return hf_export_main(argc, argv, TOKENIZER_GPT2_DEFAULT_DIR);
+}
+static int import_cmd(const char* self, int argc, char** argv) {
+    return hf_import_main(argc, argv);
+}
+
 /* ./train peak: the measured arithmetic peak (cpu/peak.h) at the run's thread count, what MFU
  * is read against on the CPU; with a GPU (./train_cuda), its documented peak too. Each backend
  * this build has prints its own rows (model/backend.h, peak_report). */
@@ -2129,6 +2140,8 @@ static const Subcommand subcommands[] = {
     {"eval", "--help", eval_main, "a model file's HellaSwag accuracy (acc, acc_norm)"},
     {"plot", "RUNDIR", plot_main, "RUNDIR/log.jsonl -> RUNDIR/loss.png (gnuplot)"},
     {"prepare", "--help", prepare_cmd, "turn text files into token shards"},
+    {"export", "--help", export_cmd, "a model file -> a Hugging Face GPT-2 folder (safetensors)"},
+    {"import", "--help", import_cmd, "Hugging Face GPT-2 weights (safetensors) -> a model file"},
     {"plan", "TRAINING FLAGS", plan_main, "the memory of each recompute policy, before a run"},
     {"peak", "[--threads N]", peak_main, "this machine's measured fp32 (and bf16) FLOP peak"},
 };

@@ -10,6 +10,9 @@
  *     defaults (slots 9.. zero: older readers take it), version 2 otherwise.
  * Then every parameter tensor as contiguous float32, tensor after tensor (the tensors in memory
  * are separate 64-byte aligned blocks, so they are read and written one by one).
+ * llm.c's bf16 model file (version 5, the same header) holds the same tensors as bf16 and is read
+ * too, each weight widened exactly to fp32 (bf16 is the top half of an fp32); seedgpt writes
+ * fp32 only.
  *
  * Loading checks everything that can be checked before a single weight is read (magic, version,
  * header fields, exact file size, the model's configuration), so a refused file leaves the model
@@ -25,13 +28,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "model/modelfile.h"
+#include "util/bf16.h"
 #include "util/fileio.h"
 
 #define HEADER_INTS 256
 #define HEADER_BYTES (HEADER_INTS * 4)
 
 #define LLMC_MAGIC 20240326
-#define LLMC_VERSION 3            /* fp32 weights (llm.c's version 5 is bf16: not supported) */
+#define LLMC_VERSION 3            /* fp32 weights: what seedgpt writes */
+#define LLMC_VERSION_BF16 5       /* bf16 weights: read, widened to fp32 */
 /* The file starts with the four ASCII bytes "SEED" (53 45 45 44), which read as a little-endian
  * int32 are 0x44454553 = 1145390419. */
 #define MODELFILE_SEED_MAGIC 0x44454553
@@ -70,8 +75,8 @@ static size_t total_params(const GPTConfig* c) {
 }
 
 /* Reads and validates the header of the open file f (at offset 0): magic, version, fields,
- * and the exact file size. Fills cfg; 0 or -1 with err. */
-static int parse_header(FILE* f, const char* path, GPTConfig* cfg, char err[256]) {
+ * and the exact file size. Fills cfg and *elem_bytes (4: fp32, 2: llm.c's bf16); 0 or -1 with err. */
+static int parse_header(FILE* f, const char* path, GPTConfig* cfg, int* elem_bytes, char err[256]) {
     if (!host_is_little_endian()) {
         snprintf(err, 256, "%s: model files are little-endian; this host is not", path);
         return -1;
@@ -91,15 +96,15 @@ static int parse_header(FILE* f, const char* path, GPTConfig* cfg, char err[256]
                  path, (long long)st.st_size, HEADER_BYTES);
         return -1;
     }
-    int seed_format;
+    int seed_format, eb = 4;
     if (h[H_MAGIC] == LLMC_MAGIC) {
         seed_format = 0;
-        if (h[H_VERSION] != LLMC_VERSION) {
-            snprintf(err, 256, "%s: llm.c model file version %d, expected %d (fp32)%s", path,
-                     h[H_VERSION], LLMC_VERSION,
-                     h[H_VERSION] == 5 ? "; bf16 is not supported" : "");
+        if (h[H_VERSION] != LLMC_VERSION && h[H_VERSION] != LLMC_VERSION_BF16) {
+            snprintf(err, 256, "%s: llm.c model file version %d, expected %d (fp32) or %d (bf16)",
+                     path, h[H_VERSION], LLMC_VERSION, LLMC_VERSION_BF16);
             return -1;
         }
+        if (h[H_VERSION] == LLMC_VERSION_BF16) eb = 2;
     } else if (h[H_MAGIC] == MODELFILE_SEED_MAGIC && memcmp(h, "SEEDSTAT", 8) != 0) {
         seed_format = 1;
         if (h[H_VERSION] < 1 || h[H_VERSION] > MODELFILE_SEED_VERSION) {
@@ -169,15 +174,16 @@ static int parse_header(FILE* f, const char* path, GPTConfig* cfg, char err[256]
         snprintf(err, 256, "%s: bad header: it describes %.3g parameters", path, approx);
         return -1;
     }
-    long long expected = HEADER_BYTES + (long long)total_params(&c) * 4;
+    long long expected = HEADER_BYTES + (long long)total_params(&c) * eb;
     if ((long long)st.st_size != expected) {
         snprintf(err, 256, "%s: %s: file has %lld bytes, the header promises %lld "
-                 "(1024 + 4 x %zu parameters)", path,
+                 "(1024 + %d x %zu parameters)", path,
                  (long long)st.st_size < expected ? "truncated" : "oversized",
-                 (long long)st.st_size, expected, total_params(&c));
+                 (long long)st.st_size, expected, eb, total_params(&c));
         return -1;
     }
     *cfg = c;
+    *elem_bytes = eb;
     return 0;
 }
 
@@ -195,7 +201,8 @@ static FILE* open_model_file(const char* path, char err[256]) {
 int modelfile_read_config(const char* path, GPTConfig* cfg, char err[256]) {
     FILE* f = open_model_file(path, err);
     if (f == NULL) return -1;
-    int rc = parse_header(f, path, cfg, err);
+    int eb;
+    int rc = parse_header(f, path, cfg, &eb, err);
     fclose(f);
     return rc;
 }
@@ -218,10 +225,26 @@ static size_t first_non_finite(const float* x, size_t n) {
     return n;
 }
 
+/* Reads n weights of the open file f, stored as elem_bytes each (4: fp32; 2: bf16, widened
+ * exactly), into dst. 0, or -1 on a short read. */
+static int read_weights(FILE* f, float* dst, size_t n, int elem_bytes) {
+    if (elem_bytes == 4) return fread(dst, sizeof(float), n, f) == n ? 0 : -1;
+    enum { CHUNK = 8192 };
+    uint16_t buf[CHUNK];
+    for (size_t at = 0; at < n;) {
+        size_t k = n - at < CHUNK ? n - at : CHUNK;
+        if (fread(buf, 2, k, f) != k) return -1;
+        for (size_t i = 0; i < k; i++) dst[at + i] = sg_bf16_to_float(buf[i]);
+        at += k;
+    }
+    return 0;
+}
+
 /* Reads every weight of the open file f (just past the header) once, in chunks, before any is
  * copied into a model: a file holding a NaN or an infinity is refused naming the tensor and the
  * element, and leaves the model untouched. 0, or -1 with err. */
-static int check_weights_finite(FILE* f, const GPTConfig* c, const char* path, char err[256]) {
+static int check_weights_finite(FILE* f, const GPTConfig* c, int elem_bytes, const char* path,
+                                char err[256]) {
     enum { CHUNK = 16384 };
     static float buf[CHUNK];
     size_t sizes[NUM_PARAMETER_TENSORS];
@@ -229,7 +252,7 @@ static int check_weights_finite(FILE* f, const GPTConfig* c, const char* path, c
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         for (size_t at = 0; at < sizes[k];) {
             size_t n = sizes[k] - at < CHUNK ? sizes[k] - at : CHUNK;
-            if (fread(buf, sizeof(float), n, f) != n) {
+            if (read_weights(f, buf, n, elem_bytes) != 0) {
                 snprintf(err, 256, "%s: read error in tensor %s: %s", path, gpt_param_names[k],
                          ferror(f) ? strerror(errno) : "unexpected end of file");
                 return -1;
@@ -246,12 +269,18 @@ static int check_weights_finite(FILE* f, const GPTConfig* c, const char* path, c
     return 0;
 }
 
-int modelfile_load(GPT* m, const char* path, char err[256]) {
+/* The common part of modelfile_load and modelfile_read: every check first (header, the
+ * configuration `want`, every weight finite), then the weights into ptr[k] (fp32). The padded
+ * vocab rows never produce loss and must stay zero (llm.c writes them as zeros): they are zeroed.
+ * 0, or -1 with err; the buffers are untouched unless only an I/O error stops the reading. */
+static int read_model_file(const char* path, const GPTConfig* want, float* const ptr[NUM_PARAMETER_TENSORS],
+                           char err[256]) {
     FILE* f = open_model_file(path, err);
     if (f == NULL) return -1;
     GPTConfig fc;
-    if (parse_header(f, path, &fc, err) != 0 || config_mismatch(&fc, &m->config, path, err) != 0 ||
-        check_weights_finite(f, &fc, path, err) != 0) {
+    int eb;
+    if (parse_header(f, path, &fc, &eb, err) != 0 || config_mismatch(&fc, want, path, err) != 0 ||
+        check_weights_finite(f, &fc, eb, path, err) != 0) {
         fclose(f);
         return -1;
     }
@@ -260,10 +289,10 @@ int modelfile_load(GPT* m, const char* path, char err[256]) {
         fclose(f);
         return -1;
     }
-    float* ptr[NUM_PARAMETER_TENSORS];
-    memcpy(ptr, &m->host_params, sizeof(ptr));
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    gpt_param_sizes(&fc, sizes);
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        if (fread(ptr[k], sizeof(float), m->param_sizes[k], f) != m->param_sizes[k]) {
+        if (read_weights(f, ptr[k], sizes[k], eb) != 0) {
             /* the size was checked: only an I/O error gets here (the weights are then partial) */
             snprintf(err, 256, "%s: read error in tensor %s: %s", path, gpt_param_names[k],
                      ferror(f) ? strerror(errno) : "unexpected end of file");
@@ -272,22 +301,38 @@ int modelfile_load(GPT* m, const char* path, char err[256]) {
         }
     }
     fclose(f);
-    /* padded vocab rows never produce loss and must stay zero; llm.c writes them as zeros */
-    const GPTConfig* c = &m->config;
-    memset(m->host_params.wte + (size_t)c->vocab_size * c->channels, 0,
-           (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels * sizeof(float));
+    memset(ptr[0] + (size_t)fc.vocab_size * fc.channels, 0,
+           (size_t)(fc.padded_vocab_size - fc.vocab_size) * fc.channels * sizeof(float));
+    return 0;
+}
+
+int modelfile_read(const char* path, const GPTConfig* cfg, float* const tensors[NUM_PARAMETER_TENSORS],
+                   char err[256]) {
+    return read_model_file(path, cfg, tensors, err);
+}
+
+int modelfile_load(GPT* m, const char* path, char err[256]) {
+    float* ptr[NUM_PARAMETER_TENSORS];
+    memcpy(ptr, &m->host_params, sizeof(ptr));
+    if (read_model_file(path, &m->config, ptr, err) != 0) return -1;
     gpt_to_backend(m);
     return 0;
 }
 
 int modelfile_save(const GPT* m, const char* path, char err[256]) {
-    const GPTConfig* c = &m->config;
-    /* a NaN or an infinity in the weights never reaches a file, and the previous one stays */
     const float* tensors[NUM_PARAMETER_TENSORS];
     memcpy(tensors, &m->host_params, sizeof(tensors));
+    return modelfile_write(&m->config, tensors, path, err);
+}
+
+int modelfile_write(const GPTConfig* c, const float* const tensors[NUM_PARAMETER_TENSORS],
+                    const char* path, char err[256]) {
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    gpt_param_sizes(c, sizes);
+    /* a NaN or an infinity in the weights never reaches a file, and the previous one stays */
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        size_t bad = first_non_finite(tensors[k], m->param_sizes[k]);
-        if (bad < m->param_sizes[k]) {
+        size_t bad = first_non_finite(tensors[k], sizes[k]);
+        if (bad < sizes[k]) {
             snprintf(err, 256, "%s: refusing to save: tensor %s element %zu is %g (the previous "
                      "file, if any, is untouched)", path, gpt_param_names[k], bad,
                      (double)tensors[k][bad]);
@@ -326,11 +371,8 @@ int modelfile_save(const GPT* m, const char* path, char err[256]) {
     const char* failed = NULL;
     int saved_errno;
     if (fwrite(h, 4, HEADER_INTS, f) != HEADER_INTS) failed = "write";
-    float* ptr[NUM_PARAMETER_TENSORS];
-    memcpy(ptr, &m->host_params, sizeof(ptr));
     for (int k = 0; k < NUM_PARAMETER_TENSORS && failed == NULL; k++) {
-        if (fwrite(ptr[k], sizeof(float), m->param_sizes[k], f) != m->param_sizes[k])
-            failed = "write";
+        if (fwrite(tensors[k], sizeof(float), sizes[k], f) != sizes[k]) failed = "write";
     }
     failed = commit_tmp_file(f, tmp, path, failed, &saved_errno);
     if (failed != NULL) {

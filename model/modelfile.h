@@ -2,7 +2,8 @@
  *
  * Plain GPT-2 configurations (n_kv_head == n_head, learned positions) read and write llm.c's fp32
  * checkpoint: 256 x int32 header (magic 20240326, version 3, maxT, V, L, NH, C, Vp), then the
- * parameters in llm.c order (the order of ParameterTensors). Any other configuration uses
+ * parameters in llm.c order (the order of ParameterTensors). llm.c's bf16 file (version 5) is read
+ * too, its weights widened exactly to fp32. Any other configuration uses
  * seedgpt's own versioned header (see docs/formats.md). Loading refuses a wrong magic, version,
  * size, a configuration that does not match the model, a training state given in a model
  * file's place, or a non-finite weight (naming the tensor and the element), with one line in err.
@@ -18,6 +19,16 @@ int modelfile_read_config(const char* path, GPTConfig* cfg, char err[256]);
 /* Loads the weights into m, whose configuration must equal the file's. 0 or -1 (err); a refused
  * file leaves m untouched (the weights are checked for NaN and infinity before any is copied). */
 int modelfile_load(GPT* m, const char* path, char err[256]);  /* then moves them to the backend */
+
+/* Reads the weights of the file at path, whose configuration must equal cfg (modelfile_read_config
+ * gives it), into tensors[k] (gpt_param_sizes(cfg) floats each), widened to fp32 from a bf16 file;
+ * wte's padded vocab rows are zeroed. The same checks as modelfile_load. 0 or -1 (err). */
+int modelfile_read(const char* path, const GPTConfig* cfg, float* const tensors[NUM_PARAMETER_TENSORS],
+                   char err[256]);
+
+/* modelfile_save for weights held outside a GPT: tensors[k] holds gpt_param_sizes(c) floats. */
+int modelfile_write(const GPTConfig* c, const float* const tensors[NUM_PARAMETER_TENSORS],
+                    const char* path, char err[256]);
 
 /* Writes m's weights (llm.c v3 when the configuration is plain GPT-2, else seedgpt's own header)
  * to path.tmp, fsyncs, renames into place. 0, -1 (err), or MODELFILE_NON_FINITE (err names the

@@ -11,6 +11,7 @@
 #include "tests/test.h"
 #include "model/gpt.h"
 #include "model/modelfile.h"
+#include "util/bf16.h"
 
 static char dir[256];
 
@@ -276,8 +277,10 @@ static void test_refusals(void) {
 
     patch_header(good, bad, 0, 20240520);   /* a token shard's magic */
     expect_refusal("refuses_wrong_magic", &m, bad, "magic", "20240520");
-    patch_header(good, bad, 1, 5);
-    expect_refusal("refuses_wrong_version", &m, bad, "version 5", "expected 3");
+    patch_header(good, bad, 1, 4);
+    expect_refusal("refuses_wrong_version", &m, bad, "version 4", "expected 3 (fp32) or 5 (bf16)");
+    patch_header(good, bad, 1, 5);   /* bf16 promises 2 bytes a weight: this file has 4 */
+    expect_refusal("refuses_fp32_payload_under_bf16_version", &m, bad, "oversized", "1024 + 2 x");
     resize_copy(good, bad, -4);
     expect_refusal("refuses_truncated_file", &m, bad, "truncated", NULL);
     resize_copy(good, bad, 4);
@@ -535,6 +538,61 @@ static void test_non_finite_in_every_tensor(void) {
     gpt_free(&b);
 }
 
+/* llm.c's bf16 model file (version 5): the same header and tensor order, 2 bytes a weight. It
+ * loads with every weight widened exactly (bf16 -> fp32 appends 16 zero bits); a short one and one
+ * holding a bf16 NaN are refused. */
+static void test_llmc_bf16_file(void) {
+    GPTConfig c = make_config(2, 4, 4, 32, 100, 16);
+    GPT m, back;
+    build(&m, &c);
+    build(&back, &c);
+    fill_random(&m);
+    char good[512], v5[512], bad[512], err[256] = "";
+    path_in_dir(good, "v3.bin");
+    path_in_dir(v5, "v5.bin");
+    path_in_dir(bad, "v5bad.bin");
+    if (modelfile_save(&m, good, err) != 0) { printf("FAIL save: %s\n", err); exit(1); }
+    size_t n;
+    unsigned char* f = read_all(good, &n);
+    int32_t five = 5;
+    memcpy(f + 4, &five, 4);
+    size_t P = (n - 1024) / 4;
+    uint16_t* half = malloc(P * 2);
+    for (size_t i = 0; i < P; i++) {
+        float x;
+        memcpy(&x, f + 1024 + 4 * i, 4);
+        half[i] = sg_bf16_from_float(x);
+    }
+    unsigned char* out = malloc(1024 + 2 * P);
+    memcpy(out, f, 1024);
+    memcpy(out + 1024, half, 2 * P);
+    write_all(v5, out, 1024 + 2 * P);
+    int rc = modelfile_load(&back, v5, err);
+    size_t wrong = 0, at = 0;
+    float* ptr[NUM_PARAMETER_TENSORS];
+    memcpy(ptr, &back.params, sizeof(ptr));
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+        for (size_t i = 0; i < back.param_sizes[k]; i++, at++) {
+            float w = sg_bf16_to_float(half[at]);
+            wrong += memcmp(&ptr[k][i], &w, 4) != 0;
+        }
+    expect(rc == 0 && wrong == 0, "loads_llmc_bf16_file_widened_exactly",
+           "rc %d (%s), %zu of %zu weights differ from their bf16 widened", rc, err, wrong, P);
+    GPTConfig fc;
+    rc = modelfile_read_config(v5, &fc, err);
+    expect(rc == 0 && config_equal(&fc, &c), "reads_llmc_bf16_file_header", "rc %d %s", rc, err);
+    write_all(bad, out, 1024 + 2 * P - 2);
+    expect_refusal("refuses_truncated_bf16_file", &back, bad, "truncated", "1024 + 2 x");
+    uint16_t nan = 0x7fc0;
+    memcpy(out + 1024 + 2 * 5, &nan, 2);
+    write_all(bad, out, 1024 + 2 * P);
+    expect_refusal("refuses_bf16_file_holding_nan", &back, bad, "non-finite", "element 5");
+    free(f); free(half); free(out);
+    unlink(good); unlink(v5); unlink(bad);
+    gpt_free(&m);
+    gpt_free(&back);
+}
+
 int main(void) {
     snprintf(dir, sizeof(dir), "/tmp/seedgpt_test_modelfile_XXXXXX");
     if (mkdtemp(dir) == NULL) { perror("mkdtemp"); return 1; }
@@ -543,6 +601,7 @@ int main(void) {
     test_refusals();
     test_failing_saves();
     test_non_finite_in_every_tensor();
+    test_llmc_bf16_file();
     char p[512];
     path_in_dir(p, "plain.bin"); unlink(p);
     path_in_dir(p, "gqa.bin"); unlink(p);

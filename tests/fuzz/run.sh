@@ -2,7 +2,7 @@
 # tests/fuzz/run.sh [SECONDS] — builds the libFuzzer targets of tests/fuzz/ with clang
 # (-fsanitize=fuzzer,address,undefined; UBSan findings abort) into $BUILD/fuzz, seeds each with
 # real files made by ./train, and runs each for SECONDS (default 60). Targets: shard, modelfile,
-# state, hellaswag (fuzz_*.c), tokenizer (names and text through prepare) and, where data/bpe.c exists, bpe
+# state, hellaswag, safetensors (fuzz_*.c), tokenizer (names and text through prepare) and, where data/bpe.c exists, bpe
 # (GPT-2's encoder.json + vocab.bpe). One line per target:
 # "ok   fuzz_NAME_...: N executions in S s, corpus C inputs" or FAIL with the crashing input saved
 # under $BUILD/fuzz/artifacts. Without clang's libFuzzer the targets report SKIP.
@@ -14,7 +14,7 @@ SECONDS_PER=${1:-60}
 B=${BUILD:-build}/fuzz
 TRAIN=${SEEDGPT_TRAIN:-./train}
 CLANG=${FUZZ_CC:-clang}
-TARGETS=(shard modelfile state hellaswag tokenizer)
+TARGETS=(shard modelfile state hellaswag safetensors tokenizer)
 LIBS=(-lm)
 TOKENIZER_SRC="data/tokenizer.c data/prepare.c data/shards.c"
 if [ -f data/bpe.c ]; then   # GPT-2's BPE: its files are a loader too
@@ -57,6 +57,7 @@ declare -A SRC=(
     [hellaswag]="data/hellaswag.c"
     [modelfile]="model/modelfile.c ${MODEL[*]}"
     [state]="model/state.c ${MODEL[*]}"
+    [safetensors]="model/safetensors.c model/hf.c model/modelfile.c ${MODEL[*]}"
     [tokenizer]="$TOKENIZER_SRC"
     [bpe]="data/bpe.c"
 )
@@ -78,7 +79,7 @@ if [ $build_failed -ne 0 ]; then echo "FAIL fuzz_targets_build: clang failed (se
 # ---- seeds: real files from ./train (a shard, both model formats, a state), and two texts
 seeds=$B/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{shard,modelfile,state,hellaswag,tokenizer,bpe}
+mkdir -p "$seeds"/{shard,modelfile,state,hellaswag,safetensors,tokenizer,bpe}
 printf 'byte\000In the beginning was the word.\n' > "$seeds/tokenizer/text"
 printf 'gpt2\000\000\001\377 binary' > "$seeds/tokenizer/other"
 if [ -x "$TRAIN" ]; then
@@ -94,6 +95,19 @@ if [ -x "$TRAIN" ]; then
     "$TRAIN" "${tiny[@]}" --heads 2 --kv-heads 1 --steps 0 --save "$seeds/modelfile/seed.bin" \
         > /dev/null 2>&1
     "$TRAIN" "${tiny[@]}" --heads 1 --steps 2 --out "$w/run" > /dev/null 2>&1
+    # llm.c's bf16 model file (version 5): the same header, each weight's top 16 bits
+    python3 - "$seeds/modelfile/llmc.bin" "$seeds/modelfile/llmc_bf16.bin" << 'PY' 2> /dev/null
+import struct, sys
+raw = open(sys.argv[1], "rb").read()
+head = bytearray(raw[:1024])
+head[4:8] = struct.pack("<i", 5)
+body = b"".join(raw[i + 2:i + 4] for i in range(1024, len(raw), 4))
+open(sys.argv[2], "wb").write(bytes(head) + body)
+PY
+    "$TRAIN" export "$seeds/modelfile/llmc.bin" "$w/hf" > /dev/null 2>&1 &&
+        cp "$w/hf/model.safetensors" "$seeds/safetensors/gpt2.safetensors"
+    "$TRAIN" export --dtype bf16 "$seeds/modelfile/llmc.bin" "$w/hf16" > /dev/null 2>&1 &&
+        cp "$w/hf16/model.safetensors" "$seeds/safetensors/gpt2_bf16.safetensors"
     for f in "$w"/run/state_*.bin; do
         [ -f "$f" ] || continue
         { printf '\001'; cat "$f"; } > "$seeds/state/fixcrc_$(basename "$f")"
