@@ -104,6 +104,7 @@ void zero_free(Zero* z) {
 }
 
 void zero_block_partials(Zero* z, GPT* m) {
+    if (m->be->phase != NULL) m->be->phase(BE_PHASE_OPTIMIZER);   /* --profile's class, as gpt.c's */
     for (size_t b = z->block_bounds[z->rank]; b < z->block_bounds[z->rank + 1]; b++)
         z->partials[b] = m->be->sum_squares(m->grads_memory + z->block_off[b], z->block_len[b]);
 }
@@ -129,6 +130,7 @@ float zero_clip_from_partials(const Zero* z, GPT* m, float max_norm) {
 
 void zero_adamw_shard(const Zero* z, GPT* m, float lr, float beta1, float beta2, float eps,
                       float weight_decay, int t) {
+    if (m->be->phase != NULL) m->be->phase(BE_PHASE_OPTIMIZER);
     size_t begin = z->bounds[z->rank], end = z->bounds[z->rank + 1];
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         size_t a = z->tensor_off[k], e = a + z->tensor_size[k];
