@@ -62,6 +62,9 @@ static const struct { const char* name; int resume; int bare; /* 1: takes no val
     [F_MEMORY_BUDGET] = {"--memory-budget", R_LOCAL},
     /* the state's header holds it: train.c refuses a resume with another layout */
     [F_CONTEXT_PARALLEL] = {"--context-parallel", R_LOCAL},
+    /* ZeRO-1's bits are plain data parallelism's and a state holds the whole optimizer: a state
+     * resumes with or without it */
+    [F_ZERO] = {"--zero", R_LOCAL},
     /* not stored: a resumed run scores HellaSwag when it is given again */
     [F_HELLASWAG] = {"--hellaswag", R_LOCAL},   [F_HELLASWAG_EVERY] = {"--hellaswag-every", R_LOCAL},
 };
@@ -182,6 +185,10 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      data-parallel x N. The sequence is cut into 2N chunks, rank r of a group\n"
 "                      holds chunks r and 2N-1-r; K/V go around the ring. Masks are the\n"
 "                      one-process run's (docs/context-parallel.md). T a multiple of 2N\n"
+"  --zero 0|1          ./train_mpi: 1 shards the optimizer over the R ranks (ZeRO-1): rank r\n"
+"                      updates one R-th of the weights and their AdamW moments, the gradients\n"
+"                      reduce-scattered and the weights all-gathered, bit for bit plain data\n"
+"                      parallelism (CPU backend; R >= 2; default 0)\n"
 "  --device D          cpu | cuda: where the model's memory lives and its ops run (default:\n"
 "                      cuda in ./train_cuda, built by `make cuda`; cpu in ./train). Masks,\n"
 "                      seeds, recompute and states are the same on both; a state saved on one\n"
@@ -391,6 +398,12 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_EVAL_BATCHES: o->eval_batches = parse_long(f, v, 1, 1000000); break;
     case F_THREADS: o->threads = parse_long(f, v, 1, 1024); break;
     case F_CONTEXT_PARALLEL: o->context_parallel = (int)parse_long(f, v, 1, 1 << 20); break;
+    case F_ZERO:
+        if (v == NULL || (strcmp(v, "0") && strcmp(v, "1")))
+            die_flag(f, v, "0 (off) or 1 (ZeRO-1: AdamW's moments sharded over the ranks); "
+                           "stages 2 and 3 are not implemented");
+        o->zero = v[0] - '0';
+        break;
     case F_HELLASWAG: o->hellaswag_path = parse_path(f, v); break;
     case F_HELLASWAG_EVERY: o->hellaswag_every = parse_long(f, v, 0, 2000000000L); break;
     case F_DEVICE:
@@ -497,6 +510,7 @@ static int format_flag(const Options* o, int id, int world, char* buf, size_t ca
     case F_EVAL_BATCHES: snprintf(buf, cap, "%d", o->eval_batches); return 0;
     case F_THREADS: snprintf(buf, cap, "%d", o->threads); return 0;
     case F_CONTEXT_PARALLEL: snprintf(buf, cap, "%d", o->context_parallel); return 0;
+    case F_ZERO: snprintf(buf, cap, "%d", o->zero); return 0;
     case F_HELLASWAG: s = o->hellaswag_path; break;
     case F_HELLASWAG_EVERY: snprintf(buf, cap, "%d", o->hellaswag_every); return 0;
     case F_DEVICE: s = o->device; break;

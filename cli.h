@@ -58,6 +58,8 @@ typedef struct {
     RecomputePolicy policy;
     int context_parallel;    /* N ranks share each sequence (DESIGN §9; ./train_mpi); 0: not
                                 given (1, or a resumed state's N) */
+    int zero;                /* --zero 1: ZeRO-1, the optimizer sharded over the data-parallel
+                                ranks (model/zero.h; ./train_mpi, 2 ranks or more); 0: off */
     double memory_budget;    /* bytes; 0: none. The policy that fits with the fewest recomputed
                                 FLOPs, unless --recompute is given (model/plan.h) */
     /* run folder, resume, the non-finite guard */
@@ -88,7 +90,7 @@ enum {
     F_OUT, F_RESUME, F_SAVE_EVERY, F_KEEP, F_MAX_BAD_STEPS,
     F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH, F_DEVICE,
     F_PRECISION, F_PROFILE, F_LOG_ATTN_STATS,
-    F_MEMORY_BUDGET, F_CONTEXT_PARALLEL,
+    F_MEMORY_BUDGET, F_CONTEXT_PARALLEL, F_ZERO,
     F_HELLASWAG, F_HELLASWAG_EVERY,
     NUM_FLAGS
 };

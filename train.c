@@ -53,6 +53,7 @@
 #include "util/fileio.h"
 #include "model/profile.h"
 #include "model/hf.h"
+#include "model/zero.h"
 #include "cli.h"
 
 /* Processes of this run (dist/dist.h): 1 in ./train. They form dp groups of cpn ranks that
@@ -457,6 +458,9 @@ typedef struct {
      * the start-up note on a too short kill timeout was said */
     double slowest_step_ms, last_save_ms;
     int grace_judged;
+    Zero zero;                   /* --zero 1: this rank's shard of the optimizer (zero.ranks 0: off) */
+    float* zero_buf;             /* --zero 1, rank 0 with --out: one tensor's moments, gathered for
+                                    a save (the largest tensor's floats) */
 } Run;
 
 static void run_close(Run* r) {
@@ -471,6 +475,8 @@ static void run_close(Run* r) {
     if (r->hs_open) hellaswag_free(&r->hs);
     hellaswag_buffers_free(&r->hb);
     if (r->model_built) gpt_free(&r->model);
+    if (r->zero.ranks > 0) zero_free(&r->zero);
+    mem_free(r->zero_buf);
     if (r->tok_open) tokenizer_free(&r->tok);
 }
 
@@ -611,6 +617,44 @@ static void save_run_model(Run* r) {
     }
 }
 
+/* --zero 1: a state holds the whole optimizer in the usual format (a resume takes its own shard
+ * of it, whatever the shards were). Rank 0's state_save_from asks for the moments tensor by
+ * tensor; each tensor's pieces come from the ranks whose shards they lie in, in rank order, into
+ * zero_buf; the other ranks serve the same pieces in the same order (zero_serve_moments). */
+static const float* zero_moment_tensor(void* ctx, int which, int k, char err[256]) {
+    Run* r = ctx;
+    const Zero* z = &r->zero;
+    const GPT* m = &r->model;
+    const float* own = which == 1 ? m->host_m_memory : m->host_v_memory;
+    size_t a = z->tensor_off[k], e = a + z->tensor_size[k];
+    for (int s = 0; s < z->ranks; s++) {
+        size_t lo = a > z->bounds[s] ? a : z->bounds[s];
+        size_t hi = e < z->bounds[s + 1] ? e : z->bounds[s + 1];
+        if (lo >= hi) continue;
+        if (s == z->rank) memcpy(r->zero_buf + (lo - a), own + (lo - m->opt_begin), (hi - lo) * sizeof(float));
+        else dist_recv_floats(r->zero_buf + (lo - a), hi - lo, s);
+    }
+    (void)err;
+    return r->zero_buf;
+}
+
+/* Every rank but 0 while rank 0 saves a state under --zero 1: its pieces of every moment tensor,
+ * in the order zero_moment_tensor receives them. */
+static void zero_serve_moments(Run* r) {
+    const Zero* z = &r->zero;
+    const GPT* m = &r->model;
+    gpt_to_host(&r->model);
+    for (int which = 1; which <= 2; which++) {
+        const float* own = which == 1 ? m->host_m_memory : m->host_v_memory;
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            size_t a = z->tensor_off[k], e = a + z->tensor_size[k];
+            size_t lo = a > z->bounds[z->rank] ? a : z->bounds[z->rank];
+            size_t hi = e < z->bounds[z->rank + 1] ? e : z->bounds[z->rank + 1];
+            if (lo < hi) dist_send_floats(own + (lo - m->opt_begin), hi - lo, 0);
+        }
+    }
+}
+
 /* Writes the state after `done` steps (and DIR/model.bin), then prunes. Exits on failure: a run
  * that was asked to keep states does not go on without them. */
 static void save_state(Run* r, int done) {
@@ -636,10 +680,14 @@ static void save_state(Run* r, int done) {
     double t0 = now_ms();
     gpt_to_host(&r->model);
     int rc = -1;
+    StateMomentSource shards = {zero_moment_tensor, r};
     if (state_path(path, sizeof(path), o->out_dir, info.step) == 0) {
         begin_tmp(path);
-        rc = state_save(path, &r->model, &info, err);
+        rc = state_save_from(path, &r->model, &info, r->zero.ranks > 0 ? &shards : NULL, err);
         end_tmp();
+    } else if (r->zero.ranks > 0) {   /* the other ranks serve the moments all the same */
+        for (int which = 1; which <= 2; which++)
+            for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) zero_moment_tensor(r, which, k, err);
     }
     if (rc != 0) {
         fprintf(stderr, "seedgpt: cannot save the training state: %s\n",
@@ -823,13 +871,35 @@ static int batch_shape(Run* r) {
 
 static double mib(size_t bytes) { return bytes / 1048576.0; }
 
+/* The rows of plan_rows for this run's processes, so that every rank makes the same choice:
+ * without ZeRO rank 0's (the one that samples); under ZeRO-1 (zero) each policy's row of the rank
+ * with the largest peak. n, or -1 with err. */
+static int run_plan_rows(const GPTConfig* cfg, int B, int T, const Backend* be, const Options* o,
+                         int zero, PlanRow rows[PLAN_MAX_ROWS], char err[256]) {
+    size_t sampler = o->sample_every > 0 ? sampler_bytes(cfg) : 0;
+    if (!zero)
+        return plan_rows(cfg, B, T, be, omp_get_max_threads(), &o->policy, sampler, NULL, rows, err);
+    int n = -1;
+    for (int rk = 0; rk < world; rk++) {
+        PlanShard sh = {world, rk, o->out_dir != NULL};
+        PlanRow part[PLAN_MAX_ROWS];
+        int k = plan_rows(cfg, B, T, be, omp_get_max_threads(), &o->policy, rk == 0 ? sampler : 0,
+                          &sh, part, err);
+        if (k < 0) return -1;
+        for (int i = 0; i < k; i++)
+            if (rk == 0 || part[i].peak > rows[i].peak) rows[i] = part[i];
+        n = k;
+    }
+    return n;
+}
+
 /* --memory-budget: the policy whose planned peak fits with the fewest recomputed FLOPs, said in
  * one line with the runner-up; with an explicit --recompute (explicit_policy), that policy must
  * fit, judged by its own row (every and selective: plan_rows plans it when it is none of the
  * listed policies). o->policy is set to the choice. Sizes are said in MiB and in bytes: a peak a
  * few KiB over the budget reads the same as the budget in MiB. 0, or the exit status. */
 static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, int explicit_policy,
-                               int writer) {
+                               int explicit_zero, int writer) {
     if (o->memory_budget <= 0) return 0;
     if (cpn > 1) {
         fprintf(stderr, "seedgpt: --memory-budget plans one process's memory; with "
@@ -837,17 +907,46 @@ static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, i
         return EXIT_BAD_INPUT;
     }
     const Backend* be = backend_lookup(o->device, o->precision);
-    PlanRow rows[PLAN_MAX_ROWS];
+    static PlanRow rows[PLAN_MAX_ROWS], zrows[PLAN_MAX_ROWS];
     char err[256], name[32], name2[32];
-    /* rank 0's peak (the one that samples), so that every rank makes the same choice */
-    size_t sampler = o->sample_every > 0 ? sampler_bytes(cfg) : 0;
-    int n = plan_rows(cfg, B, T, be, omp_get_max_threads(), &o->policy, sampler, rows, err);
+    int n = run_plan_rows(cfg, B, T, be, o, o->zero, rows, err);
     if (n < 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
         return EXIT_BAD_INPUT;
     }
     double budget = o->memory_budget;
     int second, best = plan_choose(rows, n, budget, &second);
+    /* the lever of ./train_mpi on host memory (unless --zero is given): ZeRO-1, when it lets a
+     * policy with fewer recomputed FLOPs fit, or lets one fit at all (its bits are plain data
+     * parallelism's, so it costs no precision) */
+    if (!o->zero && !explicit_zero && world > 1 && be->host_memory) {
+        int nz = run_plan_rows(cfg, B, T, be, o, 1, zrows, err);
+        if (nz < 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+        int zsecond, zbest = plan_choose(zrows, nz, budget, &zsecond);
+        int own = explicit_policy ? plan_find(rows, n, &o->policy) : -1;
+        int zown = explicit_policy ? plan_find(zrows, nz, &o->policy) : -1;
+        int take = explicit_policy
+                       ? own >= 0 && zown >= 0 && (double)rows[own].peak > budget &&
+                             (double)zrows[zown].peak <= budget
+                       : zbest >= 0 && (best < 0 || zrows[zbest].plan.recompute_flops <
+                                                        rows[best].plan.recompute_flops);
+        if (take) {
+            if (writer)
+                printf("memory budget %.1f MiB: --zero 1, AdamW's moments sharded over the %d "
+                       "ranks (without it %s)\n", budget / 1048576.0, world,
+                       explicit_policy ? "this --recompute does not fit"
+                       : best < 0      ? "no recompute policy fits"
+                                       : "a policy that recomputes more would be needed");
+            o->zero = 1;
+            memcpy(rows, zrows, sizeof(rows));
+            n = nz;
+            best = zbest;
+            second = zsecond;
+        }
+    }
     if (explicit_policy) {
         int own = plan_find(rows, n, &o->policy);
         if (own < 0) {   /* plan_rows plans its extra policy: never here */
@@ -1240,7 +1339,31 @@ static int build_model(Run* r) {
     const Options* o = r->o;
     char err[256];
     const Backend* be = backend_lookup(o->device, o->precision);
+    if (o->zero && !be->host_memory) {   /* every rank refuses; rank 0 says it */
+        if (r->writer)
+            fprintf(stderr, "seedgpt: --zero 1 --device %s: the sharded optimizer runs on host "
+                    "memory (--device cpu) only so far; drop --zero for plain data parallelism\n",
+                    be->name);
+        return EXIT_BAD_INPUT;
+    }
     ContextParallel cp = dist_context_parallel();
+    if (o->zero) {   /* ZeRO-1: the moments of this rank's shard only (model/zero.h) */
+        if (zero_init(&r->zero, &r->cfg, world, dist_rank(), err) != 0) {
+            fprintf(stderr, "seedgpt: --zero 1: %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+        int rk = dist_rank();
+        /* rank 0's buffer for a save before the build, as the plan counts it (model/plan.h) */
+        if (r->writer && o->out_dir != NULL)
+            r->zero_buf = mem_alloc(zero_save_buffer_bytes(&r->cfg));
+        if (gpt_build_shard(&r->model, &r->cfg, r->B, r->T, &o->policy, be, r->zero.bounds[rk],
+                            r->zero.bounds[rk + 1] - r->zero.bounds[rk], err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+        r->model_built = 1;
+        return 0;
+    }
     if (dist_use_backend(be, err) != 0 ||
         gpt_build_cp(&r->model, &r->cfg, r->B, r->T, &o->policy, be, &cp, err) != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
@@ -1403,6 +1526,7 @@ static void print_run(const Run* r, int threads) {
         printf(" x %d data-parallel x %d context-parallel ranks (%s; %d positions per rank)", dp,
                cpn, dist_kind(), T / cpn);
     if (A > 1) printf(" x %d micro-batches", A);
+    if (r->zero.ranks > 0) printf(", ZeRO-1");
     if (A * dp > 1) printf(" (%ld tokens per step)", (long)A * dp * B * T);
     printf(", %d steps, %zu training windows, %d threads, device %s, precision %s\n", o->steps,
            loader_num_windows(&r->loader), threads, r->model.be->name, r->model.be->precision);
@@ -1424,6 +1548,10 @@ static void print_run(const Run* r, int threads) {
         r->model.be->describe(line, sizeof(line));
         printf("%s\n", line);
     }
+    if (r->zero.ranks > 0)
+        printf("ZeRO-1: each of %d ranks keeps AdamW's moments of its shard of the %zu-float "
+               "block; rank 0's holds %zu floats\n", r->zero.ranks, r->zero.span,
+               r->zero.bounds[1] - r->zero.bounds[0]);
     printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f", mem.params / 1048576.0,
            mem.grads / 1048576.0, mem.optimizer / 1048576.0);
     if (mem.weights_op > 0) printf(", bf16 weights %.1f", mem.weights_op / 1048576.0);
@@ -1520,13 +1648,23 @@ static int train_step(Run* r, int step, StepStats* s) {
         }
     }
     loader_advance(&r->loader, (size_t)dp * A);
-    /* the hook between backward and clip: gradients and loss summed over the ranks */
-    dist_allreduce_grads(model);
+    /* the hook between backward and clip: gradients and loss summed over the ranks (under
+     * --zero 1 each rank gets the sum of its own shard only) */
+    Zero* z = &r->zero;
+    if (z->ranks > 0) dist_reduce_scatter(model->grads_memory, z->bounds);
+    else dist_allreduce_grads(model);
     loss_sum = dist_sum(loss_sum);
     float loss = A * world == 1 ? (float)loss_sum : (float)(loss_sum / (A * world));
     if (fault_fires("nan_loss", step)) loss = NAN;           /* test hook */
     if (fault_fires("nan_grad", step)) model->be->fill(model->grads_memory, 1, NAN);   /* test hook */
-    float norm = gpt_clip_grads(model, (float)o->clip);
+    float norm;
+    if (z->ranks > 0) {   /* the norm's blocks: each rank its own, then every rank all of them */
+        zero_block_partials(z, model);
+        dist_allgather_doubles(z->partials, z->block_bounds);
+        norm = zero_clip_from_partials(z, model, (float)o->clip);
+    } else {
+        norm = gpt_clip_grads(model, (float)o->clip);
+    }
     double lr = lr_at(o, step);
     /* the guard: a non-finite loss or norm skips the update; the step and the loader have
      * advanced all the same (DESIGN §2) */
@@ -1536,8 +1674,15 @@ static int train_step(Run* r, int step, StepStats* s) {
         /* AdamW's bias correction counts the updates applied, as torch's optimizer does: a
          * skipped step is not one (the state's bad_total makes the count exact on resume) */
         int applied = step + 1 - (int)r->bad_total;
-        gpt_adamw(model, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                  (float)o->weight_decay, applied);
+        if (z->ranks > 0) {   /* each rank its shard, then every rank the updated weights */
+            zero_adamw_shard(z, model, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+                             (float)o->weight_decay, applied);
+            dist_allgather_floats(model->params_memory, z->bounds);
+            gpt_to_backend(model);   /* the host backend: only the bf16 operand copy, rounded */
+        } else {
+            gpt_adamw(model, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+                      (float)o->weight_decay, applied);
+        }
         if (fault_fires("nan_weights", step)) model->be->fill(model->params_memory, 1, NAN); /* test hook */
         r->bad_consecutive = 0;
     } else {
@@ -1694,9 +1839,11 @@ static void after_step(Run* r, int step) {
         printf("\n");
         fflush(stdout);
     }
-    if (r->writer && o->out_dir != NULL && o->save_every > 0 && (step + 1) % o->save_every == 0 &&
-        !last)
-        save_state(r, step + 1);
+    if (o->out_dir != NULL && o->save_every > 0 && (step + 1) % o->save_every == 0 && !last) {
+        if (r->writer) save_state(r, step + 1);
+        else if (r->zero.ranks > 0) zero_serve_moments(r);   /* rank 0 saves the whole optimizer */
+        r->last_saved = step + 1;
+    }
 }
 
 /* ---- the end ------------------------------------------------------------------------------ */
@@ -1725,6 +1872,26 @@ static void print_summary(const Run* r, int done, int resuming, double run_start
     }
 }
 
+/* --zero 1, every rank at the end: each rank's counted peak (model/mem.h) in one line of rank 0's
+ * output; the ranks hold different shards, and `./train plan --ranks N --zero 1` plans each. */
+static void report_rank_peaks(const Run* r) {
+    double* peaks = calloc((size_t)world, sizeof(double));
+    size_t* bounds = calloc((size_t)world + 1, sizeof(size_t));
+    if (peaks == NULL || bounds == NULL) {
+        fprintf(stderr, "seedgpt: out of memory for %d ranks' peaks\n", world);
+        exit(1);
+    }
+    for (int q = 0; q <= world; q++) bounds[q] = (size_t)q;
+    peaks[dist_rank()] = (double)run_peak_bytes(&r->model);
+    dist_allgather_doubles(peaks, bounds);
+    printf("ZeRO-1 peak bytes by rank:");
+    for (int q = 0; q < world; q++) printf(" %.0f", peaks[q]);
+    printf("\n");
+    fflush(stdout);
+    free(peaks);
+    free(bounds);
+}
+
 /* --profile, rank 0, at the end: the table of op classes over this process's steps, and one
  * {"type":"profile"} row in the JSON log, tied to the last step it measured ("step"), so that a
  * resume that runs that step again drops it with the step's own rows. */
@@ -1747,7 +1914,10 @@ static void print_profile(Run* r, int done) {
 static int save_at_end(Run* r, int done) {
     const Options* o = r->o;
     char err[256];
-    if (!r->writer) return 0;
+    if (!r->writer) {   /* under --zero 1 rank 0's save needs this rank's moments */
+        if (o->out_dir != NULL && r->last_saved != done && r->zero.ranks > 0) zero_serve_moments(r);
+        return 0;
+    }
     if (o->out_dir != NULL && r->last_saved != done) save_state(r, done);
     /* a crash between a state's rename and its model.bin leaves the model file one state behind */
     else if (o->out_dir != NULL && done == r->start_step) save_run_model(r);
@@ -1933,11 +2103,24 @@ static int plot_main(const char* self, int argc, char** argv) {
  * allocated but the plan. --format json prints one {"type":"plan",...} line per row instead of
  * the table. */
 static int plan_main(const char* self, int argc, char** argv) {
-    int json = 0;
+    int json = 0, nranks = 1;
     char** args = calloc((size_t)argc + 2, sizeof(char*));   /* a program name, the flags, NULL */
     int n = 0;
     args[n++] = (char*)self;
     for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {   /* the processes of the run */
+            char* end;
+            long v = strtol(argv[i + 1], &end, 10);
+            if (*argv[i + 1] == '\0' || *end != '\0' || v < 1 || v > STATE_MAX_RANKS) {
+                fprintf(stderr, "seedgpt: plan: --ranks %s: expected an integer in [1, %d]\n",
+                        argv[i + 1], STATE_MAX_RANKS);
+                free(args);
+                return EXIT_BAD_INPUT;
+            }
+            nranks = (int)v;
+            i++;
+            continue;
+        }
         if (!strcmp(argv[i], "--format") && i + 1 < argc) {
             if (strcmp(argv[i + 1], "table") && strcmp(argv[i + 1], "json")) {
                 fprintf(stderr, "seedgpt: plan: --format %s: expected table or json\n", argv[i + 1]);
@@ -1948,12 +2131,15 @@ static int plan_main(const char* self, int argc, char** argv) {
             continue;
         }
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: ./train plan [--format table|json] TRAINING FLAGS\n"
+            printf("usage: ./train plan [--format table|json] [--ranks N] TRAINING FLAGS\n"
                    "The planned memory of every recompute policy for the run the flags describe\n"
                    "(model shape or --init, --batch, --seq, --device, --precision, --threads,\n"
                    "--memory-budget): params, grads, AdamW, kept activations, logits, recompute\n"
                    "scratch, gradient and attention scratch, the rest, and the share of a step's\n"
-                   "FLOPs a recompute adds. Needs no data; allocates nothing but the plan.\n");
+                   "FLOPs a recompute adds. Needs no data; allocates nothing but the plan.\n"
+                   "--ranks N with --zero 1: the plan of each of N ranks of ./train_mpi, each\n"
+                   "holding its shard of AdamW's moments (rank 0 also, with --out, the buffer a\n"
+                   "save gathers one tensor's moments into).\n");
             free(args);
             return 0;
         }
@@ -1966,6 +2152,11 @@ static int plan_main(const char* self, int argc, char** argv) {
     if (o.threads > 0) omp_set_num_threads(o.threads);
     int threads = omp_get_max_threads();
     char err[256];
+    if (o.zero && nranks < 2) {
+        fprintf(stderr, "seedgpt: plan: --zero 1 shards the optimizer over ranks: give --ranks N "
+                "(N >= 2, the processes of mpirun -np N ./train_mpi)\n");
+        return EXIT_BAD_INPUT;
+    }
     GPTConfig cfg;
     if (o.init_path != NULL) {
         if (modelfile_read_config(o.init_path, &cfg, err) != 0) {
@@ -1999,10 +2190,14 @@ static int plan_main(const char* self, int argc, char** argv) {
             if (raw[F_PRECISION] != NULL && strcmp(o.precision, precisions[q])) continue;
             const Backend* be = backend_lookup(devices[d], precisions[q]);
             if (be == NULL) continue;
+            if (o.zero && !be->host_memory) continue;   /* ZeRO-1 runs on host memory only */
+          for (int rk = 0; rk < (o.zero ? nranks : 1); rk++) {   /* ZeRO-1: each rank's plan */
             PlanRow rows[PLAN_MAX_ROWS];
-            size_t sampler = o.sample_every > 0 ? sampler_bytes(&cfg) : 0;
+            PlanShard sh = {nranks, rk, o.out_dir != NULL};
+            /* the sampler of --sample-every: rank 0's */
+            size_t sampler = o.sample_every > 0 && rk == 0 ? sampler_bytes(&cfg) : 0;
             int nr = plan_rows(&cfg, B, T, be, threads, raw[F_RECOMPUTE] ? &o.policy : NULL,
-                               sampler, rows, err);
+                               sampler, o.zero ? &sh : NULL, rows, err);
             if (nr < 0) {
                 fprintf(stderr, "seedgpt: %s\n", err);
                 return EXIT_BAD_INPUT;
@@ -2020,6 +2215,12 @@ static int plan_main(const char* self, int argc, char** argv) {
                        be->host_memory ? "arena + host tables + the larger of the build's transient "
                                          "and the loop's batch and sampler"
                                        : "the device arena + the ops' scratch");
+                if (o.zero) {
+                    size_t begin, len = zero_shard(&cfg, nranks, rk, &begin);
+                    printf("rank %d of %d, ZeRO-1: AdamW's moments of floats %zu .. %zu of the "
+                           "block (%zu)%s\n", rk, nranks, begin, begin + len, len,
+                           rk == 0 && o.out_dir != NULL ? ", and the buffer of a save" : "");
+                }
                 printf("%-17s %8s %8s %8s %7s %8s %8s %9s %8s %8s %6s %7s %6s %6s %7s %9s\n",
                        "policy", "params", "grads", "adamw", "bf16-w", "kept", "logits",
                        "recompute", "grad-scr", "attn-scr", "other", "ops-scr", "host", "loop",
@@ -2040,13 +2241,15 @@ static int plan_main(const char* self, int argc, char** argv) {
                            "\"host_transient_bytes\":%zu,\"loop_bytes\":%zu,\"peak_bytes\":%zu,"
                            "\"step_flops\":%.6g,\"recompute_flops\":%.6g,"
                            "\"bf16_weights_bytes\":%zu,\"layer_activation_bytes\":%zu,"
-                           "\"resid_bytes\":%zu%s}\n",
+                           "\"resid_bytes\":%zu%s",
                            devices[d], precisions[q], name, B, T, threads, p->params, p->grads,
                            p->adamw, p->activations, p->logits, p->recompute, p->grad_scratch,
                            p->attn_scratch, p->other, p->arena, p->op_scratch, p->host,
                            p->host_transient, rows[i].loop, rows[i].peak, p->step_flops,
                            p->recompute_flops, p->weights_op, p->layer_acts, p->resid,
                            i == best ? ",\"budget_choice\":true" : "");
+                    if (o.zero) printf(",\"zero\":1,\"ranks\":%d,\"rank\":%d", nranks, rk);
+                    printf("}\n");
                 } else {
                     printf("%-17s %8.1f %8.1f %8.1f %7.1f %8.1f %8.1f %9.1f %8.1f %8.1f %6.1f %7.1f "
                            "%6.1f %6.1f %7.0f %8.1f%%%s\n", name, mib(p->params), mib(p->grads),
@@ -2061,6 +2264,7 @@ static int plan_main(const char* self, int argc, char** argv) {
             if (!json && o.memory_budget > 0 && best < 0)
                 printf("--memory-budget %.1f MiB: no policy fits\n", o.memory_budget / 1048576.0);
             shown++;
+          }
         }
     }
     if (shown == 0) {
@@ -2183,6 +2387,16 @@ int main(int argc, char** argv) {
     cpn = dist_cp_size();
     dp = dist_dp_size();
     check_options(&o, raw);
+    if (o.zero && (world == 1 || cpn > 1)) {   /* every rank refuses; rank 0 says it */
+        if (writer && world == 1)
+            fprintf(stderr, "seedgpt: --zero 1 shards the optimizer over data-parallel ranks and "
+                    "this run has one process: run mpirun -np R ./train_mpi --zero 1 (R >= 2), "
+                    "or drop --zero\n");
+        else if (writer)
+            fprintf(stderr, "seedgpt: --zero 1 with --context-parallel %d: not supported yet; "
+                    "use one or the other\n", cpn);
+        return EXIT_BAD_INPUT;
+    }
     if (o.log_json == NULL && o.out_dir != NULL) {
         static char log_default[4200];
         snprintf(log_default, sizeof(log_default), "%s/log.jsonl", o.out_dir);
@@ -2209,7 +2423,9 @@ int main(int argc, char** argv) {
     /* from here on errors leave through `cleanup`, which releases whatever was opened */
     int rc = model_config(&r, resuming ? &resumed : NULL);
     if (rc == 0) rc = batch_shape(&r);
-    if (rc == 0) rc = apply_memory_budget(&r.cfg, r.B, r.T, &o, raw[F_RECOMPUTE] != NULL, writer);
+    if (rc == 0)
+        rc = apply_memory_budget(&r.cfg, r.B, r.T, &o, raw[F_RECOMPUTE] != NULL, raw[F_ZERO] != NULL,
+                                 writer);
     if (rc == 0) rc = open_data(&r);
     /* rank 0 checks every file the run writes against its inputs, then takes the run folder;
      * every rank learns the outcome (none is left waiting for a rank that refused) */
@@ -2253,6 +2469,7 @@ int main(int argc, char** argv) {
     /* the end: the summary, the last state and the model file */
     int done = step;
     print_summary(&r, done, resuming, run_start);
+    if (r.zero.ranks > 0) report_rank_peaks(&r);
 #ifdef SEEDGPT_TEST_BUILD
     report_rss(done);
 #endif

@@ -6,8 +6,9 @@
  * Three builds of this one interface:
  *   dist/dist_none.c   the single-process build (./train): rank 0 of 1, every reduction is
  *                       the identity. No MPI anywhere.
- *   dist/dist_mpi.c    `make mpi` (./train_mpi, built with mpicc): MPI_Allreduce on host
- *                       memory, for backends whose memory is host memory (the CPU backend).
+ *   dist/dist_mpi.c    `make mpi` (./train_mpi, built with mpicc): sums in rank order over
+ *                       point-to-point transfers on host memory, for backends whose memory is
+ *                       host memory (the CPU backend); ZeRO-1's shards (model/zero.h).
  *   + dist/dist_nccl.cu with SEEDGPT_NCCL (`make mpi-cuda`): gradients in device memory are
  *                       summed by ncclAllReduce on the device pointers; the NCCL id travels
  *                       over MPI. Untested until a machine with several GPUs runs it.
@@ -54,11 +55,32 @@ int dist_stop_grace_s(void);
  * are several ranks. 0, or -1 with err. */
 int dist_use_backend(const Backend* be, char err[256]);
 
-/* Sums m's parameter gradients over the ranks, in place, on every rank (MPI_Allreduce on host
- * memory, ncclAllReduce on device memory). All ranks must call it at the same point. */
+/* Sums m's parameter gradients over the ranks, in place, on every rank. Host memory: the
+ * rank-order reduce-scatter below over even shards of the block, then the shards gathered, so
+ * every element is g_0 + g_1 + ... + g_{R-1} whichever algorithms MPI would choose; device
+ * memory: ncclAllReduce (NCCL's order). All ranks must call it at the same point. */
 void dist_allreduce_grads(GPT* m);
 
-/* The sum of x over the ranks, returned on every rank. */
+/* ---- shards, for sums in rank order and ZeRO-1 (model/zero.h) ----------------------------------
+ * bounds: dist_size() + 1 offsets, the same on every rank; rank s's shard is
+ * [bounds[s], bounds[s+1]) (in elements of the array). Host memory only (the CPU backend). All
+ * ranks call each at the same point with the same bounds. */
+
+/* Each rank's shard of x becomes the sum over the ranks of their x on it, added in rank order
+ * (x_0 + x_1, then + x_2, ...) by the shard's owner from the others' point-to-point transfers;
+ * the rest of x is left as it is. Moves chunks of at most 2^18 floats through two buffers
+ * (malloc'ed on first use, kept: not counted by model/mem.h). */
+void dist_reduce_scatter(float* x, const size_t* bounds);
+/* Every rank's shard of x copied from its owner to every rank (MPI_Bcast: no arithmetic). */
+void dist_allgather_floats(float* x, const size_t* bounds);
+void dist_allgather_doubles(double* x, const size_t* bounds);
+/* n floats from this rank to rank `to`, and from rank `from` into x (blocking point-to-point, in
+ * pieces MPI's int counts allow; each send is matched by one receive of the same n). */
+void dist_send_floats(const float* x, size_t n, int to);
+void dist_recv_floats(float* x, size_t n, int from);
+
+/* The sum of x over the ranks, returned on every rank: x_0 + x_1 + ... + x_{R-1}, in rank
+ * order whatever algorithm MPI would pick (the values are gathered, every rank adds them). */
 double dist_sum(double x);
 /* The largest x over the ranks, returned on every rank. */
 int dist_max(int x);

@@ -1,22 +1,29 @@
 /* dist/dist_mpi.c — dist/dist.h over MPI (`make mpi`: ./train_mpi, compiled with mpicc).
  *
- * Host memory (the CPU backend): MPI_Allreduce(SUM) in place on the gradient arena. Device memory
+ * Host memory (the CPU backend): the gradient block reduce-scattered in rank order, then
+ * all-gathered (ZeRO-1 gathers the updated weights instead, model/zero.h). Device memory
  * (CUDA, built with SEEDGPT_NCCL): ncclAllReduce on the device pointers (dist/dist_nccl.cu);
  * MPI only carries the NCCL id from rank 0 to the others.
  *
- * Determinism: a sum over ranks is a floating-point sum in an order MPI chooses. OpenMPI chooses
- * its algorithm from the message size and the rank count, both fixed for a run, so a run repeats
- * bit for bit with the same rank count; with two ranks every algorithm computes a + b, which is
- * also b + a, so both ranks hold the same bits. Against one process with the same global batch the
- * results agree to rounding (the partial sums are grouped differently), not bit for bit.
+ * Determinism: on host memory every sum over the ranks is added in rank order by seedgpt itself,
+ * x_0 + x_1 + ... + x_{R-1}: the gradients by a reduce-scatter over point-to-point transfers (the
+ * owner of each shard receives the others' pieces and adds them in rank order), the scalars by a
+ * gather and a sum on every rank. MPI only moves bytes (send, receive, broadcast, gather), so the
+ * bits do not depend on the collective algorithms MPI would pick, and plain data parallelism and
+ * ZeRO-1 (which share the reduce-scatter) agree bit for bit. Against one process with the same
+ * global batch the results agree to rounding (the partial sums are grouped differently), not bit
+ * for bit. On device memory ncclAllReduce sums in NCCL's order.
  */
 #include "dist/dist.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>   /* on_exit: glibc, _GNU_SOURCE (the Makefile's CFLAGS) */
+#include <string.h>
 
 static int world_rank = 0, world_size = 1, local_rank = 0, local_size = 1;
 static int cp_size = 1, cp_rank = 0;
+static size_t* even_bounds;   /* (world_size + 1) plain data parallelism's shards of the gradients */
+static double* gathered;      /* (world_size) dist_sum's values */
 static MPI_Comm cp_comm = MPI_COMM_NULL;   /* this rank's context-parallel group */
 #ifdef SEEDGPT_NCCL
 static int nccl_ready = 0;
@@ -56,6 +63,12 @@ int dist_init(int* argc, char*** argv, char err[256]) {
         MPI_Comm_rank(local, &local_rank);
         MPI_Comm_size(local, &local_size);
         MPI_Comm_free(&local);
+    }
+    even_bounds = calloc((size_t)world_size + 1, sizeof(size_t));
+    gathered = calloc((size_t)world_size, sizeof(double));
+    if (even_bounds == NULL || gathered == NULL) {
+        snprintf(err, 256, "rank %d: out of memory for %d ranks' tables", world_rank, world_size);
+        return -1;
     }
     if (world_rank != 0 && freopen("/dev/null", "w", stdout) == NULL) {
         snprintf(err, 256, "rank %d: cannot send standard output to /dev/null", world_rank);
@@ -135,21 +148,135 @@ void dist_allreduce_grads(GPT* m) {
         MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
     }
-    /* MPI counts are int: large models go in chunks of 2^30 floats */
-    const size_t chunk = (size_t)1 << 30;
-    for (size_t off = 0; off < m->num_parameters; off += chunk) {
-        size_t n = m->num_parameters - off < chunk ? m->num_parameters - off : chunk;
-        int rc = MPI_Allreduce(MPI_IN_PLACE, m->grads_memory + off, (int)n, MPI_FLOAT, MPI_SUM,
-                               MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS) die_mpi("MPI_Allreduce of the gradients", rc);
+    /* the block up to the end of its last tensor (tensors start 64-byte aligned: the gaps
+     * between them are zeros and travel along) */
+    float* g[NUM_PARAMETER_TENSORS];
+    memcpy(g, &m->grads, sizeof(g));
+    size_t span = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t end = (size_t)(g[k] - m->grads_memory) + m->param_sizes[k];
+        if (m->param_sizes[k] > 0 && end > span) span = end;
     }
+    for (int s = 0; s <= world_size; s++)
+        even_bounds[s] = (size_t)((double)span * s / world_size);
+    even_bounds[world_size] = span;
+    dist_reduce_scatter(m->grads_memory, even_bounds);
+    dist_allgather_floats(m->grads_memory, even_bounds);
 }
 
 double dist_sum(double x) {
-    double y = x;
-    int rc = MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS) die_mpi("MPI_Allreduce of a sum", rc);
+    if (world_size == 1) return x;
+    int rc = MPI_Allgather(&x, 1, MPI_DOUBLE, gathered, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) die_mpi("MPI_Allgather of a sum", rc);
+    double y = gathered[0];
+    for (int q = 1; q < world_size; q++) y += gathered[q];
     return y;
+}
+
+/* ---- sums in rank order, shards ----------------------------------------------------------- */
+
+#define RS_CHUNK ((size_t)1 << 18)   /* floats per transfer of the reduce-scatter */
+#define RS_TAG 31
+static float *rs_recv, *rs_acc;      /* (rs_cap) the piece received, the running sum */
+static size_t rs_cap;
+static MPI_Request* rs_req;          /* (world_size) the sends of one round */
+
+/* Round c moves chunk c of every shard: each rank first starts the sends of its pieces of the
+ * others' shards (MPI_Isend: nobody blocks before every send of the round is posted), then, as
+ * owner, receives its own shard's pieces from ranks 0, 1, ... in turn and adds them in that
+ * order, its own piece in its place; the round ends when its sends are done. Messages between
+ * two ranks with one tag arrive in the order sent, one per round: receive c is send c. */
+void dist_reduce_scatter(float* x, const size_t* bounds) {
+    if (world_size == 1) return;
+    size_t largest = 0;
+    for (int s = 0; s < world_size; s++)
+        if (bounds[s + 1] - bounds[s] > largest) largest = bounds[s + 1] - bounds[s];
+    size_t need = largest < RS_CHUNK ? largest : RS_CHUNK;
+    if (need > rs_cap || rs_req == NULL) {
+        free(rs_recv);
+        free(rs_acc);
+        free(rs_req);
+        rs_recv = malloc((need ? need : 1) * sizeof(float));
+        rs_acc = malloc((need ? need : 1) * sizeof(float));
+        rs_req = malloc((size_t)world_size * sizeof(MPI_Request));
+        if (rs_recv == NULL || rs_acc == NULL || rs_req == NULL) {
+            fprintf(stderr, "seedgpt: rank %d: out of memory for the reduce-scatter's buffers "
+                    "(%zu floats)\n", world_rank, need);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        rs_cap = need;
+    }
+    for (size_t c = 0; c * RS_CHUNK < largest; c++) {
+        int nreq = 0;
+        for (int s = 0; s < world_size; s++) {
+            size_t lo = bounds[s] + c * RS_CHUNK;
+            if (s == world_rank || lo >= bounds[s + 1]) continue;
+            size_t n = bounds[s + 1] - lo < RS_CHUNK ? bounds[s + 1] - lo : RS_CHUNK;
+            int rc = MPI_Isend(x + lo, (int)n, MPI_FLOAT, s, RS_TAG, MPI_COMM_WORLD, &rs_req[nreq++]);
+            if (rc != MPI_SUCCESS) die_mpi("MPI_Isend of the reduce-scatter", rc);
+        }
+        size_t lo = bounds[world_rank] + c * RS_CHUNK;
+        if (lo < bounds[world_rank + 1]) {
+            size_t n = bounds[world_rank + 1] - lo < RS_CHUNK ? bounds[world_rank + 1] - lo : RS_CHUNK;
+            for (int q = 0; q < world_size; q++) {
+                const float* piece = x + lo;
+                if (q != world_rank) {
+                    int rc = MPI_Recv(rs_recv, (int)n, MPI_FLOAT, q, RS_TAG, MPI_COMM_WORLD,
+                                      MPI_STATUS_IGNORE);
+                    if (rc != MPI_SUCCESS) die_mpi("MPI_Recv of the reduce-scatter", rc);
+                    piece = rs_recv;
+                }
+                if (q == 0) memcpy(rs_acc, piece, n * sizeof(float));
+                else
+                    for (size_t i = 0; i < n; i++) rs_acc[i] += piece[i];
+            }
+            memcpy(x + lo, rs_acc, n * sizeof(float));
+        }
+        int rc = MPI_Waitall(nreq, rs_req, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) die_mpi("MPI_Waitall of the reduce-scatter", rc);
+    }
+}
+
+/* shard s of x (elements of `bytes` bytes) broadcast from rank s, in chunks of 2^30 bytes */
+static void allgather_bytes(char* x, const size_t* bounds, size_t bytes) {
+    if (world_size == 1) return;
+    const size_t chunk = (size_t)1 << 30;
+    for (int s = 0; s < world_size; s++) {
+        size_t lo = bounds[s] * bytes, hi = bounds[s + 1] * bytes;
+        for (size_t off = lo; off < hi; off += chunk) {
+            size_t n = hi - off < chunk ? hi - off : chunk;
+            int rc = MPI_Bcast(x + off, (int)n, MPI_BYTE, s, MPI_COMM_WORLD);
+            if (rc != MPI_SUCCESS) die_mpi("MPI_Bcast of a shard", rc);
+        }
+    }
+}
+
+void dist_allgather_floats(float* x, const size_t* bounds) {
+    allgather_bytes((char*)x, bounds, sizeof(float));
+}
+
+void dist_allgather_doubles(double* x, const size_t* bounds) {
+    allgather_bytes((char*)x, bounds, sizeof(double));
+}
+
+#define P2P_TAG 41
+void dist_send_floats(const float* x, size_t n, int to) {
+    const size_t chunk = (size_t)1 << 30;
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t k = n - off < chunk ? n - off : chunk;
+        int rc = MPI_Send(x + off, (int)k, MPI_FLOAT, to, P2P_TAG, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) die_mpi("MPI_Send", rc);
+    }
+}
+
+void dist_recv_floats(float* x, size_t n, int from) {
+    const size_t chunk = (size_t)1 << 30;
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t k = n - off < chunk ? n - off : chunk;
+        int rc = MPI_Recv(x + off, (int)k, MPI_FLOAT, from, P2P_TAG, MPI_COMM_WORLD,
+                          MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) die_mpi("MPI_Recv", rc);
+    }
 }
 
 int dist_max(int x) {

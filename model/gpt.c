@@ -281,11 +281,22 @@ static size_t rope_table_floats(const GPTConfig* c) {
                ? mem_align_floats((size_t)c->max_seq_len * (gpt_head_dim(c) / 2)) : 0;
 }
 
-/* The one backend arena, in floats: parameters, gradients, AdamW m and v, activations, gradient
- * scratch, then the tokens and targets (ints, the size of floats) and the RoPE tables. */
-static size_t arena_floats(size_t pfloats, size_t wop, size_t acts, size_t scratch, size_t ntok,
-                           size_t nrope, size_t ncp) {
-    return 4 * pfloats + wop + acts + scratch + 2 * ntok + 2 * nrope + ncp;
+/* The one backend arena, in floats: parameters, gradients, AdamW m and v (nopt floats each: the
+ * whole block, or one ZeRO-1 shard of it), activations, gradient scratch, then the tokens and
+ * targets (ints, the size of floats) and the RoPE tables. */
+static size_t arena_floats(size_t pfloats, size_t nopt, size_t wop, size_t acts, size_t scratch,
+                           size_t ntok, size_t nrope, size_t ncp) {
+    return 2 * pfloats + 2 * nopt + wop + acts + scratch + 2 * ntok + 2 * nrope + ncp;
+}
+
+size_t gpt_param_offsets(const GPTConfig* c, size_t off[NUM_PARAMETER_TENSORS]) {
+    size_t sizes[NUM_PARAMETER_TENSORS], o = 0;
+    gpt_param_sizes(c, sizes);
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {   /* carve's layout */
+        off[k] = o;
+        o += mem_align_floats(sizes[k]);
+    }
+    return o;
 }
 
 /* The host-side tables gpt_build_on allocates through mem_alloc, in bytes. */
@@ -342,6 +353,11 @@ static int check_build_args(const GPTConfig* c, int B, int T, char err[256]) {
 
 int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, const Backend* be,
              int threads, GPTPlan* out, char err[256]) {
+    return gpt_plan_shard(c, B, T, policy, be, threads, SIZE_MAX, out, err);
+}
+
+int gpt_plan_shard(const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                   const Backend* be, int threads, size_t opt_floats, GPTPlan* out, char err[256]) {
     memset(out, 0, sizeof(*out));
     if (check_build_args(c, B, T, err) != 0) return -1;
     /* a model with no buffers: the layout functions only count when given no base */
@@ -359,6 +375,7 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
     gpt_param_sizes(c, sizes);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) nparams += sizes[i];
     size_t pfloats = carve(NULL, NULL, sizes, NUM_PARAMETER_TENSORS);
+    size_t nopt = mem_align_floats(opt_floats < pfloats ? opt_floats : pfloats);
     GPTMemory fig;
     size_t acts = plan_activations(&m, NULL, &fig), scratch = plan_scratch(&m, NULL);
     size_t wop = wop_floats(be, pfloats);
@@ -368,7 +385,7 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
     size_t attn = mem_align_floats(be->attention_backward_scratch_floats(
         B, T, c->num_heads, c->num_kv_heads, gpt_head_dim(c), threads));
     out->params = out->grads = pfloats * sizeof(float);
-    out->adamw = 2 * pfloats * sizeof(float);
+    out->adamw = 2 * nopt * sizeof(float);
     out->weights_op = wop * sizeof(float);
     out->layer_acts = fig.layer_acts;
     out->resid = fig.resid;
@@ -378,9 +395,9 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
     out->attn_scratch = attn * sizeof(float);
     out->grad_scratch = (scratch - attn) * sizeof(float);
     out->other = (2 * ntok + 2 * nrope) * sizeof(float);
-    out->arena = arena_floats(pfloats, wop, acts, scratch, ntok, nrope, 0) * sizeof(float);
+    out->arena = arena_floats(pfloats, nopt, wop, acts, scratch, ntok, nrope, 0) * sizeof(float);
     out->host = host_table_bytes(c, policy) +
-                (be->host_memory ? 0 : (3 * pfloats + mem_align_floats(BT)) * sizeof(float));
+                (be->host_memory ? 0 : (pfloats + 2 * nopt + mem_align_floats(BT)) * sizeof(float));
     out->host_transient = 2 * nrope * sizeof(float);
     OpCalls calls;
     op_calls(c, B, T, m.classifier_rows, &calls);
@@ -418,7 +435,7 @@ int gpt_classifier_rows(const GPTConfig* c, int B, int T) {
 
 static int build_model(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                        const Backend* be, int classifier_rows, const ContextParallel* cp,
-                       char err[256]);
+                       size_t opt_begin, size_t opt_floats, char err[256]);
 
 int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                  const Backend* be, char err[256]) {
@@ -427,7 +444,12 @@ int gpt_build_on(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
 
 int gpt_build_rows(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                    const Backend* be, int classifier_rows, char err[256]) {
-    return build_model(m, c, B, T, policy, be, classifier_rows, NULL, err);
+    return build_model(m, c, B, T, policy, be, classifier_rows, NULL, 0, SIZE_MAX, err);
+}
+
+int gpt_build_shard(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                    const Backend* be, size_t opt_begin, size_t opt_floats, char err[256]) {
+    return build_model(m, c, B, T, policy, be, 0, NULL, opt_begin, opt_floats, err);
 }
 
 int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
@@ -455,15 +477,25 @@ int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
                  be->precision);
         return -1;
     }
-    return build_model(m, c, B, T / cp->size, policy, be, 0, cp, err);
+    return build_model(m, c, B, T / cp->size, policy, be, 0, cp, 0, SIZE_MAX, err);
 }
 
 static int build_model(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                        const Backend* be, int classifier_rows, const ContextParallel* cp,
-                       char err[256]) {
+                       size_t opt_begin, size_t opt_floats, char err[256]) {
     memset(m, 0, sizeof(*m));
     m->grad_scale = 1.0f;
     if (check_build_args(c, B, T, err) != 0) return -1;
+    size_t offsets[NUM_PARAMETER_TENSORS], block = gpt_param_offsets(c, offsets);
+    if (opt_floats == SIZE_MAX) {   /* the whole block */
+        opt_begin = 0;
+        opt_floats = block;
+    }
+    if (opt_begin > block || opt_floats > block - opt_begin) {
+        snprintf(err, 256, "optimizer shard of %zu floats at %zu: outside the parameter block of "
+                 "%zu floats", opt_floats, opt_begin, block);
+        return -1;
+    }
     m->cp.size = 1;
     if (cp != NULL) m->cp = *cp;
     m->cp_T = T * m->cp.size;
@@ -503,15 +535,19 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
     size_t nrope = rope_table_floats(c);
     m->num_cp_floats = plan_cp(m, NULL);
     size_t nwop = wop_floats(be, pfloats);
-    size_t total = arena_floats(pfloats, nwop, m->num_acts, nscratch, ntok, nrope, m->num_cp_floats);
+    m->opt_begin = opt_begin;
+    m->opt_floats = opt_floats;
+    size_t nopt = mem_align_floats(opt_floats);
+    size_t total = arena_floats(pfloats, nopt, nwop, m->num_acts, nscratch, ntok, nrope,
+                                m->num_cp_floats);
     float* base = be->alloc(total * sizeof(float));
     m->arena = base;
     m->params_memory = base;
     m->grads_memory = base + pfloats;
     m->m_memory = base + 2 * pfloats;
-    m->v_memory = base + 3 * pfloats;
-    m->wop_memory = nwop > 0 ? base + 4 * pfloats : NULL;
-    m->acts_memory = base + 4 * pfloats + nwop;
+    m->v_memory = m->m_memory + nopt;
+    m->wop_memory = nwop > 0 ? m->v_memory + nopt : NULL;
+    m->acts_memory = m->v_memory + nopt + nwop;
     plan_activations(m, m->acts_memory, NULL);
     plan_scratch(m, m->acts_memory + m->num_acts);
     if (be->reserve_scratch != NULL) {   /* the ops' own scratch, now: none grows after the build */
@@ -542,10 +578,10 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
         m->host_v_memory = m->v_memory;
         m->host_losses = m->losses;
     } else {
-        m->host_params_memory = mem_alloc_floats(3 * pfloats + mem_align_floats(BT));
+        m->host_params_memory = mem_alloc_floats(pfloats + 2 * nopt + mem_align_floats(BT));
         m->host_m_memory = m->host_params_memory + pfloats;
-        m->host_v_memory = m->host_params_memory + 2 * pfloats;
-        m->host_losses = m->host_params_memory + 3 * pfloats;
+        m->host_v_memory = m->host_m_memory + nopt;
+        m->host_losses = m->host_v_memory + nopt;
     }
     param_ptrs(&m->host_params, pp);
     carve(m->host_params_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
@@ -574,10 +610,10 @@ static size_t param_block_floats(const GPT* m) {
 
 void gpt_to_host(GPT* m) {
     if (m->be->host_memory) return;
-    size_t bytes = param_block_floats(m) * sizeof(float);
+    size_t bytes = param_block_floats(m) * sizeof(float), obytes = m->opt_floats * sizeof(float);
     m->be->to_host(m->host_params_memory, m->params_memory, bytes);
-    m->be->to_host(m->host_m_memory, m->m_memory, bytes);
-    m->be->to_host(m->host_v_memory, m->v_memory, bytes);
+    m->be->to_host(m->host_m_memory, m->m_memory, obytes);
+    m->be->to_host(m->host_v_memory, m->v_memory, obytes);
 }
 
 /* The weights' operand copy made again from the masters (nothing in fp32). */
@@ -598,10 +634,10 @@ static const void* act_rows(const GPT* m, const void* base, size_t r0, size_t C)
 
 void gpt_to_backend(GPT* m) {
     if (!m->be->host_memory) {
-        size_t bytes = param_block_floats(m) * sizeof(float);
+        size_t bytes = param_block_floats(m) * sizeof(float), obytes = m->opt_floats * sizeof(float);
         m->be->to_backend(m->params_memory, m->host_params_memory, bytes);
-        m->be->to_backend(m->m_memory, m->host_m_memory, bytes);
-        m->be->to_backend(m->v_memory, m->host_v_memory, bytes);
+        m->be->to_backend(m->m_memory, m->host_m_memory, obytes);
+        m->be->to_backend(m->v_memory, m->host_v_memory, obytes);
     }
     round_weights(m);
 }
@@ -612,7 +648,7 @@ GPTMemory gpt_memory(const GPT* m) {
     size_t pf = carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
     r.params = pf * sizeof(float);
     r.grads = pf * sizeof(float);
-    r.optimizer = 2 * pf * sizeof(float);
+    r.optimizer = 2 * mem_align_floats(m->opt_floats) * sizeof(float);
     r.weights_op = wop_floats(m->be, pf) * sizeof(float);
     plan_activations((GPT*)m, NULL, &r);   /* the figures only: counting leaves m as it is */
     r.activations = m->num_kept_acts * sizeof(float);
@@ -659,9 +695,8 @@ void gpt_init_weights(GPT* m, uint64_t master_seed) {
     /* padded vocab rows are zero and stay zero (their gradient is zero) */
     memset(m->host_params.wte + (size_t)c->vocab_size * c->channels, 0,
            (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels * sizeof(float));
-    size_t pf = param_block_floats(m);
-    memset(m->host_m_memory, 0, pf * sizeof(float));
-    memset(m->host_v_memory, 0, pf * sizeof(float));
+    memset(m->host_m_memory, 0, m->opt_floats * sizeof(float));
+    memset(m->host_v_memory, 0, m->opt_floats * sizeof(float));
     gpt_to_backend(m);
 }
 

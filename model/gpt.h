@@ -86,6 +86,10 @@ extern const int gpt_param_decay[NUM_PARAMETER_TENSORS];
 
 /* Elements of each parameter tensor, in the order above. */
 void gpt_param_sizes(const GPTConfig* c, size_t sizes[NUM_PARAMETER_TENSORS]);
+/* Each tensor's first float in the parameter block (every tensor starts 64-byte aligned: the
+ * layout gpt_build_on carves); returns the block's floats. Gradients and moments use the same
+ * offsets. */
+size_t gpt_param_offsets(const GPTConfig* c, size_t off[NUM_PARAMETER_TENSORS]);
 
 /* ---- activations -------------------------------------------------------------------------- */
 /* What one layer's backward needs from its forward. B, T are the planned batch shape. The
@@ -162,6 +166,10 @@ typedef struct {
     void* wop_memory;
     float* m_memory;             /* AdamW first moment */
     float* v_memory;             /* AdamW second moment */
+    /* the floats of the parameter block whose moments m_memory and v_memory hold:
+     * [opt_begin, opt_begin + opt_floats), m_memory[i] the moment of float opt_begin + i. The
+     * whole block (0, all its floats) unless built for one ZeRO-1 shard (gpt_build_shard) */
+    size_t opt_begin, opt_floats;
     /* Host copies of the weights and the AdamW state, for initialisation, model and state files
      * and sampling; gpt_to_host / gpt_to_backend move them. On the CPU backend they are the
      * backend memory itself (the copies are no-ops). */
@@ -259,6 +267,11 @@ int gpt_classifier_rows(const GPTConfig* c, int B, int T);
  * layout), and every forward must be given exactly that many. cp->size 1 is gpt_build_on. */
 int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                  const Backend* be, const ContextParallel* cp, char err[256]);
+/* gpt_build_on with AdamW's moments for floats [opt_begin, opt_begin + opt_floats) of the
+ * parameter block only (ZeRO-1, model/zero.h): the arena holds 2 x opt_floats of moments instead
+ * of twice the block. Such a model is updated by zero_adamw_shard, never by gpt_adamw. */
+int gpt_build_shard(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                    const Backend* be, size_t opt_begin, size_t opt_floats, char err[256]);
 /* The global position of local row t (0 <= t < T / cp->size) of a context-parallel model. */
 int gpt_cp_position(const GPT* m, int t);
 /* The same on the CPU backend. */
@@ -320,7 +333,8 @@ float gpt_grad_norm(GPT* m);
 float gpt_clip_grads(GPT* m, float max_norm);
 float gpt_grad_scale(const GPT* m);
 /* AdamW with bias correction (t: the updates applied so far, this one included; a step skipped
- * as non-finite is not counted) and decoupled weight decay on decaying tensors. */
+ * as non-finite is not counted) and decoupled weight decay on decaying tensors. The moments must
+ * cover the whole block (not a gpt_build_shard model). */
 void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay, int t);
 
 /* Bytes of each planned region (for the start-up memory report). */
@@ -372,6 +386,10 @@ typedef struct {
 } GPTPlan;
 int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, const Backend* be,
              int threads, GPTPlan* out, char err[256]);
+/* The same for a model built by gpt_build_shard with a shard of opt_floats floats (SIZE_MAX:
+ * the whole block, gpt_plan). */
+int gpt_plan_shard(const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
+                   const Backend* be, int threads, size_t opt_floats, GPTPlan* out, char err[256]);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
  * May not: allocate a model, print, or exit. */
 #include <string.h>
 #include "model/plan.h"
+#include "model/zero.h"
 
 size_t plan_peak(const GPTPlan* p, const Backend* be, size_t sampler) {
     if (!be->host_memory) return p->arena + p->op_scratch;
@@ -15,8 +16,14 @@ static int same_policy(const RecomputePolicy* a, const RecomputePolicy* b) {
 }
 
 int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
-              const RecomputePolicy* extra, size_t sampler, PlanRow rows[PLAN_MAX_ROWS],
-              char err[256]) {
+              const RecomputePolicy* extra, size_t sampler, const PlanShard* shard,
+              PlanRow rows[PLAN_MAX_ROWS], char err[256]) {
+    size_t opt_floats = SIZE_MAX, zero_host = 0, begin;
+    if (shard != NULL && shard->ranks > 1) {
+        opt_floats = zero_shard(c, shard->ranks, shard->rank, &begin);
+        zero_host = zero_table_bytes(c, shard->ranks) +
+                    (shard->rank == 0 && shard->saves ? zero_save_buffer_bytes(c) : 0);
+    }
     RecomputePolicy base = {0, 0, CHECK_WARN, 0};
     if (extra != NULL) base = *extra;
     RecomputePolicy cand[PLAN_MAX_ROWS];
@@ -38,7 +45,9 @@ int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
     }
     for (int i = 0; i < n; i++) {
         rows[i].policy = cand[i];
-        if (gpt_plan(c, B, T, &cand[i], be, threads, &rows[i].plan, err) != 0) return -1;
+        if (gpt_plan_shard(c, B, T, &cand[i], be, threads, opt_floats, &rows[i].plan, err) != 0)
+            return -1;
+        rows[i].plan.host += zero_host;
         rows[i].loop = rows[i].plan.batch + sampler;
         rows[i].peak = plan_peak(&rows[i].plan, be, sampler);
     }

@@ -28,14 +28,23 @@ typedef struct {
  * sampler the loop allocates (sampler_bytes), 0 without --sample-every. */
 size_t plan_peak(const GPTPlan* p, const Backend* be, size_t sampler);
 
+/* ZeRO-1 (model/zero.h): the rank whose memory a plan is for. ranks 0: no ZeRO (every rank holds
+ * the whole optimizer, the same plan for all). Else rank `rank` of `ranks` holds the moments of
+ * its shard (gpt_plan_shard) and the shard tables (zero_table_bytes), and rank 0 of a run that
+ * saves states (saves) the buffer it gathers one tensor's moments into (zero_save_buffer_bytes),
+ * all of it host memory counted with the tables. */
+typedef struct {
+    int ranks, rank, saves;
+} PlanShard;
+
 /* One row per policy, in this order: none, every:K for K = 8, 4, 2 where K < L, layer, then the
  * same with selective storage (selective, selective+every:K, selective+layer), then `extra` when
  * it is none of those (NULL: no extra). The rows' check mode and seeds are extra's
  * (or none's defaults). Returns the number of rows, or -1 with err (a configuration or batch the
  * model refuses: gpt_plan's message). */
 int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
-              const RecomputePolicy* extra, size_t sampler, PlanRow rows[PLAN_MAX_ROWS],
-              char err[256]);
+              const RecomputePolicy* extra, size_t sampler, const PlanShard* shard,
+              PlanRow rows[PLAN_MAX_ROWS], char err[256]);
 
 /* The row planned for policy p (the same `every` and the same `selective`), or -1 when there is
  * none; plan_rows' rows always hold its `extra`. */

@@ -125,19 +125,53 @@ static float* array_tensor(const GPT* m, int which, int k) {
 }
 static const char* const array_names[3] = {"weights", "AdamW m", "AdamW v"};
 
-/* The first non-finite value of the three arrays: 0 if none, else -1 with err. */
-static int check_finite(const GPT* m, const char* path, const char* when, char err[256]) {
-    for (int which = 0; which < 3; which++) {
+/* The part of tensor k's moments (which 1: m, 2: v) the model holds: all of it, unless the model
+ * was built for one ZeRO-1 shard (gpt_build_shard: the moments of [opt_begin, opt_begin +
+ * opt_floats) of the block only). Returns its element count (0: none), its first element in the
+ * tensor in *first and where it lives in *ptr. */
+static size_t moment_part(const GPT* m, int which, int k, size_t* first, float** ptr) {
+    size_t off[NUM_PARAMETER_TENSORS];
+    gpt_param_offsets(&m->config, off);
+    size_t a = off[k], e = a + m->param_sizes[k], end = m->opt_begin + m->opt_floats;
+    size_t lo = a > m->opt_begin ? a : m->opt_begin, hi = e < end ? e : end;
+    *first = 0;
+    *ptr = NULL;
+    if (lo >= hi) return 0;
+    *first = lo - a;
+    *ptr = (which == 1 ? m->host_m_memory : m->host_v_memory) + (lo - m->opt_begin);
+    return hi - lo;
+}
+
+/* Does the model hold only one shard of the moments? */
+static int sharded(const GPT* m) {
+    size_t off[NUM_PARAMETER_TENSORS];
+    return m->opt_begin != 0 || m->opt_floats != gpt_param_offsets(&m->config, off);
+}
+
+/* The first non-finite value of n floats at t, element `first` of tensor k of array which. */
+static int check_values(const float* t, size_t n, size_t first, int which, int k,
+                        const char* path, const char* when, char err[256]) {
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(t[i])) {
+            set_err(err, "%s: %s: %s tensor %s element %zu is %g (a state never holds a "
+                    "non-finite value)", path, when, array_names[which], gpt_param_names[k],
+                    first + i, (double)t[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The first non-finite value of the three arrays (of the moments, the part the model holds;
+ * moments: 0 skips them): 0 if none, else -1 with err. */
+static int check_finite(const GPT* m, int moments, const char* path, const char* when,
+                        char err[256]) {
+    for (int which = 0; which < (moments ? 3 : 1); which++) {
         for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-            const float* t = array_tensor(m, which, k);
-            for (size_t i = 0; i < m->param_sizes[k]; i++) {
-                if (!isfinite(t[i])) {
-                    set_err(err, "%s: %s: %s tensor %s element %zu is %g (a state never holds a "
-                            "non-finite value)", path, when, array_names[which], gpt_param_names[k],
-                            i, (double)t[i]);
-                    return -1;
-                }
-            }
+            size_t first = 0, n = m->param_sizes[k];
+            float* t = which == 0 ? array_tensor(m, 0, k) : NULL;
+            if (which > 0) n = moment_part(m, which, k, &first, &t);
+            if (check_values(t, n, first, which, k, path, when, err) != 0) return -1;
         }
     }
     return 0;
@@ -151,6 +185,16 @@ static int write_crc(FILE* f, const void* buf, size_t n, uint32_t* crc) {
 }
 
 int state_save(const char* path, const GPT* m, const StateInfo* info, char err[256]) {
+    return state_save_from(path, m, info, NULL, err);
+}
+
+int state_save_from(const char* path, const GPT* m, const StateInfo* info,
+                    const StateMomentSource* src, char err[256]) {
+    if (src == NULL && sharded(m)) {
+        set_err(err, "%s: the model holds one shard of AdamW's moments (ZeRO-1): the others' are "
+                "needed to save", path);
+        return -1;
+    }
     if (!host_is_little_endian()) {
         set_err(err, "%s: state files are little-endian; this host is not", path);
         return -1;
@@ -165,7 +209,8 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
         set_err(err, "%s: option text longer than %d bytes", path, STATE_MAX_OPTIONS);
         return -1;
     }
-    if (check_finite(m, path, "refusing to save", err) != 0) return STATE_NON_FINITE;
+    /* the moments from src are checked as they come, before they are written */
+    if (check_finite(m, src == NULL, path, "refusing to save", err) != 0) return STATE_NON_FINITE;
 
     const GPTConfig* c = &m->config;
     unsigned char h[STATE_HEADER_BYTES];
@@ -209,15 +254,38 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
     fault_kill_point("state_header", -1);
     if (fault_fires("state_sigint", -1)) raise(SIGINT);   /* test hook: a signal mid-write */
     if (failed == NULL && write_crc(f, info->options, opt_len, &crc) != 0) failed = "write";
-    for (int which = 0; which < 3 && failed == NULL; which++) {
-        for (int k = 0; k < NUM_PARAMETER_TENSORS && failed == NULL; k++) {
-            if (write_crc(f, array_tensor(m, which, k), m->param_sizes[k] * sizeof(float), &crc) != 0)
-                failed = "write";
+    int non_finite = 0;
+    for (int which = 0; which < 3; which++) {
+        /* with src every moment tensor is asked for, whatever failed before: the ranks that
+         * serve them go through all of them too */
+        for (int k = 0; k < NUM_PARAMETER_TENSORS && (failed == NULL || src != NULL); k++) {
+            const float* t = which == 0 || src == NULL ? array_tensor(m, which, k) : NULL;
+            size_t n = m->param_sizes[k];
+            if (which > 0 && src != NULL) {
+                char serr[256] = "";
+                t = src->tensor(src->ctx, which, k, serr);
+                if (t == NULL) {
+                    if (failed == NULL) set_err(err, "%s: AdamW's moments: %s", path, serr);
+                    if (failed == NULL) failed = "gather";
+                    continue;
+                }
+                if (failed == NULL &&
+                    check_values(t, n, 0, which, k, path, "refusing to save", err) != 0) {
+                    failed = "check";
+                    non_finite = 1;
+                }
+            }
+            if (failed == NULL && write_crc(f, t, n * sizeof(float), &crc) != 0) failed = "write";
         }
         if (which == 0) {   /* the weights are out, the moments not yet */
             if (failed == NULL && fflush(f) != 0) failed = "write";
             fault_kill_point("state_payload", -1);
         }
+    }
+    if (failed != NULL && (non_finite || !strcmp(failed, "gather"))) {
+        fclose(f);
+        unlink(tmp);
+        return non_finite ? STATE_NON_FINITE : -1;   /* err says what */
     }
     unsigned char trailer[4];
     put_u32(trailer, 0, crc);
@@ -477,6 +545,24 @@ static int config_mismatch(const GPTConfig* file, const GPTConfig* model, const 
     return -1;
 }
 
+/* Tensor k of moment array `which` from f, through the CRC, keeping the part the (sharded) model
+ * holds. 0, or -1 on a read error. */
+static int read_moment_part(FILE* f, GPT* m, int which, int k, uint32_t* crc) {
+    size_t first, n = m->param_sizes[k];
+    float* dst;
+    size_t keep = moment_part(m, which, k, &first, &dst);
+    enum { PIECE = 4096 };
+    float piece[PIECE];
+    for (size_t i = 0; i < n; i += PIECE) {
+        size_t c = n - i < PIECE ? n - i : PIECE;
+        if (read_full(f, piece, c * sizeof(float)) != 0) return -1;
+        *crc = crc_update(*crc, piece, c * sizeof(float));
+        size_t lo = i > first ? i : first, hi = i + c < first + keep ? i + c : first + keep;
+        if (lo < hi) memcpy(dst + (lo - first), piece + (lo - i), (hi - lo) * sizeof(float));
+    }
+    return 0;
+}
+
 int state_load(const char* path, GPT* m, StateInfo* info, char err[256]) {
     if (state_read_info(path, info, err) != 0) return -1;
     if (config_mismatch(&info->config, &m->config, path, err) != 0) return -1;
@@ -487,8 +573,18 @@ int state_load(const char* path, GPT* m, StateInfo* info, char err[256]) {
     if (f == NULL) return -1;
     uint32_t crc = crc_update(0u, h, sizeof(h));
     if (read_options(f, h, path, &again, &crc, err) != 0) { fclose(f); return -1; }
+    int shard = sharded(m);
     for (int which = 0; which < 3; which++) {
         for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            if (which > 0 && shard) {   /* ZeRO-1: the tensor read through, its part kept */
+                if (read_moment_part(f, m, which, k, &crc) != 0) {
+                    set_err(err, "%s: read error in %s tensor %s", path, array_names[which],
+                            gpt_param_names[k]);
+                    fclose(f);
+                    return -1;
+                }
+                continue;
+            }
             float* t = array_tensor(m, which, k);
             size_t n = m->param_sizes[k] * sizeof(float);
             if (read_full(f, t, n) != 0) {
@@ -507,7 +603,7 @@ int state_load(const char* path, GPT* m, StateInfo* info, char err[256]) {
         set_err(err, "%s: the file changed while it was being read", path);
         return -1;
     }
-    if (check_finite(m, path, "refusing to load", err) != 0) return -1;
+    if (check_finite(m, 1, path, "refusing to load", err) != 0) return -1;
     gpt_to_backend(m);
     return 0;
 }
