@@ -1,19 +1,22 @@
-/* cuda/emu/cuda_emu.cpp — the runtime behind cuda/emu/cuda_emu.h: kernel launches on pooled
- * CPU threads, __syncthreads, the warp collectives, shared memory, device memory, cuBLAS.
+/* cuda/emu/cuda_emu.cpp — the runtime behind cuda/emu/cuda_emu.h: kernel launches on fibers (or
+ * pooled CPU threads), __syncthreads, the warp collectives, shared memory, device memory, cuBLAS.
  *
- * How a launch runs: a team is the threads of one block (one real thread per CUDA thread, from a
- * pool that keeps them between launches). The team runs its blocks one after another; between
- * two blocks the last thread to leave poisons the shared memory for the next. Teams =
- * SG_EMU_CONCURRENT_BLOCKS (default 1); team t takes blocks t, t + teams, ... with nothing
- * ordering one team against another, so that a ThreadSanitizer build sees data shared between
- * blocks of one launch.
+ * How a launch runs: a team is the threads of one block. By default each CUDA thread is a fiber,
+ * and a team's fibers share one OS thread (team 0: the launching thread; the others: pooled
+ * threads), switching only where a CUDA thread must wait; SG_EMU_THREADS=os makes each CUDA
+ * thread an OS thread of a pool that keeps them between launches, as the emulation first did. The
+ * team runs its blocks one after another; between two blocks the last thread to leave poisons
+ * the shared memory for the next. Teams = SG_EMU_CONCURRENT_BLOCKS (default 1); team t takes
+ * blocks t, t + teams, ... with nothing ordering one team against another, so that a
+ * ThreadSanitizer build sees data shared between blocks of one launch.
  *
  * Each team has one mutex for its bookkeeping (who waits where), so every arrival can check what
  * the others are doing: a divergent barrier or a collective that can never complete is reported
- * (one line naming the kernel, exit status 1) instead of hanging. Threads sleep on futexes, not
- * on the mutex, and the mutex is hidden from ThreadSanitizer: the orderings CUDA promises are
- * annotated instead (a barrier: every arrival before every departure; a warp collective: the same
- * among its lanes; the end of a block before the start of the next on that team).
+ * (one line naming the kernel, exit status 1) instead of hanging. A waiting fiber yields to its
+ * team's scheduler (an OS thread sleeps on a futex), and the mutex is hidden from ThreadSanitizer:
+ * the orderings CUDA promises are annotated instead (a barrier: every arrival before every
+ * departure; a warp collective: the same among its lanes; the end of a block before the start of
+ * the next on that team). To TSan each fiber is a thread of its own, and a switch orders nothing.
  */
 #include "cuda/emu/cuda_emu.h"
 
