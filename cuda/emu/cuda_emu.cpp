@@ -879,8 +879,13 @@ static void fiber_main_uc(unsigned lo, unsigned hi) {
 static void fiber_make(Fiber* f, Team& t, int kind) {
 #if defined(__SANITIZE_THREAD__)
     /* a new TSan fiber too: a parked one is inside a quiet section, ignoring its accesses */
+    /* made outside the quiet sections, so that the fiber starts after what its OS thread did
+     * before (TSan's writes that set up the thread's TLS, which the fiber reads) */
     if (f->tsan) __tsan_destroy_fiber(f->tsan);
+    int depth = quiet_depth;
+    for (int i = 0; i < depth; i++) quiet_end();
     f->tsan = __tsan_create_fiber(0);
+    for (int i = 0; i < depth; i++) quiet_begin();
     char name[64];
     snprintf(name, sizeof(name), "emulated CUDA thread %d (team %d)", f->tid, t.index);
     __tsan_set_fiber_name(f->tsan, name);
