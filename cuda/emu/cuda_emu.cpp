@@ -203,8 +203,14 @@ struct Fiber;
 static thread_local Fiber* cur_fiber = nullptr;   /* the fiber running on this OS thread, if any */
 static void fiber_wait(Word* w, uint32_t val, const char* what, Site site);
 /* wakes the OS threads that wait on a team's word; a team's fibers never sleep on one */
+static thread_local unsigned fiber_wakes = 0;   /* fiber modes: waits completed on this OS thread */
 static inline void wake_waiters(Word* w) {
     if (mode == MODE_OS) futex_wake_all(w);
+    else {
+        tls_writes_begin();   /* a thread-local the fibers of the OS thread share */
+        fiber_wakes++;
+        tls_writes_end();
+    }
 }
 
 /* sleeps until *w differs from val; past the stall limit, reports the kernel */
@@ -982,11 +988,17 @@ static void fiber_wait(Word* w, uint32_t val, const char* what, Site site) {
     f->wait_word = nullptr;
 }
 
-/* Runs the team's share of the launch: its nthreads fibers, round robin, each until it waits.
- * A fiber is resumed only once what it waits for has changed; only the team's own fibers change
- * it, so a full round with none to resume is a deadlock that no check caught: the scheduler
- * then sleeps and the watchdog reports it, as a thread that spins is reported. */
-static void run_fiber_team(Team& t) {
+/* Runs the team's share of the launch: its nthreads fibers, each until it waits. A fiber is
+ * resumed only once what it waits for has changed; only the team's own fibers change it, so a
+ * full round with none to resume is a deadlock that no check caught: the scheduler then sleeps
+ * and the watchdog reports it, as a thread that spins is reported.
+ *
+ * The order is greedy, so that a missing barrier shows: whenever a wait completes, the scan starts
+ * again from the first fiber, so the lowest runnable thread always runs on (a warp runs ahead of
+ * the others through its own collectives, and reads what a later warp has not yet written). Odd
+ * launches scan from the last fiber instead, so that the later warps run ahead too. Without a
+ * completed wait the scan goes on from where it was (each arrival at a barrier costs O(1)). */
+static void run_fiber_team(Team& t, uint32_t launch) {
     quiet_begin();
     const int n = t.nthreads;
 #if defined(__SANITIZE_THREAD__)
@@ -1005,8 +1017,10 @@ static void run_fiber_team(Team& t) {
     TlsState mine;
     tls_save(&mine);
     t.scheduling.store(true, std::memory_order_release);
-    int live = n, idle = 0;
-    for (int i = 0; live > 0; i = i + 1 == n ? 0 : i + 1) {
+    const bool down = launch & 1;
+    const int first = down ? n - 1 : 0;
+    int live = n, idle = 0, i = first;
+    while (live > 0) {
         Fiber* f = t.fibers[i];
         if (f->done || (f->wait_word && f->wait_word->load(std::memory_order_acquire) == f->wait_val)) {
             if (++idle >= n) {
@@ -1014,15 +1028,19 @@ static void run_fiber_team(Team& t) {
                 struct timespec ts = {0, 20 * 1000000L};
                 nanosleep(&ts, nullptr);
             }
+            i = down ? (i == 0 ? n - 1 : i - 1) : (i + 1 == n ? 0 : i + 1);
             continue;
         }
         idle = 0;
+        unsigned wakes = fiber_wakes;
         t.running.store(i, std::memory_order_relaxed);
         switch_in(t, f);
         t.running.store(-1, std::memory_order_relaxed);
         tls_load(&mine);
         t.switches.fetch_add(1, std::memory_order_relaxed);
         if (f->done) live--;
+        if (fiber_wakes != wakes) i = first;   /* waiters released: the first runnable goes on */
+        else i = down ? (i == 0 ? n - 1 : i - 1) : (i + 1 == n ? 0 : i + 1);
     }
     t.scheduling.store(false, std::memory_order_release);
     quiet_end();
@@ -1107,7 +1125,7 @@ static void* worker_main(void* arg) {
             int per_team = cur.block.x * cur.block.y * cur.block.z;
             run_team_thread(*teams[w->index / per_team], w->index % per_team, &cp);
         } else {
-            run_fiber_team(*teams[w->index + 1]);   /* team 0 runs on the host thread */
+            run_fiber_team(*teams[w->index + 1], launch_no);   /* team 0 runs on the host thread */
         }
         hb_release(&done_token);
         quiet_begin();
@@ -1269,7 +1287,7 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
             workers[i]->job.store(launch_no, std::memory_order_release);
             futex_wake_all(&workers[i]->job);
         }
-        run_fiber_team(*teams[0]);
+        run_fiber_team(*teams[0], launch_no);
     }
     uint32_t left;
     while ((left = pool_left.load(std::memory_order_acquire)) != 0) futex_wait(&pool_left, left, 60000);
