@@ -1,19 +1,22 @@
-/* cuda/emu/cuda_emu.cpp — the runtime behind cuda/emu/cuda_emu.h: kernel launches on pooled
- * CPU threads, __syncthreads, the warp collectives, shared memory, device memory, cuBLAS.
+/* cuda/emu/cuda_emu.cpp — the runtime behind cuda/emu/cuda_emu.h: kernel launches on fibers (or
+ * pooled CPU threads), __syncthreads, the warp collectives, shared memory, device memory, cuBLAS.
  *
- * How a launch runs: a team is the threads of one block (one real thread per CUDA thread, from a
- * pool that keeps them between launches). The team runs its blocks one after another; between
- * two blocks the last thread to leave poisons the shared memory for the next. Teams =
- * SG_EMU_CONCURRENT_BLOCKS (default 1); team t takes blocks t, t + teams, ... with nothing
- * ordering one team against another, so that a ThreadSanitizer build sees data shared between
- * blocks of one launch.
+ * How a launch runs: a team is the threads of one block. By default each CUDA thread is a fiber,
+ * and a team's fibers share one OS thread (team 0: the launching thread; the others: pooled
+ * threads), switching only where a CUDA thread must wait; SG_EMU_THREADS=os makes each CUDA
+ * thread an OS thread of a pool that keeps them between launches, as the emulation first did. The
+ * team runs its blocks one after another; between two blocks the last thread to leave poisons
+ * the shared memory for the next. Teams = SG_EMU_CONCURRENT_BLOCKS (default 1); team t takes
+ * blocks t, t + teams, ... with nothing ordering one team against another, so that a
+ * ThreadSanitizer build sees data shared between blocks of one launch.
  *
  * Each team has one mutex for its bookkeeping (who waits where), so every arrival can check what
  * the others are doing: a divergent barrier or a collective that can never complete is reported
- * (one line naming the kernel, exit status 1) instead of hanging. Threads sleep on futexes, not
- * on the mutex, and the mutex is hidden from ThreadSanitizer: the orderings CUDA promises are
- * annotated instead (a barrier: every arrival before every departure; a warp collective: the same
- * among its lanes; the end of a block before the start of the next on that team).
+ * (one line naming the kernel, exit status 1) instead of hanging. A waiting fiber yields to its
+ * team's scheduler (an OS thread sleeps on a futex), and the mutex is hidden from ThreadSanitizer:
+ * the orderings CUDA promises are annotated instead (a barrier: every arrival before every
+ * departure; a warp collective: the same among its lanes; the end of a block before the start of
+ * the next on that team). To TSan each fiber is a thread of its own, and a switch orders nothing.
  */
 #include "cuda/emu/cuda_emu.h"
 
@@ -29,6 +32,8 @@
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 #include <atomic>
 #include <deque>
@@ -46,21 +51,32 @@ void AnnotateIgnoreReadsBegin(const char* f, int l);
 void AnnotateIgnoreReadsEnd(const char* f, int l);
 void AnnotateIgnoreWritesBegin(const char* f, int l);
 void AnnotateIgnoreWritesEnd(const char* f, int l);
+/* the fiber API: each emulated CUDA thread run as a fiber is a thread of its own to TSan */
+void* __tsan_get_current_fiber(void);
+void* __tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void* fiber);
+void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+void __tsan_set_fiber_name(void* fiber, const char* name);
 }
+static const unsigned tsan_switch_no_sync = 1;   /* __tsan_switch_to_fiber_no_sync */
 /* quiet: the emulator's bookkeeping, neither checked nor ordering anything */
 static thread_local int quiet_depth = 0;
+/* (the depth is written only while writes are ignored: the fibers of one OS thread share it) */
 static inline void quiet_begin(void) {
-    quiet_depth++;
     AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
     AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
     AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+    quiet_depth++;
 }
 static inline void quiet_end(void) {
+    quiet_depth--;
     AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
     AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
     AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
-    quiet_depth--;
 }
+/* writes to the thread-locals that the fibers of one OS thread share, invisible to TSan */
+static inline void tls_writes_begin(void) { AnnotateIgnoreWritesBegin(__FILE__, __LINE__); }
+static inline void tls_writes_end(void) { AnnotateIgnoreWritesEnd(__FILE__, __LINE__); }
 /* before exiting from a quiet section (TSan reports a thread that ends with ignores on) */
 static inline void quiet_unwind(void) {
     while (quiet_depth > 0) quiet_end();
@@ -77,6 +93,8 @@ static inline void hb_acquire(const void* token) {
     if (quiet_depth) AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
 }
 #else
+static inline void tls_writes_begin(void) {}
+static inline void tls_writes_end(void) {}
 static inline void quiet_begin(void) {}
 static inline void quiet_end(void) {}
 static inline void quiet_unwind(void) {}
@@ -176,8 +194,31 @@ struct Launch {                /* the launch in flight (one at a time) */
 static Launch cur;
 static long stall_seconds = 300;
 
+/* How the CUDA threads of a block run (SG_EMU_THREADS, read at every launch): as fibers of one OS
+ * thread per team, switched by the x86-64 switch below (fibers; ucontext elsewhere) or by
+ * swapcontext (ucontext), or as one OS thread each (os), the way the emulation first ran them. */
+enum Mode { MODE_FIBERS, MODE_UCONTEXT, MODE_OS };
+static Mode mode = MODE_FIBERS;
+struct Fiber;
+static thread_local Fiber* cur_fiber = nullptr;   /* the fiber running on this OS thread, if any */
+static void fiber_wait(Word* w, uint32_t val, const char* what, Site site);
+/* wakes the OS threads that wait on a team's word; a team's fibers never sleep on one */
+static thread_local unsigned fiber_wakes = 0;   /* fiber modes: waits completed on this OS thread */
+static inline void wake_waiters(Word* w) {
+    if (mode == MODE_OS) futex_wake_all(w);
+    else {
+        tls_writes_begin();   /* a thread-local the fibers of the OS thread share */
+        fiber_wakes++;
+        tls_writes_end();
+    }
+}
+
 /* sleeps until *w differs from val; past the stall limit, reports the kernel */
 static void wait_change(Word* w, uint32_t val, const char* what, Site site) {
+    if (cur_fiber) {   /* a fiber gives the OS thread to the next one until *w changes */
+        fiber_wait(w, val, what, site);
+        return;
+    }
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     while (w->load(std::memory_order_acquire) == val) {
@@ -240,12 +281,22 @@ struct Team {
     std::atomic<int> n_static{0};
     unsigned char* dyn_smem = nullptr;
     size_t dyn_cap = 0;
+    /* fiber modes: one fiber per CUDA thread (made on demand, kept between launches) and the
+     * context of the OS thread that schedules them; the watchdog reads switches and running */
+    Fiber* fibers[1024];
+    int n_fibers = 0;
+    void* sched_sp = nullptr;
+    ucontext_t sched_uc;
+    void* sched_tsan = nullptr;
+    std::atomic<uint64_t> switches{0};
+    std::atomic<int> running{-1};      /* the fiber on the OS thread now, -1: the scheduler */
+    std::atomic<bool> scheduling{false};
     Team() {
         pthread_mutex_init(&mu, nullptr);
         static_smem = (unsigned char*)aligned_alloc(128, SMEM_STATIC_MAX);
     }
 };
-static std::vector<Team*> teams;
+static Team* teams[16];        /* made on demand, kept (SG_EMU_CONCURRENT_BLOCKS is at most 16) */
 
 static inline Team& my_team() {
     if (!self.team) die(nullptr, "a device function was called outside a kernel launch");
@@ -319,7 +370,7 @@ void sg_emu::syncthreads(Site site) {
         t.bar_arrived = 0;
         t.bar_gen.store(gen + 1, std::memory_order_release);
         team_unlock(t);
-        futex_wake_all(&t.bar_gen);
+        wake_waiters(&t.bar_gen);
     } else {
         t.th[tid].state = T_BARRIER;
         t.th[tid].site = site;
@@ -421,7 +472,7 @@ static sg_emu::Group* meet(sg_emu::Site site, sg_emu::WarpOp op, const char* wha
         g->done.fetch_add(1, std::memory_order_release);
         team_unlock(t);
         quiet_begin();
-        futex_wake_all(&g->done);
+        wake_waiters(&g->done);
     } else {
         t.th[tid].state = T_WARP;
         t.th[tid].site = site;
@@ -530,16 +581,16 @@ struct CpState {
     std::vector<CpCopy> open;                  /* issued since the last commit */
     std::deque<std::vector<CpCopy>> groups;    /* committed, oldest first */
 };
-static thread_local CpState cp_state;
+static thread_local CpState* cp_cur = nullptr;   /* the running CUDA thread's (see run_team_thread) */
 static void cp_perform(const CpCopy& c) {
     if (c.src_bytes > 0) memcpy(c.dst, c.src, (size_t)c.src_bytes);
     if (c.src_bytes < c.bytes) memset((unsigned char*)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
 }
 /* the thread leaves the block: every copy it issued must have landed */
 static void cp_check_at_exit(void) {
-    size_t n = cp_state.open.size();
-    const CpCopy* first = n ? &cp_state.open[0] : nullptr;
-    for (auto& g : cp_state.groups) {
+    size_t n = cp_cur->open.size();
+    const CpCopy* first = n ? &cp_cur->open[0] : nullptr;
+    for (auto& g : cp_cur->groups) {
         if (!first && !g.empty()) first = &g[0];
         n += g.size();
     }
@@ -563,22 +614,22 @@ void sg_emu::cp_async(Site site, void* dst, const void* src, int bytes, int src_
         die(cur.name, "cp.async at %s:%d: source %p not aligned to the copy's %d bytes", site.file, site.line, src,
             bytes);
     memset(dst, POISON, (size_t)bytes);   /* undefined until the wait */
-    cp_state.open.push_back(CpCopy{dst, src, bytes, src_bytes, site});
+    cp_cur->open.push_back(CpCopy{dst, src, bytes, src_bytes, site});
 }
 
 void sg_emu::cp_async_commit(Site site) {
     (void)my_team();
     (void)site;
-    cp_state.groups.push_back(std::move(cp_state.open));
-    cp_state.open.clear();
+    cp_cur->groups.push_back(std::move(cp_cur->open));
+    cp_cur->open.clear();
 }
 
 void sg_emu::cp_async_wait(Site site, int n) {
     (void)my_team();
     (void)site;
-    while ((int)cp_state.groups.size() > n) {
-        for (const CpCopy& c : cp_state.groups.front()) cp_perform(c);
-        cp_state.groups.pop_front();
+    while ((int)cp_cur->groups.size() > n) {
+        for (const CpCopy& c : cp_cur->groups.front()) cp_perform(c);
+        cp_cur->groups.pop_front();
     }
 }
 
@@ -627,7 +678,7 @@ struct Worker {
     Word job{0};               /* the launch number it was last given */
 };
 static std::vector<Worker*> workers;
-static Word pool_left{0};      /* threads of the launch still running; the host sleeps on it */
+static Word pool_left{0};      /* workers of the launch still running; the host sleeps on it */
 static uint32_t launch_no = 0;
 static bool in_launch = false;
 static char launch_token, done_token;   /* TSan: the host before the kernel, the kernel before the host */
@@ -659,7 +710,7 @@ static void leave_block(Team& t, int tid) {
         hb_release(&t.start_token);
         quiet_begin();
         t.block_gen.fetch_add(1, std::memory_order_release);
-        futex_wake_all(&t.block_gen);
+        wake_waiters(&t.block_gen);
         quiet_end();
     } else {
         uint32_t gen = t.block_gen.load(std::memory_order_relaxed);
@@ -671,33 +722,411 @@ static void leave_block(Team& t, int tid) {
     hb_acquire(&t.start_token);
 }
 
-static void run_team_thread(Team& t, int tid) {
+/* One CUDA thread: every block of its team, in turn. Its thread-locals are written while TSan
+ * ignores writes: in the fiber modes the fibers of one OS thread share them (each puts its own
+ * back when it runs again), and nothing orders one fiber's writes before another's. */
+static void run_team_thread(Team& t, int tid, CpState* cp) {
+    tls_writes_begin();
     self.team = &t;
     self.tid = tid;
+    cp_cur = cp;
     blockDim = cur.block;
     gridDim = cur.grid;
     flat_to_uint3(tid, cur.block, &threadIdx);
+    tls_writes_end();
     while (t.block < cur.nblocks) {
+        tls_writes_begin();
         flat_to_uint3(t.block, cur.grid, &blockIdx);
+        tls_writes_end();
         (*cur.body)();
         cp_check_at_exit();
         leave_block(t, tid);
     }
+    tls_writes_begin();
     self.team = nullptr;
     self.tid = -1;
+    tls_writes_end();
+}
+
+static size_t stack_bytes(void) {
+    static size_t stack = (size_t)env_long("SG_EMU_STACK_KB", 256, 64, 1 << 20) * 1024;
+    return stack;
+}
+
+/* ---- fibers: the CUDA threads of a team as coroutines of one OS thread -----------------------
+ * A fiber runs until it must wait (a barrier, a warp collective, the end of the block); then it
+ * switches to its team's scheduler, which resumes the next fiber whose wait is over, round robin.
+ * No system call on the way: a switch saves the callee-saved registers on the fiber's stack. The
+ * checks, the bookkeeping and the TSan annotations are those of the OS-thread mode; only the wait
+ * differs. A fiber lives as long as the process and loops over launches: after its last block it
+ * parks, done, until the next launch resumes it. */
+struct TlsState {              /* the thread-locals a CUDA thread sees */
+    uint3 thread_idx, block_idx;
+    dim3 block_dim, grid_dim;
+    Self self;
+    CpState* cp;
+    Fiber* fiber;
+    int quiet;
+};
+static inline void tls_save(TlsState* s) {
+    s->thread_idx = threadIdx;
+    s->block_idx = blockIdx;
+    s->block_dim = blockDim;
+    s->grid_dim = gridDim;
+    s->self = self;
+    s->cp = cp_cur;
+    s->fiber = cur_fiber;
+#if defined(__SANITIZE_THREAD__)
+    s->quiet = quiet_depth;
+#endif
+}
+static inline void tls_load(const TlsState* s) {
+    tls_writes_begin();
+    threadIdx = s->thread_idx;
+    blockIdx = s->block_idx;
+    blockDim = s->block_dim;
+    gridDim = s->grid_dim;
+    self = s->self;
+    cp_cur = s->cp;
+    cur_fiber = s->fiber;
+#if defined(__SANITIZE_THREAD__)
+    quiet_depth = s->quiet;
+#endif
+    tls_writes_end();
+}
+
+struct Fiber {
+    Team* team;
+    int tid;
+    int kind = -1;             /* the mode its context was made for; -1: to be made */
+    void* sp = nullptr;        /* MODE_FIBERS: the stack pointer it was switched out at */
+    ucontext_t uc;             /* MODE_UCONTEXT */
+    unsigned char* stack;      /* stack_bytes(), a guard page below */
+    size_t stack_size;
+    bool done = true;          /* finished this launch */
+    Word* wait_word = nullptr; /* waits until *wait_word != wait_val */
+    uint32_t wait_val = 0;
+    const char* wait_what = nullptr;
+    Site wait_site{nullptr, 0};
+    CpState cp;
+    TlsState tls;
+    void* tsan = nullptr;
+};
+
+/* x86-64: a switch that saves what the SysV ABI makes the callee keep (rbx, rbp, r12-r15, the
+ * MXCSR and x87 control words) on the old stack and pops them from the new one; no signal mask,
+ * so no system call (swapcontext makes one). Elsewhere: ucontext. */
+#if defined(__x86_64__) && defined(__ELF__)
+#define SG_EMU_ASM_SWITCH 1
+extern "C" void sg_emu_fiber_switch(void** save_sp, void* to_sp);
+extern "C" void sg_emu_fiber_start(void);
+asm(R"(
+    .pushsection .text
+    .globl sg_emu_fiber_switch
+    .hidden sg_emu_fiber_switch
+    .type sg_emu_fiber_switch, @function
+    .p2align 4
+sg_emu_fiber_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size sg_emu_fiber_switch, .-sg_emu_fiber_switch
+    .globl sg_emu_fiber_start
+    .hidden sg_emu_fiber_start
+    .type sg_emu_fiber_start, @function
+sg_emu_fiber_start:
+    movq %r13, %rdi
+    callq *%r12
+    ud2
+    .size sg_emu_fiber_start, .-sg_emu_fiber_start
+    .popsection
+)");
+#endif
+
+static void fiber_switch_out(Fiber* f);
+
+static void fiber_main(Fiber* f) {
+    TlsState fresh = {};
+    fresh.fiber = f;
+    tls_load(&fresh);
+    for (;;) {
+        hb_acquire(&launch_token);
+        run_team_thread(*f->team, f->tid, &f->cp);
+        hb_release(&done_token);
+        quiet_begin();
+        f->done = true;
+        fiber_switch_out(f);   /* parked until the next launch */
+        quiet_end();
+    }
+}
+static void fiber_main_uc(unsigned lo, unsigned hi) {
+    fiber_main((Fiber*)((uintptr_t)hi << 32 | (uintptr_t)lo));
+}
+
+/* a fresh context at the top of the fiber's stack, entering fiber_main */
+static void fiber_make(Fiber* f, Team& t, int kind) {
+#if defined(__SANITIZE_THREAD__)
+    /* a new TSan fiber too: a parked one is inside a quiet section, ignoring its accesses */
+    /* made outside the quiet sections, so that the fiber starts after what its OS thread did
+     * before (TSan's writes that set up the thread's TLS, which the fiber reads) */
+    if (f->tsan) __tsan_destroy_fiber(f->tsan);
+    int depth = quiet_depth;
+    for (int i = 0; i < depth; i++) quiet_end();
+    f->tsan = __tsan_create_fiber(0);
+    for (int i = 0; i < depth; i++) quiet_begin();
+    char name[64];
+    snprintf(name, sizeof(name), "emulated CUDA thread %d (team %d)", f->tid, t.index);
+    __tsan_set_fiber_name(f->tsan, name);
+#endif
+    f->cp.open.clear();
+    f->cp.groups.clear();
+#ifdef SG_EMU_ASM_SWITCH
+    if (kind == MODE_FIBERS) {
+        uintptr_t top = (uintptr_t)(f->stack + f->stack_size) & ~(uintptr_t)15;
+        uint64_t* ret = (uint64_t*)(top - 24);   /* so that fiber_main starts with rsp = 8 mod 16 */
+        ret[1] = ret[2] = 0;
+        ret[0] = (uint64_t)(uintptr_t)sg_emu_fiber_start;
+        uint64_t* sp = ret - 7;
+        uint32_t mxcsr;
+        uint16_t fpucw;
+        __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+        __asm__ volatile("fnstcw %0" : "=m"(fpucw));
+        sp[0] = 0;
+        memcpy(&sp[0], &mxcsr, 4);
+        memcpy((char*)&sp[0] + 4, &fpucw, 2);
+        sp[1] = sp[2] = 0;                          /* r15, r14 */
+        sp[3] = (uint64_t)(uintptr_t)f;             /* r13: the argument */
+        sp[4] = (uint64_t)(uintptr_t)fiber_main;    /* r12: the function */
+        sp[5] = sp[6] = 0;                          /* rbx, rbp */
+        f->sp = sp;
+        f->kind = kind;
+        return;
+    }
+#endif
+    if (getcontext(&f->uc) != 0) die(nullptr, "getcontext failed for emulated GPU thread %d", f->tid);
+    f->uc.uc_stack.ss_sp = f->stack;
+    f->uc.uc_stack.ss_size = f->stack_size;
+    f->uc.uc_link = nullptr;
+    makecontext(&f->uc, (void (*)(void))fiber_main_uc, 2, (unsigned)(uintptr_t)f,
+                (unsigned)((uintptr_t)f >> 32));
+    f->kind = MODE_UCONTEXT;
+}
+
+static Fiber* new_fiber(Team& t, int tid) {
+    Fiber* f = new Fiber;
+    f->team = &t;
+    f->tid = tid;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t bytes = (stack_bytes() + page - 1) / page * page;
+    void* m = mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        die(nullptr, "cannot map the stack of emulated GPU thread %d (SG_EMU_STACK_KB %zu)", tid, stack_bytes() / 1024);
+    mprotect(m, page, PROT_NONE);   /* a guard page: an overflow faults, as on an OS thread's stack */
+    f->stack = (unsigned char*)m + page;
+    f->stack_size = bytes;
+    return f;
+}
+
+/* the scheduler gives the OS thread to f until f waits or finishes the launch */
+static inline void switch_in(Team& t, Fiber* f) {
+#if defined(__SANITIZE_THREAD__)
+    __tsan_switch_to_fiber(f->tsan, tsan_switch_no_sync);   /* no_sync: a switch orders nothing */
+#endif
+#ifdef SG_EMU_ASM_SWITCH
+    if (f->kind == MODE_FIBERS) {
+        void* to = f->sp;
+        sg_emu_fiber_switch(&t.sched_sp, to);
+        return;
+    }
+#endif
+    swapcontext(&t.sched_uc, &f->uc);
+}
+
+/* the fiber gives the OS thread back to its scheduler; returns when resumed */
+static void fiber_switch_out(Fiber* f) {
+    Team& t = *f->team;
+    tls_save(&f->tls);
+#if defined(__SANITIZE_THREAD__)
+    __tsan_switch_to_fiber(t.sched_tsan, tsan_switch_no_sync);
+#endif
+#ifdef SG_EMU_ASM_SWITCH
+    if (f->kind == MODE_FIBERS) {
+        void* to = t.sched_sp;
+        sg_emu_fiber_switch(&f->sp, to);
+    } else
+#endif
+        swapcontext(&f->uc, &t.sched_uc);
+    tls_load(&f->tls);
+}
+
+/* wait_change for a fiber: called inside a quiet section */
+static void fiber_wait(Word* w, uint32_t val, const char* what, Site site) {
+    Fiber* f = cur_fiber;
+    f->wait_word = w;
+    f->wait_val = val;
+    f->wait_what = what;
+    f->wait_site = site;
+    fiber_switch_out(f);
+    f->wait_word = nullptr;
+}
+
+/* Runs the team's share of the launch: its nthreads fibers, each until it waits. A fiber is
+ * resumed only once what it waits for has changed; only the team's own fibers change it, so a
+ * full round with none to resume is a deadlock that no check caught: the scheduler then sleeps
+ * and the watchdog reports it, as a thread that spins is reported.
+ *
+ * The order is greedy, so that a missing barrier shows: whenever a wait completes, the scan starts
+ * again from the first fiber, so the lowest runnable thread always runs on (a warp runs ahead of
+ * the others through its own collectives, and reads what a later warp has not yet written). Odd
+ * launches scan from the last fiber instead, so that the later warps run ahead too. Without a
+ * completed wait the scan goes on from where it was (each arrival at a barrier costs O(1)). */
+static void run_fiber_team(Team& t, uint32_t launch) {
+    quiet_begin();
+    const int n = t.nthreads;
+#if defined(__SANITIZE_THREAD__)
+    t.sched_tsan = __tsan_get_current_fiber();
+#endif
+    while (t.n_fibers < n) {
+        t.fibers[t.n_fibers] = new_fiber(t, t.n_fibers);
+        t.n_fibers++;
+    }
+    for (int i = 0; i < n; i++) {
+        Fiber* f = t.fibers[i];
+        if (f->kind != (int)mode) fiber_make(f, t, mode);
+        f->done = false;
+        f->wait_word = nullptr;
+    }
+    TlsState mine;
+    tls_save(&mine);
+    t.scheduling.store(true, std::memory_order_release);
+    const bool down = launch & 1;
+    const int first = down ? n - 1 : 0;
+    int live = n, idle = 0, i = first;
+    while (live > 0) {
+        Fiber* f = t.fibers[i];
+        if (f->done || (f->wait_word && f->wait_word->load(std::memory_order_acquire) == f->wait_val)) {
+            if (++idle >= n) {
+                idle = 0;
+                struct timespec ts = {0, 20 * 1000000L};
+                nanosleep(&ts, nullptr);
+            }
+            i = down ? (i == 0 ? n - 1 : i - 1) : (i + 1 == n ? 0 : i + 1);
+            continue;
+        }
+        idle = 0;
+        unsigned wakes = fiber_wakes;
+        t.running.store(i, std::memory_order_relaxed);
+        switch_in(t, f);
+        t.running.store(-1, std::memory_order_relaxed);
+        tls_load(&mine);
+        t.switches.fetch_add(1, std::memory_order_relaxed);
+        if (f->done) live--;
+        if (fiber_wakes != wakes) i = first;   /* waiters released: the first runnable goes on */
+        else i = down ? (i == 0 ? n - 1 : i - 1) : (i + 1 == n ? 0 : i + 1);
+    }
+    t.scheduling.store(false, std::memory_order_release);
+    quiet_end();
+}
+
+/* ---- the watchdog: a fiber that spins holds its OS thread, so no fiber can time its own wait.
+ * A thread of its own looks at every team a few times a second, and reports a team whose fibers
+ * have not switched for SG_EMU_STALL_SECONDS, naming a fiber that waits (or the one running). */
+static std::atomic<uint32_t> watch_launch{0};   /* bumped at every launch in a fiber mode */
+static std::atomic<int> watch_teams{0};         /* teams of that launch; 0: none in flight */
+static bool watchdog_started = false;
+
+static void report_stall(Team& t) {
+    int tid = t.running.load(std::memory_order_relaxed);
+    Fiber* w = nullptr;   /* with none running, the scheduler found no fiber to resume */
+    for (int i = 0; tid < 0 && i < t.nthreads && i < t.n_fibers; i++)
+        if (!t.fibers[i]->done && t.fibers[i]->wait_word) { w = t.fibers[i]; break; }
+    if (w) tid = w->tid;
+    self.team = &t;
+    self.tid = tid;
+    flat_to_uint3(tid < 0 ? 0 : tid, cur.block, &threadIdx);
+    flat_to_uint3(t.block, cur.grid, &blockIdx);
+    if (w)
+        die(cur.name, "no progress for %ld s waiting at %s (%s:%d): a thread spins or waits "
+            "on another block (SG_EMU_STALL_SECONDS)", stall_seconds, w->wait_what, w->wait_site.file,
+            w->wait_site.line);
+    die(cur.name, "no progress for %ld s: this thread runs on without reaching a barrier or collective: it "
+        "spins or waits on another block (SG_EMU_STALL_SECONDS)", stall_seconds);
+}
+
+static void* watchdog_main(void*) {
+    quiet_begin();   /* it reads bookkeeping only, and orders nothing */
+    uint32_t launch = 0;
+    uint64_t seen[16] = {0};
+    struct timespec since[16], now;
+    for (;;) {
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, nullptr);
+        int nt = watch_teams.load(std::memory_order_acquire);
+        uint32_t l = watch_launch.load(std::memory_order_acquire);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        for (int i = 0; i < nt && i < 16; i++) {
+            Team* t = teams[i];
+            if (!t) continue;
+            uint64_t s = t->switches.load(std::memory_order_relaxed);
+            if (l != launch || s != seen[i] || !t->scheduling.load(std::memory_order_acquire)) {
+                seen[i] = s;
+                since[i] = now;
+            } else if (now.tv_sec - since[i].tv_sec >= stall_seconds &&
+                       watch_launch.load(std::memory_order_acquire) == l) {
+                report_stall(*t);
+            }
+        }
+        launch = l;
+    }
+    return nullptr;
+}
+
+static void start_watchdog(void) {
+    if (watchdog_started) return;
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, watchdog_main, nullptr) != 0)
+        die(nullptr, "cannot start the emulation's watchdog thread");
+    pthread_attr_destroy(&attr);
+    watchdog_started = true;
 }
 
 static void* worker_main(void* arg) {
     Worker* w = (Worker*)arg;
     uint32_t seen = 0;
+    CpState cp;   /* the cp.async state of the CUDA thread it runs (os mode) */
     for (;;) {
         quiet_begin();
         while (w->job.load(std::memory_order_acquire) == seen) futex_wait(&w->job, seen, 60000);
         seen = w->job.load(std::memory_order_acquire);
         quiet_end();
         hb_acquire(&launch_token);
-        int per_team = cur.block.x * cur.block.y * cur.block.z;
-        run_team_thread(*teams[w->index / per_team], w->index % per_team);
+        if (mode == MODE_OS) {
+            int per_team = cur.block.x * cur.block.y * cur.block.z;
+            run_team_thread(*teams[w->index / per_team], w->index % per_team, &cp);
+        } else {
+            run_fiber_team(*teams[w->index + 1], launch_no);   /* team 0 runs on the host thread */
+        }
         hb_release(&done_token);
         quiet_begin();
         if (pool_left.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake_all(&pool_left);
@@ -706,10 +1135,19 @@ static void* worker_main(void* arg) {
     return nullptr;
 }
 
-/* A child made by fork() has none of the pool's threads: it starts a pool of its own. */
+/* A child made by fork() has none of the pool's threads, nor the watchdog: it starts its own.
+ * Fibers parked by the parent's threads get fresh contexts (their saved frames belong to threads
+ * that do not exist here). */
 static void forget_pool_in_child(void) {
     workers.clear();   /* the parent's Worker records stay with the parent's threads */
     in_launch = false;
+    watchdog_started = false;
+    watch_teams.store(0);
+    for (Team* t : teams) {
+        if (!t) continue;
+        t->scheduling.store(false);
+        for (int i = 0; i < t->n_fibers; i++) t->fibers[i]->kind = -1;
+    }
 }
 
 static void grow_pool(int n) {
@@ -718,7 +1156,7 @@ static void grow_pool(int n) {
         pthread_atfork(nullptr, nullptr, forget_pool_in_child);
         atfork_set = true;
     }
-    static size_t stack = (size_t)env_long("SG_EMU_STACK_KB", 256, 64, 1 << 20) * 1024;
+    size_t stack = stack_bytes();
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, stack);
@@ -731,6 +1169,22 @@ static void grow_pool(int n) {
         workers.push_back(w);
     }
     pthread_attr_destroy(&attr);
+}
+
+/* SG_EMU_THREADS: fibers (the default), ucontext (fibers switched by swapcontext: the portable
+ * switch, which is the fibers' switch where there is no x86-64 one), os (an OS thread each) */
+static Mode threads_mode(void) {
+    const char* s = getenv("SG_EMU_THREADS");
+    if (!s || !*s || !strcmp(s, "fibers")) {
+#ifdef SG_EMU_ASM_SWITCH
+        return MODE_FIBERS;
+#else
+        return MODE_UCONTEXT;
+#endif
+    }
+    if (!strcmp(s, "ucontext")) return MODE_UCONTEXT;
+    if (!strcmp(s, "os")) return MODE_OS;
+    die(nullptr, "SG_EMU_THREADS=%s: expected fibers, ucontext or os", s);
 }
 
 /* ---- launch ------------------------------------------------------------------------------- */
@@ -775,6 +1229,7 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
     if (dyn_smem > dyn_limit) return set_error(cudaErrorInvalidValue);
 
     stall_seconds = env_long("SG_EMU_STALL_SECONDS", 300, 1, 1L << 30);
+    mode = threads_mode();
     long nblocks = (long)grid.x * grid.y * grid.z;
     long nteams = env_long("SG_EMU_CONCURRENT_BLOCKS", 1, 1, 16);
     if (nteams > nblocks) nteams = nblocks;
@@ -787,10 +1242,11 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
     cur.nblocks = nblocks;
     cur.nteams = (int)nteams;
     cur.body = &body;
-    while ((long)teams.size() < nteams) {
-        teams.push_back(new Team);
-        teams.back()->index = (int)teams.size() - 1;
-    }
+    for (int i = 0; i < nteams; i++)
+        if (!teams[i]) {
+            teams[i] = new Team;
+            teams[i]->index = i;
+        }
     for (int i = 0; i < nteams; i++) {
         Team& t = *teams[i];
         t.nthreads = (int)threads;
@@ -805,18 +1261,37 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
         }
         prepare_block(t, i);
     }
-    int needed = (int)(nteams * threads);
-    grow_pool(needed);
-    pool_left.store(needed, std::memory_order_relaxed);
-    launch_no++;
-    hb_release(&launch_token);
-    quiet_begin();
-    for (int i = 0; i < needed; i++) {
-        workers[i]->job.store(launch_no, std::memory_order_release);
-        futex_wake_all(&workers[i]->job);
+    if (mode == MODE_OS) {
+        int needed = (int)(nteams * threads);
+        grow_pool(needed);
+        pool_left.store(needed, std::memory_order_relaxed);
+        launch_no++;
+        hb_release(&launch_token);
+        quiet_begin();
+        for (int i = 0; i < needed; i++) {
+            workers[i]->job.store(launch_no, std::memory_order_release);
+            futex_wake_all(&workers[i]->job);
+        }
+    } else {
+        /* team 0's fibers run on this thread; each other team's on a worker of its own */
+        int helpers = (int)nteams - 1;
+        grow_pool(helpers);
+        start_watchdog();
+        pool_left.store(helpers, std::memory_order_relaxed);
+        launch_no++;
+        hb_release(&launch_token);
+        quiet_begin();
+        watch_launch.fetch_add(1, std::memory_order_release);
+        watch_teams.store((int)nteams, std::memory_order_release);
+        for (int i = 0; i < helpers; i++) {
+            workers[i]->job.store(launch_no, std::memory_order_release);
+            futex_wake_all(&workers[i]->job);
+        }
+        run_fiber_team(*teams[0], launch_no);
     }
     uint32_t left;
     while ((left = pool_left.load(std::memory_order_acquire)) != 0) futex_wait(&pool_left, left, 60000);
+    watch_teams.store(0, std::memory_order_release);
     quiet_end();
     hb_acquire(&done_token);
     in_launch = false;

@@ -1,8 +1,8 @@
 /* cuda/emu/cuda_emu.h — the CUDA subset of cuda/device.h, emulated on the CPU (-DSG_EMU).
  *
  * A kernel source written for nvcc builds unchanged as C++ against this header; the runtime is
- * cuda/emu/cuda_emu.cpp. Each launch runs its blocks on teams of real threads (one thread per
- * CUDA thread, pooled, small stacks); a block's threads meet only where CUDA makes them meet:
+ * cuda/emu/cuda_emu.cpp. Each launch runs its blocks on teams (one fiber per CUDA thread, each
+ * with a small stack; SG_EMU_THREADS=os: one pooled OS thread each); a block's threads meet only where CUDA makes them meet:
  * __syncthreads(), and the warp collectives with their explicit mask. What the emulation checks,
  * and what it cannot, is written up in docs/cuda-emulation.md.
  *
@@ -36,7 +36,8 @@
 #define __launch_bounds__(...)
 /* __restrict__ is already a GNU C++ keyword */
 
-/* ---- index types and the built-in variables (thread-locals of each emulated thread) ------- */
+/* ---- index types and the built-in variables (thread-locals of each emulated thread; a fiber
+ * puts its own back whenever it runs) -------------------------------------------------------- */
 struct uint3 {
     unsigned x, y, z;
 };
