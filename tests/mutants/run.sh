@@ -19,9 +19,16 @@
 # "(build)", a weak kill that the table shows apart. Before any mutant, every test named must
 # pass on the unmutated copy, else nothing is measured.
 #
+# A mutant that plants its bug in a kernel only some CPUs run (an AVX-512 table) names the CPU
+# flags it needs on a header line, as /proc/cpuinfo spells them:
+#     # requires: avx512f avx512bf16
+# On a CPU without them its tests skip that kernel, so the mutant can be neither killed nor
+# survive here: it is not run, its row says which flag is missing, and the last line counts it
+# apart ("N not run on this CPU"); run make mutants on a CPU with the flag to judge it.
+#
 # Prints one row per mutant (name, what killed it or SURVIVED, seconds) and ends with the line
-# "N killed, N survived" (", N error" added when a patch did not apply or a header is bad). Exits
-# non-zero if any mutant survived or errored. FILTER runs only the mutants whose name contains it.
+# "N killed, N survived" (", N error" added when a patch did not apply or a header is bad; ", N
+# not run on this CPU" for the mutants above). Exits non-zero if any mutant survived or errored. FILTER runs only the mutants whose name contains it.
 # Each mutant's log (patch, build, test output) is written to build/mutants/NAME.log.
 #
 # Environment: MUTANTS_JOBS (make -j, default 2), MUTANTS_TIMEOUT (seconds per test, default
@@ -68,6 +75,16 @@ target_of() {
 }
 # the make targets a patch adds (# targets:), one per line
 extra_targets_of() { sed -n 's/^# targets:[[:space:]]*//p' "$1" | head -n 1 | tr -s ' \t' '\n' | sed '/^$/d'; }
+# the CPU flags a patch needs (# requires:), one per line
+requires_of() { sed -n 's/^# requires:[[:space:]]*//p' "$1" | head -n 1 | tr -s ' \t' '\n' | sed '/^$/d'; }
+# the first of those flags this CPU lacks (empty when it has them all)
+cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | sed 's/^[^:]*://') "
+missing_flag_of() {
+    local f
+    for f in $(requires_of "$1"); do
+        case "$cpu_flags" in *" $f "*) ;; *) echo "$f"; return ;; esac
+    done
+}
 # the files a patch changes
 files_of() { sed -n 's/^+++ b\/\([^[:space:]]*\).*/\1/p' "$1"; }
 
@@ -110,7 +127,7 @@ printf 'baseline: %d test(s) pass on the unmutated tree (%.0f s)\n\n' "$(echo "$
     "$(awk -v a="$t_start" -v b="$(date +%s.%N)" 'BEGIN{print b-a}')"
 
 # ---- the mutants ------------------------------------------------------------------------------
-killed=0; survived=0; errors=0; build_kills=0
+killed=0; survived=0; errors=0; build_kills=0; not_run=0
 printf '%-38s %-42s %7s\n' "mutant" "killed by" "seconds"
 printf '%-38s %-42s %7s\n' "------" "---------" "-------"
 for p in "${mutants[@]}"; do
@@ -121,8 +138,11 @@ for p in "${mutants[@]}"; do
     files=$(files_of "$p")
     result=""
     : > "$log"
+    missing=$(missing_flag_of "$p")
     if [ -z "$tests" ]; then
         result="ERROR: no '# tests:' line"
+    elif [ -n "$missing" ]; then
+        result="not run: this CPU lacks $missing"
     elif [ -z "$files" ]; then
         result="ERROR: no file changed"
     elif ! patch -p1 -f -s --dry-run < "$p" >> "$log" 2>&1; then
@@ -160,6 +180,7 @@ for p in "${mutants[@]}"; do
     case "$result" in
         SURVIVED) survived=$((survived + 1)) ;;
         ERROR*) errors=$((errors + 1)) ;;
+        "not run"*) not_run=$((not_run + 1)) ;;
         *) killed=$((killed + 1)) ;;
     esac
     secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
@@ -169,9 +190,8 @@ done
 echo
 [ "$build_kills" -gt 0 ] && echo "($build_kills of the kills by a build failure: weak kills)"
 printf 'total %.0f s\n' "$(awk -v a="$t_start" -v b="$(date +%s.%N)" 'BEGIN{print b-a}')"
-if [ "$errors" -gt 0 ]; then
-    echo "$killed killed, $survived survived, $errors error"
-else
-    echo "$killed killed, $survived survived"
-fi
+tail_line=""
+[ "$errors" -gt 0 ] && tail_line="$tail_line, $errors error"
+[ "$not_run" -gt 0 ] && tail_line="$tail_line, $not_run not run on this CPU"
+echo "$killed killed, $survived survived$tail_line"
 [ "$survived" -eq 0 ] && [ "$errors" -eq 0 ]
