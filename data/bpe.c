@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "util/fileio.h"
+#include "util/err.h"
 
 #define BPE_MAX_VOCAB 65536
 #define BPE_EOT_STRING "<|endoftext|>"
@@ -80,7 +81,7 @@ struct Bpe {
 static void set_err(char* err, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, 256, fmt, ap);
+    err_vprintf(err, fmt, ap);
     va_end(ap);
     for (char* c = err; *c; c++)
         if ((unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f) *c = '?';

@@ -14,6 +14,7 @@
 #include "data/prepare.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "util/err.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -36,13 +37,6 @@
 static const char* const split_names[2] = {"train", "val"};
 
 /* One line into a 256-byte error buffer (long paths are cut, never overflow). */
-static void set_err(char* err, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, 256, fmt, ap);
-    va_end(ap);
-}
-
 static void usage(FILE* f) {
     fprintf(f,
         "usage: ./train prepare [--tokenizer byte|gpt2] [--bpe-dir DIR] [--val-frac F] [--shard-tokens N]\n"
@@ -95,7 +89,7 @@ static int sink_close_current(Sink* k) {
         int cap = k->cap_done ? 2 * k->cap_done : 8;
         ShardWriter* d = realloc(k->done, (size_t)cap * sizeof(ShardWriter));
         if (!d) {
-            set_err(k->err, "%s: out of memory", k->outdir);
+            err_printf(k->err, "%s: out of memory", k->outdir);
             shard_writer_abort(&k->cur);
             return 1;
         }
@@ -117,7 +111,7 @@ static int sink_emit(Sink* k, int sp, const uint16_t* t, size_t n) {
             int len = snprintf(path, sizeof(path), "%s/%s_%06d.bin", k->outdir, split_names[sp],
                                k->files[sp]);
             if (len < 0 || (size_t)len >= sizeof(path)) {
-                set_err(k->err, "%s: output path too long", k->outdir);
+                err_printf(k->err, "%s: output path too long", k->outdir);
                 return 1;
             }
             if (shard_writer_open(&k->cur, path, k->err) != 0) {
@@ -174,21 +168,21 @@ static void sink_abort(Sink* k) {
 static int make_dirs(const char* dir, char err[256]) {
     char path[PATH_MAX];
     size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof(path)) { set_err(err, "prepare: bad output directory '%s'", dir); return 1; }
+    if (n == 0 || n >= sizeof(path)) { err_printf(err, "prepare: bad output directory '%s'", dir); return 1; }
     memcpy(path, dir, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (path[i] != '/' && path[i] != '\0') continue;
         char c = path[i];
         path[i] = '\0';
         if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-            set_err(err, "%s: cannot create directory: %s", path, strerror(errno));
+            err_printf(err, "%s: cannot create directory: %s", path, strerror(errno));
             return 1;
         }
         path[i] = c;
     }
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        set_err(err, "%s: not a directory", dir);
+        err_printf(err, "%s: not a directory", dir);
         return 1;
     }
     return 0;
@@ -197,9 +191,12 @@ static int make_dirs(const char* dir, char err[256]) {
 /* The size of one input, which must be a readable regular file. */
 static int input_size(const char* path, size_t* bytes, char err[256]) {
     struct stat st;
-    if (stat(path, &st) != 0) { set_err(err, "%s: cannot read input: %s", path, strerror(errno)); return 1; }
-    if (!S_ISREG(st.st_mode)) { set_err(err, "%s: input is not a regular file", path); return 1; }
-    if (access(path, R_OK) != 0) { set_err(err, "%s: cannot read input: %s", path, strerror(errno)); return 1; }
+    if (stat(path, &st) != 0) { err_printf(err, "%s: cannot read input: %s", path, strerror(errno)); return 1; }
+    if (!S_ISREG(st.st_mode)) { err_printf(err, "%s: input is not a regular file", path); return 1; }
+    if (access(path, R_OK) != 0) {
+        err_printf(err, "%s: cannot read input: %s", path, strerror(errno));
+        return 1;
+    }
     *bytes = (size_t)st.st_size;
     return 0;
 }
@@ -256,7 +253,7 @@ typedef int (*TokenFn)(void* ctx, const uint16_t* t, size_t n);
  * carried over. Returns 0, or non-zero with err set (unless fn failed). */
 static int encode_document(Reader* r, const char* path, TokenFn fn, void* ctx, char err[256]) {
     FILE* f = fopen(path, "rb");
-    if (!f) { set_err(err, "%s: cannot open input: %s", path, strerror(errno)); return 1; }
+    if (!f) { err_printf(err, "%s: cannot open input: %s", path, strerror(errno)); return 1; }
     size_t have = 0;
     int eof = 0, rc = 0;
     while (!eof || have > 0) {
@@ -264,14 +261,14 @@ static int encode_document(Reader* r, const char* path, TokenFn fn, void* ctx, c
             size_t want = r->cap - have, got = fread(r->text + have, 1, want, f);
             have += got;
             if (got < want) {
-                if (ferror(f)) { set_err(err, "%s: read error: %s", path, strerror(errno)); rc = 1; break; }
+                if (ferror(f)) { err_printf(err, "%s: read error: %s", path, strerror(errno)); rc = 1; break; }
                 eof = 1;
             }
         }
         size_t cut = eof ? have : tokenizer_safe_cut(r->tok, r->text, have);
         if (cut == 0) {   /* no place to cut yet (a very long word): read on in a bigger buffer */
             if (eof) break;   /* nothing left */
-            if (reader_grow(r) != 0) { set_err(err, "%s: out of memory", path); rc = 1; break; }
+            if (reader_grow(r) != 0) { err_printf(err, "%s: out of memory", path); rc = 1; break; }
             continue;
         }
         size_t m = tokenizer_encode(r->tok, r->text, cut, r->toks);
@@ -299,11 +296,11 @@ static int encode_document(Reader* r, const char* path, TokenFn fn, void* ctx, c
 static int encode_jsonl(Reader* r, const char* path, const char* field, TokenFn fn, void* ctx,
                         size_t* docs, char err[256]) {
 #ifdef SEEDGPT_NO_BPE
-    set_err(err, "%s: --jsonl needs cJSON, which this build was made without", path);
+    err_printf(err, "%s: --jsonl needs cJSON, which this build was made without", path);
     return 1;
 #else
     FILE* f = fopen(path, "rb");
-    if (!f) { set_err(err, "%s: cannot open input: %s", path, strerror(errno)); return 1; }
+    if (!f) { err_printf(err, "%s: cannot open input: %s", path, strerror(errno)); return 1; }
     char* line = NULL;
     size_t cap = 0, lineno = 0;
     ssize_t len;
@@ -318,15 +315,15 @@ static int encode_jsonl(Reader* r, const char* path, const char* field, TokenFn 
         cJSON* o = cJSON_ParseWithLength(line, (size_t)len);
         const cJSON* v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, field) : NULL;
         if (!cJSON_IsString(v)) {
-            set_err(err, "%s:%zu: %s", path, lineno, o == NULL || !cJSON_IsObject(o)
-                    ? "not a JSON object" : "no string field named by --jsonl");
+            err_printf(err, "%s:%zu: %s", path, lineno, o == NULL || !cJSON_IsObject(o)
+                       ? "not a JSON object" : "no string field named by --jsonl");
             cJSON_Delete(o);
             rc = 1;
             break;
         }
         size_t n = strlen(v->valuestring);
         uint16_t* grown = realloc(ids, (tokenizer_max_tokens(r->tok, n) + 1) * sizeof(uint16_t));
-        if (grown == NULL) { cJSON_Delete(o); set_err(err, "%s: out of memory", path); rc = 1; break; }
+        if (grown == NULL) { cJSON_Delete(o); err_printf(err, "%s: out of memory", path); rc = 1; break; }
         ids = grown;
         ids[0] = (uint16_t)r->tok->eot;   /* the document's EOT, then its ids */
         size_t m = tokenizer_encode(r->tok, (const unsigned char*)v->valuestring, n, ids + 1);
@@ -335,7 +332,7 @@ static int encode_jsonl(Reader* r, const char* path, const char* field, TokenFn 
         r->tokens_done += m + 1;
         (*docs)++;
     }
-    if (rc == 0 && ferror(f)) { set_err(err, "%s: read error: %s", path, strerror(errno)); rc = 1; }
+    if (rc == 0 && ferror(f)) { err_printf(err, "%s: read error: %s", path, strerror(errno)); rc = 1; }
     free(ids);
     free(line);
     fclose(f);
@@ -487,7 +484,7 @@ int prepare_main(int argc, char** argv) {
         Reader r;
         n = jsonl != NULL ? 0 : (size_t)ndocs;    /* the EOTs (--jsonl: counted with each line) */
         int bad = reader_init(&r, &tok, "counting", total_bytes);
-        if (bad) set_err(err, "out of memory");
+        if (bad) err_printf(err, "out of memory");
         for (int d = 0; d < ndocs && !bad; d++)
             bad = jsonl != NULL ? encode_jsonl(&r, pos[d], jsonl, count_tokens, &n, &jsonl_docs, err)
                                 : encode_document(&r, pos[d], count_tokens, &n, err);
@@ -532,7 +529,7 @@ int prepare_main(int argc, char** argv) {
     k.eot = tok.eot;
     Reader r;
     int failed = reader_init(&r, &tok, "read", total_bytes);
-    if (failed) set_err(k.err, "out of memory");
+    if (failed) err_printf(k.err, "out of memory");
     size_t docs_read = 0;
     for (int d = 0; d < ndocs && !failed && jsonl != NULL; d++)
         failed = encode_jsonl(&r, pos[d], jsonl, feed_sink, &k, &docs_read, k.err) != 0;
@@ -544,7 +541,7 @@ int prepare_main(int argc, char** argv) {
     }
     reader_free(&r);
     if (!failed && k.consumed != n) {
-        set_err(k.err, "input changed while reading: counted %zu tokens, read %zu",
+        err_printf(k.err, "input changed while reading: counted %zu tokens, read %zu",
                  n, k.consumed);
         failed = 1;
     }

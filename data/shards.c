@@ -18,18 +18,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "util/fileio.h"
+#include "util/err.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "shard files are little-endian; this reader assumes a little-endian host (as llm.c does)"
 #endif
-
-static void set_err(char err[256], const char* fmt, ...) {
-    if (!err) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, 256, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- raw I/O ------------------------------------------------------------------------------- */
 
@@ -79,14 +72,14 @@ int shard_writer_open(ShardWriter* w, const char* path, char err[256]) {
     if (!w->path || !w->tmp_path) {
         free(w->path); free(w->tmp_path);
         w->path = w->tmp_path = NULL;
-        set_err(err, "%s: out of memory", path);
+        err_printf(err, "%s: out of memory", path);
         return 1;
     }
     memcpy(w->tmp_path, path, n);
     memcpy(w->tmp_path + n, ".tmp", 5);
     w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
-        set_err(err, "%s: cannot create temporary file %s: %s", path, w->tmp_path, strerror(errno));
+        err_printf(err, "%s: cannot create temporary file %s: %s", path, w->tmp_path, strerror(errno));
         free(w->path); free(w->tmp_path);
         w->path = w->tmp_path = NULL;
         return 1;
@@ -94,21 +87,21 @@ int shard_writer_open(ShardWriter* w, const char* path, char err[256]) {
     /* Placeholder header; finish rewrites it once the count is known. */
     int32_t header[SHARD_HEADER_INTS] = {0};
     if (write_full(w->fd, header, sizeof(header)) != 0) {
-        set_err(err, "%s: write failed: %s", w->tmp_path, strerror(errno));
+        err_printf(err, "%s: write failed: %s", w->tmp_path, strerror(errno));
         return 1;
     }
     return 0;
 }
 
 int shard_writer_append(ShardWriter* w, const uint16_t* tokens, size_t n, char err[256]) {
-    if (w->fd < 0) { set_err(err, "%s: writer is not open", w->path ? w->path : "?"); return 1; }
+    if (w->fd < 0) { err_printf(err, "%s: writer is not open", w->path ? w->path : "?"); return 1; }
     if (n > SHARD_MAX_TOKENS - w->count) {
-        set_err(err, "%s: more than %u tokens in one shard (the header count is an int32)",
-                w->path, SHARD_MAX_TOKENS);
+        err_printf(err, "%s: more than %u tokens in one shard (the header count is an int32)",
+                   w->path, SHARD_MAX_TOKENS);
         return 1;
     }
     if (write_full(w->fd, tokens, n * sizeof(uint16_t)) != 0) {
-        set_err(err, "%s: write failed: %s", w->tmp_path, strerror(errno));
+        err_printf(err, "%s: write failed: %s", w->tmp_path, strerror(errno));
         return 1;
     }
     w->count += n;
@@ -116,9 +109,9 @@ int shard_writer_append(ShardWriter* w, const uint16_t* tokens, size_t n, char e
 }
 
 int shard_writer_finish(ShardWriter* w, char err[256]) {
-    if (w->fd < 0) { set_err(err, "%s: writer is not open", w->path ? w->path : "?"); return 1; }
+    if (w->fd < 0) { err_printf(err, "%s: writer is not open", w->path ? w->path : "?"); return 1; }
     if (w->count == 0) {
-        set_err(err, "%s: refusing to write a shard of 0 tokens", w->path);
+        err_printf(err, "%s: refusing to write a shard of 0 tokens", w->path);
         return 1;
     }
     int32_t header[SHARD_HEADER_INTS] = {0};
@@ -128,17 +121,18 @@ int shard_writer_finish(ShardWriter* w, char err[256]) {
     ssize_t r;
     do { r = pwrite(w->fd, header, sizeof(header), 0); } while (r < 0 && errno == EINTR);
     if (r != (ssize_t)sizeof(header)) {
-        set_err(err, "%s: writing the header failed: %s", w->tmp_path, r < 0 ? strerror(errno) : "short write");
+        err_printf(err, "%s: writing the header failed: %s", w->tmp_path,
+                   r < 0 ? strerror(errno) : "short write");
         return 1;
     }
     if (fsync(w->fd) != 0) {
-        set_err(err, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
+        err_printf(err, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
         return 1;
     }
     int rc = close(w->fd);
     w->fd = -1;
     if (rc != 0) {
-        set_err(err, "%s: close failed: %s", w->tmp_path, strerror(errno));
+        err_printf(err, "%s: close failed: %s", w->tmp_path, strerror(errno));
         return 1;
     }
     return 0;
@@ -154,12 +148,12 @@ void shard_writer_abort(ShardWriter* w) {
 
 int shard_writer_commit(ShardWriter* w, char err[256]) {
     if (w->fd >= 0 || !w->tmp_path) {
-        set_err(err, "%s: commit before finish", w->path ? w->path : "?");
+        err_printf(err, "%s: commit before finish", w->path ? w->path : "?");
         shard_writer_abort(w);
         return 1;
     }
     if (rename(w->tmp_path, w->path) != 0) {
-        set_err(err, "%s: cannot rename %s into place: %s", w->path, w->tmp_path, strerror(errno));
+        err_printf(err, "%s: cannot rename %s into place: %s", w->path, w->tmp_path, strerror(errno));
         shard_writer_abort(w);
         return 1;
     }
@@ -170,9 +164,9 @@ int shard_writer_commit(ShardWriter* w, char err[256]) {
 }
 
 int shard_write(const char* path, const uint16_t* tokens, size_t n, char err[256]) {
-    if (n == 0) { set_err(err, "%s: refusing to write a shard of 0 tokens", path); return 1; }
+    if (n == 0) { err_printf(err, "%s: refusing to write a shard of 0 tokens", path); return 1; }
     if (n > SHARD_MAX_TOKENS) {
-        set_err(err, "%s: %zu tokens is more than one shard holds (%u)", path, n, SHARD_MAX_TOKENS);
+        err_printf(err, "%s: %zu tokens is more than one shard holds (%u)", path, n, SHARD_MAX_TOKENS);
         return 1;
     }
     ShardWriter w;
@@ -192,45 +186,45 @@ static int open_shard(const char* path, char err[256]) {
     const char* kind;
     int fd = open_regular(path, &kind);
     if (fd >= 0) return fd;
-    if (kind != NULL) set_err(err, "%s: not a regular file (%s): expected a token shard", path, kind);
-    else set_err(err, "%s: cannot open: %s", path, strerror(errno));
+    if (kind != NULL) err_printf(err, "%s: not a regular file (%s): expected a token shard", path, kind);
+    else err_printf(err, "%s: cannot open: %s", path, strerror(errno));
     return -1;
 }
 
 /* Validates an open shard; returns its count. */
 static int check_header_fd(int fd, const char* path, size_t* count, char err[256]) {
     struct stat st;
-    if (fstat(fd, &st) != 0) { set_err(err, "%s: cannot stat: %s", path, strerror(errno)); return 1; }
-    if (!S_ISREG(st.st_mode)) { set_err(err, "%s: not a regular file", path); return 1; }
+    if (fstat(fd, &st) != 0) { err_printf(err, "%s: cannot stat: %s", path, strerror(errno)); return 1; }
+    if (!S_ISREG(st.st_mode)) { err_printf(err, "%s: not a regular file", path); return 1; }
     long long size = (long long)st.st_size;
     if (size < SHARD_HEADER_BYTES) {
-        set_err(err, "%s: file is %lld bytes, shorter than the %d-byte shard header (truncated or "
-                "not a token shard)", path, size, SHARD_HEADER_BYTES);
+        err_printf(err, "%s: file is %lld bytes, shorter than the %d-byte shard header (truncated or "
+                   "not a token shard)", path, size, SHARD_HEADER_BYTES);
         return 1;
     }
     int32_t header[SHARD_HEADER_INTS];
     if (pread_full(fd, header, sizeof(header), 0) != 0) {
-        set_err(err, "%s: cannot read the header: %s", path, errno_text());
+        err_printf(err, "%s: cannot read the header: %s", path, errno_text());
         return 1;
     }
     if (header[0] != SHARD_MAGIC) {
-        set_err(err, "%s: bad magic %d (expected %d, llm.c token shard)", path, header[0], SHARD_MAGIC);
+        err_printf(err, "%s: bad magic %d (expected %d, llm.c token shard)", path, header[0], SHARD_MAGIC);
         return 1;
     }
     if (header[1] != SHARD_VERSION) {
-        set_err(err, "%s: unsupported version %d (expected %d, uint16 tokens)", path, header[1],
-                SHARD_VERSION);
+        err_printf(err, "%s: unsupported version %d (expected %d, uint16 tokens)", path, header[1],
+                   SHARD_VERSION);
         return 1;
     }
     if (header[2] <= 0) {
-        set_err(err, "%s: header token count %d (a shard holds at least 1 token)", path, header[2]);
+        err_printf(err, "%s: header token count %d (a shard holds at least 1 token)", path, header[2]);
         return 1;
     }
     long long want = SHARD_HEADER_BYTES + 2LL * header[2];
     if (size != want) {
-        set_err(err, "%s: size %lld bytes does not match header count %d (expected %d + 2*%d = %lld "
-                "bytes): %s", path, size, header[2], SHARD_HEADER_BYTES, header[2], want,
-                size < want ? "truncated" : "oversized, trailing bytes");
+        err_printf(err, "%s: size %lld bytes does not match header count %d (expected %d + 2*%d = %lld "
+                   "bytes): %s", path, size, header[2], SHARD_HEADER_BYTES, header[2], want,
+                   size < want ? "truncated" : "oversized, trailing bytes");
         return 1;
     }
     *count = (size_t)header[2];
@@ -253,15 +247,15 @@ static int check_tokens_fd(int fd, const char* path, size_t count, int vocab_siz
         size_t n = count - start < CHUNK ? count - start : CHUNK;
         off_t off = SHARD_HEADER_BYTES + (off_t)(2 * start);
         if (pread_full(fd, chunk, n * sizeof(uint16_t), off) != 0) {
-            set_err(err, "%s: cannot read tokens at byte offset %lld: %s", path, (long long)off,
-                    errno_text());
+            err_printf(err, "%s: cannot read tokens at byte offset %lld: %s", path, (long long)off,
+                       errno_text());
             return 1;
         }
         for (size_t i = 0; i < n; i++) {
             if ((int)chunk[i] >= vocab_size) {
-                set_err(err, "%s: token %u at byte offset %lld (token index %zu) is out of vocab "
-                        "(must be < %d)", path, chunk[i], (long long)(off + 2 * (off_t)i),
-                        start + i, vocab_size);
+                err_printf(err, "%s: token %u at byte offset %lld (token index %zu) is out of vocab "
+                           "(must be < %d)", path, chunk[i], (long long)(off + 2 * (off_t)i),
+                           start + i, vocab_size);
                 return 1;
             }
         }
@@ -288,9 +282,9 @@ int shard_read(const char* path, int vocab_size, uint16_t** tokens, size_t* coun
     if (check_header_fd(fd, path, &n, err) != 0) { close(fd); return 1; }
     if (vocab_size > 0 && check_tokens_fd(fd, path, n, vocab_size, err) != 0) { close(fd); return 1; }
     uint16_t* t = malloc(n * sizeof(uint16_t));
-    if (!t) { set_err(err, "%s: out of memory for %zu tokens", path, n); close(fd); return 1; }
+    if (!t) { err_printf(err, "%s: out of memory for %zu tokens", path, n); close(fd); return 1; }
     if (pread_full(fd, t, n * sizeof(uint16_t), SHARD_HEADER_BYTES) != 0) {
-        set_err(err, "%s: cannot read tokens: %s", path, errno_text());
+        err_printf(err, "%s: cannot read tokens: %s", path, errno_text());
         free(t); close(fd);
         return 1;
     }
@@ -351,7 +345,7 @@ static int expand_split(DataLoader* dl, const char* split, char err[256]) {
     if (strpbrk(split, "*?[") == NULL) {
         dl->paths = malloc(sizeof(char*));
         if (!dl->paths || !(dl->paths[0] = str_dup(split))) {
-            set_err(err, "%s: out of memory", split);
+            err_printf(err, "%s: out of memory", split);
             return 1;
         }
         dl->num_shards = 1;
@@ -360,21 +354,21 @@ static int expand_split(DataLoader* dl, const char* split, char err[256]) {
     glob_t g;
     int rc = glob(split, GLOB_NOSORT, NULL, &g);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
-        set_err(err, "split %s: pattern matches no files", split);
+        err_printf(err, "split %s: pattern matches no files", split);
         if (rc == 0) globfree(&g);
         return 1;
     }
     if (rc != 0) {
-        set_err(err, "split %s: cannot expand the pattern (glob error %d)", split, rc);
+        err_printf(err, "split %s: cannot expand the pattern (glob error %d)", split, rc);
         return 1;
     }
     dl->paths = calloc(g.gl_pathc, sizeof(char*));
-    if (!dl->paths) { globfree(&g); set_err(err, "split %s: out of memory", split); return 1; }
+    if (!dl->paths) { globfree(&g); err_printf(err, "split %s: out of memory", split); return 1; }
     for (size_t i = 0; i < g.gl_pathc; i++) {
         if (!(dl->paths[i] = str_dup(g.gl_pathv[i]))) {
             dl->num_shards = (int)i;
             globfree(&g);
-            set_err(err, "split %s: out of memory", split);
+            err_printf(err, "split %s: out of memory", split);
             return 1;
         }
     }
@@ -390,14 +384,14 @@ int loader_open(DataLoader* dl, const char* split, int B, int T, int vocab_size,
     dl->fd = -1;
     dl->fd_shard = -1;
     if (B < 1 || T < 1 || (long long)B * T >= (long long)SHARD_MAX_TOKENS) {
-        set_err(err, "split %s: bad batch shape B=%d T=%d", split, B, T);
+        err_printf(err, "split %s: bad batch shape B=%d T=%d", split, B, T);
         return 1;
     }
     dl->B = B;
     dl->T = T;
     dl->vocab_size = vocab_size > 0 ? vocab_size : 0;
     dl->split = str_dup(split);
-    if (!dl->split) { set_err(err, "split %s: out of memory", split); return 1; }
+    if (!dl->split) { err_printf(err, "split %s: out of memory", split); return 1; }
     if (expand_split(dl, split, err) != 0) { loader_close(dl); return 1; }
 
     size_t S = (size_t)dl->num_shards;
@@ -406,7 +400,7 @@ int loader_open(DataLoader* dl, const char* split, int B, int T, int vocab_size,
     dl->first_window = calloc(S + 1, sizeof(size_t));
     dl->buf = malloc((bt + 1) * sizeof(uint16_t));
     if (!dl->shard_tokens || !dl->first_window || !dl->buf) {
-        set_err(err, "split %s: out of memory", split);
+        err_printf(err, "split %s: out of memory", split);
         loader_close(dl);
         return 1;
     }
@@ -430,14 +424,14 @@ int loader_open(DataLoader* dl, const char* split, int B, int T, int vocab_size,
     }
     dl->num_windows = dl->first_window[S];
     if (dl->num_windows == 0) {
-        set_err(err, "split %s: too little data: a window needs B*T+1 = %zu tokens (B=%d, T=%d) "
-                "in one shard, the largest of its %zu shard(s) has %zu: give it more text or "
-                "lower --batch/--seq", split, bt + 1, B, T, S, largest);
+        err_printf(err, "split %s: too little data: a window needs B*T+1 = %zu tokens (B=%d, T=%d) "
+                   "in one shard, the largest of its %zu shard(s) has %zu: give it more text or "
+                   "lower --batch/--seq", split, bt + 1, B, T, S, largest);
         loader_close(dl);
         return 1;
     }
     dl->perm = malloc(dl->num_windows * sizeof(uint64_t));
-    if (!dl->perm) { set_err(err, "split %s: out of memory", split); loader_close(dl); return 1; }
+    if (!dl->perm) { err_printf(err, "split %s: out of memory", split); loader_close(dl); return 1; }
     dl->state.shuffle = shuffle ? 1 : 0;
     dl->state.shuffle_seed = shuffle_seed;
     dl->state.num_windows = dl->num_windows;
@@ -500,17 +494,17 @@ static int read_window(DataLoader* dl, size_t w, int* inputs, int* targets) {
     size_t bt = (size_t)dl->B * dl->T;
     off_t off = SHARD_HEADER_BYTES + (off_t)(2 * first);
     if (pread_full(dl->fd, dl->buf, (bt + 1) * sizeof(uint16_t), off) != 0) {
-        set_err(dl->err, "%s: cannot read %zu tokens at byte offset %lld: %s", path, bt + 1,
-                (long long)off, errno_text());
+        err_printf(dl->err, "%s: cannot read %zu tokens at byte offset %lld: %s", path, bt + 1,
+                   (long long)off, errno_text());
         return 1;
     }
     /* validated at open; checked again because the file may have changed since */
     if (dl->vocab_size > 0) {
         for (size_t i = 0; i <= bt; i++) {
             if ((int)dl->buf[i] >= dl->vocab_size) {
-                set_err(dl->err, "%s: token %u at byte offset %lld (token index %zu) is out of "
-                        "vocab (must be < %d)", path, dl->buf[i], (long long)(off + 2 * (off_t)i),
-                        first + i, dl->vocab_size);
+                err_printf(dl->err, "%s: token %u at byte offset %lld (token index %zu) is out of "
+                           "vocab (must be < %d)", path, dl->buf[i], (long long)(off + 2 * (off_t)i),
+                           first + i, dl->vocab_size);
                 return 1;
             }
         }
@@ -524,8 +518,8 @@ static int read_window(DataLoader* dl, size_t w, int* inputs, int* targets) {
 
 int loader_window(DataLoader* dl, size_t k, int* inputs, int* targets) {
     if (k >= dl->num_windows) {
-        set_err(dl->err, "split %s: window %zu out of range (%zu windows)", dl->split, k,
-                dl->num_windows);
+        err_printf(dl->err, "split %s: window %zu out of range (%zu windows)", dl->split, k,
+                   dl->num_windows);
         return 1;
     }
     return read_window(dl, loader_order(dl, dl->state.epoch, k), inputs, targets);
@@ -564,14 +558,14 @@ LoaderState loader_get_state(const DataLoader* dl) {
 
 int loader_set_state(DataLoader* dl, const LoaderState* s, char err[256]) {
     if (s->num_windows != dl->num_windows) {
-        set_err(err, "split %s: loader state is for a split of %llu windows, this one has %zu "
-                "(B=%d, T=%d): different data or batch shape", dl->split,
-                (unsigned long long)s->num_windows, dl->num_windows, dl->B, dl->T);
+        err_printf(err, "split %s: loader state is for a split of %llu windows, this one has %zu "
+                   "(B=%d, T=%d): different data or batch shape", dl->split,
+                   (unsigned long long)s->num_windows, dl->num_windows, dl->B, dl->T);
         return 1;
     }
     if (s->pos >= s->num_windows || (s->shuffle != 0 && s->shuffle != 1)) {
-        set_err(err, "split %s: bad loader state (pos %llu of %llu windows, shuffle %d)", dl->split,
-                (unsigned long long)s->pos, (unsigned long long)s->num_windows, (int)s->shuffle);
+        err_printf(err, "split %s: bad loader state (pos %llu of %llu windows, shuffle %d)", dl->split,
+                   (unsigned long long)s->pos, (unsigned long long)s->num_windows, (int)s->shuffle);
         return 1;
     }
     dl->state = *s;

@@ -17,6 +17,7 @@
 #include "model/safetensors.h"
 #include "util/bf16.h"
 #include "util/fileio.h"
+#include "util/err.h"
 
 enum { EXIT_BAD = 2 };                 /* bad input: one line said (cli.h's EXIT_BAD_INPUT) */
 #define GPT2_BPE_VOCAB 50257           /* GPT-2's tokenizer: ids 0..50256, 50256 end of text */
@@ -24,14 +25,6 @@ enum { EXIT_BAD = 2 };                 /* bad input: one line said (cli.h's EXIT
 #define PREFIX_LEN 12
 
 /* One line into err[256] (vsnprintf: a long path is cut, never overrun). */
-static void set_err(char err[256], const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_err(char err[256], const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, 256, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- the table ----------------------------------------------------------------------------- */
 
 typedef struct {
@@ -139,8 +132,8 @@ static int read_small(const char* path, size_t cap, char** out, size_t* n, char 
     const char* kind;
     FILE* f = fopen_regular(path, &kind);
     if (f == NULL) {
-        if (kind) set_err(err, "%s: not a regular file (%s)", path, kind);
-        else set_err(err, "%s: cannot open: %s", path, strerror(errno));
+        if (kind) err_printf(err, "%s: not a regular file (%s)", path, kind);
+        else err_printf(err, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     char* buf = malloc(cap + 1);
@@ -148,7 +141,7 @@ static int read_small(const char* path, size_t cap, char** out, size_t* n, char 
     int bad = buf == NULL || ferror(f) || k > cap;
     fclose(f);
     if (bad) {
-        set_err(err, "%s: %s", path, buf == NULL ? "out of memory" : k > cap ? "too large" : "read error");
+        err_printf(err, "%s: %s", path, buf == NULL ? "out of memory" : k > cap ? "too large" : "read error");
         free(buf);
         return -1;
     }
@@ -161,13 +154,13 @@ static int read_small(const char* path, size_t cap, char** out, size_t* n, char 
 /* Writes n bytes to path through path.tmp (util/fileio.h). 0, or -1 with err. */
 static int write_file(const char* path, const void* data, size_t n, char err[256]) {
     char tmp[4200];
-    if (tmp_path_of(tmp, sizeof(tmp), path) != 0) { set_err(err, "%s: path too long", path); return -1; }
+    if (tmp_path_of(tmp, sizeof(tmp), path) != 0) { err_printf(err, "%s: path too long", path); return -1; }
     FILE* f = fopen(tmp, "wb");
-    if (f == NULL) { set_err(err, "%s: cannot create %s: %s", path, tmp, strerror(errno)); return -1; }
+    if (f == NULL) { err_printf(err, "%s: cannot create %s: %s", path, tmp, strerror(errno)); return -1; }
     int saved;
     const char* failed = commit_tmp_file(f, tmp, path, fwrite(data, 1, n, f) != n ? "write" : NULL, &saved);
     if (failed != NULL) {
-        set_err(err, "%s: %s of %s failed: %s", path, failed, tmp, strerror(saved));
+        err_printf(err, "%s: %s of %s failed: %s", path, failed, tmp, strerror(saved));
         return -1;
     }
     return 0;
@@ -201,7 +194,7 @@ static int write_safetensors(const char* path, const GPTConfig* c, const float* 
     int n = num_tensors(c);
     HfTensor* t = calloc((size_t)n, sizeof(HfTensor));
     StEntry* e = calloc((size_t)n, sizeof(StEntry));
-    if (t == NULL || e == NULL) { free(t); free(e); set_err(err, "%s: out of memory", path); return -1; }
+    if (t == NULL || e == NULL) { free(t); free(e); err_printf(err, "%s: out of memory", path); return -1; }
     gpt2_tensors(c, t);
     for (int i = 0; i < n; i++) {
         e[i].name = t[i].name;
@@ -216,7 +209,8 @@ static int write_safetensors(const char* path, const GPTConfig* c, const float* 
     char tmp[4200];
     FILE* f = NULL;
     if (header == NULL || tmp_path_of(tmp, sizeof(tmp), path) != 0 || (f = fopen(tmp, "wb")) == NULL) {
-        set_err(err, "%s: %s", path, header == NULL ? "out of memory" : f == NULL ? strerror(errno) : "path too long");
+        err_printf(err, "%s: %s", path,
+                   header == NULL ? "out of memory" : f == NULL ? strerror(errno) : "path too long");
         free(header); free(t);
         return -1;
     }
@@ -243,7 +237,7 @@ static int write_safetensors(const char* path, const GPTConfig* c, const float* 
     int saved;
     failed = commit_tmp_file(f, tmp, path, failed, &saved);
     if (failed != NULL) {
-        set_err(err, "%s: %s of %s failed: %s", path, failed, tmp, strerror(saved));
+        err_printf(err, "%s: %s of %s failed: %s", path, failed, tmp, strerror(saved));
         return -1;
     }
     return 0;
@@ -497,20 +491,20 @@ static int read_config_json(const char* path, const GPTConfig* c, int* n_head, c
     for (int k = 0; k < 5; k++) {
         int r = st_json_int(text, n, keys[k], &v);
         if (r < 0) {
-            set_err(err, "%s: not a JSON object with an integer %s", path, keys[k]);
+            err_printf(err, "%s: not a JSON object with an integer %s", path, keys[k]);
             free(text);
             return -1;
         }
         if (r == 0) continue;
         if (k == 0) {
             if (v <= 0 || v > 1000000) {
-                set_err(err, "%s: n_head %lld: expected a positive count", path, v);
+                err_printf(err, "%s: n_head %lld: expected a positive count", path, v);
                 free(text);
                 return -1;
             }
             *n_head = (int)v;
         } else if (v != want[k]) {
-            set_err(err, "%s: %s is %lld but the weights say %d", path, keys[k], v, want[k]);
+            err_printf(err, "%s: %s is %lld but the weights say %d", path, keys[k], v, want[k]);
             free(text);
             return -1;
         }
@@ -519,7 +513,7 @@ static int read_config_json(const char* path, const GPTConfig* c, int* n_head, c
     int r = st_json_string(text, n, "activation_function", act, sizeof(act));
     free(text);
     if (r == 1 && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh")) {
-        set_err(err, "%s: activation_function %s: seedgpt's GELU is the tanh approximation "
+        err_printf(err, "%s: activation_function %s: seedgpt's GELU is the tanh approximation "
                  "(gelu_new)", path, act);
         return -1;
     }
@@ -545,7 +539,7 @@ int hf_read_gpt2(const char* path, int n_head, GPTConfig* cfg, float** params, c
     const StTensor* wte = find_either(&sf, PREFIX "wte.weight", &twice);
     const StTensor* wpe = find_either(&sf, PREFIX "wpe.weight", &twice);
     if (wte == NULL || wpe == NULL || wte->ndim != 2 || wpe->ndim != 2) {
-        set_err(err, "%s: %s", st_path, wte == NULL ? "missing tensor wte.weight (the token "
+        err_printf(err, "%s: %s", st_path, wte == NULL ? "missing tensor wte.weight (the token "
                  "embedding): not a GPT-2 model" : wpe == NULL ? "missing tensor wpe.weight (the "
                  "position embedding): not a GPT-2 model" : "wte.weight and wpe.weight must be 2-D");
         st_close(&sf);
@@ -572,7 +566,7 @@ int hf_read_gpt2(const char* path, int n_head, GPTConfig* cfg, float** params, c
         n_head = c.channels == 768 ? 12 : c.channels == 1024 ? 16 : c.channels == 1280 ? 20
                : c.channels == 1600 ? 25 : 0;
         if (n_head == 0) {
-            set_err(err, "%s: the number of heads is not in the weights and there is no "
+            err_printf(err, "%s: the number of heads is not in the weights and there is no "
                      "config.json beside them: give --n-head N", st_path);
             st_close(&sf);
             return -1;
@@ -581,7 +575,7 @@ int hf_read_gpt2(const char* path, int n_head, GPTConfig* cfg, float** params, c
     c.num_heads = c.num_kv_heads = n_head;
     const char* problem = gpt_config_problem(&c);
     if (L == 0 || problem != NULL || wpe->shape[1] != wte->shape[1]) {
-        set_err(err, "%s: not a GPT-2 model seedgpt can hold (V %lld, C %lld, maxT %lld, L %ld, "
+        err_printf(err, "%s: not a GPT-2 model seedgpt can hold (V %lld, C %lld, maxT %lld, L %ld, "
                  "NH %d): %s", st_path, (long long)wte->shape[0], (long long)wte->shape[1],
                  (long long)wpe->shape[0], L, n_head, L == 0 ? "no block h.0.ln_1.weight"
                  : problem ? problem : "wpe's width differs from wte's");
@@ -589,7 +583,7 @@ int hf_read_gpt2(const char* path, int n_head, GPTConfig* cfg, float** params, c
         return -1;
     }
     if (L > sf.n) {   /* a block is 12 tensors: most of them are missing (and L sizes the table) */
-        set_err(err, "%s: missing tensors: a block h.%ld. means %ld blocks, the file holds "
+        err_printf(err, "%s: missing tensors: a block h.%ld. means %ld blocks, the file holds "
                  "%d tensors in all", st_path, L - 1, L, sf.n);
         st_close(&sf);
         return -1;
@@ -599,7 +593,7 @@ int hf_read_gpt2(const char* path, int n_head, GPTConfig* cfg, float** params, c
     HfTensor* t = calloc((size_t)n, sizeof(HfTensor));
     const StTensor** src = calloc((size_t)n, sizeof(StTensor*));
     if (t == NULL || src == NULL) {
-        set_err(err, "%s: out of memory", st_path);
+        err_printf(err, "%s: out of memory", st_path);
         free(t); free(src); st_close(&sf);
         return -1;
     }
@@ -609,10 +603,10 @@ int hf_read_gpt2(const char* path, int n_head, GPTConfig* cfg, float** params, c
     for (int i = 0; i < n && rc == 0; i++) {
         src[i] = find_either(&sf, t[i].name, &twice);
         if (src[i] == NULL) {
-            set_err(err, "%s: missing tensor %s", st_path, t[i].name);
+            err_printf(err, "%s: missing tensor %s", st_path, t[i].name);
             rc = -1;
         } else if (twice) {
-            set_err(err, "%s: tensor %s is there with and without the prefix \"" PREFIX "\"",
+            err_printf(err, "%s: tensor %s is there with and without the prefix \"" PREFIX "\"",
                      st_path, t[i].name + PREFIX_LEN);
             rc = -1;
         } else if (!shape_is(src[i], &t[i])) {
@@ -621,10 +615,10 @@ int hf_read_gpt2(const char* path, int n_head, GPTConfig* cfg, float** params, c
             if (t[i].ndim == 1) snprintf(want, sizeof(want), "(%lld)", (long long)t[i].shape[0]);
             else snprintf(want, sizeof(want), "(%lld, %lld)", (long long)t[i].shape[0],
                           (long long)t[i].shape[1]);
-            set_err(err, "%s: tensor %s has shape %s, expected %s", st_path, t[i].name, msg, want);
+            err_printf(err, "%s: tensor %s has shape %s, expected %s", st_path, t[i].name, msg, want);
             rc = -1;
         } else if (src[i]->dtype != ST_F32 && src[i]->dtype != ST_F16 && src[i]->dtype != ST_BF16) {
-            set_err(err, "%s: tensor %s has dtype %s; expected F32, F16 or BF16", st_path,
+            err_printf(err, "%s: tensor %s has dtype %s; expected F32, F16 or BF16", st_path,
                      t[i].name, st_dtype_name(src[i]->dtype));
             rc = -1;
         }
@@ -646,14 +640,14 @@ int hf_read_gpt2(const char* path, int n_head, GPTConfig* cfg, float** params, c
             for (; name[j] && j < 60; j++)
                 shown_name[j] = name[j] >= 0x20 && name[j] < 0x7f ? name[j] : '?';
             shown_name[j] = '\0';
-            set_err(err, "%s: unexpected tensor %s: not a weight of GPT-2 (L %ld)", st_path,
+            err_printf(err, "%s: unexpected tensor %s: not a weight of GPT-2 (L %ld)", st_path,
                      shown_name, L);
             rc = -1;
         }
     }
     if (rc == 0 && head != NULL && (head->ndim != 2 || head->shape[0] != wte->shape[0] ||
                                     head->shape[1] != wte->shape[1])) {
-        set_err(err, "%s: lm_head.weight's shape differs from wte's: an untied LM head "
+        err_printf(err, "%s: lm_head.weight's shape differs from wte's: an untied LM head "
                  "(GPT-2 ties it to wte)", st_path);
         rc = -1;
     }
@@ -663,7 +657,7 @@ int hf_read_gpt2(const char* path, int n_head, GPTConfig* cfg, float** params, c
     float* p = rc == 0 ? calloc(P, sizeof(float)) : NULL;
     float* tmp = rc == 0 ? malloc((biggest ? biggest : 1) * sizeof(float)) : NULL;
     if (rc == 0 && (p == NULL || tmp == NULL)) {
-        set_err(err, "%s: out of memory for %zu parameters", st_path, P);
+        err_printf(err, "%s: out of memory for %zu parameters", st_path, P);
         rc = -1;
     }
     for (int i = 0; i < n && rc == 0; i++) {
@@ -682,7 +676,7 @@ int hf_read_gpt2(const char* path, int n_head, GPTConfig* cfg, float** params, c
         if (st_read_f32(&sf, head, tmp, err) != 0) {
             rc = -1;
         } else if (memcmp(tmp, p, (size_t)c.vocab_size * c.channels * sizeof(float)) != 0) {
-            set_err(err, "%s: lm_head.weight differs from wte.weight: an untied LM head "
+            err_printf(err, "%s: lm_head.weight differs from wte.weight: an untied LM head "
                      "(GPT-2 ties it to wte)", st_path);
             rc = -1;
         }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include "model/safetensors.h"
 #include "util/fileio.h"
+#include "util/err.h"
 
 static const char* const dtype_names[ST_NUM_DTYPES] = {
     "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL",
@@ -22,14 +23,6 @@ const char* st_dtype_name(int dtype) {
 int st_dtype_bytes(int dtype) { return dtype >= 0 && dtype < ST_NUM_DTYPES ? dtype_sizes[dtype] : 0; }
 
 /* One line into err[256] (vsnprintf: a long path is cut, never overrun). */
-static void set_err(char err[256], const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_err(char err[256], const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, 256, fmt, ap);
-    va_end(ap);
-}
-
 /* A name from a hostile header, fit for a one-line message: printable ASCII kept, the rest '?',
  * at most 60 characters. */
 static const char* shown(const char* name, char out[64]) {
@@ -336,7 +329,7 @@ static int by_offset(const void* a, const void* b) {
 }
 
 static int fail(StFile* sf, char err[256], const char* fmt_what, const char* detail) {
-    set_err(err, "%s: not a valid safetensors file: %s%s%s", sf->path, fmt_what,
+    err_printf(err, "%s: not a valid safetensors file: %s%s%s", sf->path, fmt_what,
              detail ? ": " : "", detail ? detail : "");
     if (sf->f) fclose(sf->f);
     free(sf->t);
@@ -426,14 +419,15 @@ int st_open(StFile* sf, const char* path, char err[256]) {
     snprintf(sf->path, sizeof(sf->path), "%s", path);
     const uint16_t probe = 1;
     if (*(const unsigned char*)&probe != 1) {
-        set_err(err, "%s: safetensors files are little-endian; this host is not", path);
+        err_printf(err, "%s: safetensors files are little-endian; this host is not", path);
         return -1;
     }
     const char* kind;
     sf->f = fopen_regular(path, &kind);
     if (sf->f == NULL) {
-        if (kind != NULL) set_err(err, "%s: not a regular file (%s): expected a safetensors file", path, kind);
-        else set_err(err, "%s: cannot open: %s", path, strerror(errno));
+        if (kind != NULL)
+            err_printf(err, "%s: not a regular file (%s): expected a safetensors file", path, kind);
+        else err_printf(err, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
@@ -509,12 +503,12 @@ float st_f16_to_float(uint16_t h) {
 int st_read_f32(StFile* sf, const StTensor* t, float* dst, char err[256]) {
     char nm[64];
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
-        set_err(err, "%s: tensor %s has dtype %s; expected F32, F16 or BF16", sf->path,
+        err_printf(err, "%s: tensor %s has dtype %s; expected F32, F16 or BF16", sf->path,
                  shown(t->name, nm), dtype_names[t->dtype]);
         return -1;
     }
     if (fseeko(sf->f, (off_t)(sf->data_start + t->begin), SEEK_SET) != 0) {
-        set_err(err, "%s: cannot seek to tensor %s: %s", sf->path, shown(t->name, nm), strerror(errno));
+        err_printf(err, "%s: cannot seek to tensor %s: %s", sf->path, shown(t->name, nm), strerror(errno));
         return -1;
     }
     int eb = dtype_sizes[t->dtype];
@@ -523,7 +517,7 @@ int st_read_f32(StFile* sf, const StTensor* t, float* dst, char err[256]) {
     for (uint64_t at = 0; at < t->numel;) {
         size_t k = t->numel - at < CHUNK ? (size_t)(t->numel - at) : CHUNK;
         if (fread(buf, (size_t)eb, k, sf->f) != k) {
-            set_err(err, "%s: read error in tensor %s: %s", sf->path, shown(t->name, nm),
+            err_printf(err, "%s: read error in tensor %s: %s", sf->path, shown(t->name, nm),
                      ferror(sf->f) ? strerror(errno) : "unexpected end of file");
             return -1;
         }

@@ -8,6 +8,7 @@
  */
 #include "model/state.h"
 #include "util/fileio.h"
+#include "util/err.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -53,14 +54,6 @@ enum {
 static int host_is_little_endian(void) {
     const uint16_t probe = 1;
     return *(const unsigned char*)&probe == 1;
-}
-
-static void set_err(char err[256], const char* fmt, ...) {
-    if (!err) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, 256, fmt, ap);
-    va_end(ap);
 }
 
 static uint32_t get_u32(const unsigned char* h, int off) { uint32_t v; memcpy(&v, h + off, 4); return v; }
@@ -153,9 +146,9 @@ static int check_values(const float* t, size_t n, size_t first, int which, int k
                         const char* path, const char* when, char err[256]) {
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(t[i])) {
-            set_err(err, "%s: %s: %s tensor %s element %zu is %g (a state never holds a "
-                    "non-finite value)", path, when, array_names[which], gpt_param_names[k],
-                    first + i, (double)t[i]);
+            err_printf(err, "%s: %s: %s tensor %s element %zu is %g (a state never holds a "
+                       "non-finite value)", path, when, array_names[which], gpt_param_names[k],
+                       first + i, (double)t[i]);
             return -1;
         }
     }
@@ -191,22 +184,22 @@ int state_save(const char* path, const GPT* m, const StateInfo* info, char err[2
 int state_save_from(const char* path, const GPT* m, const StateInfo* info,
                     const StateMomentSource* src, char err[256]) {
     if (src == NULL && sharded(m)) {
-        set_err(err, "%s: the model holds one shard of AdamW's moments (ZeRO-1): the others' are "
-                "needed to save", path);
+        err_printf(err, "%s: the model holds one shard of AdamW's moments (ZeRO-1): the others' are "
+                   "needed to save", path);
         return -1;
     }
     if (!host_is_little_endian()) {
-        set_err(err, "%s: state files are little-endian; this host is not", path);
+        err_printf(err, "%s: state files are little-endian; this host is not", path);
         return -1;
     }
     char tmp[4096];
     if (tmp_path_of(tmp, sizeof(tmp), path) != 0) {
-        set_err(err, "%s: path too long", path);
+        err_printf(err, "%s: path too long", path);
         return -1;
     }
     size_t opt_len = strnlen(info->options, STATE_MAX_OPTIONS + 1);
     if (opt_len > STATE_MAX_OPTIONS) {
-        set_err(err, "%s: option text longer than %d bytes", path, STATE_MAX_OPTIONS);
+        err_printf(err, "%s: option text longer than %d bytes", path, STATE_MAX_OPTIONS);
         return -1;
     }
     /* the moments from src are checked as they come, before they are written */
@@ -244,7 +237,7 @@ int state_save_from(const char* path, const GPT* m, const StateInfo* info,
 
     FILE* f = fopen(tmp, "wb");
     if (f == NULL) {
-        set_err(err, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+        err_printf(err, "%s: cannot create %s: %s", path, tmp, strerror(errno));
         return -1;
     }
     fault_kill_point("state_open", -1);
@@ -265,7 +258,7 @@ int state_save_from(const char* path, const GPT* m, const StateInfo* info,
                 char serr[256] = "";
                 t = src->tensor(src->ctx, which, k, serr);
                 if (t == NULL) {
-                    if (failed == NULL) set_err(err, "%s: AdamW's moments: %s", path, serr);
+                    if (failed == NULL) err_printf(err, "%s: AdamW's moments: %s", path, serr);
                     if (failed == NULL) failed = "gather";
                     continue;
                 }
@@ -301,8 +294,8 @@ int state_save_from(const char* path, const GPT* m, const StateInfo* info,
     if (failed == NULL && rename(tmp, path) != 0) { failed = "rename"; saved_errno = errno; }
     if (failed != NULL) {
         unlink(tmp);
-        set_err(err, "%s: %s of %s failed: %s (the previous file, if any, is untouched)", path,
-                failed, tmp, strerror(saved_errno));
+        err_printf(err, "%s: %s of %s failed: %s (the previous file, if any, is untouched)", path,
+                   failed, tmp, strerror(saved_errno));
         return -1;
     }
     fault_kill_point("state_renamed", -1);
@@ -321,38 +314,38 @@ static int parse_header(const unsigned char* h, long long size, const char* path
         char shown[9];
         for (int i = 0; i < 8; i++) shown[i] = h[i] >= 32 && h[i] < 127 ? (char)h[i] : '?';
         shown[8] = '\0';
-        set_err(err, "%s: bad magic \"%s\" (expected \"%s\"): not a seedgpt training state", path,
-                shown, STATE_MAGIC);
+        err_printf(err, "%s: bad magic \"%s\" (expected \"%s\"): not a seedgpt training state", path,
+                   shown, STATE_MAGIC);
         return -1;
     }
     uint32_t version = get_u32(h, O_VERSION);
     if (version < 1 || version > STATE_VERSION) {
-        set_err(err, "%s: state file version %u, this build reads versions 1 to %d", path, version,
-                STATE_VERSION);
+        err_printf(err, "%s: state file version %u, this build reads versions 1 to %d", path, version,
+                   STATE_VERSION);
         return -1;
     }
     uint32_t hb = get_u32(h, O_HEADER_BYTES);
     if (hb != STATE_HEADER_BYTES) {
-        set_err(err, "%s: header size %u, expected %d", path, hb, STATE_HEADER_BYTES);
+        err_printf(err, "%s: header size %u, expected %d", path, hb, STATE_HEADER_BYTES);
         return -1;
     }
     uint32_t ranks = get_u32(h, O_RANKS);
     if (ranks == 1 || ranks > STATE_MAX_RANKS) {
-        set_err(err, "%s: bad header: ranks %u (0 for one process, else 2 .. %d)", path, ranks,
-                STATE_MAX_RANKS);
+        err_printf(err, "%s: bad header: ranks %u (0 for one process, else 2 .. %d)", path, ranks,
+                   STATE_MAX_RANKS);
         return -1;
     }
     uint32_t context = version >= 3 ? get_u32(h, O_CONTEXT) : 0;
     if (context == 1 || context > STATE_MAX_RANKS || (context > 1 && (ranks == 0 || ranks % context != 0))) {
-        set_err(err, "%s: bad header: context-parallel %u with %u ranks (0 for none, else 2 .. %d "
-                "dividing the ranks)", path, context, ranks, STATE_MAX_RANKS);
+        err_printf(err, "%s: bad header: context-parallel %u with %u ranks (0 for none, else 2 .. %d "
+                   "dividing the ranks)", path, context, ranks, STATE_MAX_RANKS);
         return -1;
     }
     for (int i = version >= 3 ? O_CONTEXT + 4 : O_RESERVED;
          i < (version == 1 ? O_END : O_MODEL_OPTIONS); i++) {
         if (h[i] != 0) {
-            set_err(err, "%s: reserved header byte %d is %d, must be 0 in version %u", path, i,
-                    h[i], version);
+            err_printf(err, "%s: reserved header byte %d is %d, must be 0 in version %u", path, i,
+                       h[i], version);
             return -1;
         }
     }
@@ -370,16 +363,16 @@ static int parse_header(const unsigned char* h, long long size, const char* path
     c.block_kind = get_i32(h, O_MODEL_OPTIONS + 12);
     const char* problem = gpt_config_problem(&c);
     if (problem != NULL) {
-        set_err(err, "%s: bad configuration in header (maxT %d, V %d, Vp %d, L %d, NH %d, NKV %d, "
-                "C %d): %s", path, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers,
-                c.num_heads, c.num_kv_heads, c.channels, problem);
+        err_printf(err, "%s: bad configuration in header (maxT %d, V %d, Vp %d, L %d, NH %d, NKV %d, "
+                   "C %d): %s", path, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers,
+                   c.num_heads, c.num_kv_heads, c.channels, problem);
         return -1;
     }
     uint64_t P = get_u64(h, O_PARAMS);
     size_t want_P = sum_param_sizes(&c);
     if (P != want_P) {
-        set_err(err, "%s: inconsistent header: %llu parameters, the configuration has %zu", path,
-                (unsigned long long)P, want_P);
+        err_printf(err, "%s: inconsistent header: %llu parameters, the configuration has %zu", path,
+                   (unsigned long long)P, want_P);
         return -1;
     }
     info->config = c;
@@ -399,39 +392,39 @@ static int parse_header(const unsigned char* h, long long size, const char* path
     info->bad_total = get_u64(h, O_BAD_TOTAL);
     uint64_t opt_len = get_u64(h, O_OPTIONS_BYTES);
     if (info->step > INT32_MAX) {
-        set_err(err, "%s: bad header: step %llu (at most %d)", path,
-                (unsigned long long)info->step, INT32_MAX);
+        err_printf(err, "%s: bad header: step %llu (at most %d)", path,
+                   (unsigned long long)info->step, INT32_MAX);
         return -1;
     }
     if (info->batch < 1 || info->seq < 1 || info->seq > c.max_seq_len) {
-        set_err(err, "%s: bad header: batch %d x seq %d (both >= 1, seq <= maxT %d)", path,
-                info->batch, info->seq, c.max_seq_len);
+        err_printf(err, "%s: bad header: batch %d x seq %d (both >= 1, seq <= maxT %d)", path,
+                   info->batch, info->seq, c.max_seq_len);
         return -1;
     }
     const StateLoader* l = &info->loader;
     if (l->num_windows == 0 || l->pos >= l->num_windows || (l->shuffle != 0 && l->shuffle != 1)) {
-        set_err(err, "%s: bad header: loader position %llu of %llu windows, shuffle %d", path,
-                (unsigned long long)l->pos, (unsigned long long)l->num_windows, (int)l->shuffle);
+        err_printf(err, "%s: bad header: loader position %llu of %llu windows, shuffle %d", path,
+                   (unsigned long long)l->pos, (unsigned long long)l->num_windows, (int)l->shuffle);
         return -1;
     }
     if (info->bad_total > info->step || info->bad_consecutive > info->bad_total) {
-        set_err(err, "%s: inconsistent header: %u consecutive and %llu total non-finite steps in "
-                "%llu steps", path, info->bad_consecutive, (unsigned long long)info->bad_total,
-                (unsigned long long)info->step);
+        err_printf(err, "%s: inconsistent header: %u consecutive and %llu total non-finite steps in "
+                   "%llu steps", path, info->bad_consecutive, (unsigned long long)info->bad_total,
+                   (unsigned long long)info->step);
         return -1;
     }
     if (opt_len > STATE_MAX_OPTIONS) {
-        set_err(err, "%s: bad header: %llu bytes of option text (at most %d)", path,
-                (unsigned long long)opt_len, STATE_MAX_OPTIONS);
+        err_printf(err, "%s: bad header: %llu bytes of option text (at most %d)", path,
+                   (unsigned long long)opt_len, STATE_MAX_OPTIONS);
         return -1;
     }
     /* P <= 2^40 (gpt_config_problem), so the size fits easily in 64 bits */
     long long expected = STATE_HEADER_BYTES + (long long)opt_len + 12LL * (long long)P + 4;
     if (size != expected) {
-        set_err(err, "%s: %s: file has %lld bytes, the header promises %lld (256 + %llu option "
-                "bytes + 3 x 4 x %llu parameters + 4)", path,
-                size < expected ? "truncated" : "oversized, trailing bytes", size, expected,
-                (unsigned long long)opt_len, (unsigned long long)P);
+        err_printf(err, "%s: %s: file has %lld bytes, the header promises %lld (256 + %llu option "
+                   "bytes + 3 x 4 x %llu parameters + 4)", path,
+                   size < expected ? "truncated" : "oversized, trailing bytes", size, expected,
+                   (unsigned long long)opt_len, (unsigned long long)P);
         return -1;
     }
     return 0;
@@ -441,7 +434,7 @@ static int parse_header(const unsigned char* h, long long size, const char* path
 static FILE* open_checked(const char* path, StateInfo* info, unsigned char h[STATE_HEADER_BYTES],
                           char err[256]) {
     if (!host_is_little_endian()) {
-        set_err(err, "%s: state files are little-endian; this host is not", path);
+        err_printf(err, "%s: state files are little-endian; this host is not", path);
         return NULL;
     }
     /* opened only once it is known to be a regular file (util/fileio.h): a FIFO named like a
@@ -449,20 +442,20 @@ static FILE* open_checked(const char* path, StateInfo* info, unsigned char h[STA
     const char* kind;
     FILE* f = fopen_regular(path, &kind);
     if (f == NULL) {
-        if (kind != NULL) set_err(err, "%s: not a regular file (%s)", path, kind);
-        else set_err(err, "%s: cannot open: %s", path, strerror(errno));
+        if (kind != NULL) err_printf(err, "%s: not a regular file (%s)", path, kind);
+        else err_printf(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
     if (fstat(fileno(f), &st) != 0) {
-        set_err(err, "%s: cannot stat: %s", path, strerror(errno));
+        err_printf(err, "%s: cannot stat: %s", path, strerror(errno));
         fclose(f);
         return NULL;
     }
     long long size = (long long)st.st_size;
     if (size < STATE_HEADER_BYTES || read_full(f, h, STATE_HEADER_BYTES) != 0) {
-        set_err(err, "%s: truncated: file has %lld bytes, the state header alone is %d", path,
-                size, STATE_HEADER_BYTES);
+        err_printf(err, "%s: truncated: file has %lld bytes, the state header alone is %d", path,
+                   size, STATE_HEADER_BYTES);
         fclose(f);
         return NULL;
     }
@@ -478,13 +471,13 @@ static int read_options(FILE* f, const unsigned char* h, const char* path, State
                         uint32_t* crc, char err[256]) {
     size_t n = (size_t)get_u64(h, O_OPTIONS_BYTES);
     if (read_full(f, info->options, n) != 0) {
-        set_err(err, "%s: read error in the option text", path);
+        err_printf(err, "%s: read error in the option text", path);
         return -1;
     }
     info->options[n] = '\0';
     *crc = crc_update(*crc, info->options, n);
     if (strlen(info->options) != n) {
-        set_err(err, "%s: option text holds a NUL byte", path);
+        err_printf(err, "%s: option text holds a NUL byte", path);
         return -1;
     }
     return 0;
@@ -493,13 +486,13 @@ static int read_options(FILE* f, const unsigned char* h, const char* path, State
 static int check_trailer(FILE* f, const char* path, uint32_t crc, char err[256]) {
     unsigned char t[4];
     if (read_full(f, t, 4) != 0) {
-        set_err(err, "%s: read error at the checksum", path);
+        err_printf(err, "%s: read error at the checksum", path);
         return -1;
     }
     uint32_t stored = get_u32(t, 0);
     if (stored != crc) {
-        set_err(err, "%s: checksum mismatch: stored CRC32 0x%08x, contents give 0x%08x (corrupted "
-                "file)", path, stored, crc);
+        err_printf(err, "%s: checksum mismatch: stored CRC32 0x%08x, contents give 0x%08x (corrupted "
+                   "file)", path, stored, crc);
         return -1;
     }
     return 0;
@@ -516,11 +509,11 @@ int state_read_info(const char* path, StateInfo* info, char err[256]) {
     size_t left = (size_t)info->num_parameters * 12;
     enum { CHUNK = 1 << 20 };
     unsigned char* buf = malloc(CHUNK);
-    if (buf == NULL) { set_err(err, "%s: out of memory", path); fclose(f); return -1; }
+    if (buf == NULL) { err_printf(err, "%s: out of memory", path); fclose(f); return -1; }
     while (left > 0) {
         size_t n = left < CHUNK ? left : CHUNK;
         if (read_full(f, buf, n) != 0) {
-            set_err(err, "%s: read error in the tensors (file changed while reading?)", path);
+            err_printf(err, "%s: read error in the tensors (file changed while reading?)", path);
             free(buf);
             fclose(f);
             return -1;
@@ -540,8 +533,8 @@ static int config_mismatch(const GPTConfig* file, const GPTConfig* model, const 
     int fv, mv;
     const char* field = gpt_config_diff(file, model, &fv, &mv);
     if (field == NULL) return 0;
-    set_err(err, "%s: configuration mismatch: %s is %d in the state but %d in the model", path,
-            field, fv, mv);
+    err_printf(err, "%s: configuration mismatch: %s is %d in the state but %d in the model", path,
+               field, fv, mv);
     return -1;
 }
 
@@ -578,8 +571,8 @@ int state_load(const char* path, GPT* m, StateInfo* info, char err[256]) {
         for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
             if (which > 0 && shard) {   /* ZeRO-1: the tensor read through, its part kept */
                 if (read_moment_part(f, m, which, k, &crc) != 0) {
-                    set_err(err, "%s: read error in %s tensor %s", path, array_names[which],
-                            gpt_param_names[k]);
+                    err_printf(err, "%s: read error in %s tensor %s", path, array_names[which],
+                               gpt_param_names[k]);
                     fclose(f);
                     return -1;
                 }
@@ -588,8 +581,8 @@ int state_load(const char* path, GPT* m, StateInfo* info, char err[256]) {
             float* t = array_tensor(m, which, k);
             size_t n = m->param_sizes[k] * sizeof(float);
             if (read_full(f, t, n) != 0) {
-                set_err(err, "%s: read error in %s tensor %s", path, array_names[which],
-                        gpt_param_names[k]);
+                err_printf(err, "%s: read error in %s tensor %s", path, array_names[which],
+                           gpt_param_names[k]);
                 fclose(f);
                 return -1;
             }
@@ -600,7 +593,7 @@ int state_load(const char* path, GPT* m, StateInfo* info, char err[256]) {
     fclose(f);
     if (rc != 0) return -1;
     if (memcmp(&again.config, &info->config, sizeof(GPTConfig)) != 0 || again.step != info->step) {
-        set_err(err, "%s: the file changed while it was being read", path);
+        err_printf(err, "%s: the file changed while it was being read", path);
         return -1;
     }
     if (check_finite(m, 1, path, "refusing to load", err) != 0) return -1;
@@ -637,7 +630,7 @@ int state_list(const char* dir, uint64_t** steps, int* n, char err[256]) {
     *n = 0;
     DIR* d = opendir(dir);
     if (d == NULL) {
-        set_err(err, "%s: cannot read the folder: %s", dir, strerror(errno));
+        err_printf(err, "%s: cannot read the folder: %s", dir, strerror(errno));
         return -1;
     }
     int cap = 0;
@@ -653,7 +646,7 @@ int state_list(const char* dir, uint64_t** steps, int* n, char err[256]) {
                 *steps = NULL;
                 *n = 0;
                 closedir(d);
-                set_err(err, "%s: out of memory listing states", dir);
+                err_printf(err, "%s: out of memory listing states", dir);
                 return -1;
             }
             *steps = grown;
@@ -716,14 +709,14 @@ static int parse_faults(const char* spec, Fault* out, int* n, char err[256]) {
     const char* p = spec;
     while (*p) {
         if (*n == MAX_FAULTS) {
-            set_err(err, "SEEDGPT_FAULT: more than %d entries", MAX_FAULTS);
+            err_printf(err, "SEEDGPT_FAULT: more than %d entries", MAX_FAULTS);
             return -1;
         }
         Fault* f = &out[*n];
         memset(f, 0, sizeof(*f));
         size_t nl = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
         if (nl == 0 || nl >= sizeof(f->name) || p[nl] != ':') {
-            set_err(err, "SEEDGPT_FAULT \"%s\": expected NAME:N or NAME:N-M, comma separated", spec);
+            err_printf(err, "SEEDGPT_FAULT \"%s\": expected NAME:N or NAME:N-M, comma separated", spec);
             return -1;
         }
         memcpy(f->name, p, nl);
@@ -732,7 +725,7 @@ static int parse_faults(const char* spec, Fault* out, int* n, char err[256]) {
         errno = 0;
         long lo = strtol(p, &end, 10), hi;
         if (end == p || *p == '-' || *p == '+' || errno != 0 || lo < 0) {
-            set_err(err, "SEEDGPT_FAULT \"%s\": bad number after %s:", spec, f->name);
+            err_printf(err, "SEEDGPT_FAULT \"%s\": bad number after %s:", spec, f->name);
             return -1;
         }
         p = end;
@@ -742,7 +735,7 @@ static int parse_faults(const char* spec, Fault* out, int* n, char err[256]) {
             errno = 0;
             hi = strtol(p, &end, 10);
             if (end == p || *p == '-' || *p == '+' || errno != 0 || hi < lo) {
-                set_err(err, "SEEDGPT_FAULT \"%s\": bad range after %s:", spec, f->name);
+                err_printf(err, "SEEDGPT_FAULT \"%s\": bad range after %s:", spec, f->name);
                 return -1;
             }
             p = end;
@@ -752,7 +745,7 @@ static int parse_faults(const char* spec, Fault* out, int* n, char err[256]) {
         (*n)++;
         if (*p == ',' && p[1] != '\0') p++;
         else if (*p != '\0') {
-            set_err(err, "SEEDGPT_FAULT \"%s\": unexpected '%c'", spec, *p);
+            err_printf(err, "SEEDGPT_FAULT \"%s\": unexpected '%c'", spec, *p);
             return -1;
         }
     }
