@@ -31,6 +31,10 @@
 # not run on this CPU" for the mutants above). Exits non-zero if any mutant survived or errored. FILTER runs only the mutants whose name contains it.
 # Each mutant's log (patch, build, test output) is written to build/mutants/NAME.log.
 #
+# Where ccache is installed (apt-get install ccache), every compile goes through it (its compiler
+# links in /usr/lib/ccache put first on PATH, so mpicc's gcc too): a reverted file then compiles
+# from the cache, which halves a mutant of a shared header. MUTANTS_CCACHE=0 turns it off.
+#
 # Environment: MUTANTS_JOBS (make -j, default 2), MUTANTS_TIMEOUT (seconds per test, default
 # 300), MUTANTS_KEEP=1 keeps the temporary copy.
 set -u
@@ -51,6 +55,13 @@ for v in "$jobs" "$timeout_s"; do
 done
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
+ccache_note=""
+if [ "${MUTANTS_CCACHE:-1}" != 0 ] && [ -x /usr/lib/ccache/gcc ]; then
+    export PATH="/usr/lib/ccache:$PATH"
+    # each run's copy is a new folder: hash the sources, not the folder, so runs share the cache
+    export CCACHE_NOHASHDIR=1
+    ccache_note=" (compiles through ccache)"
+fi
 mutants=()
 for p in "$root"/tests/mutants/*.patch; do
     [ -e "$p" ] || continue
@@ -108,7 +119,7 @@ export SEEDGPT_TRAIN="$work/train"
 all_tests=$(for p in "${mutants[@]}"; do tests_of "$p"; done | awk '!seen[$0]++')
 all_targets=$({ for t in $all_tests; do target_of "$t"; done
                for p in "${mutants[@]}"; do extra_targets_of "$p"; done; } | awk '!seen[$0]++')
-echo "mutation testing: ${#mutants[@]} mutant(s); copy of the tree in $work; logs in build/mutants/"
+echo "mutation testing: ${#mutants[@]} mutant(s); copy of the tree in $work; logs in build/mutants/$ccache_note"
 if ! make -j"$jobs" $all_targets > "$logdir/baseline.log" 2>&1; then
     echo "tests/mutants/run.sh: the unmutated tree does not build (make $all_targets); see build/mutants/baseline.log" >&2
     exit 2
