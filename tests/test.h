@@ -13,6 +13,24 @@
 #include <string.h>
 #include <math.h>
 
+/* TEST_SANITIZED is 1 in make test-asan's build (ASan + UBSan), where every step runs 20-30x
+ * slower. A few checks whose cost is repetition, not coverage, repeat less there: that pass looks
+ * for memory errors and undefined behaviour, which the first repetitions show, while the plain
+ * pass of make test keeps the full counts and so the full guarantee. TEST_FD_STRIDE: the central
+ * differences of the float64 references visit every coordinate in the plain pass, every 13th of
+ * each tensor (its first included) under the sanitizers. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_SANITIZED 1
+#endif
+#endif
+#ifndef TEST_SANITIZED
+#define TEST_SANITIZED 0
+#endif
+#define TEST_FD_STRIDE (TEST_SANITIZED ? 13 : 1)
+
 static int test_n_passed = 0, test_n_failed = 0, test_n_skipped = 0;
 
 /* expect(cond, name, fmt, ...): the name states the property, the message the measured numbers. */

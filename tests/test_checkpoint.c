@@ -27,17 +27,11 @@
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 
-/* How many training steps the bitwise comparisons and the allocation check run. Under ASan
- * (make test-asan, where each step is 20-30x slower) they run fewer: that pass looks for memory
- * errors, which any step shows, while the plain pass of make test keeps the full counts and so
- * the full guarantee. The check names carry the count. */
-#if defined(__SANITIZE_ADDRESS__)
-#define TRAIN_STEPS 6
-#define ALLOC_STEPS 6
-#else
-#define TRAIN_STEPS 20
-#define ALLOC_STEPS 50
-#endif
+/* How many training steps the bitwise comparisons and the allocation check run: fewer under
+ * ASan (TEST_SANITIZED, tests/test.h), the full counts in make test's plain pass. The check names
+ * carry the count. */
+#define TRAIN_STEPS (TEST_SANITIZED ? 6 : 20)
+#define ALLOC_STEPS (TEST_SANITIZED ? 6 : 50)
 
 static double now(void) {
     struct timespec ts;

@@ -105,7 +105,7 @@ static void test_reference_fd(void) {
         double* fd = malloc(cnt * sizeof(double));
         double* an = malloc(cnt * sizeof(double));
         size_t m = 0;
-        for (size_t i = 0; i < cnt; i++) {
+        for (size_t i = 0; i < cnt; i += TEST_FD_STRIDE) {   /* every one, but under ASan */
             if (k == 0 && i >= real && (i - real) % 97 != 0) continue;   /* padded sample */
             double save = w[o + i];
             w[o + i] = save + h;
