@@ -220,7 +220,7 @@ test:
 test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline \
 		$(LOGITS_HARNESS)
 	@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
-		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" tests/check_nvcc.sh tests/check_mpi_cuda.sh \
+		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" "$(NVCC_CI)" "$(MPI_CUDA_CI)" \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"tests/test_export.sh $(LOGITS_HARNESS)" "$(TORCH_PYTHON) tests/test_export_torch.py" \
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
@@ -233,6 +233,9 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 # `make fuzz`: each libFuzzer target (tests/fuzz/) for FUZZ_SECONDS; make test runs 10 s each,
 # and the whole suite once more under ASan + UBSan (test-asan: 705 s of a 35-min make test on 2 AVX2 cores, the largest layer).
 FUZZ_SECONDS ?= 60
+# the trainer's CUDA sources through nvcc, and the MPI + NCCL trainer's (SKIP without them)
+NVCC_CI ?= tests/check_nvcc.sh
+MPI_CUDA_CI ?= tests/check_mpi_cuda.sh
 FUZZ_CI ?= FUZZ_SEED=1 tests/fuzz/run.sh 10
 ASAN_CI ?= pass:ASan+UBSan:$(MAKE) -s --no-print-directory test-asan
 LEARN_TEST ?= tests/test_learn.sh
@@ -277,6 +280,8 @@ test-asan:
 		CP_TEST="echo SKIP cp: make test runs the context-parallel tests, OpenMPI is not built for ASan" \
 		ZERO_TEST="echo SKIP zero: make test runs the ZeRO-1 tests, OpenMPI is not built for ASan" \
 		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
+		NVCC_CI="echo SKIP check_nvcc: make test compiles the CUDA sources, ASan adds nothing to nvcc" \
+		MPI_CUDA_CI="echo SKIP check_mpi_cuda: make test compiles the MPI + NCCL trainer, ASan adds nothing to nvcc" \
 		KERNELS_CI="echo SKIP check_kernels: make test reads the output of nvcc, ASan adds nothing to it" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \

@@ -34,13 +34,10 @@ fi
 # the tiny BPE: encoder.json and vocab.bpe
 "$PY" - "$W/bpe" << 'PY'
 import json, os, sys
+sys.path.insert(0, "tests")
+from gpt2_bytes import byte_chars
 os.makedirs(sys.argv[1])
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-ch = {b: chr(c) for b, c in zip(bs, cs)}
+ch = byte_chars()
 vocab = [ch[b] for b in range(256)]
 merges = [(ch[32], "t"), (ch[32] + "t", "h"), ("h", "e"), (ch[32] + "th", "e"), ("i", "n")]
 vocab += [a + b for a, b in merges] + ["<|endoftext|>"]
@@ -54,16 +51,10 @@ PY
 cat > "$W/check_shards.py" << 'PY'
 import glob, json, os, sys
 import numpy as np
+sys.path.insert(0, os.environ["SEEDGPT_TESTS"])
+from gpt2_bytes import token_bytes
 bpe, out, docs = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
-enc = json.load(open(os.path.join(bpe, "encoder.json"), encoding="utf-8"))
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-byte_of = {chr(c): b for b, c in zip(bs, cs)}
-text_of = {i: bytes(byte_of[c] for c in t) for t, i in enc.items() if t != "<|endoftext|>"}
-eot = enc["<|endoftext|>"]
+text_of, eot = token_bytes(os.path.join(bpe, "encoder.json"))
 def shard(path):
     raw = open(path, "rb").read()
     h = np.frombuffer(raw[:1024], dtype="<i4")
@@ -103,7 +94,7 @@ recipe() {   # recipe NAME FIXTURE DOCS_PY: runs scripts/data/NAME.sh, checks it
         return
     fi
     local res
-    if res=$("$PY" "$W/check_shards.py" "$W/bpe" "$W/$name" "$W/$name.docs.json" 2>&1); then
+    if res=$(SEEDGPT_TESTS=$PWD/tests "$PY" "$W/check_shards.py" "$W/bpe" "$W/$name" "$W/$name.docs.json" 2>&1); then
         ok "recipe_${name}_offline" "$res"
     else
         fail "recipe_${name}_offline" "$(printf '%s' "$res" | tail -n 1)"
@@ -123,14 +114,8 @@ if scripts/data/hellaswag.sh --input tests/fixtures/hellaswag_val_20.jsonl --out
 import json, os, sys
 sys.path.insert(0, "tests")
 from hellaswag_ref import read_eval
-enc = json.load(open(os.path.join(sys.argv[1], "encoder.json"), encoding="utf-8"))
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-byte_of = {chr(c): b for b, c in zip(bs, cs)}
-text_of = {i: bytes(byte_of[c] for c in t) for t, i in enc.items() if t != "<|endoftext|>"}
+from gpt2_bytes import token_bytes
+text_of, _ = token_bytes(os.path.join(sys.argv[1], "encoder.json"))
 dec = lambda ids: b"".join(text_of[t] for t in ids).decode("utf-8")
 got = read_eval(sys.argv[2])
 want = [json.loads(l) for l in open(sys.argv[3])]
