@@ -74,6 +74,8 @@ void dist_reduce_scatter(float* x, const size_t* bounds);
 /* Every rank's shard of x copied from its owner to every rank (MPI_Bcast: no arithmetic). */
 void dist_allgather_floats(float* x, const size_t* bounds);
 void dist_allgather_doubles(double* x, const size_t* bounds);
+/* The same for elements of elem_bytes bytes (ZeRO-1's bf16 operand copy: 2). */
+void dist_allgather_elems(void* x, const size_t* bounds, size_t elem_bytes);
 /* n floats from this rank to rank `to`, and from rank `from` into x (blocking point-to-point, in
  * pieces MPI's int counts allow; each send is matched by one receive of the same n). */
 void dist_send_floats(const float* x, size_t n, int to);

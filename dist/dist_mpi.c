@@ -259,6 +259,10 @@ void dist_allgather_doubles(double* x, const size_t* bounds) {
     allgather_bytes((char*)x, bounds, sizeof(double));
 }
 
+void dist_allgather_elems(void* x, const size_t* bounds, size_t elem_bytes) {
+    allgather_bytes((char*)x, bounds, elem_bytes);
+}
+
 #define P2P_TAG 41
 void dist_send_floats(const float* x, size_t n, int to) {
     const size_t chunk = (size_t)1 << 30;
