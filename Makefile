@@ -85,7 +85,7 @@ CORE_SRC := model/gpt.c model/backend.c model/plan.c model/mem.c model/modelfile
             model/sample.c model/profile.c model/eval.c model/safetensors.c model/hf.c model/zero.c \
             cpu/backend_cpu.c cpu/ops_cpu.c cpu/gemm_cpu.c cpu/gemm_bf16_cpu.c cpu/ops_bf16_cpu.c \
             cpu/peak.c \
-            dist/dist_none.c \
+            dist/dist_none.c dist/init_file.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c attention/flash_bf16_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c data/hellaswag.c \
@@ -143,7 +143,7 @@ CP_BINS := $(if $(MPI_BIN),$(BUILD)/tests/train_test $(BUILD)/tests/train_mpi_te
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_cp test_data test_modelfile test_model test_checkpoint test_opts \
            test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_bf16 test_peak \
-           test_profile
+           test_profile test_init_file
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
