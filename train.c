@@ -1643,9 +1643,10 @@ static void print_run(const Run* r, int threads) {
         printf("%s\n", line);
     }
     if (r->zero.ranks > 0)
-        printf("ZeRO-1: each of %d ranks keeps AdamW's moments of its shard of the %zu-float "
-               "block; rank 0's holds %zu floats\n", r->zero.ranks, r->zero.span,
-               r->zero.bounds[1] - r->zero.bounds[0]);
+        printf("ZeRO-1: each of %d ranks keeps AdamW's moments%s of its shard of the %zu-float "
+               "block; rank 0's holds %zu floats\n", r->zero.ranks,
+               r->model.masters_sharded ? " and the fp32 masters of qkvw, attprojw, fcw, fcprojw"
+                                        : "", r->zero.span, r->zero.bounds[1] - r->zero.bounds[0]);
     printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f", mem.params / 1048576.0,
            mem.grads / 1048576.0, mem.optimizer / 1048576.0);
     if (mem.weights_op > 0) printf(", bf16 weights %.1f", mem.weights_op / 1048576.0);
