@@ -285,8 +285,9 @@ static size_t rope_table_floats(const GPTConfig* c) {
                ? mem_align_floats((size_t)c->max_seq_len * (gpt_head_dim(c) / 2)) : 0;
 }
 
-/* The one backend arena, in floats: parameters, gradients, AdamW m and v (nopt floats each: the
- * whole block, or one ZeRO-1 shard of it), activations, gradient scratch, then the tokens and
+/* The one backend arena, in floats: parameters (nmaster: the block, or under sharded masters the
+ * compact parts gpt_master_layout gives), gradients (the block), AdamW m and v (nopt floats each:
+ * the whole block, or one ZeRO-1 shard of it), activations, gradient scratch, then the tokens and
  * targets (ints, the size of floats) and the RoPE tables. */
 static size_t arena_floats(size_t nmaster, size_t pfloats, size_t nopt, size_t wop, size_t acts,
                            size_t scratch, size_t ntok, size_t nrope, size_t ncp) {
