@@ -1003,7 +1003,9 @@ static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, i
     /* the lever of ./train_mpi on host memory (unless --zero is given): ZeRO-1, when it lets a
      * policy with fewer recomputed FLOPs fit, or lets one fit at all (its bits are plain data
      * parallelism's, so it costs no precision) */
-    if (!o->zero && !explicit_zero && world > 1 && be->host_memory) {
+    /* (not under bf16 with --init or --sample-every, which need the masters whole) */
+    int zero_fits = be->act_dtype == DT_FP32 || (o->init_path == NULL && o->sample_every == 0);
+    if (!o->zero && !explicit_zero && world > 1 && be->host_memory && zero_fits) {
         int nz = run_plan_rows(cfg, B, T, be, o, 1, zrows, err);
         if (nz < 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
