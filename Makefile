@@ -12,6 +12,7 @@
 #   make mpi        the data-parallel trainer ./train_mpi (mpicc): mpirun -np N ./train_mpi ...
 #   make mpi-cuda   ./train_mpi_cuda: the same with NCCL for --device cuda (one GPU per rank)
 #   make mpi-cuda-check  compiles and links the NCCL path alone (dist/dist_*.{c,cu})
+#   make cuda-nccl  ./train_cuda_nccl: GPU ranks started without MPI (--rank, --world, --init-file)
 #   make test-cuda-emu   the CUDA kernels run on the CPU through cuda/emu/cuda_emu.h, against
 #                   their CPU twins (part of make test): plainly, then the ThreadSanitizer subset
 #   make test-cuda-emu-tsan   that subset alone, two blocks at a time (docs/cuda-emulation.md)
@@ -85,7 +86,7 @@ CORE_SRC := model/gpt.c model/backend.c model/plan.c model/mem.c model/modelfile
             model/sample.c model/profile.c model/eval.c model/safetensors.c model/hf.c model/zero.c \
             cpu/backend_cpu.c cpu/ops_cpu.c cpu/gemm_cpu.c cpu/gemm_bf16_cpu.c cpu/ops_bf16_cpu.c \
             cpu/peak.c \
-            dist/dist_none.c \
+            dist/dist_none.c dist/init_file.c \
             checkpoint/checkpoint.c \
             attention/flash_cpu.c attention/flash_bf16_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c data/hellaswag.c \
@@ -143,7 +144,7 @@ CP_BINS := $(if $(MPI_BIN),$(BUILD)/tests/train_test $(BUILD)/tests/train_mpi_te
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_cp test_data test_modelfile test_model test_checkpoint test_opts \
            test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_bf16 test_peak \
-           test_profile
+           test_profile test_init_file test_zero_masters
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
 # cuRAND's host generator is the external oracle for Philox (it runs without a GPU).
@@ -609,5 +610,23 @@ train_mpi_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(filter-out $(BUILD)/dist/
 		$(MPI_CUDA_BUILD)/dist/dist_mpi.o $(MPI_CUDA_BUILD)/dist/dist_nccl.o
 	$(MPICC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) $(NCCL_LIBS)
 
+# ./train_cuda_nccl: GPU ranks started without MPI, by any launcher, with --rank, --world and
+# --init-file PATH (dist/dist_nccl_file.c: the NCCL id through a shared file, dist/init_file.c;
+# every reduction through NCCL). cuda-nccl-check compiles and links its dist files alone, with
+# tests/dist_link_check.c (tests/check_mpi_cuda.sh, part of make test).
+NCCL_FILE_BUILD := $(BUILD)/nccl_file
+$(NCCL_FILE_BUILD)/dist/dist_nccl_file.o: dist/dist_nccl_file.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSEEDGPT_NCCL=1 -c -o $@ $<
+$(NCCL_FILE_BUILD)/nccl_file_link_check: tests/dist_link_check.c $(NCCL_FILE_BUILD)/dist/dist_nccl_file.o \
+		$(MPI_CUDA_BUILD)/dist/dist_nccl.o $(BUILD)/dist/init_file.o $(HEADERS)
+	$(CC) $(CFLAGS) -o $@ $< $(NCCL_FILE_BUILD)/dist/dist_nccl_file.o $(MPI_CUDA_BUILD)/dist/dist_nccl.o \
+		$(BUILD)/dist/init_file.o $(NCCL_LIBS)
+cuda-nccl-check: $(NCCL_FILE_BUILD)/nccl_file_link_check
+cuda-nccl: train_cuda_nccl
+train_cuda_nccl: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(filter-out $(BUILD)/dist/dist_none.o,$(CUDA_CORE_OBJ)) \
+		$(CUDA_OBJ) $(NCCL_FILE_BUILD)/dist/dist_nccl_file.o $(MPI_CUDA_BUILD)/dist/dist_nccl.o
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) $(NCCL_LIBS)
+
 clean:
-	rm -rf $(BUILD) train train_cuda train_mpi train_mpi_cuda
+	rm -rf $(BUILD) train train_cuda train_mpi train_mpi_cuda train_cuda_nccl

@@ -459,8 +459,9 @@ typedef struct {
     double slowest_step_ms, last_save_ms;
     int grace_judged;
     Zero zero;                   /* --zero 1: this rank's shard of the optimizer (zero.ranks 0: off) */
-    float* zero_buf;             /* --zero 1, rank 0 with --out: one tensor's moments, gathered for
-                                    a save (the largest tensor's floats) */
+    float* zero_buf;             /* --zero 1, rank 0 when it saves (zero_saves): one tensor's
+                                    moments or sharded masters, gathered for a save (the largest
+                                    tensor's floats) */
 } Run;
 
 static void run_close(Run* r) {
@@ -603,13 +604,15 @@ static void judge_stop_grace(Run* r) {
     fflush(stdout);
 }
 
+static int write_model_file(Run* r, const char* path, char err[256]);
+
 /* DIR/model.bin: the weights of the newest state, as a model file. */
 static void save_run_model(Run* r) {
     char mpath[4200], err[256];
     snprintf(mpath, sizeof(mpath), "%s/model.bin", r->o->out_dir);
     gpt_to_host(&r->model);
     begin_tmp(mpath);
-    int rc = modelfile_save(&r->model, mpath, err);
+    int rc = write_model_file(r, mpath, err);
     end_tmp();
     if (rc != 0) {
         fprintf(stderr, "seedgpt: %s\n", err);
@@ -621,37 +624,111 @@ static void save_run_model(Run* r) {
  * of it, whatever the shards were). Rank 0's state_save_from asks for the moments tensor by
  * tensor; each tensor's pieces come from the ranks whose shards they lie in, in rank order, into
  * zero_buf; the other ranks serve the same pieces in the same order (zero_serve_moments). */
+/* Under bf16 the masters of the operand-only tensors are sharded too (model/zero.h): those
+ * come from the ranks as well, for the state (state.c asks for them first) and for every model
+ * file rank 0 writes (zero_model_tensor). */
+static int zero_gathered(const Run* r, int which, int k) {
+    return which > 0 || (r->model.masters_sharded && gpt_param_operand_only[k]);
+}
+
+/* This rank's floats from block offset lo of tensor k, of the weights (which 0), m or v (host). */
+static const float* zero_own(const Run* r, int which, int k, size_t lo) {
+    const GPT* m = &r->model;
+    if (which > 0) return (which == 1 ? m->host_m_memory : m->host_v_memory) + (lo - m->opt_begin);
+    float* p[NUM_PARAMETER_TENSORS];
+    memcpy(p, &m->host_params, sizeof(p));
+    return p[k] + (lo - r->zero.tensor_off[k] - m->master_first[k]);
+}
+
 static const float* zero_moment_tensor(void* ctx, int which, int k, char err[256]) {
     Run* r = ctx;
     const Zero* z = &r->zero;
-    const GPT* m = &r->model;
-    const float* own = which == 1 ? m->host_m_memory : m->host_v_memory;
     size_t a = z->tensor_off[k], e = a + z->tensor_size[k];
     for (int s = 0; s < z->ranks; s++) {
         size_t lo = a > z->bounds[s] ? a : z->bounds[s];
         size_t hi = e < z->bounds[s + 1] ? e : z->bounds[s + 1];
         if (lo >= hi) continue;
-        if (s == z->rank) memcpy(r->zero_buf + (lo - a), own + (lo - m->opt_begin), (hi - lo) * sizeof(float));
+        if (s == z->rank) memcpy(r->zero_buf + (lo - a), zero_own(r, which, k, lo), (hi - lo) * sizeof(float));
         else dist_recv_floats(r->zero_buf + (lo - a), hi - lo, s);
     }
     (void)err;
     return r->zero_buf;
 }
 
-/* Every rank but 0 while rank 0 saves a state under --zero 1: its pieces of every moment tensor,
- * in the order zero_moment_tensor receives them. */
-static void zero_serve_moments(Run* r) {
+/* The model file's source (model/modelfile.h): tensor k of the weights, gathered. */
+static const float* zero_model_tensor(void* ctx, int k, char err[256]) {
+    return zero_moment_tensor(ctx, 0, k, err);
+}
+
+/* Every rank but 0 while rank 0 gathers tensor k of array which: this rank's piece of it. */
+static void zero_serve_tensor(Run* r, int which, int k) {
     const Zero* z = &r->zero;
-    const GPT* m = &r->model;
+    size_t a = z->tensor_off[k], e = a + z->tensor_size[k];
+    size_t lo = a > z->bounds[z->rank] ? a : z->bounds[z->rank];
+    size_t hi = e < z->bounds[z->rank + 1] ? e : z->bounds[z->rank + 1];
+    if (lo < hi) dist_send_floats(zero_own(r, which, k, lo), hi - lo, 0);
+}
+
+/* Every rank but 0 while rank 0 writes a model file with sharded masters: the pieces of the
+ * sharded weights, in the order zero_model_tensor receives them. */
+static void zero_serve_model(Run* r) {
+    if (!r->model.masters_sharded) return;
     gpt_to_host(&r->model);
-    for (int which = 1; which <= 2; which++) {
-        const float* own = which == 1 ? m->host_m_memory : m->host_v_memory;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+        if (zero_gathered(r, 0, k)) zero_serve_tensor(r, 0, k);
+}
+
+/* Every rank but 0 while rank 0 saves a state under --zero 1 (save_state): its pieces of the
+ * sharded masters and of every moment tensor, in the order zero_moment_tensor receives them,
+ * then those of DIR/model.bin. */
+static void zero_serve_moments(Run* r) {
+    gpt_to_host(&r->model);
+    for (int which = 0; which <= 2; which++)
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+            if (zero_gathered(r, which, k)) zero_serve_tensor(r, which, k);
+    zero_serve_model(r);
+}
+
+/* Writes the model's weights to path (the host copy: gpt_to_host first); under sharded masters
+ * their pieces gathered from the ranks, which serve them (zero_serve_model). */
+static int write_model_file(Run* r, const char* path, char err[256]) {
+    if (!r->model.masters_sharded) return modelfile_save(&r->model, path, err);
+    const float* tensors[NUM_PARAMETER_TENSORS];
+    memcpy(tensors, &r->model.host_params, sizeof(tensors));
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+        if (zero_gathered(r, 0, k)) tensors[k] = NULL;
+    ModelTensorSource src = {zero_model_tensor, r};
+    return modelfile_write_from(&r->model.config, tensors, &src, path, err);
+}
+
+/* --zero 1, every rank after its shard's update (fp32 1) or after the weights were made or
+ * loaded (fp32 0): the weights every rank reads. Without sharded masters the fp32 shards are
+ * all-gathered and the operand copy rounded from them. With them (bf16) the tensors read in fp32
+ * (wte, wpe, LayerNorms, biases) are all-gathered in fp32 and rounded on every rank; of the
+ * operand-only tensors each owner rounds its shard of the masters and the copy's pieces are
+ * all-gathered (2 bytes a float). Rounding is element-wise, so the copy has plain data
+ * parallelism's bits. */
+static void zero_share_weights(Run* r, int fp32) {
+    const Zero* z = &r->zero;
+    GPT* m = &r->model;
+    if (!m->masters_sharded) {
+        if (fp32) dist_allgather_floats(m->params_memory, z->bounds);
+        gpt_to_backend(m);   /* the host backend: only the operand copy, rounded */
+        return;
+    }
+    float* p[NUM_PARAMETER_TENSORS];
+    memcpy(p, &m->params, sizeof(p));
+    size_t tb[z->ranks + 1];   /* a tensor's shards, in its own elements */
+    for (int pass = 0; pass < 2; pass++) {
         for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            if (gpt_param_operand_only[k] != pass || (pass == 0 && !fp32)) continue;
             size_t a = z->tensor_off[k], e = a + z->tensor_size[k];
-            size_t lo = a > z->bounds[z->rank] ? a : z->bounds[z->rank];
-            size_t hi = e < z->bounds[z->rank + 1] ? e : z->bounds[z->rank + 1];
-            if (lo < hi) dist_send_floats(own + (lo - m->opt_begin), hi - lo, 0);
+            for (int s = 0; s <= z->ranks; s++)
+                tb[s] = (z->bounds[s] < a ? a : z->bounds[s] > e ? e : z->bounds[s]) - a;
+            if (pass == 0) dist_allgather_floats(p[k], tb);
+            else dist_allgather_elems(gpt_wop_at(m, k, 0), tb, dtype_bytes(m->act_dtype));
         }
+        if (pass == 0) gpt_to_backend(m);   /* rounds what this rank holds */
     }
 }
 
@@ -686,8 +763,9 @@ static void save_state(Run* r, int done) {
         rc = state_save_from(path, &r->model, &info, r->zero.ranks > 0 ? &shards : NULL, err);
         end_tmp();
     } else if (r->zero.ranks > 0) {   /* the other ranks serve the moments all the same */
-        for (int which = 1; which <= 2; which++)
-            for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) zero_moment_tensor(r, which, k, err);
+        for (int which = 0; which <= 2; which++)
+            for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+                if (zero_gathered(r, which, k)) zero_moment_tensor(r, which, k, err);
     }
     if (rc != 0) {
         fprintf(stderr, "seedgpt: cannot save the training state: %s\n",
@@ -874,6 +952,12 @@ static double mib(size_t bytes) { return bytes / 1048576.0; }
 /* The rows of plan_rows for this run's processes, so that every rank makes the same choice:
  * without ZeRO rank 0's (the one that samples); under ZeRO-1 (zero) each policy's row of the rank
  * with the largest peak. n, or -1 with err. */
+/* --zero 1: does rank 0 gather tensors to save (a state with DIR/model.bin, or under sharded
+ * masters a --save model file too)? It then holds zero_buf (the plan counts it). */
+static int zero_saves(const Options* o, const Backend* be) {
+    return o->out_dir != NULL || (o->save_path != NULL && be->act_dtype != DT_FP32);
+}
+
 static int run_plan_rows(const GPTConfig* cfg, int B, int T, const Backend* be, const Options* o,
                          int zero, PlanRow rows[PLAN_MAX_ROWS], char err[256]) {
     size_t sampler = o->sample_every > 0 ? sampler_bytes(cfg) : 0;
@@ -881,7 +965,7 @@ static int run_plan_rows(const GPTConfig* cfg, int B, int T, const Backend* be, 
         return plan_rows(cfg, B, T, be, omp_get_max_threads(), &o->policy, sampler, NULL, rows, err);
     int n = -1;
     for (int rk = 0; rk < world; rk++) {
-        PlanShard sh = {world, rk, o->out_dir != NULL};
+        PlanShard sh = {world, rk, zero_saves(o, be)};
         PlanRow part[PLAN_MAX_ROWS];
         int k = plan_rows(cfg, B, T, be, omp_get_max_threads(), &o->policy, rk == 0 ? sampler : 0,
                           &sh, part, err);
@@ -919,7 +1003,9 @@ static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, i
     /* the lever of ./train_mpi on host memory (unless --zero is given): ZeRO-1, when it lets a
      * policy with fewer recomputed FLOPs fit, or lets one fit at all (its bits are plain data
      * parallelism's, so it costs no precision) */
-    if (!o->zero && !explicit_zero && world > 1 && be->host_memory) {
+    /* (not under bf16 with --init or --sample-every, which need the masters whole) */
+    int zero_fits = be->act_dtype == DT_FP32 || (o->init_path == NULL && o->sample_every == 0);
+    if (!o->zero && !explicit_zero && world > 1 && be->host_memory && zero_fits) {
         int nz = run_plan_rows(cfg, B, T, be, o, 1, zrows, err);
         if (nz < 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
@@ -1353,8 +1439,16 @@ static int build_model(Run* r) {
             return EXIT_BAD_INPUT;
         }
         int rk = dist_rank();
+        if (be->act_dtype != DT_FP32 && (o->init_path != NULL || o->sample_every > 0)) {
+            /* every rank refuses; rank 0 says it */
+            if (r->writer)
+                fprintf(stderr, "seedgpt: --zero 1 --precision %s: %s needs the whole fp32 "
+                        "weights on one rank, and the masters are sharded; not supported yet\n",
+                        be->precision, o->init_path != NULL ? "--init" : "--sample-every");
+            return EXIT_BAD_INPUT;
+        }
         /* rank 0's buffer for a save before the build, as the plan counts it (model/plan.h) */
-        if (r->writer && o->out_dir != NULL)
+        if (r->writer && zero_saves(o, be))
             r->zero_buf = mem_alloc(zero_save_buffer_bytes(&r->cfg));
         if (gpt_build_shard(&r->model, &r->cfg, r->B, r->T, &o->policy, be, r->zero.bounds[rk],
                             r->zero.bounds[rk + 1] - r->zero.bounds[rk], err) != 0) {
@@ -1431,6 +1525,8 @@ static int load_weights(Run* r, StateInfo* resumed, const char* state_file) {
     } else {
         gpt_init_weights(&r->model, o->seed);
     }
+    /* sharded masters: each rank rounded its own part of the operand copy; the rest from them */
+    if (r->zero.ranks > 0 && r->model.masters_sharded) zero_share_weights(r, 0);
     gpt_set_dropout(&r->model, o->seed, o->embd_dropout, o->attn_dropout, o->resid_dropout);
     gpt_set_drop_path(&r->model, o->drop_path);
     if (o->log_attn_stats && cpn > 1) {
@@ -1549,9 +1645,10 @@ static void print_run(const Run* r, int threads) {
         printf("%s\n", line);
     }
     if (r->zero.ranks > 0)
-        printf("ZeRO-1: each of %d ranks keeps AdamW's moments of its shard of the %zu-float "
-               "block; rank 0's holds %zu floats\n", r->zero.ranks, r->zero.span,
-               r->zero.bounds[1] - r->zero.bounds[0]);
+        printf("ZeRO-1: each of %d ranks keeps AdamW's moments%s of its shard of the %zu-float "
+               "block; rank 0's holds %zu floats\n", r->zero.ranks,
+               r->model.masters_sharded ? " and the fp32 masters of qkvw, attprojw, fcw, fcprojw"
+                                        : "", r->zero.span, r->zero.bounds[1] - r->zero.bounds[0]);
     printf("memory (MiB): params %.1f, grads %.1f, AdamW %.1f", mem.params / 1048576.0,
            mem.grads / 1048576.0, mem.optimizer / 1048576.0);
     if (mem.weights_op > 0) printf(", bf16 weights %.1f", mem.weights_op / 1048576.0);
@@ -1677,8 +1774,7 @@ static int train_step(Run* r, int step, StepStats* s) {
         if (z->ranks > 0) {   /* each rank its shard, then every rank the updated weights */
             zero_adamw_shard(z, model, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
                              (float)o->weight_decay, applied);
-            dist_allgather_floats(model->params_memory, z->bounds);
-            gpt_to_backend(model);   /* the host backend: only the bf16 operand copy, rounded */
+            zero_share_weights(r, 1);
         } else {
             gpt_adamw(model, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
                       (float)o->weight_decay, applied);
@@ -1914,8 +2010,11 @@ static void print_profile(Run* r, int done) {
 static int save_at_end(Run* r, int done) {
     const Options* o = r->o;
     char err[256];
-    if (!r->writer) {   /* under --zero 1 rank 0's save needs this rank's moments */
-        if (o->out_dir != NULL && r->last_saved != done && r->zero.ranks > 0) zero_serve_moments(r);
+    if (!r->writer) {   /* under --zero 1 rank 0's saves need this rank's pieces, as below */
+        if (r->zero.ranks == 0) return 0;
+        if (o->out_dir != NULL && r->last_saved != done) zero_serve_moments(r);
+        else if (o->out_dir != NULL && done == r->start_step) zero_serve_model(r);
+        if (o->save_path != NULL) zero_serve_model(r);
         return 0;
     }
     if (o->out_dir != NULL && r->last_saved != done) save_state(r, done);
@@ -1924,7 +2023,7 @@ static int save_at_end(Run* r, int done) {
     if (o->save_path != NULL) {
         gpt_to_host(&r->model);
         begin_tmp(o->save_path);
-        int rc = modelfile_save(&r->model, o->save_path, err);
+        int rc = write_model_file(r, o->save_path, err);
         end_tmp();
         if (rc != 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
@@ -2193,7 +2292,7 @@ static int plan_main(const char* self, int argc, char** argv) {
             if (o.zero && !be->host_memory) continue;   /* ZeRO-1 runs on host memory only */
           for (int rk = 0; rk < (o.zero ? nranks : 1); rk++) {   /* ZeRO-1: each rank's plan */
             PlanRow rows[PLAN_MAX_ROWS];
-            PlanShard sh = {nranks, rk, o.out_dir != NULL};
+            PlanShard sh = {nranks, rk, zero_saves(&o, be)};
             /* the sampler of --sample-every: rank 0's */
             size_t sampler = o.sample_every > 0 && rk == 0 ? sampler_bytes(&cfg) : 0;
             int nr = plan_rows(&cfg, B, T, be, threads, raw[F_RECOMPUTE] ? &o.policy : NULL,

@@ -12,6 +12,10 @@
  *   + dist/dist_nccl.cu with SEEDGPT_NCCL (`make mpi-cuda`): gradients in device memory are
  *                       summed by ncclAllReduce on the device pointers; the NCCL id travels
  *                       over MPI. Untested until a machine with several GPUs runs it.
+ *   dist/dist_nccl_file.c + dist/dist_nccl.cu (`make cuda-nccl`: ./train_cuda_nccl): GPU ranks
+ *                       started by any launcher with --rank, --world and --init-file PATH; the
+ *                       NCCL id travels through the file (dist/init_file.h), every reduction
+ *                       through NCCL. Compiled only so far.
  *
  * What each rank computes is fixed by the global sequence index (DESIGN §2): with A micro-batches
  * of B sequences per rank, rank r's micro-batch a holds g = r*A*B + a*B + b, and the dropout
@@ -74,6 +78,8 @@ void dist_reduce_scatter(float* x, const size_t* bounds);
 /* Every rank's shard of x copied from its owner to every rank (MPI_Bcast: no arithmetic). */
 void dist_allgather_floats(float* x, const size_t* bounds);
 void dist_allgather_doubles(double* x, const size_t* bounds);
+/* The same for elements of elem_bytes bytes (ZeRO-1's bf16 operand copy: 2). */
+void dist_allgather_elems(void* x, const size_t* bounds, size_t elem_bytes);
 /* n floats from this rank to rank `to`, and from rank `from` into x (blocking point-to-point, in
  * pieces MPI's int counts allow; each send is matched by one receive of the same n). */
 void dist_send_floats(const float* x, size_t n, int to);
@@ -113,13 +119,17 @@ ContextParallel dist_context_parallel(void);
  * on its way out (an exit handler registered by dist_init); one that fails leaves without it, and
  * mpirun ends the other ranks, which may be waiting for it in a reduction. */
 
-/* Between dist/dist_mpi.c and dist/dist_nccl.cu (SEEDGPT_NCCL builds only). */
+/* Between dist/dist_mpi.c or dist/dist_nccl_file.c and dist/dist_nccl.cu (SEEDGPT_NCCL builds
+ * only). */
 size_t dist_nccl_id_bytes(void);
 int dist_nccl_make_id(void* id, char err[256]);
 /* Binds this process to GPU local_rank (modulo the GPUs visible) and joins the communicator. */
 int dist_nccl_init(const void* id, int rank, int size, int local_rank, char err[256]);
 /* In-place sum of n floats of device memory over the ranks; 0, or -1 with err. */
 int dist_nccl_allreduce_sum(float* x, size_t n, char err[256]);
+/* Every rank's `bytes` bytes of host memory at x, in rank order, into all (size x bytes) on every
+ * rank, through device memory (ncclAllGather); 0, or -1 with err. */
+int dist_nccl_allgather_host(const void* x, void* all, size_t bytes, char err[256]);
 /* The context-parallel ring on device memory: n floats of send to world rank next and n floats
  * from world rank prev into recv (ncclSend and ncclRecv in one group); the wait returns once recv
  * is filled. 0, or -1 with err. */

@@ -132,11 +132,20 @@ int dist_use_backend(const Backend* be, char err[256]) {
 
 void dist_allreduce_grads(GPT* m) {
     if (world_size == 1) return;
+    /* the block up to the end of its last tensor (tensors start 64-byte aligned: the gaps
+     * between them are zeros and travel along) */
+    float* g[NUM_PARAMETER_TENSORS];
+    memcpy(g, &m->grads, sizeof(g));
+    size_t span = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t end = (size_t)(g[k] - m->grads_memory) + m->param_sizes[k];
+        if (m->param_sizes[k] > 0 && end > span) span = end;
+    }
     if (!m->be->host_memory) {
 #ifdef SEEDGPT_NCCL
         char err[256];
         m->be->synchronize();   /* the backward's kernels have written every gradient */
-        if (!nccl_ready || dist_nccl_allreduce_sum(m->grads_memory, m->num_parameters, err) != 0) {
+        if (!nccl_ready || dist_nccl_allreduce_sum(m->grads_memory, span, err) != 0) {
             fprintf(stderr, "seedgpt: rank %d: %s\n", world_rank,
                     nccl_ready ? err : "NCCL is not set up (dist_use_backend was not called)");
             MPI_Abort(MPI_COMM_WORLD, 1);
@@ -147,15 +156,6 @@ void dist_allreduce_grads(GPT* m) {
                 world_rank, m->be->name);
         MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
-    }
-    /* the block up to the end of its last tensor (tensors start 64-byte aligned: the gaps
-     * between them are zeros and travel along) */
-    float* g[NUM_PARAMETER_TENSORS];
-    memcpy(g, &m->grads, sizeof(g));
-    size_t span = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        size_t end = (size_t)(g[k] - m->grads_memory) + m->param_sizes[k];
-        if (m->param_sizes[k] > 0 && end > span) span = end;
     }
     for (int s = 0; s <= world_size; s++)
         even_bounds[s] = (size_t)((double)span * s / world_size);
@@ -257,6 +257,10 @@ void dist_allgather_floats(float* x, const size_t* bounds) {
 
 void dist_allgather_doubles(double* x, const size_t* bounds) {
     allgather_bytes((char*)x, bounds, sizeof(double));
+}
+
+void dist_allgather_elems(void* x, const size_t* bounds, size_t elem_bytes) {
+    allgather_bytes((char*)x, bounds, elem_bytes);
 }
 
 #define P2P_TAG 41

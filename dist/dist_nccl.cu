@@ -1,7 +1,8 @@
 /* dist/dist_nccl.cu — the device half of dist/dist.h: gradients in CUDA memory summed over the
  * ranks by ncclAllReduce, one GPU per rank (GPU local_rank on each machine), and the
  * context-parallel ring's shifts of device buffers (ncclSend/ncclRecv). The NCCL id is made
- * by rank 0 and carried to the others over MPI by dist/dist_mpi.c, which calls everything here.
+ * by rank 0 and carried to the others over MPI by dist/dist_mpi.c, or through a file by
+ * dist/dist_nccl_file.c (which also gathers host numbers here), and they call everything here.
  *
  * Built only by `make mpi-cuda` / `make mpi-cuda-check` (SEEDGPT_NCCL). Compiled in CI; not yet
  * run on a machine with several GPUs.
@@ -14,6 +15,9 @@
 
 static ncclComm_t comm;
 static cudaStream_t stream;
+static int comm_rank, comm_size;
+static char* gather_buf;        /* device: dist_nccl_allgather_host's (size x gather_cap) bytes */
+static size_t gather_cap;
 
 extern "C" size_t dist_nccl_id_bytes(void) { return sizeof(ncclUniqueId); }
 
@@ -46,6 +50,39 @@ extern "C" int dist_nccl_init(const void* id, int rank, int size, int local_rank
     if (r != ncclSuccess) {
         snprintf(err, 256, "rank %d: ncclCommInitRank (%d ranks): %s", rank, size,
                  ncclGetErrorString(r));
+        return -1;
+    }
+    comm_rank = rank;
+    comm_size = size;
+    return 0;
+}
+
+/* A host value of every rank: into this rank's slot of a device buffer, ncclAllGather in place,
+ * back to the host. The buffer grows once to the largest value asked (a few bytes: a loss, a
+ * flag). */
+extern "C" int dist_nccl_allgather_host(const void* x, void* all, size_t bytes, char err[256]) {
+    cudaError_t ce = cudaSuccess;
+    if (bytes > gather_cap) {
+        if (gather_buf != NULL) cudaFree(gather_buf);
+        gather_buf = NULL;
+        ce = cudaMalloc((void**)&gather_buf, bytes * (size_t)comm_size);
+        gather_cap = ce == cudaSuccess ? bytes : 0;
+    }
+    char* mine = gather_buf + bytes * (size_t)comm_rank;
+    if (ce == cudaSuccess) ce = cudaMemcpyAsync(mine, x, bytes, cudaMemcpyHostToDevice, stream);
+    if (ce != cudaSuccess) {
+        snprintf(err, 256, "all-gather of %zu bytes: %s", bytes, cudaGetErrorString(ce));
+        return -1;
+    }
+    ncclResult_t r = ncclAllGather(mine, gather_buf, bytes, ncclChar, comm, stream);
+    if (r != ncclSuccess) {
+        snprintf(err, 256, "ncclAllGather of %zu bytes: %s", bytes, ncclGetErrorString(r));
+        return -1;
+    }
+    ce = cudaMemcpyAsync(all, gather_buf, bytes * (size_t)comm_size, cudaMemcpyDeviceToHost, stream);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(stream);
+    if (ce != cudaSuccess) {
+        snprintf(err, 256, "all-gather of %zu bytes: %s", bytes, cudaGetErrorString(ce));
         return -1;
     }
     return 0;

@@ -1,9 +1,20 @@
 /* dist/dist_none.c — dist/dist.h for the single-process build: one rank, reductions are the
  * identity. `make mpi` links dist/dist_mpi.c instead. */
 #include <stdio.h>
+#include <string.h>
 #include "dist/dist.h"
 
-int dist_init(int* argc, char*** argv, char err[256]) { return 0; }
+int dist_init(int* argc, char*** argv, char err[256]) {
+    for (int i = 1; i < *argc; i++)
+        if (!strcmp((*argv)[i], "--init-file") || !strcmp((*argv)[i], "--world") ||
+            !strcmp((*argv)[i], "--rank")) {
+            snprintf(err, 256, "%s: this build runs one process; GPU ranks started without MPI "
+                     "(--rank, --world, --init-file) run ./train_cuda_nccl (make cuda-nccl)",
+                     (*argv)[i]);
+            return -1;
+        }
+    return 0;
+}
 int dist_rank(void) { return 0; }
 int dist_size(void) { return 1; }
 int dist_local_size(void) { return 1; }
@@ -16,6 +27,7 @@ double dist_sum(double x) { return x; }
 void dist_reduce_scatter(float* x, const size_t* bounds) {}
 void dist_allgather_floats(float* x, const size_t* bounds) {}
 void dist_allgather_doubles(double* x, const size_t* bounds) {}
+void dist_allgather_elems(void* x, const size_t* bounds, size_t elem_bytes) {}
 void dist_send_floats(const float* x, size_t n, int to) {}
 void dist_recv_floats(float* x, size_t n, int from) {}
 int dist_max(int x) { return x; }

@@ -24,6 +24,10 @@ const char* const gpt_param_names[NUM_PARAMETER_TENSORS] = {
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
 const int gpt_param_decay[NUM_PARAMETER_TENSORS] = {
     1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+/* qkvw, attprojw, fcw, fcprojw: read only by the products (the encoder reads wte's and wpe's rows,
+ * the LayerNorms and biases their fp32 values) */
+const int gpt_param_operand_only[NUM_PARAMETER_TENSORS] = {
+    0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
 
 const char* gpt_config_problem(const GPTConfig* c) {
     if (c->max_seq_len <= 0) return "max sequence length must be positive";
@@ -281,12 +285,35 @@ static size_t rope_table_floats(const GPTConfig* c) {
                ? mem_align_floats((size_t)c->max_seq_len * (gpt_head_dim(c) / 2)) : 0;
 }
 
-/* The one backend arena, in floats: parameters, gradients, AdamW m and v (nopt floats each: the
- * whole block, or one ZeRO-1 shard of it), activations, gradient scratch, then the tokens and
+/* The one backend arena, in floats: parameters (nmaster: the block, or under sharded masters the
+ * compact parts gpt_master_layout gives), gradients (the block), AdamW m and v (nopt floats each:
+ * the whole block, or one ZeRO-1 shard of it), activations, gradient scratch, then the tokens and
  * targets (ints, the size of floats) and the RoPE tables. */
-static size_t arena_floats(size_t pfloats, size_t nopt, size_t wop, size_t acts, size_t scratch,
-                           size_t ntok, size_t nrope, size_t ncp) {
-    return 2 * pfloats + 2 * nopt + wop + acts + scratch + 2 * ntok + 2 * nrope + ncp;
+static size_t arena_floats(size_t nmaster, size_t pfloats, size_t nopt, size_t wop, size_t acts,
+                           size_t scratch, size_t ntok, size_t nrope, size_t ncp) {
+    return nmaster + pfloats + 2 * nopt + wop + acts + scratch + 2 * ntok + 2 * nrope + ncp;
+}
+
+size_t gpt_master_layout(const GPTConfig* c, int act_dtype, size_t opt_begin, size_t opt_floats,
+                         size_t first[NUM_PARAMETER_TENSORS], size_t held[NUM_PARAMETER_TENSORS]) {
+    size_t off[NUM_PARAMETER_TENSORS], size[NUM_PARAMETER_TENSORS], total = 0;
+    size_t block = gpt_param_offsets(c, off);
+    gpt_param_sizes(c, size);
+    /* sharded only where an operand copy exists: in fp32 the products read the masters */
+    int sharded = act_dtype != DT_FP32 && opt_floats != SIZE_MAX;
+    size_t end = opt_floats < block - opt_begin ? opt_begin + opt_floats : block;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        first[k] = 0;
+        held[k] = size[k];
+        if (sharded && gpt_param_operand_only[k]) {
+            size_t lo = off[k] > opt_begin ? off[k] : opt_begin;
+            size_t hi = off[k] + size[k] < end ? off[k] + size[k] : end;
+            first[k] = lo < hi ? lo - off[k] : 0;
+            held[k] = lo < hi ? hi - lo : 0;
+        }
+        total += mem_align_floats(held[k]);
+    }
+    return total;
 }
 
 size_t gpt_param_offsets(const GPTConfig* c, size_t off[NUM_PARAMETER_TENSORS]) {
@@ -353,11 +380,12 @@ static int check_build_args(const GPTConfig* c, int B, int T, char err[256]) {
 
 int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, const Backend* be,
              int threads, GPTPlan* out, char err[256]) {
-    return gpt_plan_shard(c, B, T, policy, be, threads, SIZE_MAX, out, err);
+    return gpt_plan_shard(c, B, T, policy, be, threads, 0, SIZE_MAX, out, err);
 }
 
 int gpt_plan_shard(const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
-                   const Backend* be, int threads, size_t opt_floats, GPTPlan* out, char err[256]) {
+                   const Backend* be, int threads, size_t opt_begin, size_t opt_floats, GPTPlan* out,
+                   char err[256]) {
     memset(out, 0, sizeof(*out));
     if (check_build_args(c, B, T, err) != 0) return -1;
     /* a model with no buffers: the layout functions only count when given no base */
@@ -376,6 +404,8 @@ int gpt_plan_shard(const GPTConfig* c, int B, int T, const RecomputePolicy* poli
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) nparams += sizes[i];
     size_t pfloats = carve(NULL, NULL, sizes, NUM_PARAMETER_TENSORS);
     size_t nopt = mem_align_floats(opt_floats < pfloats ? opt_floats : pfloats);
+    size_t first[NUM_PARAMETER_TENSORS], held[NUM_PARAMETER_TENSORS];
+    size_t nmaster = gpt_master_layout(c, be->act_dtype, opt_begin, opt_floats, first, held);
     GPTMemory fig;
     size_t acts = plan_activations(&m, NULL, &fig), scratch = plan_scratch(&m, NULL);
     size_t wop = wop_floats(be, pfloats);
@@ -384,7 +414,8 @@ int gpt_plan_shard(const GPTConfig* c, int B, int T, const RecomputePolicy* poli
                     mem_align_floats(BT) + mem_align_floats(BT * c->channels);
     size_t attn = mem_align_floats(be->attention_backward_scratch_floats(
         B, T, c->num_heads, c->num_kv_heads, gpt_head_dim(c), threads));
-    out->params = out->grads = pfloats * sizeof(float);
+    out->params = nmaster * sizeof(float);
+    out->grads = pfloats * sizeof(float);
     out->adamw = 2 * nopt * sizeof(float);
     out->weights_op = wop * sizeof(float);
     out->layer_acts = fig.layer_acts;
@@ -395,9 +426,9 @@ int gpt_plan_shard(const GPTConfig* c, int B, int T, const RecomputePolicy* poli
     out->attn_scratch = attn * sizeof(float);
     out->grad_scratch = (scratch - attn) * sizeof(float);
     out->other = (2 * ntok + 2 * nrope) * sizeof(float);
-    out->arena = arena_floats(pfloats, nopt, wop, acts, scratch, ntok, nrope, 0) * sizeof(float);
+    out->arena = arena_floats(nmaster, pfloats, nopt, wop, acts, scratch, ntok, nrope, 0) * sizeof(float);
     out->host = host_table_bytes(c, policy) +
-                (be->host_memory ? 0 : (pfloats + 2 * nopt + mem_align_floats(BT)) * sizeof(float));
+                (be->host_memory ? 0 : (nmaster + 2 * nopt + mem_align_floats(BT)) * sizeof(float));
     out->host_transient = 2 * nrope * sizeof(float);
     OpCalls calls;
     op_calls(c, B, T, m.classifier_rows, &calls);
@@ -487,6 +518,9 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
     m->grad_scale = 1.0f;
     if (check_build_args(c, B, T, err) != 0) return -1;
     size_t offsets[NUM_PARAMETER_TENSORS], block = gpt_param_offsets(c, offsets);
+    size_t nmaster = gpt_master_layout(c, be->act_dtype, opt_begin, opt_floats, m->master_first,
+                                       m->master_held);
+    m->masters_sharded = be->act_dtype != DT_FP32 && opt_floats != SIZE_MAX;
     if (opt_floats == SIZE_MAX) {   /* the whole block */
         opt_begin = 0;
         opt_floats = block;
@@ -538,13 +572,13 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
     m->opt_begin = opt_begin;
     m->opt_floats = opt_floats;
     size_t nopt = mem_align_floats(opt_floats);
-    size_t total = arena_floats(pfloats, nopt, nwop, m->num_acts, nscratch, ntok, nrope,
+    size_t total = arena_floats(nmaster, pfloats, nopt, nwop, m->num_acts, nscratch, ntok, nrope,
                                 m->num_cp_floats);
     float* base = be->alloc(total * sizeof(float));
     m->arena = base;
     m->params_memory = base;
-    m->grads_memory = base + pfloats;
-    m->m_memory = base + 2 * pfloats;
+    m->grads_memory = base + nmaster;
+    m->m_memory = m->grads_memory + pfloats;
     m->v_memory = m->m_memory + nopt;
     m->wop_memory = nwop > 0 ? m->v_memory + nopt : NULL;
     m->acts_memory = m->v_memory + nopt + nwop;
@@ -568,7 +602,7 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
     }
     plan_cp(m, (float*)(m->targets + ntok) + 2 * nrope);
     param_ptrs(&m->params, pp);
-    carve(m->params_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
+    carve(m->params_memory, pp, m->master_held, NUM_PARAMETER_TENSORS);
     param_ptrs(&m->grads, pp);
     carve(m->grads_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
 
@@ -578,13 +612,13 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
         m->host_v_memory = m->v_memory;
         m->host_losses = m->losses;
     } else {
-        m->host_params_memory = mem_alloc_floats(pfloats + 2 * nopt + mem_align_floats(BT));
-        m->host_m_memory = m->host_params_memory + pfloats;
+        m->host_params_memory = mem_alloc_floats(nmaster + 2 * nopt + mem_align_floats(BT));
+        m->host_m_memory = m->host_params_memory + nmaster;
         m->host_v_memory = m->host_m_memory + nopt;
         m->host_losses = m->host_v_memory + nopt;
     }
     param_ptrs(&m->host_params, pp);
-    carve(m->host_params_memory, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
+    carve(m->host_params_memory, pp, m->master_held, NUM_PARAMETER_TENSORS);
 
     m->drop_embd = m->drop_attn = m->drop_resid = m->drop_path = dropout_make(0.0);
     m->mean_loss = -1.0f;
@@ -608,23 +642,49 @@ static size_t param_block_floats(const GPT* m) {
     return carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
 }
 
+/* The floats of the fp32 weights the model holds: the block, or less under sharded masters. */
+static size_t master_floats(const GPT* m) {
+    float** pp[NUM_PARAMETER_TENSORS];
+    return carve(NULL, pp, m->master_held, NUM_PARAMETER_TENSORS);
+}
+
 void gpt_to_host(GPT* m) {
     if (m->be->host_memory) return;
-    size_t bytes = param_block_floats(m) * sizeof(float), obytes = m->opt_floats * sizeof(float);
+    size_t bytes = master_floats(m) * sizeof(float), obytes = m->opt_floats * sizeof(float);
     m->be->to_host(m->host_params_memory, m->params_memory, bytes);
     m->be->to_host(m->host_m_memory, m->m_memory, obytes);
     m->be->to_host(m->host_v_memory, m->v_memory, obytes);
 }
 
-/* The weights' operand copy made again from the masters (nothing in fp32). */
+/* The weights' operand copy made again from the masters (nothing in fp32). Under sharded
+ * masters, of the floats the model holds only: the rest of the copy arrives from the ranks that
+ * own it (train.c). */
 static void round_weights(GPT* m) {
-    if (m->wop_memory != NULL) m->be->round_to_act(m->wop_memory, m->params_memory, param_block_floats(m));
+    if (m->wop_memory == NULL) return;
+    if (!m->masters_sharded) {
+        m->be->round_to_act(m->wop_memory, m->params_memory, param_block_floats(m));
+        return;
+    }
+    float* p[NUM_PARAMETER_TENSORS];
+    memcpy(p, &m->params, sizeof(p));
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+        if (m->master_held[k] > 0) m->be->round_to_act(gpt_wop_at(m, k, m->master_first[k]), p[k],
+                                                       m->master_held[k]);
 }
 
-/* The weights as the products read them: the operand copy's tensor at the master's offset. */
-static const void* wop(const GPT* m, const float* master) {
-    if (m->wop_memory == NULL) return master;
-    return (const char*)m->wop_memory + (size_t)(master - m->params_memory) * dtype_bytes(m->act_dtype);
+void* gpt_wop_at(const GPT* m, int k, size_t i) {
+    float* g[NUM_PARAMETER_TENSORS];
+    memcpy(g, &m->grads, sizeof(g));
+    return (char*)m->wop_memory + (size_t)(g[k] - m->grads_memory + i) * dtype_bytes(m->act_dtype);
+}
+
+/* The weights as the products read them, found by their gradient's address (the gradient block
+ * is whole and has the parameter block's layout, which the masters under ZeRO-1 do not): the
+ * operand copy's tensor there, or in fp32 the masters themselves (whole in fp32). */
+static const void* wop(const GPT* m, const float* grad) {
+    size_t off = (size_t)(grad - m->grads_memory);
+    if (m->wop_memory == NULL) return m->params_memory + off;
+    return (const char*)m->wop_memory + off * dtype_bytes(m->act_dtype);
 }
 
 /* rows r0.. of an operand activation of C columns (lnf) */
@@ -634,7 +694,7 @@ static const void* act_rows(const GPT* m, const void* base, size_t r0, size_t C)
 
 void gpt_to_backend(GPT* m) {
     if (!m->be->host_memory) {
-        size_t bytes = param_block_floats(m) * sizeof(float), obytes = m->opt_floats * sizeof(float);
+        size_t bytes = master_floats(m) * sizeof(float), obytes = m->opt_floats * sizeof(float);
         m->be->to_backend(m->params_memory, m->host_params_memory, bytes);
         m->be->to_backend(m->m_memory, m->host_m_memory, obytes);
         m->be->to_backend(m->v_memory, m->host_v_memory, obytes);
@@ -646,7 +706,7 @@ GPTMemory gpt_memory(const GPT* m) {
     GPTMemory r;
     float** pp[NUM_PARAMETER_TENSORS];
     size_t pf = carve(NULL, pp, m->param_sizes, NUM_PARAMETER_TENSORS);
-    r.params = pf * sizeof(float);
+    r.params = master_floats(m) * sizeof(float);
     r.grads = pf * sizeof(float);
     r.optimizer = 2 * mem_align_floats(m->opt_floats) * sizeof(float);
     r.weights_op = wop_floats(m->be, pf) * sizeof(float);
@@ -661,16 +721,18 @@ GPTMemory gpt_memory(const GPT* m) {
 /* ---- initialisation ----------------------------------------------------------------------- */
 
 /* N(0, std) for element i of tensor k: Box-Muller on one Philox call of the INIT stream. A pure
- * function of (seed, k, i), so the weights do not depend on threads. */
-static void init_normal(float* x, size_t n, float std, uint64_t init_seed, uint32_t k) {
+ * function of (seed, k, i), so the weights do not depend on threads, nor on which elements are
+ * made: x[j] is element first + j (a ZeRO-1 rank makes the part of the masters it holds). */
+static void init_normal(float* x, size_t first, size_t n, float std, uint64_t init_seed,
+                        uint32_t k) {
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = first; i < first + n; i++) {
         uint32_t ctr[4] = {(uint32_t)i, (uint32_t)((uint64_t)i >> 32), k, 0};
         uint32_t r[4];
         philox4x32_10(ctr, (uint32_t)init_seed, (uint32_t)(init_seed >> 32), r);
         double u1 = ((double)r[0] + 1.0) / 4294967297.0;  /* (0, 1) */
         double u2 = (double)r[1] / 4294967296.0;          /* [0, 1) */
-        x[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+        x[i - first] = (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
     }
 }
 
@@ -687,9 +749,10 @@ void gpt_init_weights(GPT* m, uint64_t master_seed) {
             for (size_t i = 0; i < n; i++) ptr[k][i] = 1.0f;
         } else if (!gpt_param_decay[k]) {
             memset(ptr[k], 0, n * sizeof(float));   /* biases and LN biases */
-        } else {
+        } else {   /* under sharded masters the part the model holds: elements first .. */
             int proj = !strcmp(name, "attprojw") || !strcmp(name, "fcprojw");
-            init_normal(ptr[k], n, proj ? proj_std : 0.02f, s, (uint32_t)k);
+            init_normal(ptr[k], m->master_first[k], m->master_held[k], proj ? proj_std : 0.02f, s,
+                        (uint32_t)k);
         }
     }
     /* padded vocab rows are zero and stay zero (their gradient is zero) */
@@ -737,7 +800,7 @@ static void classifier_chunk_head_backward(GPT* m, int r0, int rows) {
     const GPTConfig* c = &m->config;
     int C = c->channels;
     m->be->matmul_backward(m->dlnf + (size_t)r0 * C, m->grads.wte, NULL, m->logits,
-                           act_rows(m, m->lnf, (size_t)r0, (size_t)C), wop(m, m->params.wte), rows,
+                           act_rows(m, m->lnf, (size_t)r0, (size_t)C), wop(m, m->grads.wte), rows,
                            C, c->padded_vocab_size);
 }
 
@@ -1070,6 +1133,7 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
     const GPTConfig* c = &m->config;
     int N = B * T, C = c->channels, QKV = gpt_qkv_channels(c);
     LayerParams p = layer_params(&m->params, c, l);
+    LayerParams gp = layer_params(&m->grads, c, l);   /* the products' weights: wop(m, gp.X) */
     LayerActs* a = &m->layer[l];
     Dropout dattn = train ? m->drop_attn : no_dropout();
     Dropout dres = train ? m->drop_resid : no_dropout();
@@ -1079,7 +1143,7 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
     const float* mlp_in = c->block_kind == BLOCK_PARALLEL ? x : a->resid2;
 
     m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p.ln1w, p.ln1b, N, C);
-    m->be->matmul_forward(a->qkv, m->act_dtype, a->ln1, wop(m, p.qkvw), p.qkvb, N, C, QKV);
+    m->be->matmul_forward(a->qkv, m->act_dtype, a->ln1, wop(m, gp.qkvw), p.qkvb, N, C, QKV);
     if (c->pos_kind == POS_ROPE) pos_rope(m, a->qkv, B, T, 0);
 #ifdef SEEDGPT_TEST_BUILD
     int exporting = train && keep_export_begin(m, l, rec->step, B, g0);
@@ -1101,7 +1165,7 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
 #ifdef SEEDGPT_TEST_BUILD
     if (exporting) keep_export_end(m, B);
 #endif
-    m->be->matmul_forward(a->resid2, DT_FP32, a->atty, wop(m, p.attprojw), p.attprojb, N, C, C);
+    m->be->matmul_forward(a->resid2, DT_FP32, a->atty, wop(m, gp.attprojw), p.attprojb, N, C, C);
     /* branch = drop_path(dropout(proj)): the per-sequence factor, then the residual dropout */
     if (depth) pos_drop_path(m, a->resid2, a->resid2, B, T, g0, rec->seed[SITE_DEPTH_ATTN]);
     if (m->be->residual_layernorm_forward != NULL && !cp_on(m) && mlp_in == a->resid2) {
@@ -1114,12 +1178,12 @@ static void layer_forward(GPT* m, int l, const float* x, float* out, const Layer
         m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, mlp_in, p.ln2w, p.ln2b, N, C);
     }
     if (m->be->matmul_forward_gelu != NULL) {   /* the product and its GELU in one op */
-        m->be->matmul_forward_gelu(a->fch, a->fch_gelu, a->ln2, wop(m, p.fcw), p.fcb, N, C, 4 * C);
+        m->be->matmul_forward_gelu(a->fch, a->fch_gelu, a->ln2, wop(m, gp.fcw), p.fcb, N, C, 4 * C);
     } else {
-        m->be->matmul_forward(a->fch, m->act_dtype, a->ln2, wop(m, p.fcw), p.fcb, N, C, 4 * C);
+        m->be->matmul_forward(a->fch, m->act_dtype, a->ln2, wop(m, gp.fcw), p.fcb, N, C, 4 * C);
         m->be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
     }
-    m->be->matmul_forward(out, DT_FP32, a->fch_gelu, wop(m, p.fcprojw), p.fcprojb, N, 4 * C, C);
+    m->be->matmul_forward(out, DT_FP32, a->fch_gelu, wop(m, gp.fcprojw), p.fcprojb, N, 4 * C, C);
     if (depth) pos_drop_path(m, out, out, B, T, g0, rec->seed[SITE_DEPTH_MLP]);
     pos_residual_dropout(m, out, a->resid2, out, B, T, g0, rec->seed[SITE_MLP_RESID], dres);
 }
@@ -1173,7 +1237,7 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
     for (int r0 = 0; r0 < N; r0 += R) {
         int rows = N - r0 < R ? N - r0 : R;
         m->be->matmul_forward(m->logits, DT_FP32, act_rows(m, m->lnf, (size_t)r0, (size_t)C),
-                              wop(m, m->params.wte), NULL, rows, C, c->padded_vocab_size);
+                              wop(m, m->grads.wte), NULL, rows, C, c->padded_vocab_size);
         if (fuse && m->be->crossentropy_forward_backward_act != NULL) {
             /* dlogits in act_dtype over the logits' memory, read there by the head's product */
             m->be->crossentropy_forward_backward_act(m->losses + r0, m->logits, m->targets + r0,
@@ -1182,7 +1246,7 @@ float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, u
             int ld = (int)((size_t)c->padded_vocab_size * sizeof(float) / dtype_bytes(m->act_dtype));
             m->be->matmul_backward_dout_act(m->dlnf + (size_t)r0 * C, m->grads.wte, NULL, m->logits, ld,
                                             act_rows(m, m->lnf, (size_t)r0, (size_t)C),
-                                            wop(m, m->params.wte), rows, C, c->padded_vocab_size);
+                                            wop(m, m->grads.wte), rows, C, c->padded_vocab_size);
             continue;
         }
         if (fuse && m->be->crossentropy_forward_backward != NULL) {
@@ -1261,10 +1325,10 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
      * resid2 (sequential) or x (parallel) */
     pos_dropout_backward(m, g->dbranch, g->dresid, B, T, g0, rec->seed[SITE_MLP_RESID], dres);
     if (depth) pos_drop_path(m, g->dbranch, g->dbranch, B, T, g0, rec->seed[SITE_DEPTH_MLP]);
-    m->be->matmul_backward(g->dfch, dfcprojw, dfcprojb, g->dbranch, a->fch_gelu, wop(m, p.fcprojw),
+    m->be->matmul_backward(g->dfch, dfcprojw, dfcprojb, g->dbranch, a->fch_gelu, wop(m, gp.fcprojw),
                            N, 4 * C, C);
     m->be->gelu_backward(g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
-    m->be->matmul_backward(g->dln, dfcw, dfcb, g->dfch, a->ln2, wop(m, p.fcw), N, C, 4 * C);
+    m->be->matmul_backward(g->dln, dfcw, dfcb, g->dfch, a->ln2, wop(m, gp.fcw), N, C, 4 * C);
     m->be->layernorm_backward(g->dresid, dln2w, dln2b, g->dln, parallel ? m->resid[l] : a->resid2,
                        p.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
     /* sequential: now dresid = d resid2; in the forward,
@@ -1273,7 +1337,7 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
         pos_dropout_backward(m, dattn_branch, g->dresid, B, T, g0, rec->seed[SITE_ATTN_RESID], dres);
         if (depth) pos_drop_path(m, dattn_branch, dattn_branch, B, T, g0, rec->seed[SITE_DEPTH_ATTN]);
     }
-    m->be->matmul_backward(g->datty, dattprojw, dattprojb, dattn_branch, a->atty, wop(m, p.attprojw),
+    m->be->matmul_backward(g->datty, dattprojw, dattprojb, dattn_branch, a->atty, wop(m, gp.attprojw),
                            N, C, C);
     if (cp_on(m))
         cp_attention_backward(m, a, B, T, g0, rec->seed[SITE_ATTN_PROB], dattn);
@@ -1284,7 +1348,7 @@ static void layer_backward(GPT* m, int l, const LayerRecord* rec) {
     /* a->qkv holds the rotated q and k (what attention saw); dqkv is their gradient: rotate it
      * back to the gradient of the QKV linear's output */
     if (c->pos_kind == POS_ROPE) pos_rope(m, g->dqkv, B, T, 1);
-    m->be->matmul_backward(g->dln, dqkvw, dqkvb, g->dqkv, a->ln1, wop(m, p.qkvw), N, C, QKV);
+    m->be->matmul_backward(g->dln, dqkvw, dqkvb, g->dqkv, a->ln1, wop(m, gp.qkvw), N, C, QKV);
     m->be->layernorm_backward(g->dresid, dln1w, dln1b, g->dln, m->resid[l], p.ln1w, a->ln1_mean,
                        a->ln1_rstd, N, C);
 }
@@ -1371,7 +1435,7 @@ int gpt_backward(GPT* m, float dloss) {
             int rows = N - r0 < R ? N - r0 : R;
             if (!m->head_logits_kept)
                 m->be->matmul_forward(m->logits, DT_FP32, act_rows(m, m->lnf, (size_t)r0, (size_t)C),
-                                      wop(m, m->params.wte), NULL, rows, C, c->padded_vocab_size);
+                                      wop(m, m->grads.wte), NULL, rows, C, c->padded_vocab_size);
             classifier_chunk_backward(m, r0, rows, dloss);
         }
     }

@@ -83,6 +83,9 @@ typedef struct {
 extern const char* const gpt_param_names[NUM_PARAMETER_TENSORS];
 /* nanoGPT's convention: weight decay on 2-D weights and embeddings, not on biases or LN. */
 extern const int gpt_param_decay[NUM_PARAMETER_TENSORS];
+/* 1 for the tensors only the products read (qkvw, attprojw, fcw, fcprojw): under bf16 they read
+ * the operand copy, so their fp32 masters can live on one ZeRO-1 rank alone */
+extern const int gpt_param_operand_only[NUM_PARAMETER_TENSORS];
 
 /* Elements of each parameter tensor, in the order above. */
 void gpt_param_sizes(const GPTConfig* c, size_t sizes[NUM_PARAMETER_TENSORS]);
@@ -157,7 +160,15 @@ typedef struct {
     ParameterTensors params;
     size_t param_sizes[NUM_PARAMETER_TENSORS];
     size_t num_parameters;       /* including the zero padded-vocab rows */
-    float* params_memory;
+    float* params_memory;        /* the fp32 weights held: the block, or less (sharded masters) */
+    /* Sharded masters (ZeRO-1 with an operand copy, model/zero.h): of an operand-only tensor k
+     * the model holds the fp32 masters of elements [master_first[k], master_first[k] +
+     * master_held[k]) only, those in [opt_begin, opt_begin + opt_floats), and params.X points at
+     * element master_first[k] (params_memory is then compact, not the block's layout). Every
+     * other tensor, and every tensor without sharding: first 0, held its size. */
+    int masters_sharded;
+    size_t master_first[NUM_PARAMETER_TENSORS];
+    size_t master_held[NUM_PARAMETER_TENSORS];
     ParameterTensors grads;
     float* grads_memory;
     /* the weights as products read them: under a bf16 act dtype a bf16 copy of the whole
@@ -269,7 +280,10 @@ int gpt_build_cp(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy
                  const Backend* be, const ContextParallel* cp, char err[256]);
 /* gpt_build_on with AdamW's moments for floats [opt_begin, opt_begin + opt_floats) of the
  * parameter block only (ZeRO-1, model/zero.h): the arena holds 2 x opt_floats of moments instead
- * of twice the block. Such a model is updated by zero_adamw_shard, never by gpt_adamw. */
+ * of twice the block. Under an operand copy (bf16, fp16) the masters of the operand-only tensors
+ * are held for those floats only too (masters_sharded): the rest of their operand copy comes from
+ * the other ranks (train.c), and such a model cannot sample from its host weights. Such a model
+ * is updated by zero_adamw_shard, never by gpt_adamw. */
 int gpt_build_shard(GPT* m, const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
                     const Backend* be, size_t opt_begin, size_t opt_floats, char err[256]);
 /* The global position of local row t (0 <= t < T / cp->size) of a context-parallel model. */
@@ -389,7 +403,16 @@ int gpt_plan(const GPTConfig* c, int B, int T, const RecomputePolicy* policy, co
 /* The same for a model built by gpt_build_shard with a shard of opt_floats floats (SIZE_MAX:
  * the whole block, gpt_plan). */
 int gpt_plan_shard(const GPTConfig* c, int B, int T, const RecomputePolicy* policy,
-                   const Backend* be, int threads, size_t opt_floats, GPTPlan* out, char err[256]);
+                   const Backend* be, int threads, size_t opt_begin, size_t opt_floats,
+                   GPTPlan* out, char err[256]);
+/* The floats of the fp32 weights a model built for the moments of [opt_begin, opt_begin +
+ * opt_floats) holds (opt_floats SIZE_MAX: the whole block, unsharded), each tensor's part in
+ * first[k], held[k] as GPT's master_first, master_held: the masters are sharded with the moments
+ * when act_dtype has an operand copy. */
+size_t gpt_master_layout(const GPTConfig* c, int act_dtype, size_t opt_begin, size_t opt_floats,
+                         size_t first[NUM_PARAMETER_TENSORS], size_t held[NUM_PARAMETER_TENSORS]);
+/* The operand copy of element i of tensor k (a model with an operand copy). */
+void* gpt_wop_at(const GPT* m, int k, size_t i);
 
 #ifdef __cplusplus
 }

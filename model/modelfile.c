@@ -312,6 +312,11 @@ int modelfile_read(const char* path, const GPTConfig* cfg, float* const tensors[
 }
 
 int modelfile_load(GPT* m, const char* path, char err[256]) {
+    if (m->masters_sharded) {
+        snprintf(err, 256, "%s: a model with sharded fp32 masters (ZeRO-1 under bf16) cannot load "
+                 "a whole model file", path);
+        return -1;
+    }
     float* ptr[NUM_PARAMETER_TENSORS];
     memcpy(ptr, &m->host_params, sizeof(ptr));
     if (read_model_file(path, &m->config, ptr, err) != 0) return -1;
@@ -320,6 +325,11 @@ int modelfile_load(GPT* m, const char* path, char err[256]) {
 }
 
 int modelfile_save(const GPT* m, const char* path, char err[256]) {
+    if (m->masters_sharded) {
+        snprintf(err, 256, "%s: the model holds one shard of the fp32 masters (ZeRO-1): the "
+                 "others' are needed to save", path);
+        return -1;
+    }
     const float* tensors[NUM_PARAMETER_TENSORS];
     memcpy(tensors, &m->host_params, sizeof(tensors));
     return modelfile_write(&m->config, tensors, path, err);
@@ -327,10 +337,17 @@ int modelfile_save(const GPT* m, const char* path, char err[256]) {
 
 int modelfile_write(const GPTConfig* c, const float* const tensors[NUM_PARAMETER_TENSORS],
                     const char* path, char err[256]) {
+    return modelfile_write_from(c, tensors, NULL, path, err);
+}
+
+int modelfile_write_from(const GPTConfig* c, const float* const tensors[NUM_PARAMETER_TENSORS],
+                         const ModelTensorSource* src, const char* path, char err[256]) {
     size_t sizes[NUM_PARAMETER_TENSORS];
     gpt_param_sizes(c, sizes);
-    /* a NaN or an infinity in the weights never reaches a file, and the previous one stays */
+    /* a NaN or an infinity in the weights never reaches a file, and the previous one stays
+     * (src's tensors: checked as they come, the temporary file removed) */
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        if (tensors[k] == NULL) continue;
         size_t bad = first_non_finite(tensors[k], sizes[k]);
         if (bad < sizes[k]) {
             snprintf(err, 256, "%s: refusing to save: tensor %s element %zu is %g (the previous "
@@ -371,8 +388,34 @@ int modelfile_write(const GPTConfig* c, const float* const tensors[NUM_PARAMETER
     const char* failed = NULL;
     int saved_errno;
     if (fwrite(h, 4, HEADER_INTS, f) != HEADER_INTS) failed = "write";
-    for (int k = 0; k < NUM_PARAMETER_TENSORS && failed == NULL; k++) {
-        if (fwrite(tensors[k], sizeof(float), sizes[k], f) != sizes[k]) failed = "write";
+    int rc = -1;
+    /* src is asked for each of its tensors whatever failed before: the ranks that serve them
+     * go through all of them too */
+    for (int k = 0; k < NUM_PARAMETER_TENSORS && (failed == NULL || src != NULL); k++) {
+        const float* t = tensors[k];
+        if (t == NULL) {
+            char serr[256] = "";
+            t = src->tensor(src->ctx, k, serr);
+            if (t == NULL) {
+                if (failed == NULL) snprintf(err, 256, "%s: %s", path, serr);
+                if (failed == NULL) failed = "gather";
+                continue;
+            }
+            size_t bad = first_non_finite(t, sizes[k]);
+            if (failed == NULL && bad < sizes[k]) {
+                snprintf(err, 256, "%s: refusing to save: tensor %s element %zu is %g (the "
+                         "previous file, if any, is untouched)", path, gpt_param_names[k], bad,
+                         (double)t[bad]);
+                failed = "check";
+                rc = MODELFILE_NON_FINITE;
+            }
+        }
+        if (failed == NULL && fwrite(t, sizeof(float), sizes[k], f) != sizes[k]) failed = "write";
+    }
+    if (failed != NULL && (!strcmp(failed, "check") || !strcmp(failed, "gather"))) {
+        fclose(f);
+        unlink(tmp);
+        return rc;   /* err says what */
     }
     failed = commit_tmp_file(f, tmp, path, failed, &saved_errno);
     if (failed != NULL) {

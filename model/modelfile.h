@@ -30,6 +30,17 @@ int modelfile_read(const char* path, const GPTConfig* cfg, float* const tensors[
 int modelfile_write(const GPTConfig* c, const float* const tensors[NUM_PARAMETER_TENSORS],
                     const char* path, char err[256]);
 
+/* modelfile_write with some tensors from elsewhere (ZeRO-1's sharded masters, gathered from the
+ * ranks): tensors[k] NULL is asked of src, whole, in the file's order, once per write and always
+ * (even after a failure: the ranks that serve them go through all of them too); the returned
+ * floats stay valid until the next call, NULL with err on a failure. The same returns. */
+typedef struct {
+    const float* (*tensor)(void* ctx, int k, char err[256]);
+    void* ctx;
+} ModelTensorSource;
+int modelfile_write_from(const GPTConfig* c, const float* const tensors[NUM_PARAMETER_TENSORS],
+                         const ModelTensorSource* src, const char* path, char err[256]);
+
 /* Writes m's weights (llm.c v3 when the configuration is plain GPT-2, else seedgpt's own header)
  * to path.tmp, fsyncs, renames into place. 0, -1 (err), or MODELFILE_NON_FINITE (err names the
  * tensor and element) when a weight is NaN or infinite; on failure the old file is intact. */

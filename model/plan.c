@@ -18,7 +18,7 @@ static int same_policy(const RecomputePolicy* a, const RecomputePolicy* b) {
 int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
               const RecomputePolicy* extra, size_t sampler, const PlanShard* shard,
               PlanRow rows[PLAN_MAX_ROWS], char err[256]) {
-    size_t opt_floats = SIZE_MAX, zero_host = 0, begin;
+    size_t opt_floats = SIZE_MAX, zero_host = 0, begin = 0;
     if (shard != NULL && shard->ranks > 1) {
         opt_floats = zero_shard(c, shard->ranks, shard->rank, &begin);
         zero_host = zero_table_bytes(c, shard->ranks) +
@@ -45,7 +45,7 @@ int plan_rows(const GPTConfig* c, int B, int T, const Backend* be, int threads,
     }
     for (int i = 0; i < n; i++) {
         rows[i].policy = cand[i];
-        if (gpt_plan_shard(c, B, T, &cand[i], be, threads, opt_floats, &rows[i].plan, err) != 0)
+        if (gpt_plan_shard(c, B, T, &cand[i], be, threads, begin, opt_floats, &rows[i].plan, err) != 0)
             return -1;
         rows[i].plan.host += zero_host;
         rows[i].loop = rows[i].plan.batch + sampler;

@@ -111,10 +111,10 @@ static size_t sum_param_sizes(const GPTConfig* c) {
 static float* array_tensor(const GPT* m, int which, int k) {
     float* p[NUM_PARAMETER_TENSORS];
     memcpy(p, &m->host_params, sizeof(p));
-    size_t off = (size_t)(p[k] - m->host_params_memory);
-    float* base = which == 0 ? m->host_params_memory : which == 1 ? m->host_m_memory
-                                                                  : m->host_v_memory;
-    return base + off;
+    if (which == 0) return p[k];
+    size_t off[NUM_PARAMETER_TENSORS];
+    gpt_param_offsets(&m->config, off);
+    return (which == 1 ? m->host_m_memory : m->host_v_memory) + off[k];
 }
 static const char* const array_names[3] = {"weights", "AdamW m", "AdamW v"};
 
@@ -135,10 +135,25 @@ static size_t moment_part(const GPT* m, int which, int k, size_t* first, float**
     return hi - lo;
 }
 
-/* Does the model hold only one shard of the moments? */
+/* The part of tensor k of array `which` the model holds, as moment_part; of the weights, all of
+ * it unless the masters are sharded (model/gpt.h: master_first, master_held). */
+static size_t held_part(const GPT* m, int which, int k, size_t* first, float** ptr) {
+    if (which > 0) return moment_part(m, which, k, first, ptr);
+    *first = m->master_first[k];
+    *ptr = array_tensor(m, 0, k);
+    return m->master_held[k];
+}
+
+/* Is tensor k of array `which` held in part, gathered from the ranks at a save? */
+static int gathered(const GPT* m, int which, int k) {
+    return which > 0 || (m->masters_sharded && gpt_param_operand_only[k]);
+}
+
+/* Does the model hold only one shard of the moments (and perhaps of the masters)? */
 static int sharded(const GPT* m) {
     size_t off[NUM_PARAMETER_TENSORS];
-    return m->opt_begin != 0 || m->opt_floats != gpt_param_offsets(&m->config, off);
+    return m->masters_sharded || m->opt_begin != 0 ||
+           m->opt_floats != gpt_param_offsets(&m->config, off);
 }
 
 /* The first non-finite value of n floats at t, element `first` of tensor k of array which. */
@@ -161,9 +176,9 @@ static int check_finite(const GPT* m, int moments, const char* path, const char*
                         char err[256]) {
     for (int which = 0; which < (moments ? 3 : 1); which++) {
         for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-            size_t first = 0, n = m->param_sizes[k];
-            float* t = which == 0 ? array_tensor(m, 0, k) : NULL;
-            if (which > 0) n = moment_part(m, which, k, &first, &t);
+            size_t first = 0;
+            float* t = NULL;
+            size_t n = held_part(m, which, k, &first, &t);
             if (check_values(t, n, first, which, k, path, when, err) != 0) return -1;
         }
     }
@@ -202,7 +217,8 @@ int state_save_from(const char* path, const GPT* m, const StateInfo* info,
         err_printf(err, "%s: option text longer than %d bytes", path, STATE_MAX_OPTIONS);
         return -1;
     }
-    /* the moments from src are checked as they come, before they are written */
+    /* the moments (and sharded masters) from src are checked as they come, before they are
+     * written; the weights the model holds whole, here */
     if (check_finite(m, src == NULL, path, "refusing to save", err) != 0) return STATE_NON_FINITE;
 
     const GPTConfig* c = &m->config;
@@ -249,16 +265,17 @@ int state_save_from(const char* path, const GPT* m, const StateInfo* info,
     if (failed == NULL && write_crc(f, info->options, opt_len, &crc) != 0) failed = "write";
     int non_finite = 0;
     for (int which = 0; which < 3; which++) {
-        /* with src every moment tensor is asked for, whatever failed before: the ranks that
+        /* with src every gathered tensor is asked for, whatever failed before: the ranks that
          * serve them go through all of them too */
         for (int k = 0; k < NUM_PARAMETER_TENSORS && (failed == NULL || src != NULL); k++) {
-            const float* t = which == 0 || src == NULL ? array_tensor(m, which, k) : NULL;
+            int from_src = src != NULL && gathered(m, which, k);
+            const float* t = from_src ? NULL : array_tensor(m, which, k);
             size_t n = m->param_sizes[k];
-            if (which > 0 && src != NULL) {
+            if (from_src) {
                 char serr[256] = "";
                 t = src->tensor(src->ctx, which, k, serr);
                 if (t == NULL) {
-                    if (failed == NULL) err_printf(err, "%s: AdamW's moments: %s", path, serr);
+                    if (failed == NULL) err_printf(err, "%s: %s: %s", path, array_names[which], serr);
                     if (failed == NULL) failed = "gather";
                     continue;
                 }
@@ -538,12 +555,12 @@ static int config_mismatch(const GPTConfig* file, const GPTConfig* model, const 
     return -1;
 }
 
-/* Tensor k of moment array `which` from f, through the CRC, keeping the part the (sharded) model
+/* Tensor k of array `which` from f, through the CRC, keeping the part the (sharded) model
  * holds. 0, or -1 on a read error. */
-static int read_moment_part(FILE* f, GPT* m, int which, int k, uint32_t* crc) {
+static int read_held_part(FILE* f, GPT* m, int which, int k, uint32_t* crc) {
     size_t first, n = m->param_sizes[k];
     float* dst;
-    size_t keep = moment_part(m, which, k, &first, &dst);
+    size_t keep = held_part(m, which, k, &first, &dst);
     enum { PIECE = 4096 };
     float piece[PIECE];
     for (size_t i = 0; i < n; i += PIECE) {
@@ -569,8 +586,8 @@ int state_load(const char* path, GPT* m, StateInfo* info, char err[256]) {
     int shard = sharded(m);
     for (int which = 0; which < 3; which++) {
         for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-            if (which > 0 && shard) {   /* ZeRO-1: the tensor read through, its part kept */
-                if (read_moment_part(f, m, which, k, &crc) != 0) {
+            if (shard && gathered(m, which, k)) {   /* ZeRO-1: the tensor read through, its part kept */
+                if (read_held_part(f, m, which, k, &crc) != 0) {
                     err_printf(err, "%s: read error in %s tensor %s", path, array_names[which],
                                gpt_param_names[k]);
                     fclose(f);

@@ -65,13 +65,15 @@ typedef struct {
 int state_save(const char* path, const GPT* m, const StateInfo* info, char err[256]);  /* host copies: gpt_to_host first */
 
 /* ZeRO-1 (model/zero.h): a model built for one shard (gpt_build_shard) holds the moments of that
- * shard only; the others live on the other ranks. state_save_from asks src for every moment
- * tensor, whole, in the file's order (m: tensors 0..15, then v: 0..15) and always for all 32, even
- * after a failure (the ranks that serve them go through all of them too); the weights come from
- * m. tensor returns the tensor's floats (valid until the next call), or NULL with err. The same
- * returns as state_save; the file is the same format, the whole optimizer. */
+ * shard only; the others live on the other ranks. Under sharded masters (bf16: m->masters_sharded)
+ * it holds only its part of the operand-only tensors' weights (gpt_param_operand_only) too.
+ * state_save_from asks src for each such tensor, whole, in the file's order (the sharded weight
+ * tensors, then m: tensors 0..15, then v: 0..15; which 0, 1, 2) and always for all of them, even
+ * after a failure (the ranks that serve them go through all of them too); the other weights come
+ * from m. tensor returns the tensor's floats (valid until the next call), or NULL with err. The
+ * same returns as state_save; the file is the same format, the whole optimizer and weights. */
 typedef struct {
-    const float* (*tensor)(void* ctx, int which, int k, char err[256]);   /* which 1: m, 2: v */
+    const float* (*tensor)(void* ctx, int which, int k, char err[256]);   /* 0 weights, 1 m, 2 v */
     void* ctx;
 } StateMomentSource;
 int state_save_from(const char* path, const GPT* m, const StateInfo* info,
@@ -84,7 +86,8 @@ int state_read_info(const char* path, StateInfo* info, char err[256]);
 
 /* state_read_info, then: the file's configuration must equal m's (err names the field and both
  * values), then the weights, m and v are read into the model (of a model built for one ZeRO-1
- * shard, that shard of m and v: any shard of a state's whole optimizer) and the CRC checked
+ * shard, that shard of m and v, and of sharded masters that part of the weights: any shard of a
+ * state's whole optimizer) and the CRC checked
  * again, then every value must be finite. On a refusal before the weights are read the model is untouched;
  * a failure after (the file changed under us, a non-finite value) leaves it partly overwritten. */
 int state_load(const char* path, GPT* m, StateInfo* info, char err[256]);

@@ -128,6 +128,12 @@ float zero_clip_from_partials(const Zero* z, GPT* m, float max_norm) {
     return norm;
 }
 
+float* zero_master(const GPT* m, int k, size_t i) {
+    float* p[NUM_PARAMETER_TENSORS];
+    memcpy(p, &m->params, sizeof(p));
+    return p[k] + (i - m->master_first[k]);
+}
+
 void zero_adamw_shard(const Zero* z, GPT* m, float lr, float beta1, float beta2, float eps,
                       float weight_decay, int t) {
     if (m->be->phase != NULL) m->be->phase(BE_PHASE_OPTIMIZER);
@@ -138,7 +144,8 @@ void zero_adamw_shard(const Zero* z, GPT* m, float lr, float beta1, float beta2,
         if (lo >= hi) continue;
         /* AdamW is element-wise: a slice of a tensor updates to the bits of the whole tensor's;
          * the moments of float i sit at i - opt_begin */
-        m->be->adamw_update(m->params_memory + lo, m->grads_memory + lo, m->grad_scale,
+        float* w = zero_master(m, k, lo - a);
+        m->be->adamw_update(w, m->grads_memory + lo, m->grad_scale,
                             m->m_memory + (lo - m->opt_begin), m->v_memory + (lo - m->opt_begin),
                             hi - lo, lr, beta1, beta2, eps, gpt_param_decay[k] ? weight_decay : 0.0f,
                             t);

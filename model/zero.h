@@ -22,7 +22,13 @@
  * bytes per float of the shard instead of per float of the block. A state save gathers the
  * moments to rank 0 one tensor at a time (train.c), so the state file holds the whole optimizer
  * in the usual format and a resume takes its own shard of it, whatever the shards were.
- * The fp32 master weights stay whole on every rank (under bf16 too).
+ * Under an operand copy (bf16, fp16) the fp32 masters are sharded too, where they can be: the
+ * tensors only the products read (gpt_param_operand_only: qkvw, attprojw, fcw, fcprojw) keep
+ * their fp32 masters on the owner alone (GPT's master_first, master_held); the owner rounds its
+ * shard of them to the operand copy and the copy's pieces are all-gathered (2 bytes a float).
+ * The other tensors (wte, wpe, LayerNorms, biases) are read in fp32 by the encoder, the
+ * LayerNorms and the bias adds, so their fp32 values are all-gathered whole, as under fp32.
+ * A save gathers the sharded masters to rank 0 tensor by tensor, like the moments.
  * May not: move data between ranks (train.c calls dist/), print or exit.
  */
 #ifndef SEEDGPT_ZERO_H
@@ -70,6 +76,9 @@ float zero_clip_from_partials(const Zero* z, GPT* m, float max_norm);
  * [bounds[rank], bounds[rank+1]), with the clip's coefficient; the rest of the block is left as it
  * is. m is built for this shard (gpt_build_shard: opt_begin = bounds[rank]). The bf16 operand
  * copy is not touched: round it after the weights are gathered. */
+/* The fp32 master of element i of tensor k (an element this rank holds). */
+float* zero_master(const GPT* m, int k, size_t i);
+
 void zero_adamw_shard(const Zero* z, GPT* m, float lr, float beta1, float beta2, float eps,
                       float weight_decay, int t);
 

@@ -2,7 +2,8 @@
 # tests/test_zero.sh — ZeRO-1 (`--zero 1`, model/zero.h) end to end under mpirun, on this machine:
 #   - --zero 1 equals plain data parallelism bit for bit (every train loss and grad norm of the
 #     JSON log, every eval loss, the model file) at 2, 3 and 4 ranks, dropout 0.1, the clip active,
-#     the shards cut inside tensors of several norm blocks; and at 3 ranks under --precision bf16;
+#     the shards cut inside tensors of several norm blocks; and at 2, 3 and 4 ranks under
+#     --precision bf16, where the fp32 masters of qkvw, attprojw, fcw and fcprojw are sharded too;
 #   - the sums do not depend on MPI's algorithms: plain data parallelism on 4 ranks with two
 #     different forced allreduce and broadcast algorithms gives the same bits (seedgpt adds in
 #     rank order itself);
@@ -10,28 +11,36 @@
 #   - a --zero 1 run stopped by SIGTERM after step 3 and resumed, with --zero 1 and without it,
 #     ends bit for bit as the straight run (the state holds the whole optimizer); a resume with
 #     another rank count is refused in one line naming both counts;
+#   - under bf16 (sharded masters) a --zero 1 run's state and model.bin equal plain data
+#     parallelism's byte for byte (the masters gathered to rank 0 at a save), and a run stopped by
+#     SIGTERM resumes bit for bit, with --zero 1 (the masters re-sharded) and without it;
 #   - SIGKILL of rank 1 in the middle of a step loses no saved state: the newest state loads and
 #     the resumed run ends bit for bit as the straight run;
 #   - planned = counted: `./train plan --ranks N --zero 1` gives each rank's peak, equal to the byte
 #     to the peak each rank of the run counts, at 2 and 4 ranks (at 1, the plan of ./train), each
 #     below plain data parallelism's; --memory-budget between the two takes --zero 1 as its lever
-#     and says so;
+#     and says so; under bf16 at 2 and 4 ranks too, each rank's planned weights below the whole
+#     block's (the sharded masters counted);
 #   - bad input, one line and exit 2 each: --zero 1 in one process (./train, and one rank of
-#     ./train_mpi), --zero 2, --zero 1 with --context-parallel.
+#     ./train_mpi), --zero 2, --zero 1 with --context-parallel, --zero 1 --precision bf16 with
+#     --init (the masters are sharded).
 # Without mpirun or ./train_mpi the checks print SKIP. Each rank runs 1 OpenMP thread.
 set -u
 cd "$(dirname "$0")/.."
 TRAIN=${SEEDGPT_TRAIN:-./train}
 TRAIN_MPI=${SEEDGPT_TRAIN_MPI:-./train_mpi}
 CHECKS=(equals_plain_bitwise_2_ranks equals_plain_bitwise_3_ranks
-        equals_plain_bitwise_4_ranks equals_plain_bitwise_3_ranks_bf16
+        equals_plain_bitwise_4_ranks equals_plain_bitwise_2_ranks_bf16
+        equals_plain_bitwise_3_ranks_bf16 equals_plain_bitwise_4_ranks_bf16
         sums_do_not_depend_on_mpi_algorithms 4_ranks_agree_with_one_process_to_rounding
         resume_is_bit_exact_with_and_without_zero resume_with_another_rank_count_is_refused
+        bf16_state_equals_plain_and_resumes_bit_exact
         sigkill_of_rank_1_loses_no_saved_state plan_equals_counted_1_rank
         plan_equals_counted_per_rank_2_ranks plan_equals_counted_per_rank_4_ranks
+        plan_equals_counted_per_rank_2_ranks_bf16 plan_equals_counted_per_rank_4_ranks_bf16
         memory_budget_takes_zero_as_its_lever
         in_one_process_refused on_one_rank_refused value_2_refused
-        with_context_parallel_refused)
+        with_context_parallel_refused bf16_with_init_refused)
 skip_all() { for c in "${CHECKS[@]}"; do echo "SKIP zero_$c: $1"; done; exit 0; }
 command -v mpirun > /dev/null 2>&1 || skip_all "no mpirun (Debian: openmpi-bin)"
 [ -x "$TRAIN_MPI" ] || skip_all "$TRAIN_MPI is not built (make mpi; needs mpicc from libopenmpi-dev)"
@@ -87,7 +96,9 @@ bitwise_row() {   # NAME RANKS [flags...]
 bitwise_row equals_plain_bitwise_2_ranks 2
 bitwise_row equals_plain_bitwise_3_ranks 3
 bitwise_row equals_plain_bitwise_4_ranks 4
+bitwise_row equals_plain_bitwise_2_ranks_bf16 2 --precision bf16
 bitwise_row equals_plain_bitwise_3_ranks_bf16 3 --precision bf16
+bitwise_row equals_plain_bitwise_4_ranks_bf16 4 --precision bf16
 
 # ---- MPI's algorithms do not move a bit ----------------------------------------------------------
 # Open MPI's tuned collectives with forced algorithms: allreduce 1 (basic linear) and 4 (ring),
@@ -160,6 +171,28 @@ report resume_with_another_rank_count_is_refused \
     "$([ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -q 'written by a run of 2 process(es); this run has 3' "$W/wrong.err" && [ ! -f "$W/straight/state_00000012.bin" ]; echo $?)" \
     "a 2-rank --zero 1 state on 3 ranks: status $rc, $lines line \"$(grep -m1 '^seedgpt:' "$W/wrong.err")\""
 
+# ---- bf16: the sharded masters saved whole and resumed -------------------------------------------
+# a resume names --precision bf16 (a state resumes across precisions: without it, fp32)
+BRUN=("${MODEL[@]}" --batch 2 --steps 10 --save-every 2 --precision bf16)
+mpin 2 "$TRAIN_MPI" "${BRUN[@]}" --out "$W/bplain" > "$W/bplain.out" 2>&1
+rc0=$?
+mpin 2 "$TRAIN_MPI" "${BRUN[@]}" --zero 1 --out "$W/bstraight" > "$W/bstraight.out" 2>&1
+rc1=$?
+cmp -s "$W/bplain/state_00000010.bin" "$W/bstraight/state_00000010.bin" && cmp -s "$W/bplain/model.bin" "$W/bstraight/model.bin"; s0=$?
+SEEDGPT_FAULT=sigterm:4 mpin 2 -x SEEDGPT_FAULT "$TRAIN_MPI" "${BRUN[@]}" --zero 1 --out "$W/bhalves" \
+    > "$W/bhalf1.out" 2>&1
+rc2=$?
+cp -r "$W/bhalves" "$W/bhalves_plain"
+mpin 2 "$TRAIN_MPI" --resume "$W/bhalves" --zero 1 --precision bf16 > "$W/bhalf2.out" 2>&1
+rc3=$?
+mpin 2 "$TRAIN_MPI" --resume "$W/bhalves_plain" --precision bf16 > "$W/bhalf2p.out" 2>&1
+rc4=$?
+same "$W/bstraight/log.jsonl" "$W/bstraight/model.bin" "$W/bhalves/log.jsonl" "$W/bhalves/model.bin" 22; s1=$?
+same "$W/bstraight/log.jsonl" "$W/bstraight/model.bin" "$W/bhalves_plain/log.jsonl" "$W/bhalves_plain/model.bin" 22; s2=$?
+report bf16_state_equals_plain_and_resumes_bit_exact \
+    "$([ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && [ $s0 -eq 0 ] && [ $rc2 -eq 143 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $s1 -eq 0 ] && [ $s2 -eq 0 ] && grep -q 'resumed from .*state_00000005.bin' "$W/bhalf2.out" && grep -q 'ZeRO-1.*precision bf16' "$W/bhalf2.out"; echo $?)" \
+    "statuses $rc0 $rc1; state 10 and model.bin equal plain data parallelism's: $(yes_no $s0); SIGTERM at step 4: $rc2 (expect 143); resumed $rc3 $rc4: rows and model.bin identical to the straight run with --zero 1: $(yes_no $s1), without: $(yes_no $s2)"
+
 # ---- SIGKILL of one rank ------------------------------------------------------------------------
 # rank 1 alone kills itself in the middle of step 7 (after its backward, before the update); the
 # states of steps 2, 4 and 6 were saved by rank 0; mpirun then ends rank 0
@@ -203,6 +236,26 @@ for n in 2 4; do
     report plan_equals_counted_per_rank_${n}_ranks "$good" \
         "status $rc; bytes:$detail plain data parallelism's peak $PLAIN_PEAK B"
 done
+# bf16: the masters of the operand-only tensors sharded too; each rank's planned weights (the fp32
+# it holds) below the whole block's, which plain data parallelism holds
+"$TRAIN" plan "${PLAN[@]}" --precision bf16 --device cpu --format json > "$W/planb1.jsonl" 2>&1
+WHOLE=$(field "$(grep '"policy":"layer"' "$W/planb1.jsonl")" params_bytes)
+for n in 2 4; do
+    "$TRAIN" plan "${PLAN[@]}" --out "$W/pb$n" --precision bf16 --device cpu --ranks $n --zero 1 \
+        --format json > "$W/planb$n.jsonl" 2>&1
+    mpin $n "$TRAIN_MPI" "${PLAN[@]}" --precision bf16 --out "$W/pb$n" --zero 1 > "$W/pb$n.out" 2>&1
+    rc=$?
+    read -r -a counted <<< "$(sed -n 's/^ZeRO-1 peak bytes by rank: //p' "$W/pb$n.out")"
+    good=$([ $rc -eq 0 ] && [ ${#counted[@]} -eq $n ] && [ -n "$WHOLE" ]; echo $?); detail=
+    for ((q = 0; q < n; q++)); do
+        row=$(grep '"policy":"layer"' "$W/planb$n.jsonl" | grep "\"rank\":$q}")
+        planned=$(field "$row" peak_bytes); held=$(field "$row" params_bytes)
+        detail="$detail rank $q planned ${planned:-none} counted ${counted[$q]:-none} weights ${held:-none};"
+        [ -n "$planned" ] && [ "$planned" = "${counted[$q]:-}" ] && [ -n "$held" ] && [ "$held" -lt "${WHOLE:-0}" ] || good=1
+    done
+    report plan_equals_counted_per_rank_${n}_ranks_bf16 "$good" \
+        "status $rc; bytes:$detail the whole block's weights ${WHOLE:-none}"
+done
 # a budget the largest rank's ZeRO-1 peak fits, plain data parallelism's not (policy none)
 "$TRAIN" plan "${MODEL[@]}" --batch 2 --precision fp32 --device cpu --ranks 2 --zero 1 \
     --format json > "$W/planb.jsonl" 2>&1
@@ -230,4 +283,8 @@ refused value_2_refused "--zero 2: expected 0 (off) or 1" \
     "$TRAIN" "${MODEL[@]}" --batch 2 --steps 2 --zero 2
 refused with_context_parallel_refused "--zero 1 with --context-parallel 2" \
     mpin 2 "$TRAIN_MPI" "${MODEL[@]}" --batch 2 --steps 2 --zero 1 --context-parallel 2
+"$TRAIN" "${MODEL[@]}" --batch 2 --steps 1 --save "$W/init.bin" > /dev/null 2>&1
+refused bf16_with_init_refused "--zero 1 --precision bf16: --init needs the whole fp32" \
+    mpin 2 "$TRAIN_MPI" --train "$W/data/train_*.bin" --threads 1 --batch 2 --steps 2 --zero 1 \
+    --precision bf16 --init "$W/init.bin"
 exit $failed
