@@ -109,6 +109,7 @@ config:
 	@echo "  GPT-2 tokenizer (cJSON + PCRE2):                 $(call yes_no,$(HAVE_BPE_LIBS),left out; --tokenizer gpt2 is refused)"
 	@echo "  MPI (./train_mpi, make mpi):                      $(call yes_no,$(HAVE_MPI),left out; ./train_mpi is not built)"
 	@echo "  nvcc (make cuda):                                 $(if $(shell command -v $(NVCC) 2>/dev/null),$(shell command -v $(NVCC)),NO: not found)"
+	@$(if $(shell command -v $(NVCC) 2>/dev/null),echo "  CUDA targets (CUDA_ARCHS):                       $(addprefix sm_,$(CUDA_ARCHS_BUILT)) + PTX compute_$(CUDA_PTX_ARCH)$(if $(CUDA_ARCHS_LEFT_OUT), (NO $(addprefix sm_,$(CUDA_ARCHS_LEFT_OUT)): this nvcc cannot build it))",true)
 # test-asan builds its trainer elsewhere (TRAIN_BIN)
 TRAIN_BIN ?= train
 all: $(TRAIN_BIN)
@@ -330,7 +331,26 @@ plot:
 CUDA_SRC      := $(sort $(wildcard attention/*.cu cuda/*.cu))
 CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
 CUDA_HEADERS  := $(HEADERS) $(wildcard cuda/*.h cuda/emu/*.h tests/cuda/*.h)
-NVCC_ARCH     ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# The GPUs one ./train_cuda runs on: machine code (SASS) for each compute capability of
+# CUDA_ARCHS (V100, T4, A100, A10 / RTX 30, L4 / RTX 40, H100 / H200), plus the PTX of the last,
+# which the driver compiles for a GPU newer than all of them. An SASS runs on the same major at the
+# same or a higher minor. CUDA_ARCHS=90 builds one target (CI, a quick build), in build dirs of its
+# own (build/cuda-sm90/...), so the two never mix. A target this nvcc cannot build (CUDA 13 dropped
+# sm_70) is left out and named by `make cuda` and `make config`; cuda/arch.cu is told what was built
+# (the start-up line, and a GPU without code refused in one line).
+CUDA_ARCHS_ALL := 70 75 80 86 89 90
+CUDA_ARCHS    ?= $(CUDA_ARCHS_ALL)
+# what this nvcc can build, asked once and only by the CUDA rules (empty: it cannot say; all kept)
+NVCC_CODES     = $(eval NVCC_CODES := $$(patsubst sm_%,%,$$(filter sm_%,$$(shell $(NVCC) --list-gpu-code 2>/dev/null))))$(NVCC_CODES)
+CUDA_ARCHS_BUILT = $(if $(NVCC_CODES),$(filter $(NVCC_CODES),$(CUDA_ARCHS)),$(CUDA_ARCHS))
+CUDA_ARCHS_LEFT_OUT = $(filter-out $(CUDA_ARCHS_BUILT),$(CUDA_ARCHS))
+CUDA_PTX_ARCH  = $(lastword $(CUDA_ARCHS_BUILT))
+NVCC_ARCH     ?= $(foreach a,$(CUDA_ARCHS_BUILT),-gencode arch=compute_$(a),code=sm_$(a)) \
+                 -gencode arch=compute_$(CUDA_PTX_ARCH),code=compute_$(CUDA_PTX_ARCH)
+# (every .cu gets them; cuda/arch.cu reads them)
+NVCC_ARCH_DEFS = -DSG_CUDA_SASS='"$(CUDA_ARCHS_BUILT)"' -DSG_CUDA_PTX=$(CUDA_PTX_ARCH)
+# the default set builds in build/cuda, any other in build/cuda-smXX-YY (and dev_cuda, mpi_cuda)
+CUDA_ARCH_TAG := $(if $(filter-out $(CUDA_ARCHS_ALL),$(CUDA_ARCHS))$(filter-out $(CUDA_ARCHS),$(CUDA_ARCHS_ALL)),-sm$(subst $(eval) ,-,$(strip $(CUDA_ARCHS))))
 NVCCFLAGS     ?= -O3 -std=c++17 -I. $(NVCC_ARCH) -Xcompiler -fopenmp -lineinfo
 # the register / shared memory / spill report of every kernel, printed by the build
 NVCC_PTXAS    ?= -Xptxas -v
@@ -338,15 +358,28 @@ CUDA_LIBS     := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lc
 # nvcc links the CUDA tests and does not take gcc's -Wl,a,b: it passes -Xlinker=a,b on instead
 comma         := ,
 NVCC_LDLIBS   := $(subst -Wl$(comma),-Xlinker=,$(LDLIBS))
-CUDA_BUILD    := $(BUILD)/cuda
+CUDA_BUILD    := $(BUILD)/cuda$(CUDA_ARCH_TAG)
 CUDA_OBJ      := $(CUDA_SRC:%.cu=$(CUDA_BUILD)/%.o)
 CUDA_CORE_OBJ := $(filter-out $(BUILD)/model/backend.o,$(CORE_OBJ)) $(CUDA_BUILD)/model/backend.o
 
-.PHONY: cuda test-cuda test-cuda-emu
+.PHONY: cuda test-cuda test-cuda-emu cuda-archs FORCE
 cuda: train_cuda
+	@$(if $(CUDA_ARCHS_LEFT_OUT),echo "make cuda: $(NVCC) cannot build $(addprefix sm_,$(CUDA_ARCHS_LEFT_OUT)) (CUDA 13 dropped Volta); ./train_cuda holds $(addprefix sm_,$(CUDA_ARCHS_BUILT)) + PTX compute_$(CUDA_PTX_ARCH)",true)
+# the targets the build takes here and the flags they become (tests/check_cuda_archs.sh reads them)
+cuda-archs:
+	@echo "CUDA_ARCHS_BUILT=$(CUDA_ARCHS_BUILT)"
+	@echo "CUDA_ARCHS_LEFT_OUT=$(CUDA_ARCHS_LEFT_OUT)"
+	@echo "CUDA_PTX_ARCH=$(CUDA_PTX_ARCH)"
+	@echo "NVCC_ARCH=$(strip $(NVCC_ARCH))"
+# ./train_cuda is relinked when the target set changes (its objects live in a folder per set)
+CUDA_ARCHS_STAMP := $(BUILD)/cuda_archs.stamp
+$(CUDA_ARCHS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(CUDA_ARCHS_BUILT)' | cmp -s - $@ || echo '$(CUDA_ARCHS_BUILT)' > $@
+FORCE:
 
-train_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(CUDA_CORE_OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+train_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(CUDA_CORE_OBJ) $(CUDA_OBJ) $(CUDA_ARCHS_STAMP)
+	$(CC) $(CFLAGS) -o $@ $(filter-out $(CUDA_ARCHS_STAMP),$^) $(LDLIBS) $(CUDA_LIBS)
 
 $(CUDA_BUILD)/train.o: train.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -358,7 +391,7 @@ $(CUDA_BUILD)/model/backend.o: model/backend.c $(HEADERS)
 
 $(CUDA_BUILD)/%.o: %.cu $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(NVCC_PTXAS) -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(NVCC_ARCH_DEFS) $(NVCC_PTXAS) -c -o $@ $<
 
 # Tests of tests/cuda/ that include model/ headers or the CUDA backend's ops (cuda/ops_*.h) need
 # the model's kernels and the core; the others (test_cuda_emu: the device subset itself, test_cublas: cuBLAS conventions) need only the
@@ -465,6 +498,7 @@ $(EMU_MODEL_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_OBJ) $(EMU
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # test_cuda_peak includes cuda/device_peak.cu itself, so it links only the runtime
 $(CUDA_BUILD)/tests/test_cuda_peak $(EMU_BUILD)/tests/test_cuda_peak.o: cuda/device_peak.cu
+$(CUDA_BUILD)/tests/test_cuda_arch $(EMU_BUILD)/tests/test_cuda_arch.o: cuda/arch.cu
 EMU_ATTN_BINS := $(EMU_BUILD)/tests/test_cuda_attention
 $(EMU_BUILD)/tests/test_cuda_attention: $(EMU_BUILD)/tests/test_cuda_attention.o $(EMU_BUILD)/attention/flash_cuda.o \
 		$(EMU_RT_OBJ) $(BUILD)/test/attention/flash_cpu.o
@@ -529,7 +563,7 @@ test-cuda-emu-tsan:
 # the CPU attention.
 DEV_CUDA_OPS       := layernorm_forward residual_dropout_forward attention_forward attention_backward \
                       matmul_forward gelu_forward crossentropy_forward
-DEV_CUDA_BUILD     := $(BUILD)/dev_cuda
+DEV_CUDA_BUILD     := $(BUILD)/dev_cuda$(CUDA_ARCH_TAG)
 DEV_CUDA_BINS      := $(DEV_CUDA_OPS:%=$(DEV_CUDA_BUILD)/%)
 DEV_CUDA_EMU_BINS  := $(DEV_CUDA_OPS:%=$(EMU_BUILD)/dev_cuda/%)
 DEV_CUDA_KERNELS   := cuda/ops_cuda cuda/ops_bf16_cuda cuda/device_memory attention/flash_cuda \
@@ -586,7 +620,7 @@ $(BUILD)/tests/train_mpi_test: $(BUILD)/test/train.o $(BUILD)/test/cli.o \
 # memory; the NCCL id travels over MPI. mpi-cuda-check compiles the two dist files and links them
 # with tests/dist_link_check.c, without the rest of the CUDA build; mpi-cuda is the whole trainer.
 NCCL_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++
-MPI_CUDA_BUILD := $(BUILD)/mpi_cuda
+MPI_CUDA_BUILD := $(BUILD)/mpi_cuda$(CUDA_ARCH_TAG)
 $(MPI_CUDA_BUILD)/dist/dist_mpi.o: dist/dist_mpi.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -DSEEDGPT_NCCL=1 -c -o $@ $<

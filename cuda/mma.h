@@ -82,15 +82,33 @@ static inline double sg_mma_tolerance(int k_terms, double abs_c_plus_abs_product
 }
 
 /* ---- the wrapper ------------------------------------------------------------------------------- */
+/* SG_MMA_SM80: the device pass being compiled has sm_80's instructions (mma.m16n8k16 in bf16,
+ * cp.async; ldmatrix is sm_75's, kept with them as the fragments it feeds are bf16). `make cuda`
+ * builds every .cu for sm_75 as well (Makefile: CUDA_ARCHS); there the wrappers below compile to
+ * __trap(), which no run reaches: the backend takes the bf16 tensor-core paths only on a device of
+ * compute capability 8.0 or more (cuda/arch.h) and refuses --precision bf16 below it. The host
+ * pass and the emulation see no __CUDA_ARCH__ and keep the real bodies. */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define SG_MMA_SM80 1
+#else
+#define SG_MMA_SM80 0
+#endif
+
 #ifndef SG_EMU
 static __device__ __forceinline__ void sg_mma_m16n8k16_bf16_f32(float d[4], const uint32_t a[4], const uint32_t b[2],
                                                                 const float c[4]) {
+#if !SG_MMA_SM80
+    (void)a; (void)b; (void)c;
+    d[0] = d[1] = d[2] = d[3] = 0.0f;
+    __trap();
+#else
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
           "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
 }
 #else
 /* The warp's 32 register sets meet in one warp collective (all 32 lanes, full mask: a partial
@@ -154,6 +172,25 @@ static inline void sg_mma_m16n8k16_bf16_f32_emu(::sg_emu::Site site, float d[4],
 static __device__ __forceinline__ uint32_t sg_smem_addr(const void* p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
+#if !SG_MMA_SM80
+/* below sm_80 (see SG_MMA_SM80 above): compiled, never run */
+static __device__ __forceinline__ void sg_ldmatrix_x4(uint32_t r[4], const void* row) {
+    (void)row; r[0] = r[1] = r[2] = r[3] = 0; __trap();
+}
+static __device__ __forceinline__ void sg_ldmatrix_x4_trans(uint32_t r[4], const void* row) {
+    (void)row; r[0] = r[1] = r[2] = r[3] = 0; __trap();
+}
+static __device__ __forceinline__ void sg_cp_async16(void* dst, const void* src, int src_bytes) {
+    (void)dst; (void)src; (void)src_bytes; __trap();
+}
+static __device__ __forceinline__ void sg_cp_async4(void* dst, const void* src, int src_bytes) {
+    (void)dst; (void)src; (void)src_bytes; __trap();
+}
+static __device__ __forceinline__ void sg_cp_async_commit(void) { __trap(); }
+template <int N>
+static __device__ __forceinline__ void sg_cp_async_wait(void) { __trap(); }
+static __device__ __forceinline__ void sg_cp_async_wait_all(void) { __trap(); }
+#else
 static __device__ __forceinline__ void sg_ldmatrix_x4(uint32_t r[4], const void* row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -186,6 +223,7 @@ static __device__ __forceinline__ void sg_cp_async_wait(void) {
 static __device__ __forceinline__ void sg_cp_async_wait_all(void) {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
+#endif
 #else
 #define sg_ldmatrix_x4(r, row) \
     ::sg_emu::ldmatrix(SG_EMU_SITE, "sg_ldmatrix_x4 (ldmatrix.m8n8.x4)", 4, 0, (row), (r))

@@ -486,6 +486,7 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
     memset(m, 0, sizeof(*m));
     m->grad_scale = 1.0f;
     if (check_build_args(c, B, T, err) != 0) return -1;
+    if (be->check_device != NULL && be->check_device(be, err, 256) != 0) return -1;
     size_t offsets[NUM_PARAMETER_TENSORS], block = gpt_param_offsets(c, offsets);
     if (opt_floats == SIZE_MAX) {   /* the whole block */
         opt_begin = 0;
