@@ -143,7 +143,7 @@ CP_BINS := $(if $(MPI_BIN),$(BUILD)/tests/train_test $(BUILD)/tests/train_mpi_te
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_cp test_data test_modelfile test_model test_checkpoint test_opts \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_bf16 test_peak \
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_bf16 test_fp16 test_peak \
            test_profile
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
@@ -225,7 +225,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"tests/test_export.sh $(LOGITS_HARNESS)" "$(TORCH_PYTHON) tests/test_export_torch.py" \
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
-		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
+		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
 		"$(KERNELS_OPS_CI)" "$(GPU_PERF_CI)" \
 		"$(HELLASWAG_TEST)" "$(RECIPES_TEST)" \
 		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
@@ -250,6 +250,9 @@ BARE_CI ?= tests/check_bare_build.sh
 # the kernels and the CUDA tests run on the CPU through the emulation, plainly and under TSan
 # (make test-cuda-emu); then the emulated trainer against the CPU one (train, resume across).
 CUDA_BUILD_CI ?= tests/check_cuda_build.sh
+# make cuda's target list (sm_70 .. sm_90 + PTX) read from one small object's fatbinary, the
+# sm_80 wrappers' guards in each target's PTX, the CUDA_ARCHS override (SKIP without nvcc)
+CUDA_ARCHS_CI ?= tests/check_cuda_archs.sh
 # what nvcc makes of the hot kernels: ldmatrix, cp.async, no spills, mma.sync counts, a ratchet on
 # PTX instructions per mma.sync (SKIP without nvcc)
 KERNELS_CI ?= tests/check_kernels.sh
@@ -278,6 +281,7 @@ test-asan:
 		CP_TEST="echo SKIP cp: make test runs the context-parallel tests, OpenMPI is not built for ASan" \
 		ZERO_TEST="echo SKIP zero: make test runs the ZeRO-1 tests, OpenMPI is not built for ASan" \
 		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
+		CUDA_ARCHS_CI="echo SKIP cuda_archs: make test reads the CUDA targets, ASan adds nothing to nvcc" \
 		KERNELS_CI="echo SKIP check_kernels: make test reads the output of nvcc, ASan adds nothing to it" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \
@@ -371,6 +375,10 @@ cuda-archs:
 	@echo "CUDA_ARCHS_LEFT_OUT=$(CUDA_ARCHS_LEFT_OUT)"
 	@echo "CUDA_PTX_ARCH=$(CUDA_PTX_ARCH)"
 	@echo "NVCC_ARCH=$(strip $(NVCC_ARCH))"
+# the folder of this target set's objects (scripts/gpu_check.sh, scripts/gpu_perf.sh)
+.PHONY: cuda-build-dir
+cuda-build-dir:
+	@echo "$(CUDA_BUILD)"
 # ./train_cuda is relinked when the target set changes (its objects live in a folder per set)
 CUDA_ARCHS_STAMP := $(BUILD)/cuda_archs.stamp
 $(CUDA_ARCHS_STAMP): FORCE
