@@ -225,7 +225,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"tests/test_export.sh $(LOGITS_HARNESS)" "$(TORCH_PYTHON) tests/test_export_torch.py" \
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
-		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
+		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" "$(ARCH_CHOICE_CI)" \
 		"$(KERNELS_OPS_CI)" "$(GPU_PERF_CI)" \
 		"$(HELLASWAG_TEST)" "$(RECIPES_TEST)" \
 		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
@@ -258,6 +258,9 @@ CUDA_ARCHS_CI ?= tests/check_cuda_archs.sh
 KERNELS_CI ?= tests/check_kernels.sh
 EMU_CI ?= $(MAKE) -s --no-print-directory test-cuda-emu
 XBACKEND_CI ?= tests/cuda/test_cross_backend.sh $(EMU_BUILD)/train
+# the kernels chosen by compute capability, seen from the emulated trainer (SG_EMU_CC): the
+# start-up line, bf16 refused below sm_80, a GPU below sm_70 refused
+ARCH_CHOICE_CI ?= tests/cuda/test_arch_choice.sh $(EMU_BUILD)/train
 # the op kernels' machine code, read without a GPU (nvcc -Xptxas -v, PTX): stack frames, 16-byte
 # loads, fp64 (SKIP without nvcc); and scripts/gpu_perf.sh --dry-run through the emulation, its
 # attention section and its step section (tests/test_gpu_perf.sh), so a GPU's minutes go to figures
@@ -285,6 +288,7 @@ test-asan:
 		KERNELS_CI="echo SKIP check_kernels: make test reads the output of nvcc, ASan adds nothing to it" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \
+		ARCH_CHOICE_CI="echo SKIP arch_choice: make test runs the emulated trainer" \
 		KERNELS_OPS_CI="echo SKIP check_kernels_ops: make test reads the kernels, ASan adds nothing to nvcc" \
 		GPU_PERF_CI="echo SKIP gpu_perf_dry_run: make test runs it in the emulation" \
 		LAYOUT_CI="echo SKIP layout: make test checks the includes, a sanitizer adds nothing" \
