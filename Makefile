@@ -546,11 +546,11 @@ EMU_TRAIN     :=
 endif
 EMU_TEST_BINS += $(EMU_TC_BINS) $(EMU_FTC_BINS)
 EMU_TEST_RUN  += $(EMU_TC_BINS) $(EMU_FTC_BINS)
-# The ThreadSanitizer subset: the tests that launch kernels one op at a time. test_cublas
-# launches none; test_cuda_model and test_cuda_cp run the same kernels again as whole steps and
+# The ThreadSanitizer subset: the tests that launch kernels one op at a time. test_cublas and
+# test_cuda_arch launch none; test_cuda_model and test_cuda_cp run the same kernels again as whole steps and
 # take minutes under TSan (make test-cuda-emu-tsan EMU_TSAN_TESTS="test_cuda_model" runs it).
 EMU_TSAN_BUILD := $(BUILD)/emu-tsan
-EMU_TSAN_TESTS ?= $(filter-out test_cublas test_cuda_model test_cuda_cp,$(notdir $(EMU_TEST_BINS)))
+EMU_TSAN_TESTS ?= $(filter-out test_cublas test_cuda_arch test_cuda_model test_cuda_cp,$(notdir $(EMU_TEST_BINS)))
 EMU_TSAN_ENV   := SG_EMU_CONCURRENT_BLOCKS=2 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
                   TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0"
 .PHONY: emu-test-bins test-cuda-emu-tsan
