@@ -62,7 +62,7 @@ static void binary_holds_code_for(void) {
 }
 
 static void refusals_are_one_line(void) {
-    char err[512];
+    char err[512] = "";
     CudaArch t4, a100, p100, old;
     cuda_arch_from_cc("Tesla T4", 7, 5, NULL, 0, &t4);
     cuda_arch_from_cc("NVIDIA A100-SXM4-80GB", 8, 0, NULL, 0, &a100);
