@@ -110,6 +110,7 @@ config:
 	@echo "  GPT-2 tokenizer (cJSON + PCRE2):                 $(call yes_no,$(HAVE_BPE_LIBS),left out; --tokenizer gpt2 is refused)"
 	@echo "  MPI (./train_mpi, make mpi):                      $(call yes_no,$(HAVE_MPI),left out; ./train_mpi is not built)"
 	@echo "  nvcc (make cuda):                                 $(if $(shell command -v $(NVCC) 2>/dev/null),$(shell command -v $(NVCC)),NO: not found)"
+	@$(if $(shell command -v $(NVCC) 2>/dev/null),echo "  CUDA targets (CUDA_ARCHS):                       $(addprefix sm_,$(CUDA_ARCHS_BUILT)) + PTX compute_$(CUDA_PTX_ARCH)$(if $(CUDA_ARCHS_LEFT_OUT), (NO $(addprefix sm_,$(CUDA_ARCHS_LEFT_OUT)): this nvcc cannot build it))",true)
 # test-asan builds its trainer elsewhere (TRAIN_BIN)
 TRAIN_BIN ?= train
 all: $(TRAIN_BIN)
@@ -143,7 +144,7 @@ CP_BINS := $(if $(MPI_BIN),$(BUILD)/tests/train_test $(BUILD)/tests/train_mpi_te
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_cp test_data test_modelfile test_model test_checkpoint test_opts \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_bf16 test_peak \
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_bf16 test_fp16 test_peak \
            test_profile test_init_file test_zero_masters
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
@@ -225,7 +226,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"tests/test_export.sh $(LOGITS_HARNESS)" "$(TORCH_PYTHON) tests/test_export_torch.py" \
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
-		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" \
+		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" "$(ARCH_CHOICE_CI)" \
 		"$(KERNELS_OPS_CI)" "$(GPU_PERF_CI)" \
 		"$(HELLASWAG_TEST)" "$(RECIPES_TEST)" \
 		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
@@ -253,11 +254,17 @@ BARE_CI ?= tests/check_bare_build.sh
 # the kernels and the CUDA tests run on the CPU through the emulation, plainly and under TSan
 # (make test-cuda-emu); then the emulated trainer against the CPU one (train, resume across).
 CUDA_BUILD_CI ?= tests/check_cuda_build.sh
+# make cuda's target list (sm_70 .. sm_90 + PTX) read from one small object's fatbinary, the
+# sm_80 wrappers' guards in each target's PTX, the CUDA_ARCHS override (SKIP without nvcc)
+CUDA_ARCHS_CI ?= tests/check_cuda_archs.sh
 # what nvcc makes of the hot kernels: ldmatrix, cp.async, no spills, mma.sync counts, a ratchet on
 # PTX instructions per mma.sync (SKIP without nvcc)
 KERNELS_CI ?= tests/check_kernels.sh
 EMU_CI ?= $(MAKE) -s --no-print-directory test-cuda-emu
 XBACKEND_CI ?= tests/cuda/test_cross_backend.sh $(EMU_BUILD)/train
+# the kernels chosen by compute capability, seen from the emulated trainer (SG_EMU_CC): the
+# start-up line, bf16 refused below sm_80, a GPU below sm_70 refused
+ARCH_CHOICE_CI ?= tests/cuda/test_arch_choice.sh $(EMU_BUILD)/train
 # the op kernels' machine code, read without a GPU (nvcc -Xptxas -v, PTX): stack frames, 16-byte
 # loads, fp64 (SKIP without nvcc); and scripts/gpu_perf.sh --dry-run through the emulation, its
 # attention section and its step section (tests/test_gpu_perf.sh), so a GPU's minutes go to figures
@@ -283,9 +290,11 @@ test-asan:
 		CUDA_BUILD_CI="echo SKIP cuda_build: make test builds the CUDA code, ASan adds nothing to nvcc" \
 		NVCC_CI="echo SKIP check_nvcc: make test compiles the CUDA sources, ASan adds nothing to nvcc" \
 		MPI_CUDA_CI="echo SKIP check_mpi_cuda: make test compiles the MPI + NCCL trainer, ASan adds nothing to nvcc" \
+		CUDA_ARCHS_CI="echo SKIP cuda_archs: make test reads the CUDA targets, ASan adds nothing to nvcc" \
 		KERNELS_CI="echo SKIP check_kernels: make test reads the output of nvcc, ASan adds nothing to it" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \
+		ARCH_CHOICE_CI="echo SKIP arch_choice: make test runs the emulated trainer" \
 		KERNELS_OPS_CI="echo SKIP check_kernels_ops: make test reads the kernels, ASan adds nothing to nvcc" \
 		GPU_PERF_CI="echo SKIP gpu_perf_dry_run: make test runs it in the emulation" \
 		LAYOUT_CI="echo SKIP layout: make test checks the includes, a sanitizer adds nothing" \
@@ -336,7 +345,26 @@ plot:
 CUDA_SRC      := $(sort $(wildcard attention/*.cu cuda/*.cu))
 CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
 CUDA_HEADERS  := $(HEADERS) $(wildcard cuda/*.h cuda/emu/*.h tests/cuda/*.h)
-NVCC_ARCH     ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# The GPUs one ./train_cuda runs on: machine code (SASS) for each compute capability of
+# CUDA_ARCHS (V100, T4, A100, A10 / RTX 30, L4 / RTX 40, H100 / H200), plus the PTX of the last,
+# which the driver compiles for a GPU newer than all of them. An SASS runs on the same major at the
+# same or a higher minor. CUDA_ARCHS=90 builds one target (CI, a quick build), in build dirs of its
+# own (build/cuda-sm90/...), so the two never mix. A target this nvcc cannot build (CUDA 13 dropped
+# sm_70) is left out and named by `make cuda` and `make config`; cuda/arch.cu is told what was built
+# (the start-up line, and a GPU without code refused in one line).
+CUDA_ARCHS_ALL := 70 75 80 86 89 90
+CUDA_ARCHS    ?= $(CUDA_ARCHS_ALL)
+# what this nvcc can build, asked once and only by the CUDA rules (empty: it cannot say; all kept)
+NVCC_CODES     = $(eval NVCC_CODES := $$(patsubst sm_%,%,$$(filter sm_%,$$(shell $(NVCC) --list-gpu-code 2>/dev/null))))$(NVCC_CODES)
+CUDA_ARCHS_BUILT = $(if $(NVCC_CODES),$(filter $(NVCC_CODES),$(CUDA_ARCHS)),$(CUDA_ARCHS))
+CUDA_ARCHS_LEFT_OUT = $(filter-out $(CUDA_ARCHS_BUILT),$(CUDA_ARCHS))
+CUDA_PTX_ARCH  = $(lastword $(CUDA_ARCHS_BUILT))
+NVCC_ARCH     ?= $(foreach a,$(CUDA_ARCHS_BUILT),-gencode arch=compute_$(a),code=sm_$(a)) \
+                 -gencode arch=compute_$(CUDA_PTX_ARCH),code=compute_$(CUDA_PTX_ARCH)
+# (every .cu gets them; cuda/arch.cu reads them)
+NVCC_ARCH_DEFS = -DSG_CUDA_SASS='"$(CUDA_ARCHS_BUILT)"' -DSG_CUDA_PTX=$(CUDA_PTX_ARCH)
+# the default set builds in build/cuda, any other in build/cuda-smXX-YY (and dev_cuda, mpi_cuda)
+CUDA_ARCH_TAG := $(if $(filter-out $(CUDA_ARCHS_ALL),$(CUDA_ARCHS))$(filter-out $(CUDA_ARCHS),$(CUDA_ARCHS_ALL)),-sm$(subst $(eval) ,-,$(strip $(CUDA_ARCHS))))
 NVCCFLAGS     ?= -O3 -std=c++17 -I. $(NVCC_ARCH) -Xcompiler -fopenmp -lineinfo
 # the register / shared memory / spill report of every kernel, printed by the build
 NVCC_PTXAS    ?= -Xptxas -v
@@ -344,15 +372,32 @@ CUDA_LIBS     := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lc
 # nvcc links the CUDA tests and does not take gcc's -Wl,a,b: it passes -Xlinker=a,b on instead
 comma         := ,
 NVCC_LDLIBS   := $(subst -Wl$(comma),-Xlinker=,$(LDLIBS))
-CUDA_BUILD    := $(BUILD)/cuda
+CUDA_BUILD    := $(BUILD)/cuda$(CUDA_ARCH_TAG)
 CUDA_OBJ      := $(CUDA_SRC:%.cu=$(CUDA_BUILD)/%.o)
 CUDA_CORE_OBJ := $(filter-out $(BUILD)/model/backend.o,$(CORE_OBJ)) $(CUDA_BUILD)/model/backend.o
 
-.PHONY: cuda test-cuda test-cuda-emu
+.PHONY: cuda test-cuda test-cuda-emu cuda-archs FORCE
 cuda: train_cuda
+	@$(if $(CUDA_ARCHS_LEFT_OUT),echo "make cuda: $(NVCC) cannot build $(addprefix sm_,$(CUDA_ARCHS_LEFT_OUT)) (CUDA 13 dropped Volta); ./train_cuda holds $(addprefix sm_,$(CUDA_ARCHS_BUILT)) + PTX compute_$(CUDA_PTX_ARCH)",true)
+# the targets the build takes here and the flags they become (tests/check_cuda_archs.sh reads them)
+cuda-archs:
+	@echo "CUDA_ARCHS_BUILT=$(CUDA_ARCHS_BUILT)"
+	@echo "CUDA_ARCHS_LEFT_OUT=$(CUDA_ARCHS_LEFT_OUT)"
+	@echo "CUDA_PTX_ARCH=$(CUDA_PTX_ARCH)"
+	@echo "NVCC_ARCH=$(strip $(NVCC_ARCH))"
+# the folder of this target set's objects (scripts/gpu_check.sh, scripts/gpu_perf.sh)
+.PHONY: cuda-build-dir
+cuda-build-dir:
+	@echo "$(CUDA_BUILD)"
+# ./train_cuda is relinked when the target set changes (its objects live in a folder per set)
+CUDA_ARCHS_STAMP := $(BUILD)/cuda_archs.stamp
+$(CUDA_ARCHS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(CUDA_ARCHS_BUILT)' | cmp -s - $@ || echo '$(CUDA_ARCHS_BUILT)' > $@
+FORCE:
 
-train_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(CUDA_CORE_OBJ) $(CUDA_OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+train_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(CUDA_CORE_OBJ) $(CUDA_OBJ) $(CUDA_ARCHS_STAMP)
+	$(CC) $(CFLAGS) -o $@ $(filter-out $(CUDA_ARCHS_STAMP),$^) $(LDLIBS) $(CUDA_LIBS)
 
 $(CUDA_BUILD)/train.o: train.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -364,7 +409,7 @@ $(CUDA_BUILD)/model/backend.o: model/backend.c $(HEADERS)
 
 $(CUDA_BUILD)/%.o: %.cu $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(NVCC_PTXAS) -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(NVCC_ARCH_DEFS) $(NVCC_PTXAS) -c -o $@ $<
 
 # Tests of tests/cuda/ that include model/ headers or the CUDA backend's ops (cuda/ops_*.h) need
 # the model's kernels and the core; the others (test_cuda_emu: the device subset itself, test_cublas: cuBLAS conventions) need only the
@@ -471,6 +516,7 @@ $(EMU_MODEL_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_OBJ) $(EMU
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
 # test_cuda_peak includes cuda/device_peak.cu itself, so it links only the runtime
 $(CUDA_BUILD)/tests/test_cuda_peak $(EMU_BUILD)/tests/test_cuda_peak.o: cuda/device_peak.cu
+$(CUDA_BUILD)/tests/test_cuda_arch $(EMU_BUILD)/tests/test_cuda_arch.o: cuda/arch.cu
 EMU_ATTN_BINS := $(EMU_BUILD)/tests/test_cuda_attention
 $(EMU_BUILD)/tests/test_cuda_attention: $(EMU_BUILD)/tests/test_cuda_attention.o $(EMU_BUILD)/attention/flash_cuda.o \
 		$(EMU_RT_OBJ) $(BUILD)/test/attention/flash_cpu.o
@@ -506,11 +552,11 @@ EMU_TRAIN     :=
 endif
 EMU_TEST_BINS += $(EMU_TC_BINS) $(EMU_FTC_BINS)
 EMU_TEST_RUN  += $(EMU_TC_BINS) $(EMU_FTC_BINS)
-# The ThreadSanitizer subset: the tests that launch kernels one op at a time. test_cublas
-# launches none; test_cuda_model and test_cuda_cp run the same kernels again as whole steps and
+# The ThreadSanitizer subset: the tests that launch kernels one op at a time. test_cublas and
+# test_cuda_arch launch none; test_cuda_model and test_cuda_cp run the same kernels again as whole steps and
 # take minutes under TSan (make test-cuda-emu-tsan EMU_TSAN_TESTS="test_cuda_model" runs it).
 EMU_TSAN_BUILD := $(BUILD)/emu-tsan
-EMU_TSAN_TESTS ?= $(filter-out test_cublas test_cuda_model test_cuda_cp,$(notdir $(EMU_TEST_BINS)))
+EMU_TSAN_TESTS ?= $(filter-out test_cublas test_cuda_arch test_cuda_model test_cuda_cp,$(notdir $(EMU_TEST_BINS)))
 EMU_TSAN_ENV   := SG_EMU_CONCURRENT_BLOCKS=2 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
                   TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0"
 .PHONY: emu-test-bins test-cuda-emu-tsan
@@ -535,7 +581,7 @@ test-cuda-emu-tsan:
 # the CPU attention.
 DEV_CUDA_OPS       := layernorm_forward residual_dropout_forward attention_forward attention_backward \
                       matmul_forward gelu_forward crossentropy_forward
-DEV_CUDA_BUILD     := $(BUILD)/dev_cuda
+DEV_CUDA_BUILD     := $(BUILD)/dev_cuda$(CUDA_ARCH_TAG)
 DEV_CUDA_BINS      := $(DEV_CUDA_OPS:%=$(DEV_CUDA_BUILD)/%)
 DEV_CUDA_EMU_BINS  := $(DEV_CUDA_OPS:%=$(EMU_BUILD)/dev_cuda/%)
 DEV_CUDA_KERNELS   := cuda/ops_cuda cuda/ops_bf16_cuda cuda/device_memory attention/flash_cuda \
@@ -592,7 +638,7 @@ $(BUILD)/tests/train_mpi_test: $(BUILD)/test/train.o $(BUILD)/test/cli.o \
 # memory; the NCCL id travels over MPI. mpi-cuda-check compiles the two dist files and links them
 # with tests/dist_link_check.c, without the rest of the CUDA build; mpi-cuda is the whole trainer.
 NCCL_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++
-MPI_CUDA_BUILD := $(BUILD)/mpi_cuda
+MPI_CUDA_BUILD := $(BUILD)/mpi_cuda$(CUDA_ARCH_TAG)
 $(MPI_CUDA_BUILD)/dist/dist_mpi.o: dist/dist_mpi.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -DSEEDGPT_NCCL=1 -c -o $@ $<

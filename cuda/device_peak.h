@@ -24,8 +24,12 @@ typedef struct {
     int fp32_lanes_per_sm;       /* FP32 FMA lanes per SM (table; 0 where unknown) */
     int bf16_flops_per_clk_sm;   /* dense bf16 tensor-core FLOPs per SM per clock, fp32 sums
                                     (table; 0 where unknown) */
+    int fp16_flops_per_clk_sm;   /* dense fp16 tensor-core FLOPs per SM per clock, fp32 sums
+                                    (table; 0 where unknown) */
     double fp32_gflops;          /* fp32_lanes_per_sm x 2 x sm_count x clock, GFLOP/s */
-    double bf16_gflops;          /* bf16_flops_per_clk_sm x sm_count x clock, GFLOP/s */
+    double bf16_gflops;          /* bf16_flops_per_clk_sm x sm_count x clock, GFLOP/s (0 below
+                                    sm_80: no bf16 tensor cores) */
+    double fp16_gflops;          /* fp16_flops_per_clk_sm x sm_count x clock, GFLOP/s */
     int rates_known;             /* 1: the rates above are the table's; 0: not in the table (or
                                     the emulation), both rates 0 */
     int emulated;                /* 1: the CPU emulation (cuda/emu/cuda_emu.h), not a GPU */
@@ -38,7 +42,8 @@ int device_peak_cuda(DevicePeak* out);
 
 /* The table arithmetic alone, no device needed (the tests; a machine described by hand): fills
  * *out from a compute capability, an SM count and a clock. The name matters only for GeForce parts
- * of sm_86 and sm_89, whose bf16 rate with fp32 sums is half the table's. Returns rates_known. */
+ * of sm_75, sm_86 and sm_89, whose tensor-core rates with fp32 sums are half the table's. Returns
+ * rates_known. */
 int device_peak_from_table(const char* name, int cc_major, int cc_minor, int sm_count, int clock_khz,
                            DevicePeak* out);
 

@@ -29,12 +29,30 @@
  * (twice the worst-case error of any fp32 summation order of K + 1 terms, with truncation as well
  * as rounding allowed); a chain of n instructions accumulating through c uses K = 16 n.
  * sg_mma_tolerance() computes it; tests/cuda/test_cuda_mma.cu uses it against float64.
+ *
+ * sg_mma_m16n8k8_f16_f32(d, a, b, c): the Turing shape, D = A B + C with A 16x8 fp16 (row-major),
+ * B 8x8 fp16 (column-major), C and D 16x8 fp32. PTX: mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.
+ * f32, sm_75 and newer (the fp16 tensor cores of T4 / RTX 20; sm_80 runs it too). A warp
+ * collective, as above. Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8", .f16), with g and
+ * t as above:
+ *   A, two registers of two fp16 each, the lower-indexed element in the low half:
+ *     a[0] = A[g    ][2t, 2t+1]      a[1] = A[g + 8][2t, 2t+1]
+ *   B, one register (rows k, column n):
+ *     b[0] = B[2t, 2t+1][g]
+ *   C and D, four floats, as for m16n8k16:
+ *     c[0], c[1] = C[g][2t, 2t+1]    c[2], c[3] = C[g + 8][2t, 2t+1]
+ * (element i of A: row g + 8 for i >= 2, column 2t + (i & 1); element i of B: row 2t + i.) It is
+ * the first half (k 0..7) of m16n8k16's fragments: two of them, the second on a[2], a[3] and b[1]
+ * of an m16n8k16 fragment, make one m16n8k16 in fp16. Products of two fp16 are exact in fp32
+ * (11 + 11 significant bits, denormals included); the emulation adds them to c in k order, 0 to 7,
+ * rounding to fp32 after each, and the GPU is held to it within sg_mma_tolerance(8, ...).
  */
 #ifndef SEEDGPT_MMA_H
 #define SEEDGPT_MMA_H
 
 #include "cuda/device.h"
 #include "util/bf16.h"
+#include "util/fp16.h"
 
 /* ---- the documented layout, element by element (host and device) ----------------------------- */
 /* A (16 x 16): element i (0..7) of lane `lane`; register i / 2, half i % 2 */
@@ -81,16 +99,64 @@ static inline double sg_mma_tolerance(int k_terms, double abs_c_plus_abs_product
     return (k_terms + 1) * 0x1p-22 * abs_c_plus_abs_products;
 }
 
+/* m16n8k8 in fp16 (the Turing shape). A (16 x 8): element i (0..3) of lane `lane`; register i / 2,
+ * half i % 2 */
+static inline __host__ __device__ int sg_mma_k8_a_row(int lane, int i) { return (lane >> 2) + (i >= 2 ? 8 : 0); }
+static inline __host__ __device__ int sg_mma_k8_a_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+/* B (8 x 8, k x n): element i (0..1) of lane `lane`, in its one register, half i */
+static inline __host__ __device__ int sg_mma_k8_b_row(int lane, int i) { return 2 * (lane & 3) + i; }
+static inline __host__ __device__ int sg_mma_k8_b_col(int lane, int i) {
+    (void)i;
+    return lane >> 2;
+}
+/* C and D: sg_mma_c_row, sg_mma_c_col above */
+
+/* one element of D: c + sum_k a_row[k] b_col[k], in fp32, k = 0..7 in order (fp16 bits in) */
+static inline float sg_mma_dot8_f16_f32(float c, const uint16_t a_row[8], const uint16_t b_col[8]) {
+    float acc = c;
+    for (int k = 0; k < 8; k++) {
+        float p = sg_fp16_to_float(a_row[k]) * sg_fp16_to_float(b_col[k]);   /* exact */
+        acc = acc + p;
+    }
+    return acc;
+}
+
+/* D = A B + C for whole matrices, as the emulated m16n8k8 computes it: A (16, 8) row-major, Bt
+ * (8, 8) = B transposed (each column of B contiguous), C, D (16, 8) row-major, fp16 bits in. */
+static inline void sg_mma_m16n8k8_ref(float D[16 * 8], const uint16_t A[16 * 8], const uint16_t Bt[8 * 8],
+                                      const float C[16 * 8]) {
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) D[m * 8 + n] = sg_mma_dot8_f16_f32(C[m * 8 + n], &A[m * 8], &Bt[n * 8]);
+}
+
 /* ---- the wrapper ------------------------------------------------------------------------------- */
+/* SG_MMA_SM80: the device pass being compiled has sm_80's instructions (mma.m16n8k16 in bf16,
+ * cp.async; ldmatrix is sm_75's, kept with them as the fragments it feeds are bf16). `make cuda`
+ * builds every .cu for sm_75 as well (Makefile: CUDA_ARCHS); there the wrappers below compile to
+ * __trap(), which no run reaches: the backend takes the bf16 tensor-core paths only on a device of
+ * compute capability 8.0 or more (cuda/arch.h) and refuses --precision bf16 below it. The host
+ * pass and the emulation see no __CUDA_ARCH__ and keep the real bodies. */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define SG_MMA_SM80 1
+#else
+#define SG_MMA_SM80 0
+#endif
+
 #ifndef SG_EMU
 static __device__ __forceinline__ void sg_mma_m16n8k16_bf16_f32(float d[4], const uint32_t a[4], const uint32_t b[2],
                                                                 const float c[4]) {
+#if !SG_MMA_SM80
+    (void)a; (void)b; (void)c;
+    d[0] = d[1] = d[2] = d[3] = 0.0f;
+    __trap();
+#else
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
           "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
 }
 #else
 /* The warp's 32 register sets meet in one warp collective (all 32 lanes, full mask: a partial
@@ -119,6 +185,57 @@ static inline void sg_mma_m16n8k16_bf16_f32_emu(::sg_emu::Site site, float d[4],
     }
 }
 #define sg_mma_m16n8k16_bf16_f32(d, a, b, c) sg_mma_m16n8k16_bf16_f32_emu(SG_EMU_SITE, (d), (a), (b), (c))
+#endif
+
+/* SG_MMA_SM75: the device pass has sm_75's mma.m16n8k8 in fp16 (below it, a CUDA 12 build's sm_70
+ * pass, the wrapper compiles to __trap(), which no run reaches: cuda/arch.h) */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 750
+#define SG_MMA_SM75 1
+#else
+#define SG_MMA_SM75 0
+#endif
+
+#ifndef SG_EMU
+static __device__ __forceinline__ void sg_mma_m16n8k8_f16_f32(float d[4], const uint32_t a[2], const uint32_t b[1],
+                                                              const float c[4]) {
+#if !SG_MMA_SM75
+    (void)a; (void)b; (void)c;
+    d[0] = d[1] = d[2] = d[3] = 0.0f;
+    __trap();
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b[0]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
+}
+#else
+/* as the m16n8k16 twin: one warp collective, then each lane rebuilds A, B and C from the documented
+ * layout and computes its own four elements of D */
+static inline void sg_mma_m16n8k8_f16_f32_emu(::sg_emu::Site site, float d[4], const uint32_t a[2],
+                                              const uint32_t b[1], const float c[4]) {
+    enum { WORDS = 7 };   /* a[2], b[1], c[4] */
+    uint32_t mine[WORDS] = {a[0], a[1], b[0], __float_as_uint(c[0]), __float_as_uint(c[1]), __float_as_uint(c[2]),
+                            __float_as_uint(c[3])};
+    uint32_t all[32 * WORDS];
+    ::sg_emu::warp_gather(site, "sg_mma_m16n8k8_f16_f32 (mma.sync.m16n8k8)", 0xffffffffu, mine, WORDS, all);
+    uint16_t A[16 * 8], Bt[8 * 8];
+    float C[16 * 8];
+    for (int l = 0; l < 32; l++) {
+        const uint32_t* w = &all[l * WORDS];
+        for (int i = 0; i < 4; i++)
+            A[sg_mma_k8_a_row(l, i) * 8 + sg_mma_k8_a_col(l, i)] = (uint16_t)(w[i / 2] >> (16 * (i & 1)));
+        for (int i = 0; i < 2; i++) Bt[sg_mma_k8_b_col(l, i) * 8 + sg_mma_k8_b_row(l, i)] = (uint16_t)(w[2] >> (16 * i));
+        for (int i = 0; i < 4; i++) C[sg_mma_c_row(l, i) * 8 + sg_mma_c_col(l, i)] = __uint_as_float(w[3 + i]);
+    }
+    int lane = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31;
+    for (int i = 0; i < 4; i++) {
+        int m = sg_mma_c_row(lane, i), n = sg_mma_c_col(lane, i);
+        d[i] = sg_mma_dot8_f16_f32(C[m * 8 + n], &A[m * 8], &Bt[n * 8]);
+    }
+}
+#define sg_mma_m16n8k8_f16_f32(d, a, b, c) sg_mma_m16n8k8_f16_f32_emu(SG_EMU_SITE, (d), (a), (b), (c))
 #endif
 
 /* ---- data movement: ldmatrix and cp.async ------------------------------------------------------
@@ -154,6 +271,25 @@ static inline void sg_mma_m16n8k16_bf16_f32_emu(::sg_emu::Site site, float d[4],
 static __device__ __forceinline__ uint32_t sg_smem_addr(const void* p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
+#if !SG_MMA_SM80
+/* below sm_80 (see SG_MMA_SM80 above): compiled, never run */
+static __device__ __forceinline__ void sg_ldmatrix_x4(uint32_t r[4], const void* row) {
+    (void)row; r[0] = r[1] = r[2] = r[3] = 0; __trap();
+}
+static __device__ __forceinline__ void sg_ldmatrix_x4_trans(uint32_t r[4], const void* row) {
+    (void)row; r[0] = r[1] = r[2] = r[3] = 0; __trap();
+}
+static __device__ __forceinline__ void sg_cp_async16(void* dst, const void* src, int src_bytes) {
+    (void)dst; (void)src; (void)src_bytes; __trap();
+}
+static __device__ __forceinline__ void sg_cp_async4(void* dst, const void* src, int src_bytes) {
+    (void)dst; (void)src; (void)src_bytes; __trap();
+}
+static __device__ __forceinline__ void sg_cp_async_commit(void) { __trap(); }
+template <int N>
+static __device__ __forceinline__ void sg_cp_async_wait(void) { __trap(); }
+static __device__ __forceinline__ void sg_cp_async_wait_all(void) { __trap(); }
+#else
 static __device__ __forceinline__ void sg_ldmatrix_x4(uint32_t r[4], const void* row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -186,6 +322,7 @@ static __device__ __forceinline__ void sg_cp_async_wait(void) {
 static __device__ __forceinline__ void sg_cp_async_wait_all(void) {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
+#endif
 #else
 #define sg_ldmatrix_x4(r, row) \
     ::sg_emu::ldmatrix(SG_EMU_SITE, "sg_ldmatrix_x4 (ldmatrix.m8n8.x4)", 4, 0, (row), (r))

@@ -3,6 +3,7 @@
  * test-cuda-emu`; cuda/, the attention's .cu files). The one file of model/ that includes a backend's
  * headers (tests/check_layout.sh holds every other to the table). */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include "model/backend.h"
 #include "model/ops.h"
@@ -14,6 +15,7 @@
 #include "cuda/ops_cuda.h"
 #include "cuda/ops_bf16_cuda.h"
 #include "cuda/device_peak.h"
+#include "cuda/arch.h"
 #include "cuda/profile_cuda.h"
 #include "attention/attention_cuda.h"
 #include "attention/flash_tc.h"
@@ -179,6 +181,24 @@ static void cuda_bf16_reserve_scratch(const OpCalls* k) {
     attention_reserve_forward_act_scratch_bf16_cuda(k->B, k->T, k->NH, k->NKV, k->HD);
 }
 
+/* The kernels by compute capability (cuda/arch.h): refused in one line where they cannot run
+ * (bf16 below sm_80, a GPU the binary holds no code for), and named at the run's start. */
+static int cuda_check_device(const Backend* be, char* err, size_t cap) {
+    CudaArch a;
+    if (cuda_arch_query(&a) != 0) {
+        snprintf(err, cap, "--device cuda: %s", a.name);
+        return 1;
+    }
+    return cuda_arch_check(&a, be->precision, err, cap);
+}
+static void cuda_describe_as(const char* precision, char* line, size_t cap) {
+    CudaArch a;
+    if (cuda_arch_query(&a) != 0) snprintf(line, cap, "cuda: %s", a.name);
+    else cuda_arch_describe(&a, precision, line, cap);
+}
+static void cuda_describe(char* line, size_t cap) { cuda_describe_as("fp32", line, cap); }
+static void cuda_bf16_describe(char* line, size_t cap) { cuda_describe_as("bf16", line, cap); }
+
 static const Backend backend_cuda = {
     .name = "cuda",
     .precision = "fp32",
@@ -195,6 +215,8 @@ static const Backend backend_cuda = {
     .scratch_bytes = cuda_scratch_bytes,
     .peak_gflops = peak_gflops_cuda,
     .peak_report = peak_report_cuda,
+    .describe = cuda_describe,
+    .check_device = cuda_check_device,
     .profile_timer = &profile_timer_cuda,
     .reserve_scratch = cuda_reserve_scratch,
     .encoder_forward = encoder_forward_cuda,
@@ -245,6 +267,7 @@ static const Backend* backend_cuda_bf16(void) {
         t.precision = "bf16";
         t.act_dtype = DT_BF16;
         t.round_to_act = round_to_bf16_cuda;
+        t.describe = cuda_bf16_describe;
         t.scratch_bytes = cuda_bf16_scratch_bytes;
         t.reserve_scratch = cuda_bf16_reserve_scratch;
         t.layernorm_forward = layernorm_forward_bf16_cuda;

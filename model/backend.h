@@ -102,6 +102,10 @@ typedef struct Backend {
     /* optional (NULL: nothing to say): one line on the kernel paths this table takes here (the
      * CPU's bf16 GEMM path), printed at the run's start */
     void (*describe)(char* line, size_t cap);
+    /* optional (NULL: runs anywhere it is built): 0 where this table's kernels can run on this
+     * machine's device (the CUDA tables: its compute capability, cuda/arch.h); else nonzero with
+     * the one line that says why in err (cap bytes). The model's build calls it first. */
+    int (*check_device)(const struct Backend* be, char* err, size_t cap);
     /* optional (NULL: the host's wall clock): the timer --profile reads this backend's ops with */
     const struct ProfileTimer* profile_timer;
 

@@ -517,6 +517,7 @@ static int build_model(GPT* m, const GPTConfig* c, int B, int T, const Recompute
     memset(m, 0, sizeof(*m));
     m->grad_scale = 1.0f;
     if (check_build_args(c, B, T, err) != 0) return -1;
+    if (be->check_device != NULL && be->check_device(be, err, 256) != 0) return -1;
     size_t offsets[NUM_PARAMETER_TENSORS], block = gpt_param_offsets(c, offsets);
     size_t nmaster = gpt_master_layout(c, be->act_dtype, opt_begin, opt_floats, m->master_first,
                                        m->master_held);

@@ -26,6 +26,13 @@ set -u
 cd "$(dirname "$0")/.."
 DRY=0
 [ "${1:-}" = "--dry-run" ] && DRY=1
+# A GPU run builds for that GPU alone (CUDA_ARCHS from nvidia-smi; the default, every target of
+# `make cuda`, takes minutes more), in the build folder of that target set
+if [ $DRY = 0 ] && [ -z "${CUDA_ARCHS:-}" ]; then
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+    [ -n "$cc" ] && export CUDA_ARCHS=$cc
+fi
+SG_CUDA_BUILD=$(make -s --no-print-directory cuda-build-dir 2>/dev/null || echo build/cuda)
 T0=$(date +%s)
 # (the emulation is slow: each step's own timeout is SCALE times longer in a dry run)
 if [ $DRY = 1 ]; then BUDGET=${GPU_CHECK_BUDGET:-1500}; SCALE=3; else BUDGET=${GPU_CHECK_BUDGET:-480}; SCALE=1; fi
@@ -113,8 +120,8 @@ if [ $DRY = 1 ]; then
     MEM_SHAPE=(--layers 2 --heads 1 --embd 64 --seq-len 32 --batch 2 --steps 2); MEM_DESC="L2 C64 B2 T32"
 else
     TRAINER=./train_cuda
-    TESTS=build/cuda/tests
-    ATTN_BENCH=build/cuda/bench_attention_cuda
+    TESTS=$SG_CUDA_BUILD/tests
+    ATTN_BENCH=$SG_CUDA_BUILD/bench_attention_cuda
     BUILD_TARGETS=(cuda cuda-test-bins dev-cuda)
     TEST_CUDA=test-cuda
     TORCH_DEV=cuda

@@ -21,7 +21,7 @@ if [ $DRY = 1 ]; then
     ATTN_B=1; ATTN_C=128; ATTN_WARM=0; ATTN_ITERS=1
     ATTN_SHAPES=("64 64 0.1" "64 128 0")   # (T D p): the two head dims' kernels, with and without dropout
 else
-    ATTN_BENCH=build/cuda/bench_attention_cuda; ATTN_TESTS=build/cuda/tests
+    ATTN_BENCH=${SG_CUDA_BUILD:-build/cuda}/bench_attention_cuda; ATTN_TESTS=${SG_CUDA_BUILD:-build/cuda}/tests
     ATTN_B=8; ATTN_C=768; ATTN_WARM=3; ATTN_ITERS=${GPU_PERF_ITERS:-20}
     ATTN_SHAPES=()
     for T in 1024 4096; do for D in 64 128; do for p in 0.1 0; do ATTN_SHAPES+=("$T $D $p"); done; done; done

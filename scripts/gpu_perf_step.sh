@@ -29,8 +29,8 @@ if [ $DRY = 1 ]; then
     STEP_GEMM_ARGS=(--device cpu --warmup 1 --reps 1)
 else
     STEP_TRAINER=./train_cuda
-    STEP_TESTS=build/cuda/tests
-    STEP_BENCH=build/cuda/bench_ops_cuda
+    STEP_TESTS=${SG_CUDA_BUILD:-build/cuda}/tests
+    STEP_BENCH=${SG_CUDA_BUILD:-build/cuda}/bench_ops_cuda
     STEP_BENCH_ARGS=()
     STEP_SMALL=(--layers 4 --heads 4 --embd 256 --seq-len 256 --batch 8 --steps 10)
     STEP_124=(--layers 12 --heads 12 --embd 768 --vocab 50257 --seq-len 1024 --batch 16 --steps 10 --dropout 0.1)

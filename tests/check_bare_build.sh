@@ -3,7 +3,8 @@
 # C compiler and no Debian -dev packages (the machines a GPU is lent on). In a private mount
 # namespace this hides the headers and libraries of OpenBLAS, cJSON, PCRE2, zlib and MPI (an empty
 # folder or /dev/null bound over each), then, in a fresh copy of the tree:
-#   - make cuda cuda-test-bins dev-cuda succeeds;
+#   - make cuda cuda-test-bins dev-cuda succeeds (CUDA_ARCHS=90: one target, as in
+#     tests/check_cuda_build.sh; the full list is tests/check_cuda_archs.sh's);
 #   - ldd ./train_cuda lists none of the hidden libraries, and --version names what was left out;
 #   - the emulated trainer built the same bare way (build/emu/train) trains 5 steps on
 #     --device cuda and writes its JSON log.
@@ -65,7 +66,7 @@ echo "# hides $(wc -l < "$W/hidden.txt") paths: $(sed -E 's#^/usr/(lib|include)/
 # ---- inside the namespace: hide, then build and run in the copy
 cat > "$W/inner.sh" <<'INNER'
 set -u
-W=$1; NVCC=$2; CUDA_HOME=$3
+W=$1; NVCC=$2; CUDA_HOME=$3; CUDA_ARCHS=$4
 mount --make-rprivate / || { echo "# mount --make-rprivate failed"; exit 90; }
 while read -r p; do
     if [ -d "$p" ]; then mount --bind "$W/empty" "$p"; else mount --bind /dev/null "$p"; fi || {
@@ -75,7 +76,7 @@ cd "$W/tree"
 export PATH="$CUDA_HOME/bin:$PATH"
 JOBS=$(nproc 2>/dev/null || echo 2)
 start=$(date +%s)
-make -j"$JOBS" --no-print-directory NVCC="$NVCC" cuda cuda-test-bins dev-cuda > "$W/build.log" 2>&1
+make -j"$JOBS" --no-print-directory NVCC="$NVCC" CUDA_ARCHS="$CUDA_ARCHS" cuda cuda-test-bins dev-cuda > "$W/build.log" 2>&1
 echo "build_rc=$? build_s=$(( $(date +%s) - start ))" > "$W/result"
 [ -x ./train_cuda ] && ldd ./train_cuda > "$W/ldd.txt" 2>&1
 [ -x ./train_cuda ] && ./train_cuda --version > "$W/version.txt" 2>&1
@@ -94,7 +95,7 @@ if [ -x build/emu/train ]; then
 fi
 if [ -n "${BARE_CMD:-}" ]; then bash -c "$BARE_CMD"; echo "cmd_rc=$?" >> "$W/result"; fi
 INNER
-BARE_CMD=${BARE_CMD:-} unshare -m bash "$W/inner.sh" "$W" "$NVCC" "$CUDA_HOME"
+BARE_CMD=${BARE_CMD:-} unshare -m bash "$W/inner.sh" "$W" "$NVCC" "$CUDA_HOME" "${CUDA_ARCHS:-90}"
 rc=$?
 if [ $rc -eq 90 ]; then
     for c in "${CHECKS[@]}"; do echo "FAIL $c: could not hide a library inside the namespace (see above)"; done
@@ -104,7 +105,7 @@ build_rc=1; build_s=0; emu_rc=1; emu_s=0; train_rc=1
 [ -f "$W/result" ] && eval "$(cat "$W/result")"
 
 if [ "$build_rc" -eq 0 ]; then
-    echo "built bare_machine_builds_cuda_and_tests_and_dev_cuda: make cuda cuda-test-bins dev-cuda in $build_s s with $(wc -l < "$W/hidden.txt") paths hidden"
+    echo "built bare_machine_builds_cuda_and_tests_and_dev_cuda: make cuda cuda-test-bins dev-cuda (CUDA_ARCHS=${CUDA_ARCHS:-90}) in $build_s s with $(wc -l < "$W/hidden.txt") paths hidden"
 else
     echo "FAIL bare_machine_builds_cuda_and_tests_and_dev_cuda: $(grep -m3 -E 'error|Error' "$W/build.log" | tr '\n' ' ' | head -c 600)"
 fi

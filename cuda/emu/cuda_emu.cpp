@@ -114,8 +114,8 @@ static const size_t SMEM_DEFAULT = 48 * 1024;      /* per block without the opt-
 static const size_t SMEM_OPTIN_MAX = 227 * 1024;   /* per block with the opt-in */
 static const size_t SMEM_STATIC_MAX = 48 * 1024;
 static const size_t GLOBAL_MEM = 80ull << 30;
-/* the device it imitates (an H100 SXM): compute capability, SMs, SM clock in kHz */
-static const int CC_MAJOR = 9, CC_MINOR = 0;
+/* the device it imitates (an H100 SXM): SMs, SM clock in kHz; its compute capability is
+ * emu_cc() below */
 static const int SM_COUNT = 132;
 static const int CLOCK_KHZ = 1980000;
 static const unsigned char POISON = 0xFF;          /* a float NaN, an int -1 */
@@ -172,6 +172,12 @@ static long env_long(const char* name, long dflt, long lo, long hi) {
  * its grid-stride path at sizes a test can afford. Read at every launch and query, so a test may
  * change it between launches. */
 static long max_grid_yz(void) { return env_long("SG_EMU_MAX_GRID_YZ", 65535, 1, 65535); }
+
+/* The compute capability the emulated device reports, as 10 major + minor: 90 (sm_90) unless
+ * SG_EMU_CC says otherwise (SG_EMU_CC=75: a Turing part), so that a test can watch the backend
+ * choose its kernels for another GPU (cuda/arch.h). Only what it reports changes: the emulation
+ * still runs every kernel, and its limits stay sm_90's. Read at every query. */
+static int emu_cc(void) { return (int)env_long("SG_EMU_CC", 90, 10, 129); }
 
 /* ---- futex waits -------------------------------------------------------------------------- */
 typedef std::atomic<uint32_t> Word;
@@ -1459,7 +1465,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
     if (!p) return set_error(cudaErrorInvalidValue);
     if (device != 0) return set_error(cudaErrorInvalidDevice);
     memset(p, 0, sizeof(*p));
-    snprintf(p->name, sizeof(p->name), "seedgpt CUDA emulation (sm_90 limits)");
+    if (sg_emu::emu_cc() == 90) snprintf(p->name, sizeof(p->name), "seedgpt CUDA emulation (sm_90 limits)");
+    else snprintf(p->name, sizeof(p->name), "seedgpt CUDA emulation (sm_90 limits, reporting sm_%d)", sg_emu::emu_cc());
     p->totalGlobalMem = GLOBAL_MEM;
     p->sharedMemPerBlock = SMEM_DEFAULT;
     p->sharedMemPerBlockOptin = SMEM_OPTIN_MAX;
@@ -1474,14 +1481,14 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
     p->maxGridSize[1] = p->maxGridSize[2] = (int)sg_emu::max_grid_yz();
     p->maxThreadsPerMultiProcessor = 2048;
     p->multiProcessorCount = SM_COUNT;
-    p->major = CC_MAJOR;
-    p->minor = CC_MINOR;
+    p->major = sg_emu::emu_cc() / 10;
+    p->minor = sg_emu::emu_cc() % 10;
     p->l2CacheSize = 50 * 1024 * 1024;
     p->memoryBusWidth = 5120;
     return cudaSuccess;
 }
 
-/* The emulated device's identity (CC_MAJOR.CC_MINOR, SM_COUNT, CLOCK_KHZ): the H100 SXM whose
+/* The emulated device's identity (emu_cc(), SM_COUNT, CLOCK_KHZ): the H100 SXM whose
  * limits cudaGetDeviceProperties reports. They describe what the emulation imitates, not the CPU
  * it runs on (cuda/device_peak.cu gives it no FLOP rate). The block and grid limits are the
  * properties' (SG_EMU_MAX_GRID_YZ lowers grid.y and grid.z). */
@@ -1501,8 +1508,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMaxGridDimZ: *value = p.maxGridSize[2]; return cudaSuccess;
     case cudaDevAttrClockRate: *value = CLOCK_KHZ; return cudaSuccess;
     case cudaDevAttrMultiProcessorCount: *value = SM_COUNT; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMajor: *value = CC_MAJOR; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *value = CC_MINOR; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; return cudaSuccess;
     }
     return set_error(cudaErrorInvalidValue);
 }

@@ -110,6 +110,7 @@ mkdir -p "$logdir"
 # the other backends' build folders are not needed here.
 tar -C "$root" --exclude=./.git --exclude=./out --exclude=./build/asan --exclude=./build/emu \
     --exclude=./build/emu-tsan --exclude=./build/cuda --exclude=./build/dev_cuda \
+    --exclude='./build/cuda-sm*' --exclude='./build/dev_cuda-sm*' --exclude='./build/mpi_cuda-sm*' \
     --exclude=./build/mpi --exclude=./build/mpi_cuda --exclude=./build/mutants -cf - . \
     | tar -C "$work" -xf - || { echo "tests/mutants/run.sh: copying the tree to $work failed" >&2; exit 2; }
 cd "$work" || exit 2

@@ -1,0 +1,122 @@
+/* cuda/arch.cu — the kernels chosen by compute capability (cuda/arch.h). Host code only.
+ *
+ * SG_CUDA_SASS and SG_CUDA_PTX come from the Makefile (NVCC_ARCH_DEFS): the SASS targets and the
+ * PTX target of this build. A kernel image runs on a GPU when the binary holds SASS of the same
+ * major compute capability at the same or a lower minor (sm_80 SASS runs on sm_86), or PTX of
+ * that compute capability or an older one, which the driver compiles at load.
+ */
+#include "cuda/device.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda/arch.h"
+
+#if defined(SG_EMU)
+#define ARCH_SASS NULL
+#define ARCH_PTX 0
+#elif defined(SG_CUDA_SASS) && defined(SG_CUDA_PTX)
+#define ARCH_SASS SG_CUDA_SASS
+#define ARCH_PTX SG_CUDA_PTX
+#else   /* built outside the Makefile's CUDA rules: what it holds is not known, so not checked */
+#define ARCH_SASS NULL
+#define ARCH_PTX 0
+#endif
+
+/* 1 where the SASS list "75 80 90" or the PTX target gives code that runs on cc */
+static int binary_runs_on(const char* sass, int ptx, int cc) {
+    if (sass == NULL) return 1;
+    for (const char* p = sass; *p;) {
+        char* end;
+        long a = strtol(p, &end, 10);
+        if (end == p) break;
+        if (a / 10 == cc / 10 && a % 10 <= cc % 10) return 1;
+        p = end;
+    }
+    return ptx > 0 && ptx <= cc;
+}
+
+extern "C" void cuda_arch_from_cc(const char* name, int cc_major, int cc_minor, const char* sass, int ptx,
+                                  CudaArch* out) {
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "%s", name ? name : "");
+    out->cc_major = cc_major;
+    out->cc_minor = cc_minor;
+    int cc = 10 * cc_major + cc_minor;
+    out->supported = cc >= 70;
+    out->has_code = binary_runs_on(sass, ptx, cc);
+    out->bf16_tensor_cores = cc >= 80;
+    out->fp16_tensor_cores = cc >= 75;
+}
+
+extern "C" int cuda_arch_query(CudaArch* out) {
+    int dev = 0;
+    cudaDeviceProp p;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaGetDeviceProperties(&p, dev);
+    if (err != cudaSuccess) {
+        memset(out, 0, sizeof(*out));
+        snprintf(out->name, sizeof(out->name), "no CUDA device: %s", cudaGetErrorString(err));
+        (void)cudaGetLastError();
+        return -1;
+    }
+    cuda_arch_from_cc(p.name, p.major, p.minor, ARCH_SASS, ARCH_PTX, out);
+#ifdef SG_EMU
+    out->emulated = 1;
+#endif
+    return 0;
+}
+
+extern "C" const char* cuda_arch_built(void) {
+    static char s[160];
+    if (ARCH_SASS == NULL) {
+#ifdef SG_EMU
+        return "the emulation (every kernel, on the CPU)";
+#else
+        return "targets not recorded (built outside the Makefile)";
+#endif
+    }
+    size_t n = 0;
+    const char* p = ARCH_SASS;
+    while (*p) {
+        char* end;
+        long a = strtol(p, &end, 10);
+        if (end == p) break;
+        n += (size_t)snprintf(s + n, sizeof(s) - n, "%ssm_%ld", n ? " " : "", a);
+        if (n >= sizeof(s)) break;
+        p = end;
+    }
+    if (n < sizeof(s) && ARCH_PTX > 0) snprintf(s + n, sizeof(s) - n, " + PTX compute_%d", ARCH_PTX);
+    return s;
+}
+
+extern "C" int cuda_arch_check(const CudaArch* a, const char* precision, char* err, size_t cap) {
+    if (!a->supported) {
+        snprintf(err, cap, "--device cuda: %s is sm_%d%d; seedgpt's CUDA kernels need sm_70 or newer "
+                 "(use --device cpu)", a->name, a->cc_major, a->cc_minor);
+        return 1;
+    }
+    if (!a->has_code) {
+        snprintf(err, cap, "--device cuda: %s is sm_%d%d and this ./train_cuda holds no code for it (%s); "
+                 "rebuild with CUDA_ARCHS=%d%d and a toolkit that builds it", a->name, a->cc_major, a->cc_minor,
+                 cuda_arch_built(), a->cc_major, a->cc_minor);
+        return 1;
+    }
+    if (strcmp(precision, "bf16") == 0 && !a->bf16_tensor_cores) {
+        snprintf(err, cap, "--precision bf16 --device cuda: the bf16 tensor-core kernels need sm_80 or "
+                 "newer and %s is sm_%d%d; use --precision fp32", a->name, a->cc_major, a->cc_minor);
+        return 1;
+    }
+    return 0;
+}
+
+extern "C" void cuda_arch_describe(const CudaArch* a, const char* precision, char* line, size_t cap) {
+    const char* kernels;
+    if (strcmp(precision, "bf16") == 0)
+        kernels = "bf16 tensor-core kernels (mma.sync m16n8k16, ldmatrix, cp.async; cuBLASLt bf16)";
+    else if (a->bf16_tensor_cores)
+        kernels = "fp32 kernels (cuBLAS fp32); --precision bf16 would take the bf16 tensor cores";
+    else
+        kernels = "fp32 kernels (cuBLAS fp32); no bf16 tensor cores below sm_80";
+    snprintf(line, cap, "cuda: %s, sm_%d%d%s: %s; binary: %s", a->name, a->cc_major, a->cc_minor,
+             a->emulated ? " (emulated)" : "", kernels, cuda_arch_built());
+}
