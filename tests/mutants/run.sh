@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/mutants/run.sh [FILTER] — mutation testing: proof that the suite catches planted bugs.
+# tests/mutants/run.sh [FILTER...] — mutation testing: proof that the suite catches planted bugs.
 #
 # Each tests/mutants/NAME.patch is one small, realistic bug: a unified diff against the tree
 # (patch -p1) after a header of comment lines that patch ignores, one of which names the tests
@@ -28,7 +28,8 @@
 #
 # Prints one row per mutant (name, what killed it or SURVIVED, seconds) and ends with the line
 # "N killed, N survived" (", N error" added when a patch did not apply or a header is bad; ", N
-# not run on this CPU" for the mutants above). Exits non-zero if any mutant survived or errored. FILTER runs only the mutants whose name contains it.
+# not run on this CPU" for the mutants above). Exits non-zero if any mutant survived or errored.
+# FILTERs run only the mutants whose name contains one of them.
 # Each mutant's log (patch, build, test output) is written to build/mutants/NAME.log.
 #
 # Where ccache is installed (apt-get install ccache), every compile goes through it (its compiler
@@ -39,13 +40,14 @@
 # 300), MUTANTS_KEEP=1 keeps the temporary copy.
 set -u
 
-usage="usage: tests/mutants/run.sh [FILTER]  (FILTER: run only the mutants whose name contains it)"
-if [ $# -gt 1 ]; then echo "tests/mutants/run.sh: expected at most one argument, got $#; $usage" >&2; exit 2; fi
-filter=${1-}
-case "$filter" in
-    -h|--help) echo "$usage"; exit 0 ;;
-    -*) echo "tests/mutants/run.sh: unknown option $filter; $usage" >&2; exit 2 ;;
-esac
+usage="usage: tests/mutants/run.sh [FILTER...]  (run only the mutants whose name contains one of the FILTERs)"
+filters=("$@")
+for f in "${filters[@]+"${filters[@]}"}"; do
+    case "$f" in
+        -h|--help) echo "$usage"; exit 0 ;;
+        -*) echo "tests/mutants/run.sh: unknown option $f; $usage" >&2; exit 2 ;;
+    esac
+done
 jobs=${MUTANTS_JOBS:-2}
 timeout_s=${MUTANTS_TIMEOUT:-300}
 for v in "$jobs" "$timeout_s"; do
@@ -66,10 +68,13 @@ mutants=()
 for p in "$root"/tests/mutants/*.patch; do
     [ -e "$p" ] || continue
     name=$(basename "$p" .patch)
-    [[ "$name" == *"$filter"* ]] && mutants+=("$p")
+    if [ ${#filters[@]} -eq 0 ]; then mutants+=("$p"); continue; fi
+    for f in "${filters[@]}"; do
+        if [[ "$name" == *"$f"* ]]; then mutants+=("$p"); break; fi
+    done
 done
 if [ ${#mutants[@]} -eq 0 ]; then
-    echo "tests/mutants/run.sh: no mutant in tests/mutants/ matches '$filter'" >&2
+    echo "tests/mutants/run.sh: no mutant in tests/mutants/ matches '${filters[*]}'" >&2
     exit 2
 fi
 
@@ -160,6 +165,10 @@ for p in "${mutants[@]}"; do
     elif ! patch -p1 -f -s --dry-run < "$p" >> "$log" 2>&1; then
         result="ERROR: patch does not apply"
     else
+        # the files as they were, to check the revert against (not the tree, which may be edited
+        # while a run goes on)
+        rm -rf "$work/.pristine"
+        for f in $files; do mkdir -p "$work/.pristine/$(dirname "$f")"; cp -p "$f" "$work/.pristine/$f"; done
         patch -p1 -f -s --no-backup-if-mismatch < "$p" >> "$log" 2>&1
         targets=$({ for t in $tests; do target_of "$t"; done; extra_targets_of "$p"; } | awk '!seen[$0]++')
         echo "== make $targets" >> "$log"
@@ -182,8 +191,8 @@ for p in "${mutants[@]}"; do
         # revert; the copy must equal the tree again, else later mutants would measure nonsense
         patch -p1 -f -s -R --no-backup-if-mismatch < "$p" >> "$log" 2>&1
         for f in $files; do
-            if ! cmp -s "$f" "$root/$f"; then
-                echo "tests/mutants/run.sh: reverting $name left $f different from the tree; stopping" >&2
+            if ! cmp -s "$f" "$work/.pristine/$f"; then
+                echo "tests/mutants/run.sh: reverting $name left $f different from before; stopping" >&2
                 exit 2
             fi
             touch "$f"   # newer than whatever was built from the mutant
