@@ -215,13 +215,18 @@ LOGITS_HARNESS := $(BUILD)/tests/logits_harness
 TORCH_PYTHON ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit; }; done; echo /usr/bin/python3)
 
 # `make test` first installs what is missing (scripts/setup.sh), then builds and runs everything.
+# The builds under make test (the trainer, the ASan and emulated trees, each a sub-make of the
+# suite) run TEST_JOBS at a time, one per core; the tests themselves run one after another, so no
+# test shares the machine with another. test-run's recipe is marked + so the sub-makes it starts
+# (EMU_CI, ASAN_CI) draw on the same job slots.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test:
 	@scripts/setup.sh
-	@$(MAKE) --no-print-directory test-run
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-run
 
 test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline \
 		$(LOGITS_HARNESS)
-	@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
+	+@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" "$(NVCC_CI)" "$(MPI_CUDA_CI)" \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"tests/test_export.sh $(LOGITS_HARNESS)" "$(TORCH_PYTHON) tests/test_export_torch.py" \

@@ -8,12 +8,15 @@
 # under $BUILD/fuzz/artifacts. Without clang's libFuzzer the targets report SKIP.
 #   make fuzz               60 s per target (FUZZ_SECONDS=...)
 #   make test               runs it with 10 s per target
+# FUZZ_JOBS=N (default: the number of cores) objects compile and targets run N at a time; each
+# target is one single-threaded process, so on N idle cores each gets its whole SECONDS of a core.
 set -u
 cd "$(dirname "$0")/../.."
 SECONDS_PER=${1:-60}
 B=${BUILD:-build}/fuzz
 TRAIN=${SEEDGPT_TRAIN:-./train}
 CLANG=${FUZZ_CC:-clang}
+JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
 TARGETS=(shard modelfile state hellaswag safetensors tokenizer)
 LIBS=(-lm)
 TOKENIZER_SRC="data/tokenizer.c data/prepare.c data/shards.c"
@@ -61,13 +64,27 @@ declare -A SRC=(
     [tokenizer]="$TOKENIZER_SRC"
     [bpe]="data/bpe.c"
 )
+# every object first, JOBS compiles at a time (each source once, however many targets link it)
+pool_wait() {   # pool_wait: blocks while JOBS background jobs are running
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+}
 build_failed=0
+rm -f "$B/obj_failed"
+declare -A seen=()
 for t in "${TARGETS[@]}"; do
-    objs=()
     for s in ${SRC[$t]} tests/fuzz/fuzz_$t.c; do
-        o=$(obj "$s") || { build_failed=1; continue 2; }
-        objs+=("$o")
+        [ -n "${seen[$s]:-}" ] && continue
+        seen[$s]=1
+        pool_wait
+        { obj "$s" > /dev/null || echo "$s" >> "$B/obj_failed"; } &
     done
+done
+wait
+[ -f "$B/obj_failed" ] && build_failed=1
+for t in "${TARGETS[@]}"; do
+    [ $build_failed -eq 0 ] || break
+    objs=()
+    for s in ${SRC[$t]} tests/fuzz/fuzz_$t.c; do objs+=("$(obj "$s")"); done
     bin="$B/fuzz_$t"
     if [ ! -x "$bin" ] || [ -n "$(find "${objs[@]}" -newer "$bin" 2> /dev/null)" ]; then
         "$CLANG" "${CFLAGS[@]}" -fsanitize=fuzzer,address,undefined -o "$bin" "${objs[@]}" \
@@ -137,20 +154,28 @@ PY
 rm -rf "$B/tmp"
 mkdir -p "$B/tmp"
 export TMPDIR=$B/tmp
+fuzz_one() {   # fuzz_one TARGET: runs it for SECONDS_PER; its status in $B/tmp/rc_TARGET
+    local corpus=$B/corpus/$1
+    mkdir -p "$corpus"
+    # FUZZ_SEED fixes libFuzzer's random seed (make test does, so a CI run is reproducible)
+    "$B/fuzz_$1" ${FUZZ_SEED:+-seed=$FUZZ_SEED} -max_total_time="$SECONDS_PER" -timeout=20 \
+        -rss_limit_mb=4096 -max_len=65536 \
+        -print_final_stats=1 -artifact_prefix="$B/artifacts/${1}-" "$corpus" "$seeds/$1" \
+        > "$B/fuzz_$1.log" 2>&1
+    echo $? > "$B/tmp/rc_$1"
+}
+for t in "${TARGETS[@]}"; do
+    pool_wait
+    fuzz_one "$t" &
+done
+wait
 failed=0
 for t in "${TARGETS[@]}"; do
-    corpus=$B/corpus/$t
-    mkdir -p "$corpus"
     log=$B/fuzz_$t.log
-    # FUZZ_SEED fixes libFuzzer's random seed (make test does, so a CI run is reproducible)
-    "$B/fuzz_$t" ${FUZZ_SEED:+-seed=$FUZZ_SEED} -max_total_time="$SECONDS_PER" -timeout=20 \
-        -rss_limit_mb=4096 -max_len=65536 \
-        -print_final_stats=1 -artifact_prefix="$B/artifacts/${t}-" "$corpus" "$seeds/$t" \
-        > "$log" 2>&1
-    rc=$?
+    rc=$(cat "$B/tmp/rc_$t" 2> /dev/null || echo "?")
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    ncorpus=$(ls "$corpus" | wc -l)
-    if [ $rc -eq 0 ]; then
+    ncorpus=$(ls "$B/corpus/$t" | wc -l)
+    if [ "$rc" = 0 ]; then
         echo "ok   fuzz_${t}_loader_survives_${SECONDS_PER}s: ${execs:-?} executions, no crash, no" \
              "sanitizer report (corpus $ncorpus inputs, $(ls "$seeds/$t" | wc -l) seeds)"
     else
