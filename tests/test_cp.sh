@@ -40,33 +40,9 @@ CHECKS=(cp2_losses_equal_one_process cp2_model_options_equal_one_process
         cp_resume_with_another_layout_is_refused cp_refuses_T_not_a_multiple_of_2N
         cp_refuses_N_not_dividing_the_ranks cp_refused_without_mpi cp_refuses_attn_stats
         cp_refuses_bf16)
-skip_all() { for c in "${CHECKS[@]}"; do echo "SKIP $c: $1"; done; exit 0; }
-command -v mpirun > /dev/null 2>&1 || skip_all "no mpirun (Debian: openmpi-bin)"
-for b in "$TRAIN" "$TRAIN_MPI" "$TRAIN_TEST" "$TRAIN_MPI_TEST"; do
-    [ -x "$b" ] || skip_all "$b is not built (make mpi test-bins; needs mpicc from libopenmpi-dev)"
-done
-
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-unset SEEDGPT_FAULT SEEDGPT_KEEP_EXPORT
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader
-        --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS -x OMP_WAIT_POLICY)
-[ -n "${SEEDGPT_MPIRUN_FLAGS:-}" ] && read -r -a MPIRUN <<< "mpirun $SEEDGPT_MPIRUN_FLAGS"
-mpin() { local n=$1; shift; timeout 300 "${MPIRUN[@]}" -np "$n" "$@"; }
-
-W=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_cp.XXXXXX")
-failed=0
-trap 'if [ $failed -eq 0 ]; then rm -rf "$W"; else echo "# work folder kept: $W"; fi' EXIT
-ok()   { echo "ok   $1: $2"; }
-fail() { echo "FAIL $1: $2"; failed=1; }
-report() { if [ "$2" = 0 ]; then ok "$1" "$3"; else fail "$1" "$3"; fi; }
-
-if ! mpin 2 true > "$W/probe.out" 2>&1; then
-    skip_all "mpirun -np 2 cannot start here: $(grep -m1 -v '^-*$' "$W/probe.out")"
-fi
-
-mkdir -p "$W/text"
-head -c 6000 README.md > "$W/text/doc.txt"
-"$TRAIN" prepare "$W/text/doc.txt" "$W/data" > /dev/null || { fail data "prepare failed"; exit 1; }
+PREFIX=""
+NEEDS=("$TRAIN:make" "$TRAIN_MPI:make mpi" "$TRAIN_TEST:make test-bins" "$TRAIN_MPI_TEST:make test-bins")
+. tests/mpi_common.sh
 # dropout at every site, three rates; T = 32: 4 chunks of 8 on 2 ranks
 MODEL=(--train "$W/data/train_*.bin" --layers 2 --heads 2 --embd 32 --seq-len 32 --lr 3e-3
        --warmup 2 --embd-dropout 0.08 --attn-dropout 0.1 --resid-dropout 0.12 --log-every 1

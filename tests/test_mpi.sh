@@ -32,36 +32,9 @@ CHECKS=(one_rank_equals_train_bitwise two_ranks_equal_one_process_with_twice_the
         sigterm_to_mpirun_at_the_default_timeout_saves_what_rank_0_finished
         two_ranks_mfu_counts_the_peak_of_both
         only_rank_0_writes)
-skip_all() { for c in "${CHECKS[@]}"; do echo "SKIP mpi_$c: $1"; done; exit 0; }
-command -v mpirun > /dev/null 2>&1 || skip_all "no mpirun (Debian: openmpi-bin)"
-[ -x "$TRAIN_MPI" ] || skip_all "$TRAIN_MPI is not built (make mpi; needs mpicc from libopenmpi-dev)"
-[ -x "$TRAIN" ] || skip_all "$TRAIN is not built"
-
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-unset SEEDGPT_FAULT
-# root needs --allow-run-as-root; 2 ranks on fewer cores need --oversubscribe; shared memory
-# without the single-copy mechanism, which containers often forbid
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader
-        --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS -x OMP_WAIT_POLICY)
-[ -n "${SEEDGPT_MPIRUN_FLAGS:-}" ] && read -r -a MPIRUN <<< "mpirun $SEEDGPT_MPIRUN_FLAGS"
-mpi2() { timeout 300 "${MPIRUN[@]}" -np 2 "$@"; }
-
-W=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_mpi.XXXXXX")
-failed=0
-trap 'if [ $failed -eq 0 ]; then rm -rf "$W"; else echo "# work folder kept: $W"; fi' EXIT
-ok()   { echo "ok   mpi_$1: $2"; }
-fail() { echo "FAIL mpi_$1: $2"; failed=1; }
-report() { if [ "$2" = 0 ]; then ok "$1" "$3"; else fail "$1" "$3"; fi; }
-
-# an MPI that cannot start two ranks here is an environment problem, not a seedgpt result
-if ! mpi2 true > "$W/probe.out" 2>&1; then
-    skip_all "mpirun -np 2 cannot start here: $(grep -m1 -v '^-*$' "$W/probe.out")"
-fi
-
-# ---- data: 6000 bytes of this repository's README -> about 42 windows of 4 x 32
-mkdir -p "$W/text"
-head -c 6000 README.md > "$W/text/doc.txt"
-"$TRAIN" prepare "$W/text/doc.txt" "$W/data" > /dev/null || { fail data "prepare failed"; exit 1; }
+PREFIX=mpi_
+NEEDS=("$TRAIN_MPI:make mpi" "$TRAIN:make")
+. tests/mpi_common.sh
 MODEL=(--train "$W/data/train_*.bin" --layers 2 --heads 2 --embd 32 --seq-len 32 --lr 3e-3
        --warmup 2 --dropout 0.1 --log-every 1 --seed 42 --threads 1)
 
@@ -109,7 +82,7 @@ report one_rank_equals_train_bitwise "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$
 "$TRAIN" "${MODEL[@]}" --shuffle 0 --batch 8 --steps 12 --log-json "$W/one.jsonl" \
     --save "$W/one.bin" > "$W/one.out" 2>&1
 rc1=$?
-mpi2 "$TRAIN_MPI" "${MODEL[@]}" --shuffle 0 --batch 4 --steps 12 --log-json "$W/two.jsonl" \
+mpin 2 "$TRAIN_MPI" "${MODEL[@]}" --shuffle 0 --batch 4 --steps 12 --log-json "$W/two.jsonl" \
     --save "$W/two.bin" > "$W/two.out" 2>&1
 rc2=$?
 r=$(close "$W/one.jsonl" "$W/one.bin" "$W/two.jsonl" "$W/two.bin")
@@ -122,7 +95,7 @@ report two_ranks_equal_one_process_with_twice_the_batch \
 "$TRAIN" "${MODEL[@]}" --shuffle 1 --batch 4 --total-batch 512 --steps 14 \
     --log-json "$W/acc1.jsonl" --save "$W/acc1.bin" > "$W/acc1.out" 2>&1
 rc1=$?
-mpi2 "$TRAIN_MPI" "${MODEL[@]}" --shuffle 1 --batch 4 --total-batch 512 --steps 14 \
+mpin 2 "$TRAIN_MPI" "${MODEL[@]}" --shuffle 1 --batch 4 --total-batch 512 --steps 14 \
     --log-json "$W/acc2.jsonl" --save "$W/acc2.bin" > "$W/acc2.out" 2>&1
 rc2=$?
 r=$(close "$W/acc1.jsonl" "$W/acc1.bin" "$W/acc2.jsonl" "$W/acc2.bin")
@@ -131,10 +104,10 @@ report two_ranks_accumulating_equal_one_process_accumulating_shuffled \
     "statuses $rc1 $rc2, \"$(grep -o 'batch 4 x 32 x 2 ranks[^,]*' "$W/acc2.out")\"; steps, largest loss difference, weight difference: $r (limit $TOL)"
 
 # ---- recompute layer = none on 2 ranks, bit for bit ------------------------------------------
-mpi2 "$TRAIN_MPI" "${MODEL[@]}" --batch 4 --steps 10 --recompute none \
+mpin 2 "$TRAIN_MPI" "${MODEL[@]}" --batch 4 --steps 10 --recompute none \
     --log-json "$W/none.jsonl" --save "$W/none.bin" > "$W/none.out" 2>&1
 rc1=$?
-mpi2 "$TRAIN_MPI" "${MODEL[@]}" --batch 4 --steps 10 --recompute layer --recompute-check stop \
+mpin 2 "$TRAIN_MPI" "${MODEL[@]}" --batch 4 --steps 10 --recompute layer --recompute-check stop \
     --log-json "$W/layer.jsonl" --save "$W/layer.bin" > "$W/layer.out" 2>&1
 rc2=$?
 n=$(losses "$W/none.jsonl" | wc -l)
@@ -147,13 +120,13 @@ report two_ranks_recompute_layer_equals_none_bitwise \
 # ---- resume on 2 ranks -----------------------------------------------------------------------
 RUN=("${MODEL[@]}" --shuffle 1 --batch 4 --steps 24 --val "$W/data/val_*.bin" --eval-every 6
      --eval-batches 3)
-mpi2 "$TRAIN_MPI" "${RUN[@]}" --out "$W/straight" > "$W/straight.out" 2>&1
+mpin 2 "$TRAIN_MPI" "${RUN[@]}" --out "$W/straight" > "$W/straight.out" 2>&1
 rc0=$?
 # the sigterm hook raises SIGTERM on every rank during step 9: both finish it, rank 0 saves
-SEEDGPT_FAULT=sigterm:9 mpi2 -x SEEDGPT_FAULT "$TRAIN_MPI" "${RUN[@]}" --out "$W/halves" \
+SEEDGPT_FAULT=sigterm:9 mpin 2 -x SEEDGPT_FAULT "$TRAIN_MPI" "${RUN[@]}" --out "$W/halves" \
     > "$W/half1.out" 2>&1
 rc1=$?
-mpi2 "$TRAIN_MPI" --resume "$W/halves" --recompute layer > "$W/half2.out" 2>&1
+mpin 2 "$TRAIN_MPI" --resume "$W/halves" --recompute layer > "$W/half2.out" 2>&1
 rc2=$?
 all() { grep -o '"type":"[a-z]*","step":[0-9]*,"[a-z_]*loss":[^,}]*' "$1"; }
 n=$(all "$W/straight/log.jsonl" | wc -l)
@@ -167,7 +140,7 @@ report two_ranks_resume_is_bit_exact \
 "$TRAIN" --resume "$W/halves" --steps 30 > "$W/wrong1.out" 2> "$W/wrong1.err"
 rc1=$?
 "$TRAIN" "${MODEL[@]}" --batch 4 --steps 3 --out "$W/single" > /dev/null 2>&1
-mpi2 "$TRAIN_MPI" --resume "$W/single" --steps 6 > "$W/wrong2.out" 2> "$W/wrong2.err"
+mpin 2 "$TRAIN_MPI" --resume "$W/single" --steps 6 > "$W/wrong2.out" 2> "$W/wrong2.err"
 rc2=$?
 lines1=$(grep -c '^seedgpt:' "$W/wrong1.err")
 lines2=$(grep -c '^seedgpt:' "$W/wrong2.err")
@@ -177,9 +150,9 @@ report resume_with_another_rank_count_is_refused \
 
 # ---- SIGTERM to rank 1 alone --------------------------------------------------------------------
 LONG=("${MODEL[@]}" --shuffle 1 --batch 4 --steps 200 --log-every 0)
-mpi2 "$TRAIN_MPI" "${LONG[@]}" --out "$W/long" > "$W/long.out" 2>&1
+mpin 2 "$TRAIN_MPI" "${LONG[@]}" --out "$W/long" > "$W/long.out" 2>&1
 rc0=$?
-mpi2 "$TRAIN_MPI" "${LONG[@]}" --out "$W/sig" > "$W/sig.out" 2>&1 &
+mpin 2 "$TRAIN_MPI" "${LONG[@]}" --out "$W/sig" > "$W/sig.out" 2>&1 &
 job=$!
 # rank 1: the process of this run (its --out is unique) whose MPI rank is 1
 rank1=""
@@ -197,7 +170,7 @@ wait "$job"
 rc1=$?
 stopped=$(grep -o 'stopped by SIGTERM after step [0-9]*' "$W/sig.out")
 k=${stopped##* }
-mpi2 "$TRAIN_MPI" --resume "$W/sig" > "$W/sig2.out" 2>&1
+mpin 2 "$TRAIN_MPI" --resume "$W/sig" > "$W/sig2.out" 2>&1
 rc2=$?
 same=$(diff <(losses "$W/long/log.jsonl") <(losses "$W/sig/log.jsonl") > /dev/null \
        && cmp -s "$W/long/model.bin" "$W/sig/model.bin"; echo $?)
@@ -245,9 +218,9 @@ rc1=$rc
 lastrow=$(grep -o '"type":"train","step":[0-9]*' "$W/mstop/log.jsonl" | tail -1 | grep -o '[0-9]*$')
 tmps=$(ls -a "$W/mstop" | grep -c '\.tmp')
 end=$(( ${k:-0} + 21 ))
-mpi2 "$TRAIN_MPI" --resume "$W/mstop" --steps $end > "$W/mstop2.out" 2>&1
+mpin 2 "$TRAIN_MPI" --resume "$W/mstop" --steps $end > "$W/mstop2.out" 2>&1
 rc2=$?
-mpi2 "$TRAIN_MPI" "${STOP[@]}" --steps $end --out "$W/mstraight" > /dev/null 2>&1
+mpin 2 "$TRAIN_MPI" "${STOP[@]}" --steps $end --out "$W/mstraight" > /dev/null 2>&1
 rc0=$?
 n=$(losses "$W/mstraight/log.jsonl" | wc -l)
 same=$([ "$n" -eq $end ] && diff <(losses "$W/mstraight/log.jsonl") <(losses "$W/mstop/log.jsonl") > /dev/null \
@@ -274,7 +247,7 @@ fi
 # ---- MFU reads all ranks' FLOPs against all ranks' peak -------------------------------------------
 # --peak-gflops 1 per process: the summary's MFU must be tok/s x FLOPs per token / (2 x 1 GFLOP/s),
 # FLOPs per token 6 P + 12 L C T (train.c, flops_per_token); one rank's peak would double it
-mpi2 "$TRAIN_MPI" "${MODEL[@]}" --batch 4 --steps 6 --peak-gflops 1 > "$W/mfu.out" 2>&1
+mpin 2 "$TRAIN_MPI" "${MODEL[@]}" --batch 4 --steps 6 --peak-gflops 1 > "$W/mfu.out" 2>&1
 rc=$?
 r=$(awk '/^model:/ { for (i = 1; i <= NF; i++) if ($(i + 1) ~ /^parameters/) P = $i }
          /^done:/ { for (i = 1; i <= NF; i++) { if ($(i + 1) == "tok/s,") tok = $i; if ($i == "MFU") mfu = $(i + 1); if ($(i + 1) == "GFLOP/s,") peak = $i } }

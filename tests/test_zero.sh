@@ -41,33 +41,9 @@ CHECKS=(equals_plain_bitwise_2_ranks equals_plain_bitwise_3_ranks
         memory_budget_takes_zero_as_its_lever
         in_one_process_refused on_one_rank_refused value_2_refused
         with_context_parallel_refused bf16_with_init_refused)
-skip_all() { for c in "${CHECKS[@]}"; do echo "SKIP zero_$c: $1"; done; exit 0; }
-command -v mpirun > /dev/null 2>&1 || skip_all "no mpirun (Debian: openmpi-bin)"
-[ -x "$TRAIN_MPI" ] || skip_all "$TRAIN_MPI is not built (make mpi; needs mpicc from libopenmpi-dev)"
-[ -x "$TRAIN" ] || skip_all "$TRAIN is not built"
-
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-unset SEEDGPT_FAULT
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader
-        --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS -x OMP_WAIT_POLICY)
-[ -n "${SEEDGPT_MPIRUN_FLAGS:-}" ] && read -r -a MPIRUN <<< "mpirun $SEEDGPT_MPIRUN_FLAGS"
-mpin() { local n=$1; shift; timeout 300 "${MPIRUN[@]}" -np "$n" "$@"; }
-
-W=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_zero.XXXXXX")
-failed=0
-trap 'if [ $failed -eq 0 ]; then rm -rf "$W"; else echo "# work folder kept: $W"; fi' EXIT
-ok()   { echo "ok   zero_$1: $2"; }
-fail() { echo "FAIL zero_$1: $2"; failed=1; }
-report() { if [ "$2" = 0 ]; then ok "$1" "$3"; else fail "$1" "$3"; fi; }
-
-if ! mpin 2 true > "$W/probe.out" 2>&1; then
-    skip_all "mpirun -np 2 cannot start here: $(grep -m1 -v '^-*$' "$W/probe.out")"
-fi
-
-# ---- data: 6000 bytes of this repository's README
-mkdir -p "$W/text"
-head -c 6000 README.md > "$W/text/doc.txt"
-"$TRAIN" prepare "$W/text/doc.txt" "$W/data" > /dev/null || { fail data "prepare failed"; exit 1; }
+PREFIX=zero_
+NEEDS=("$TRAIN_MPI:make mpi" "$TRAIN:make")
+. tests/mpi_common.sh
 # C = 64: wte is 384 x 64 = 24576 floats, two norm blocks of 16384, and the shards of 2, 3 and 4
 # ranks start inside it and inside the layers' tensors; --clip 0.5 keeps the clip active
 MODEL=(--train "$W/data/train_*.bin" --val "$W/data/val_*.bin" --eval-every 4 --eval-batches 2
