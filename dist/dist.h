@@ -29,6 +29,7 @@
 #ifndef SEEDGPT_DIST_H
 #define SEEDGPT_DIST_H
 
+#include <string.h>
 #include "model/gpt.h"
 
 #ifdef __cplusplus
@@ -64,6 +65,19 @@ int dist_use_backend(const Backend* be, char err[256]);
  * every element is g_0 + g_1 + ... + g_{R-1} whichever algorithms MPI would choose; device
  * memory: ncclAllReduce (NCCL's order). All ranks must call it at the same point. */
 void dist_allreduce_grads(GPT* m);
+
+/* The floats of m's gradient block that the sum covers: from its start to the end of its last
+ * tensor (tensors start 64-byte aligned; the gaps between them are zeros and travel along). */
+static inline size_t dist_grad_span(const GPT* m) {
+    float* g[NUM_PARAMETER_TENSORS];
+    memcpy(g, &m->grads, sizeof(g));
+    size_t span = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t end = (size_t)(g[k] - m->grads_memory) + m->param_sizes[k];
+        if (m->param_sizes[k] > 0 && end > span) span = end;
+    }
+    return span;
+}
 
 /* ---- shards, for sums in rank order and ZeRO-1 (model/zero.h) ----------------------------------
  * bounds: dist_size() + 1 offsets, the same on every rank; rank s's shard is

@@ -132,15 +132,7 @@ int dist_use_backend(const Backend* be, char err[256]) {
 
 void dist_allreduce_grads(GPT* m) {
     if (world_size == 1) return;
-    /* the block up to the end of its last tensor (tensors start 64-byte aligned: the gaps
-     * between them are zeros and travel along) */
-    float* g[NUM_PARAMETER_TENSORS];
-    memcpy(g, &m->grads, sizeof(g));
-    size_t span = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        size_t end = (size_t)(g[k] - m->grads_memory) + m->param_sizes[k];
-        if (m->param_sizes[k] > 0 && end > span) span = end;
-    }
+    size_t span = dist_grad_span(m);
     if (!m->be->host_memory) {
 #ifdef SEEDGPT_NCCL
         char err[256];

@@ -133,14 +133,7 @@ static void die(const char* what, const char* err) {
 void dist_allreduce_grads(GPT* m) {
     if (world_size == 1) return;
     char err[256];
-    /* the block up to the end of its last tensor (the gaps between tensors are zeros) */
-    float* g[NUM_PARAMETER_TENSORS];
-    memcpy(g, &m->grads, sizeof(g));
-    size_t span = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        size_t end = (size_t)(g[k] - m->grads_memory) + m->param_sizes[k];
-        if (m->param_sizes[k] > 0 && end > span) span = end;
-    }
+    size_t span = dist_grad_span(m);
     m->be->synchronize();   /* the backward's kernels have written every gradient */
     if (dist_nccl_allreduce_sum(m->grads_memory, span, err) != 0) die("the gradients' sum", err);
 }
