@@ -3,7 +3,7 @@
 # ./train first): the King James Bible (Debian's bible-kjv) as byte-level shards, a small GPT
 # trained on 2 cores with dropout 0.1 and activation recompute (--recompute layer), the
 # validation loss along the way, a sample from the trained model, and the loss curves as a PNG.
-#   DEMO_STEPS  optimizer steps (default 1500: a few minutes on 2 cores; CI runs 600)
+#   DEMO_STEPS  optimizer steps (default 1500: a few minutes on 2 cores; CI runs 400)
 #   DEMO_OUT    the run folder (default out/demo): states, model.bin, log.jsonl, loss.png
 # Flags after the script's name go to ./train (e.g. scripts/demo.sh --threads 4).
 set -euo pipefail

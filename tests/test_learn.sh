@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/test_learn.sh — `make demo` end to end in its shortened form: scripts/demo.sh with
-# DEMO_STEPS=600 (prepare the King James Bible, train a small model with dropout 0.1 and
+# DEMO_STEPS=400 (prepare the King James Bible, train a small model with dropout 0.1 and
 # --recompute layer, evaluate, sample, plot) must
 #   - finish, write the plot, and print a sample that continues the prompt (text beyond it);
 #   - reach a final validation loss (a number, from the last eval row of log.jsonl, at the last
@@ -14,7 +14,7 @@
 set -u
 cd "$(dirname "$0")/.."
 out=build/learn
-steps=${LEARN_STEPS:-600}
+steps=${LEARN_STEPS:-400}
 prompt="And God said"
 mkdir -p "$out"
 if ! command -v bible >/dev/null 2>&1; then
