@@ -9,7 +9,12 @@
 #      through tools/torch_bench.py (the same model and step in PyTorch), its processes
 #      alternating with seedgpt's, and the table gets PyTorch's ms/step, peak RSS and the ratio;
 #   2. the attention benchmark (tests/bench_attention.c) over T;
-#   3. scripts/bench_chart.sh: out/bench.json -> docs/img/bench.png.
+#   3. ZeRO-1 against plain data parallelism (where mpirun and ./train_mpi exist; `make mpi`): the
+#      L8 model of the recompute rows under mpirun -np 2 ./train_mpi, B8 per rank, --recompute
+#      layer, fp32 and bf16, with and without --zero 1; each rank's counted peak and the median
+#      ms/step of its JSON log ({"bench":"zero",..}). Each rank runs 1 thread (2 ranks on 2 cores),
+#      so its step time is not the one-process rows' at 2 threads: compare the pairs;
+#   4. scripts/bench_chart.sh: out/bench.json -> docs/img/bench.png.
 # Tables go to the terminal; every JSON line goes to out/bench.json (one object per line; "bench"
 # names the benchmark: peak, sgemm, model, profile, attention).
 #
@@ -19,6 +24,7 @@
 #   BENCH_THREADS=N   threads for everything (default 2)
 #   BENCH_TORCH=0     leave PyTorch out; BENCH_PYTHON=path picks the Python that has torch
 #   BENCH_CHART=0     leave the chart alone
+#   BENCH_ZERO=0      leave the ZeRO-1 rows out
 #
 # A fair peer: the PyTorch side runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its
 # own environment (env -u; tools/torch_bench.py would also drop them itself). Where they are set they
@@ -67,6 +73,42 @@ build/bench_model --threads "$threads" "${model_args[@]}" "${torch_args[@]}" "$@
 echo
 echo "== build/bench_attention ${attn_T[*]} (OMP_NUM_THREADS=$threads)"
 OMP_NUM_THREADS=$threads build/bench_attention "${attn_T[@]}" | tee -a "$log"
+
+if [ "${BENCH_ZERO:-1}" != 0 ]; then
+    echo
+    if ! command -v mpirun > /dev/null 2>&1 || ! { [ -x ./train_mpi ] || make --no-print-directory mpi > /dev/null 2>&1; }; then
+        echo "== ZeRO-1: no mpirun or no ./train_mpi (make mpi needs mpicc); the rows are left out"
+    else
+        zsteps=$(( ${BENCH_QUICK:-0} == 1 ? 5 : 7 ))
+        echo "== ZeRO-1: mpirun -np 2 ./train_mpi, L8 H4 C256 B8 T256 per rank, recompute layer, $zsteps steps, 1 thread per rank"
+        zw=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_bench_zero.XXXXXX")
+        ./train prepare README.md "$zw/data" > /dev/null
+        printf '%-6s %-6s %12s %14s\n' precision zero "ms/step" "peak MiB/rank"
+        for prec in fp32 bf16; do
+            for z in 0 1; do
+                zflag=(); [ "$z" = 1 ] && zflag=(--zero 1)
+                OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS \
+                    -x OMP_WAIT_POLICY -np 2 ./train_mpi --train "$zw/data/train_*.bin" \
+                    --layers 8 --heads 4 --embd 256 --seq-len 256 --batch 8 --dropout 0.1 \
+                    --recompute layer --precision "$prec" --steps "$zsteps" --log-every 1 --threads 1 \
+                    --seed 1 "${zflag[@]}" --log-json "$zw/z.jsonl" > "$zw/z.out" 2>&1 ||
+                    { echo "bench: the ZeRO-1 row failed:"; tail -3 "$zw/z.out"; continue; }
+                python3 - "$zw/z.jsonl" "$prec" "$z" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY' | tee -a "$log"
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"type":"train"' in l]
+ms = statistics.median(r["step_ms"] for r in rows if r["step"] >= 2)
+peak = max(r["peak_bytes"] for r in rows)
+print("%-6s %-6s %12.1f %14.1f" % (sys.argv[2], sys.argv[3], ms, peak / 1048576.0))
+print(json.dumps({"bench": "zero", "ranks": 2, "zero": int(sys.argv[3]), "precision": sys.argv[2],
+                  "recompute": "layer", "threads_per_rank": 1, "batch_per_rank": 8, "median_ms": ms,
+                  "peak_bytes": peak, "loadavg1": float(sys.argv[4])}, separators=(",", ":")))
+PY
+                rm -f "$zw/z.jsonl"
+            done
+        done
+        rm -rf "$zw"
+    fi
+fi
 
 grep '^{' "$log" > out/bench.json
 echo

@@ -6,7 +6,8 @@
 #   bottom left:  peak memory per recompute policy: seedgpt's RSS and planned activations, PyTorch's RSS
 #   bottom right: attention forward+backward time and the caller's memory against T (flash, naive)
 # and, beside it, docs/img/frontier.png: the recompute policies of the L8 model (selective ones
-# included) in fp32 and bf16 as points of counted peak memory and peak RSS against ms/step.
+# included) in fp32 and bf16 as points of counted peak memory and peak RSS against ms/step, and
+# where the run has them, the 2-rank rows with and without ZeRO-1 (each rank's counted peak).
 # The JSON lines are turned into gnuplot tables by python3's json module (no other dependency); the
 # model rows also go to a markdown table next to the JSON (out/bench.md), the form the README shows.
 set -euo pipefail
@@ -72,6 +73,12 @@ for pr in ("fp32", "bf16"):
             if r["config"] == "recompute" and prec(r) == pr:
                 f.write('%.3f %.3f %.3f "%s"\n' % (r["median_ms"], r["peak_bytes"] / MiB,
                                                   r["peak_rss"] / MiB, r["recompute"]))
+# ZeRO-1 against plain data parallelism, 2 ranks of the same L8 model (scripts/bench.sh step 3)
+with open(f"{out}/frontier_zero.dat", "w") as f:
+    for r in rows:
+        if r.get("bench") == "zero":
+            f.write('%.3f %.3f "%s %s"\n' % (r["median_ms"], r["peak_bytes"] / MiB, r["precision"],
+                                               "ZeRO-1" if r["zero"] else "plain DP"))
 with open(f"{out}/title.txt", "w") as f:
     sg = [r for r in rows if r.get("bench") == "sgemm"]
     load = sg[0]["loadavg1"] if sg else float("nan")
@@ -129,6 +136,12 @@ echo "wrote $png"
 # the memory/time frontier of the recompute policies (docs/img/frontier.png beside the chart)
 frontier="$(dirname "$png")/frontier.png"
 if [ -s "$tmp/frontier_fp32.dat" ]; then
+zero_plot=
+if [ -s "$tmp/frontier_zero.dat" ]; then
+    zero_plot=", \\
+     \"$tmp/frontier_zero.dat\" using 1:2 with points pt 9 ps 1.6 lc rgb \"#9467bd\" title \"2 ranks x B8, recompute layer, 1 thread each: counted peak per rank\", \\
+     \"\" using 1:2:3 with labels offset char 1,0 left font \",8\" tc rgb \"#9467bd\" notitle"
+fi
 gnuplot <<GP
 set terminal pngcairo size 900,600 font "DejaVu Sans,10"
 set output "$frontier.tmp"
@@ -143,7 +156,7 @@ plot "$tmp/frontier_fp32.dat" using 1:2 with points pt 7 ps 1.6 lc rgb "#1f77b4"
      "" using 1:2:4 with labels offset char 1,0.6 left font ",8" notitle, \
      "$tmp/frontier_bf16.dat" using 1:2 with points pt 5 ps 1.6 lc rgb "#2ca02c" title "bf16 counted peak", \
      "" using 1:3 with points pt 4 ps 1.6 lc rgb "#2ca02c" title "bf16 peak RSS", \
-     "" using 1:2:4 with labels offset char 1,-0.6 left font ",8" tc rgb "#2ca02c" notitle
+     "" using 1:2:4 with labels offset char 1,-0.6 left font ",8" tc rgb "#2ca02c" notitle$zero_plot
 GP
 mv "$frontier.tmp" "$frontier"
 echo "wrote $frontier"
