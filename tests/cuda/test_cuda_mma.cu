@@ -35,20 +35,14 @@
 #include "util/bf16.h"
 #include "cuda/mma.h"
 #include "tests/test.h"
+#include "tests/cuda/mma_check.h"
 #include "tests/cuda/refusal.h"
-
-#ifdef SG_EMU
-#define EMU_ONLY 1
-#else
-#define EMU_ONLY 0
-#endif
 
 /* ---- fragment loads and stores, written out from the PTX ISA tables --------------------------
  * lane = 4 g + t. A (16 x 16, row-major, lda): a[0] = rows g, cols 2t..2t+1; a[1] = row g+8, same
  * cols; a[2] = row g, cols 2t+8..2t+9; a[3] = row g+8, cols 2t+8..2t+9; lower column in the low
  * half. B given transposed, Bt (8 x 16, row n = column n of B, ldb): b[0] = B rows 2t..2t+1 of
- * column g; b[1] = rows 2t+8..2t+9. C/D (16 x 8, ldc): c[0..1] = row g, cols 2t..2t+1; c[2..3] =
- * row g+8. */
+ * column g; b[1] = rows 2t+8..2t+9. C/D: frag_load_c, frag_store_d (tests/cuda/mma_check.h). */
 static __device__ void frag_load_a(uint32_t a[4], const __nv_bfloat16* A, int lda, int lane) {
     int g = lane / 4, t = lane % 4;
     const __nv_bfloat16* r0 = A + g * lda;
@@ -63,20 +57,6 @@ static __device__ void frag_load_b(uint32_t b[2], const __nv_bfloat16* Bt, int l
     const __nv_bfloat16* col = Bt + g * ldb;
     b[0] = sg_pack_bf16x2(col[2 * t], col[2 * t + 1]);
     b[1] = sg_pack_bf16x2(col[2 * t + 8], col[2 * t + 9]);
-}
-static __device__ void frag_load_c(float c[4], const float* C, int ldc, int lane) {
-    int g = lane / 4, t = lane % 4;
-    c[0] = C[g * ldc + 2 * t];
-    c[1] = C[g * ldc + 2 * t + 1];
-    c[2] = C[(g + 8) * ldc + 2 * t];
-    c[3] = C[(g + 8) * ldc + 2 * t + 1];
-}
-static __device__ void frag_store_d(float* D, int ldc, const float d[4], int lane) {
-    int g = lane / 4, t = lane % 4;
-    D[g * ldc + 2 * t] = d[0];
-    D[g * ldc + 2 * t + 1] = d[1];
-    D[(g + 8) * ldc + 2 * t] = d[2];
-    D[(g + 8) * ldc + 2 * t + 1] = d[3];
 }
 
 /* ---- kernels -------------------------------------------------------------------------------- */
@@ -128,34 +108,6 @@ static uint16_t rand_bf16(void) {
     int e = (int)(test_uniform() * 9.0) - 4;
     return sg_bf16_from_float((float)ldexp(u, e));
 }
-static float rand_c(void) { return (float)(8.0 * test_uniform() - 4.0); }
-
-static void* dev_copy(const void* h, size_t bytes) {
-    void* d;
-    SG_CHECK(cudaMalloc(&d, bytes));
-    SG_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-static float* dev_nan(size_t n) {
-    float* d;
-    SG_CHECK(cudaMalloc((void**)&d, n * sizeof(float)));
-    SG_CHECK(cudaMemset(d, 0xff, n * sizeof(float)));   /* NaN: an element not written fails */
-    return d;
-}
-
-/* D against float64: worst |d - ref| / tolerance over the elements (<= 1 passes), NaN counted */
-typedef struct {
-    double worst_ratio, worst_abs;
-    int nonfinite;
-} Err;
-static void err_add(Err* e, float d, double ref, double tol) {
-    if (!isfinite(d)) { e->nonfinite++; return; }
-    double diff = fabs((double)d - ref);
-    if (diff > e->worst_abs) e->worst_abs = diff;
-    double r = tol > 0 ? diff / tol : (diff > 0 ? INFINITY : 0.0);
-    if (r > e->worst_ratio) e->worst_ratio = r;
-}
-static int err_ok(const Err* e) { return e->nonfinite == 0 && e->worst_ratio <= 1.0; }
 
 /* What a GPU failure against the bound means, for its message. The bound (K + 1) 2^-22 (|c| +
  * sum |ab|) assumes the tensor core adds the K products to c in fp32, rounding or truncating after

@@ -20,18 +20,12 @@
 #include "util/fp16.h"
 #include "cuda/mma.h"
 #include "tests/test.h"
-
-#ifdef SG_EMU
-#define EMU_ONLY 1
-#else
-#define EMU_ONLY 0
-#endif
+#include "tests/cuda/mma_check.h"
 
 /* ---- fragments, from the PTX ISA's m16n8k8 .f16 table ----------------------------------------
  * lane = 4 g + t. A (16 x 8, row-major, lda): a[0] = row g, cols 2t..2t+1; a[1] = row g+8, same
  * cols; lower column in the low half. B given transposed, Bt (8 x 8, row n = column n of B, ldb):
- * b[0] = B rows 2t..2t+1 of column g. C/D (16 x 8, ldc): c[0..1] = row g, cols 2t..2t+1;
- * c[2..3] = row g+8. */
+ * b[0] = B rows 2t..2t+1 of column g. C/D: frag_load_c, frag_store_d (tests/cuda/mma_check.h). */
 static __device__ uint32_t pack2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | (uint32_t)hi << 16; }
 static __device__ void frag_load_a(uint32_t a[2], const uint16_t* A, int lda, int lane) {
     int g = lane / 4, t = lane % 4;
@@ -41,20 +35,6 @@ static __device__ void frag_load_a(uint32_t a[2], const uint16_t* A, int lda, in
 static __device__ void frag_load_b(uint32_t b[1], const uint16_t* Bt, int ldb, int lane) {
     int g = lane / 4, t = lane % 4;
     b[0] = pack2(Bt[g * ldb + 2 * t], Bt[g * ldb + 2 * t + 1]);
-}
-static __device__ void frag_load_c(float c[4], const float* C, int ldc, int lane) {
-    int g = lane / 4, t = lane % 4;
-    c[0] = C[g * ldc + 2 * t];
-    c[1] = C[g * ldc + 2 * t + 1];
-    c[2] = C[(g + 8) * ldc + 2 * t];
-    c[3] = C[(g + 8) * ldc + 2 * t + 1];
-}
-static __device__ void frag_store_d(float* D, int ldc, const float d[4], int lane) {
-    int g = lane / 4, t = lane % 4;
-    D[g * ldc + 2 * t] = d[0];
-    D[g * ldc + 2 * t + 1] = d[1];
-    D[(g + 8) * ldc + 2 * t] = d[2];
-    D[(g + 8) * ldc + 2 * t + 1] = d[3];
 }
 
 /* ---- kernels -------------------------------------------------------------------------------- */
@@ -100,33 +80,6 @@ static uint16_t rand_f16(int lo, int hi) {
     int e = lo + (int)(test_uniform() * (hi - lo + 1));
     return sg_fp16_from_float((float)ldexp(u, e));
 }
-static float rand_c(void) { return (float)(8.0 * test_uniform() - 4.0); }
-
-static void* dev_copy(const void* h, size_t bytes) {
-    void* d;
-    SG_CHECK(cudaMalloc(&d, bytes));
-    SG_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-static float* dev_nan(size_t n) {
-    float* d;
-    SG_CHECK(cudaMalloc((void**)&d, n * sizeof(float)));
-    SG_CHECK(cudaMemset(d, 0xff, n * sizeof(float)));
-    return d;
-}
-
-typedef struct {
-    double worst_ratio, worst_abs;
-    int nonfinite;
-} Err;
-static void err_add(Err* e, float d, double ref, double tol) {
-    if (!isfinite(d)) { e->nonfinite++; return; }
-    double diff = fabs((double)d - ref);
-    if (diff > e->worst_abs) e->worst_abs = diff;
-    double r = tol > 0 ? diff / tol : (diff > 0 ? INFINITY : 0.0);
-    if (r > e->worst_ratio) e->worst_ratio = r;
-}
-static int err_ok(const Err* e) { return e->nonfinite == 0 && e->worst_ratio <= 1.0; }
 
 /* 1 and 2 */
 static void test_tiles(uint64_t seed, int blocks, int warps_per_block, int in_place, int elo, int ehi) {
