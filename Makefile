@@ -85,10 +85,10 @@ BUILD   := build
 CORE_SRC := model/gpt.c model/backend.c model/plan.c model/mem.c model/modelfile.c model/state.c \
             model/sample.c model/profile.c model/eval.c model/safetensors.c model/hf.c model/zero.c \
             cpu/backend_cpu.c cpu/ops_cpu.c cpu/gemm_cpu.c cpu/gemm_bf16_cpu.c cpu/ops_bf16_cpu.c \
-            cpu/peak.c \
+            cpu/ops_fp16_cpu.c cpu/peak.c \
             dist/dist_none.c dist/init_file.c \
             checkpoint/checkpoint.c \
-            attention/flash_cpu.c attention/flash_bf16_cpu.c \
+            attention/flash_cpu.c attention/flash_bf16_cpu.c attention/flash_fp16_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c data/hellaswag.c \
             data/hellaswag_prepare.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
@@ -96,8 +96,10 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
 HEADERS := $(wildcard *.h model/*.h cpu/*.h dist/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h)
-# the bf16 attention is attention/flash_cpu.c compiled again
+# the bf16 and fp16 attention is attention/flash_cpu.c compiled again, the fp16 ops cpu/ops_bf16_cpu.c
 $(BUILD)/attention/flash_bf16_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o: attention/flash_cpu.c
+$(BUILD)/attention/flash_fp16_cpu.o $(BUILD)/test/attention/flash_fp16_cpu.o: attention/flash_cpu.c
+$(BUILD)/cpu/ops_fp16_cpu.o $(BUILD)/test/cpu/ops_fp16_cpu.o: cpu/ops_bf16_cpu.c
 
 # plain `make` builds the CPU trainer (config, below, would otherwise be the first rule)
 .DEFAULT_GOAL := all

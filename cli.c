@@ -413,7 +413,7 @@ static void apply_flag(Options* o, int id, const char* v) {
         o->device = v;
         break;
     case F_PRECISION:
-        if (strcmp(v, "fp32") && strcmp(v, "bf16")) die_flag(f, v, "fp32 or bf16");
+        if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16")) die_flag(f, v, "fp32, bf16 or fp16");
         o->precision = v;
         break;
     case F_RECOMPUTE:
@@ -809,7 +809,7 @@ void parse_eval_options(EvalOptions* eo, int argc, char** argv) {
                 die_flag(f, v, "cpu (this binary has no CUDA backend: `make cuda` builds ./train_cuda)");
             eo->device = v;
         } else {
-            if (strcmp(v, "fp32") && strcmp(v, "bf16")) die_flag(f, v, "fp32 or bf16");
+            if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16")) die_flag(f, v, "fp32, bf16 or fp16");
             eo->precision = v;
         }
     }

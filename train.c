@@ -2281,11 +2281,11 @@ static int plan_main(const char* self, int argc, char** argv) {
         return EXIT_BAD_INPUT;
     }
     const char* devices[2] = {"cpu", "cuda"};
-    const char* precisions[2] = {"fp32", "bf16"};
+    const char* precisions[3] = {"fp32", "bf16", "fp16"};
     int shown = 0;
     for (int d = 0; d < 2; d++) {
         if (raw[F_DEVICE] != NULL && strcmp(o.device, devices[d])) continue;
-        for (int q = 0; q < 2; q++) {
+        for (int q = 0; q < 3; q++) {
             if (raw[F_PRECISION] != NULL && strcmp(o.precision, precisions[q])) continue;
             const Backend* be = backend_lookup(devices[d], precisions[q]);
             if (be == NULL) continue;
@@ -2415,14 +2415,14 @@ static int peak_main(const char* self, int argc, char** argv) {
  * precisions are read from the backend table, so the line cannot claim one that is not there. */
 static int print_version(void) {
     static const char* const devices[] = {"cpu", "cuda"};
-    static const char* const precisions[] = {"fp32", "bf16"};
+    static const char* const precisions[] = {"fp32", "bf16", "fp16"};
     char line[256] = "";
     size_t n = 0;
     for (int d = 0; d < 2; d++) {
         if (backend_by_name(devices[d]) == NULL) continue;
         n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s (", n ? ", " : "", devices[d]);
         int k = 0;
-        for (int q = 0; q < 2; q++)
+        for (int q = 0; q < 3; q++)
             if (backend_lookup(devices[d], precisions[q]) != NULL)
                 n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s", k++ ? ", " : "",
                                       precisions[q]);
