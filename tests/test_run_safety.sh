@@ -452,7 +452,7 @@ if grep -q 'note: --eval-batches 1000: the validation split has [0-9]* windows o
 else
     fail eval_batches_and_every_k_beyond_the_model_are_said "$(grep 'eval-batches\|^recompute' "$W/notes.out" | tr '\n' ' ')"
 fi
-if "$TRAIN" --version | grep -q 'devices cpu (fp32, bf16)'; then
+if "$TRAIN" --version | grep -q 'devices cpu (fp32, bf16, fp16)'; then
     ok version_names_the_cpu_precisions "$("$TRAIN" --version | head -1)"
 else
     fail version_names_the_cpu_precisions "$("$TRAIN" --version | head -1)"
