@@ -374,10 +374,10 @@ static int parse_header(const unsigned char* h, long long size, const char* path
         float ls;
         memcpy(&ls, &bits, 4);
         int e;
-        /* 0 (not fp16) or a power of two from 1 to 2^127 */
-        if (ls != 0.0f && !(isfinite(ls) && ls >= 1.0f && frexpf(ls, &e) == 0.5f)) {
-            err_printf(err, "%s: bad header: loss scale %g (0, or a power of two >= 1)", path,
-                       (double)ls);
+        /* version 4 is written by fp16 runs only: a power of two from 1 to 2^127 */
+        if (!(isfinite(ls) && ls >= 1.0f && frexpf(ls, &e) == 0.5f)) {
+            err_printf(err, "%s: bad header: loss scale %g in a version-4 state (a power of two "
+                       ">= 1)", path, (double)ls);
             return -1;
         }
         info->loss_scale = ls;
