@@ -10,8 +10,8 @@
 #     step N ("skipped":true with the scale it overflowed at; the states before and after it hold
 #     the same weights and moments, byte for byte), halves the scale for step N+1, does not count
 #     toward --max-bad-steps, and the run goes on to the end;
-#   - a resume across the overflow and a doubling is bit for bit the straight run (the scale and its
-#     count of good steps are in the state);
+#   - resuming twice, at a doubled scale and after the overflow, is bit for bit the straight run
+#     (the scale and its count of good steps are in the state);
 #   - states and precision: an fp16 state resumed under fp32 or bf16, and an fp32 state under
 #     fp16, are refused in one line naming both; so is another --loss-scale-window on resume.
 set -u
@@ -86,17 +86,23 @@ else
     fail fp16_overflow_halves_the_scale_and_skips_exactly_that_step "status $rc; skipped: $skipped; scales $scales; state 5 = state 6: $same, 6 != 7: $moved; $(grep '^step 5' "$W/ov.out")"
 fi
 
-# ---- resume across the overflow and a doubling: the straight run's bits
-SEEDGPT_FAULT=fp16_overflow:5 "$TRAIN" "${F16[@]}" --steps 7 --out "$W/r" --save "$W/r.bin" > /dev/null 2>&1
+# ---- resume twice, at a doubled scale (after step 3: 2^17, 1 good step) and across the overflow
+# (after step 6: 2^16, 1 good step): the straight run's bits
+export SEEDGPT_FAULT=fp16_overflow:5
+"$TRAIN" "${F16[@]}" --steps 4 --out "$W/r" > /dev/null 2>&1
 rc1=$?
-"$TRAIN" --resume "$W/r" --steps 12 --precision fp16 --log-json "$W/r2.jsonl" > /dev/null 2>&1
+"$TRAIN" --resume "$W/r" --steps 7 --precision fp16 --log-json "$W/r1.jsonl" > /dev/null 2>&1
 rc2=$?
-if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && diff <(rows "$W/ov.jsonl" | tail -5 | sed 's/,"peak_bytes":[0-9]*//') \
-       <(rows "$W/r2.jsonl" | sed 's/,"peak_bytes":[0-9]*//') > /dev/null &&
+"$TRAIN" --resume "$W/r" --steps 12 --precision fp16 --log-json "$W/r2.jsonl" --save "$W/r.bin" > /dev/null 2>&1
+rc3=$?
+unset SEEDGPT_FAULT
+nots() { sed 's/,"peak_bytes":[0-9]*//'; }
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] &&
+   diff <(rows "$W/ov.jsonl" | tail -8 | nots) <(cat "$W/r1.jsonl" "$W/r2.jsonl" | rows /dev/stdin | nots) > /dev/null &&
    cmp -s "$W/ov/model.bin" "$W/r/model.bin"; then
-    ok fp16_resume_is_bit_exact_with_the_scale "resumed after step 6 (scale 65536, 1 good step): steps 7..11 rows and the model file identical to the straight run's"
+    ok fp16_resume_is_bit_exact_with_the_scale "resumed after step 3 (scale 131072) and after step 6 (65536, past the overflow): steps 4..11 rows and the model file identical to the straight run's"
 else
-    fail fp16_resume_is_bit_exact_with_the_scale "status $rc1/$rc2; $(diff <(rows "$W/ov.jsonl" | tail -5) <(rows "$W/r2.jsonl") | head -2 | tr '\n' ' ') $(cmp "$W/ov/model.bin" "$W/r/model.bin" 2>&1)"
+    fail fp16_resume_is_bit_exact_with_the_scale "status $rc1/$rc2/$rc3; $(diff <(rows "$W/ov.jsonl" | tail -8 | nots) <(cat "$W/r1.jsonl" "$W/r2.jsonl" | rows /dev/stdin | nots) | head -2 | tr '\n' ' ') $(cmp "$W/ov/model.bin" "$W/r/model.bin" 2>&1)"
 fi
 
 # ---- states and precisions
