@@ -1,7 +1,8 @@
-/* cpu/ops_bf16_cpu.h — the CPU ops of --precision bf16 (cpu/ops_bf16_cpu.c and
- * attention/flash_bf16_cpu.c), with the contracts of model/ops.h and attention/attention.h and the
- * table's types (model/backend.h): the arguments typed void* are bf16 (uint16_t bits), every
- * other tensor fp32. A bf16 output is rounded once, to nearest even, by the op that produces it.
+/* cpu/ops_bf16_cpu.h — the CPU ops of --precision bf16 and fp16 (cpu/ops_bf16_cpu.c, compiled
+ * once per type, and the attention twins of attention/flash_cpu.c), with the contracts of
+ * model/ops.h and attention/attention.h and the table's types (model/backend.h): the arguments
+ * typed void* are 16-bit (uint16_t bits of a bf16, or of an fp16), every other tensor fp32. A
+ * 16-bit output is rounded once, to nearest even, by the op that produces it.
  */
 #ifndef SEEDGPT_OPS_BF16_CPU_H
 #define SEEDGPT_OPS_BF16_CPU_H
