@@ -85,10 +85,10 @@ BUILD   := build
 CORE_SRC := model/gpt.c model/backend.c model/plan.c model/mem.c model/modelfile.c model/state.c \
             model/sample.c model/profile.c model/eval.c model/safetensors.c model/hf.c model/zero.c \
             cpu/backend_cpu.c cpu/ops_cpu.c cpu/gemm_cpu.c cpu/gemm_bf16_cpu.c cpu/ops_bf16_cpu.c \
-            cpu/peak.c \
+            cpu/ops_fp16_cpu.c cpu/peak.c \
             dist/dist_none.c dist/init_file.c \
             checkpoint/checkpoint.c \
-            attention/flash_cpu.c attention/flash_bf16_cpu.c \
+            attention/flash_cpu.c attention/flash_bf16_cpu.c attention/flash_fp16_cpu.c \
             data/tokenizer.c $(BPE_SRC) data/shards.c data/prepare.c data/hellaswag.c \
             data/hellaswag_prepare.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
@@ -96,8 +96,10 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(CORE_SRC:%.c=$(BUILD)/test/%.o)
 
 HEADERS := $(wildcard *.h model/*.h cpu/*.h dist/*.h attention/*.h data/*.h checkpoint/*.h random/*.h util/*.h tests/*.h)
-# the bf16 attention is attention/flash_cpu.c compiled again
+# the bf16 and fp16 attention is attention/flash_cpu.c compiled again, the fp16 ops cpu/ops_bf16_cpu.c
 $(BUILD)/attention/flash_bf16_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o: attention/flash_cpu.c
+$(BUILD)/attention/flash_fp16_cpu.o $(BUILD)/test/attention/flash_fp16_cpu.o: attention/flash_cpu.c
+$(BUILD)/cpu/ops_fp16_cpu.o $(BUILD)/test/cpu/ops_fp16_cpu.o: cpu/ops_bf16_cpu.c
 
 # plain `make` builds the CPU trainer (config, below, would otherwise be the first rule)
 .DEFAULT_GOAL := all
@@ -144,7 +146,7 @@ CP_BINS := $(if $(MPI_BIN),$(BUILD)/tests/train_test $(BUILD)/tests/train_mpi_te
 # ---- tests ---------------------------------------------------------------------------------
 # Each C test is tests/NAME.c linked against the test build of the core.
 C_TESTS := test_philox test_ops test_attention test_cp test_data test_modelfile test_model test_checkpoint test_opts \
-           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_bf16 test_fp16 test_peak \
+           test_state test_corrupt test_bpe test_sample test_accum test_schedule test_gemm test_gemm_bf16 test_bf16 test_fp16 test_fp16_cpu test_peak \
            test_profile test_init_file test_zero_masters
 C_TEST_BINS := $(C_TESTS:%=$(BUILD)/tests/%)
 
@@ -231,7 +233,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"tests/test_export.sh $(LOGITS_HARNESS)" "$(TORCH_PYTHON) tests/test_export_torch.py" \
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
-		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" "$(ARCH_CHOICE_CI)" \
+		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh tests/test_fp16_run.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" "$(ARCH_CHOICE_CI)" \
 		"$(KERNELS_OPS_CI)" "$(GPU_PERF_CI)" \
 		"$(HELLASWAG_TEST)" "$(RECIPES_TEST)" \
 		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"

@@ -67,6 +67,8 @@ static const struct { const char* name; int resume; int bare; /* 1: takes no val
     [F_ZERO] = {"--zero", R_LOCAL},
     /* not stored: a resumed run scores HellaSwag when it is given again */
     [F_HELLASWAG] = {"--hellaswag", R_LOCAL},   [F_HELLASWAG_EVERY] = {"--hellaswag-every", R_LOCAL},
+    /* fp16 runs only (a state of one holds its loss scale: it resumes under fp16 only) */
+    [F_LOSS_SCALE_WINDOW] = {"--loss-scale-window", R_FIXED},
 };
 
 /* ./train --help: the synopsis of training and of each subcommand (the words after "./train"
@@ -193,13 +195,17 @@ static void usage(FILE* f, const Subcommand* subs, int nsubs) {
 "                      cuda in ./train_cuda, built by `make cuda`; cpu in ./train). Masks,\n"
 "                      seeds, recompute and states are the same on both; a state saved on one\n"
 "                      resumes on the other\n"
-"  --precision P       fp32 | bf16 (default fp32). bf16: the dense products and attention take\n"
-"                      bf16 operands (tensor cores on cuda; VDPBF16PS or its portable twin on\n"
-"                      the cpu, which also keeps the activations that are operands in bf16)\n"
+"  --precision P       fp32 | bf16 | fp16 (default fp32). bf16: the dense products and attention\n"
+"                      take bf16 operands (tensor cores on cuda; VDPBF16PS or its portable twin\n"
+"                      on the cpu, which also keeps the activations that are operands in bf16)\n"
 "                      and accumulate in fp32; master weights, AdamW state, the residual\n"
 "                      stream, LayerNorm and softmax statistics and gradients stay fp32; masks\n"
 "                      are the same bits. States and model files are fp32 either way (README\n"
-"                      \"Precision\")\n"
+"                      \"Precision\"). fp16 (cpu only so far): the same with fp16 operands and\n"
+"                      dynamic loss scaling; its states hold the scale and resume in fp16 only\n"
+"  --loss-scale-window N  fp16: the loss scale (2^16 at the start) halves and the step is\n"
+"                      skipped on a non-finite gradient, and doubles after N good steps in a\n"
+"                      row (default 1000; refused without --precision fp16)\n"
 "run folder and resume\n"
 "  --out DIR           write training states DIR/state_SSSSSSSS.bin (S = steps done) and the model\n"
 "                      DIR/model.bin beside them: every --save-every steps, at the end, and on\n"
@@ -335,6 +341,7 @@ static void set_defaults(Options* o) {
     o->precision = "fp32";
     o->policy.every = 0; o->policy.fresh_seeds = 0; o->policy.check = CHECK_WARN;
     o->save_every = 0; o->keep = 2; o->max_bad_steps = 10;
+    o->loss_scale_window = 1000;
 }
 
 /* Sets flag `id` of o from the text v, or exits with one line naming the flag. */
@@ -413,7 +420,7 @@ static void apply_flag(Options* o, int id, const char* v) {
         o->device = v;
         break;
     case F_PRECISION:
-        if (strcmp(v, "fp32") && strcmp(v, "bf16")) die_flag(f, v, "fp32 or bf16");
+        if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16")) die_flag(f, v, "fp32, bf16 or fp16");
         o->precision = v;
         break;
     case F_RECOMPUTE:
@@ -433,6 +440,7 @@ static void apply_flag(Options* o, int id, const char* v) {
     case F_SAVE_EVERY: o->save_every = parse_long(f, v, 0, 2000000000L); break;
     case F_KEEP: o->keep = parse_long(f, v, 0, 1000000); break;
     case F_MAX_BAD_STEPS: o->max_bad_steps = parse_long(f, v, 0, 2000000000L); break;
+    case F_LOSS_SCALE_WINDOW: o->loss_scale_window = (int)parse_long(f, v, 1, 2000000000L); break;
     case F_SAMPLE_EVERY: o->sample_every = parse_long(f, v, 0, 2000000000L); break;
     case F_SAMPLE_TOKENS: o->sample_tokens = parse_long(f, v, 1, 1 << 24); break;
     case F_PEAK_GFLOPS:
@@ -525,6 +533,7 @@ static int format_flag(const Options* o, int id, int world, char* buf, size_t ca
     case F_SAVE_EVERY: snprintf(buf, cap, "%d", o->save_every); return 0;
     case F_KEEP: snprintf(buf, cap, "%d", o->keep); return 0;
     case F_MAX_BAD_STEPS: snprintf(buf, cap, "%d", o->max_bad_steps); return 0;
+    case F_LOSS_SCALE_WINDOW: snprintf(buf, cap, "%d", o->loss_scale_window); return 0;
     case F_SAMPLE_EVERY: snprintf(buf, cap, "%d", o->sample_every); return 0;
     case F_SAMPLE_TOKENS: snprintf(buf, cap, "%d", o->sample_tokens); return 0;
     case F_PEAK_GFLOPS: fmt_double(buf, cap, o->peak_gflops); return 0;
@@ -611,6 +620,16 @@ void check_options(const Options* o, const char* raw[NUM_FLAGS]) {
                 o->device);
         exit(EXIT_BAD_INPUT);
     }
+    if (raw[F_LOSS_SCALE_WINDOW] != NULL && strcmp(o->precision, "fp16") != 0) {
+        fprintf(stderr, "seedgpt: --loss-scale-window needs --precision fp16 (the loss is scaled "
+                "in fp16 only; --precision is %s)\n", o->precision);
+        exit(EXIT_BAD_INPUT);
+    }
+    if (strcmp(o->precision, "fp16") == 0 && o->zero) {
+        fprintf(stderr, "seedgpt: --precision fp16 --zero 1: the sharded optimizer does not take "
+                "the loss scale yet; drop --zero\n");
+        exit(EXIT_BAD_INPUT);
+    }
     if (o->out_dir == NULL && raw[F_SAVE_EVERY] != NULL && o->save_every > 0) {
         fprintf(stderr, "seedgpt: --save-every %d needs a run folder: add --out DIR\n",
                 o->save_every);
@@ -625,6 +644,7 @@ void format_state_options(const Options* o, int world, char* out, size_t cap) {
     for (int id = 0; id < NUM_FLAGS; id++) {
         if (flags[id].resume != R_FIXED && flags[id].resume != R_CHANGE) continue;
         if (id == F_LOG_JSON && o->log_json_is_default) continue;
+        if (id == F_LOSS_SCALE_WINDOW && strcmp(o->precision, "fp16") != 0) continue;
         char v[4200];
         if (format_flag(o, id, world, v, sizeof(v)) != 0 || strchr(v, '\n') != NULL) continue;
         int w = snprintf(out + n, cap - n, "%s %s\n", flags[id].name, v);
@@ -770,7 +790,7 @@ static void eval_usage(FILE* f) {
 "                      writes it; docs/formats.md)\n"
 "  --init PATH         the model file (llm.c fp32 v3 or seedgpt's own)\n"
 "  --batch N           rows per forward, 4 per example, N >= 4 (default 16)\n"
-"  --device D          cpu or cuda (default: as a training run's);  --precision fp32 | bf16\n"
+"  --device D          cpu or cuda (default: as a training run's);  --precision fp32|bf16|fp16\n"
 "  --threads N         OpenMP threads (default: all cores)\n"
 "  --per-example       one line per example on stdout: label, both picks, the four summed\n"
 "                      losses and ending lengths\n"
@@ -809,7 +829,7 @@ void parse_eval_options(EvalOptions* eo, int argc, char** argv) {
                 die_flag(f, v, "cpu (this binary has no CUDA backend: `make cuda` builds ./train_cuda)");
             eo->device = v;
         } else {
-            if (strcmp(v, "fp32") && strcmp(v, "bf16")) die_flag(f, v, "fp32 or bf16");
+            if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16")) die_flag(f, v, "fp32, bf16 or fp16");
             eo->precision = v;
         }
     }

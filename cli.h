@@ -53,7 +53,8 @@ typedef struct {
     long total_batch;
     int threads;
     const char* device;      /* "cpu" or "cuda" (model/backend.h) */
-    const char* precision;   /* "fp32" or "bf16" (CUDA only) */
+    const char* precision;   /* "fp32", "bf16" or "fp16" */
+    int loss_scale_window;   /* fp16: good steps in a row after which the loss scale doubles */
     /* activation checkpointing */
     RecomputePolicy policy;
     int context_parallel;    /* N ranks share each sequence (DESIGN §9; ./train_mpi); 0: not
@@ -91,7 +92,7 @@ enum {
     F_SAMPLE_EVERY, F_SAMPLE_TOKENS, F_PEAK_GFLOPS, F_TOTAL_BATCH, F_DEVICE,
     F_PRECISION, F_PROFILE, F_LOG_ATTN_STATS,
     F_MEMORY_BUDGET, F_CONTEXT_PARALLEL, F_ZERO,
-    F_HELLASWAG, F_HELLASWAG_EVERY,
+    F_HELLASWAG, F_HELLASWAG_EVERY, F_LOSS_SCALE_WINDOW,
     NUM_FLAGS
 };
 

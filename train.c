@@ -447,6 +447,10 @@ typedef struct {
     /* the non-finite guard, and the states */
     uint32_t bad_consecutive;    /* non-finite steps in a row */
     uint64_t bad_total;
+    /* --precision fp16's dynamic loss scaling (0: another precision): the scale of the next step
+     * and the good steps in a row since it last changed; both in the state */
+    float loss_scale;
+    uint32_t scale_good;
     int last_saved;              /* the step of the newest state written by this process, or -1 */
     /* the JSON log's first failed write (a full disk): its errno, 0 while none; the run then
      * stops after the step, saving its state, and ends with EXIT_WRITE_FAILED */
@@ -463,6 +467,9 @@ typedef struct {
                                     moments or sharded masters, gathered for a save (the largest
                                     tensor's floats) */
 } Run;
+
+/* --precision fp16: the loss scale a run starts at (README "Precision") */
+#define LOSS_SCALE_START 65536.0f
 
 static void run_close(Run* r) {
     if (r->have_sampler) sampler_free(&r->sampler);
@@ -751,6 +758,8 @@ static void save_state(Run* r, int done) {
     info.seq = r->loader.T;
     info.bad_consecutive = r->bad_consecutive;
     info.bad_total = r->bad_total;
+    info.loss_scale = r->loss_scale;
+    info.scale_good = r->scale_good;
     info.ranks = (uint32_t)world;
     info.context_parallel = (uint32_t)cpn;
     format_state_options(o, dp, info.options, sizeof(info.options));
@@ -1474,6 +1483,22 @@ static int build_model(Run* r) {
 static int load_weights(Run* r, StateInfo* resumed, const char* state_file) {
     const Options* o = r->o;
     char err[256];
+    int fp16 = strcmp(r->model.be->precision, "fp16") == 0;
+    r->loss_scale = fp16 ? LOSS_SCALE_START : 0.0f;
+    r->scale_good = 0;
+    if (resumed != NULL && (resumed->loss_scale != 0.0f) != fp16) {
+        /* an fp16 state holds a loss scale no other precision has a use for, and a state of
+         * another precision none to continue with: refused, both ways */
+        if (fp16)
+            fprintf(stderr, "seedgpt: --resume %s: --precision fp16, but %s was written by a run "
+                    "in another precision (no loss scale in it): resume it in its precision\n",
+                    o->resume_dir, state_file);
+        else
+            fprintf(stderr, "seedgpt: --resume %s: --precision %s, but %s was written by an fp16 "
+                    "run (loss scale %g): resume it with --precision fp16\n", o->resume_dir,
+                    r->model.be->precision, state_file, (double)resumed->loss_scale);
+        return EXIT_BAD_INPUT;
+    }
     if (resumed != NULL) {
         if (state_load(state_file, &r->model, resumed, err) != 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
@@ -1516,6 +1541,8 @@ static int load_weights(Run* r, StateInfo* resumed, const char* state_file) {
         fflush(stdout);
         r->bad_consecutive = resumed->bad_consecutive;
         r->bad_total = resumed->bad_total;
+        r->loss_scale = resumed->loss_scale;
+        r->scale_good = resumed->scale_good;
         r->last_saved = r->start_step;
     } else if (o->init_path != NULL) {
         if (modelfile_load(&r->model, o->init_path, err) != 0) {
@@ -1705,8 +1732,23 @@ typedef struct {
     float norm;    /* the global gradient norm, before clipping */
     double lr;
     int finite;    /* 0: loss or norm not finite, the update was skipped */
+    float loss_scale;   /* fp16: the scale this step's loss gradient was multiplied by; else 0 */
     double ms;
 } StepStats;
+
+/* --precision fp16's dynamic loss scaling, after a step's gradient is known: a non-finite
+ * gradient halves the scale (not below 1) and restarts the count of good steps; --loss-scale-window
+ * good steps in a row double it. Powers of two throughout, so scaling and unscaling are exact
+ * and two runs take the same decisions. */
+static void loss_scale_update(Run* r, int grad_finite) {
+    if (!grad_finite) {
+        if (r->loss_scale > 1.0f) r->loss_scale *= 0.5f;
+        r->scale_good = 0;
+    } else if (++r->scale_good >= (uint32_t)r->o->loss_scale_window) {
+        if (r->loss_scale < 0x1p100f) r->loss_scale *= 2.0f;
+        r->scale_good = 0;
+    }
+}
 
 /* Optimizer step `step`: the A micro-batches' forward and backward, the gradients summed over
  * the ranks, clip, AdamW (skipped when the loss or the norm is not finite). 0, or the exit
@@ -1725,13 +1767,18 @@ static int train_step(Run* r, int step, StepStats* s) {
     profile_step_begin();   /* --profile; nothing before profile_wrap */
     if (model->attn_stats_on) gpt_attn_stats_reset(model);
     int first = dist_dp_rank() * A;   /* this rank's first micro-batch in the step */
+    float step_scale = r->loss_scale;
+    /* test hook: a planted overflow, the step's loss gradient 2^40 times larger still, so that
+     * its fp16 operands in the backward's products round to infinity */
+    if (r->loss_scale != 0.0f && fault_fires("fp16_overflow", step)) step_scale *= 0x1p40f;
     gpt_zero_grad(model);
     for (int a = 0; a < A; a++) {
         if (loader_peek(&r->loader, (size_t)(first + a), r->inputs, r->targets) != 0) {
             fprintf(stderr, "seedgpt: %s\n", r->loader.err);
             return EXIT_BAD_INPUT;
         }
-        float dloss = 1.0f / ((float)B * T * A * dp);
+        /* fp16: the loss scale (a power of two: dloss is the unscaled one's bits, scaled) */
+        float dloss = (r->loss_scale != 0.0f ? step_scale : 1.0f) / ((float)B * T * A * dp);
         gpt_set_loss_scale(model, dloss);   /* the classifier's gradient comes with the forward */
         loss_sum += gpt_forward(model, cp_local(model, r->local_inputs, r->inputs, B, T),
                                 cp_local(model, r->local_targets, r->targets, B, T), B, T / cpn,
@@ -1760,12 +1807,21 @@ static int train_step(Run* r, int step, StepStats* s) {
         dist_allgather_doubles(z->partials, z->block_bounds);
         norm = zero_clip_from_partials(z, model, (float)o->clip);
     } else {
-        norm = gpt_clip_grads(model, (float)o->clip);
+        /* fp16: the gradients unscaled as AdamW reads them, the norm unscaled (exact) */
+        norm = gpt_clip_grads_unscaled(model, (float)o->clip,
+                                       r->loss_scale != 0.0f ? r->loss_scale : 1.0f);
     }
     double lr = lr_at(o, step);
     /* the guard: a non-finite loss or norm skips the update; the step and the loader have
      * advanced all the same (DESIGN §2) */
     int finite = isfinite(loss) && isfinite(norm);
+    s->loss_scale = r->loss_scale;
+    /* fp16: an overflow of the scaled gradient (finite loss, non-finite norm) is the loss
+     * scale's to fix, not a bad step: the scale halves and the step is skipped; it counts toward
+     * --max-bad-steps only once the scale is down to 1 */
+    int overflow = r->loss_scale != 0.0f && isfinite(loss) && !isfinite(norm) &&
+                   r->loss_scale > 1.0f;
+    if (r->loss_scale != 0.0f) loss_scale_update(r, isfinite(norm));
     fault_kill_point("step_mid", step);
     if (finite) {
         /* AdamW's bias correction counts the updates applied, as torch's optimizer does: a
@@ -1782,8 +1838,8 @@ static int train_step(Run* r, int step, StepStats* s) {
         if (fault_fires("nan_weights", step)) model->be->fill(model->params_memory, 1, NAN); /* test hook */
         r->bad_consecutive = 0;
     } else {
-        r->bad_consecutive++;
-        r->bad_total++;
+        if (!overflow) r->bad_consecutive++;
+        r->bad_total++;   /* AdamW's count of applied updates leaves every skipped step out */
     }
     fault_kill_point("step_updated", step);
     profile_step_end();
@@ -1835,8 +1891,13 @@ static void log_step(Run* r, int step, const StepStats* s) {
             snprintf(what, sizeof(what), "non-finite loss %g (grad norm %g)", s->loss, s->norm);
         else
             snprintf(what, sizeof(what), "non-finite grad norm %g (loss %g)", s->norm, s->loss);
-        printf("step %d: %s; update skipped (%u in a row, %llu in all)\n", step, what,
-               r->bad_consecutive, (unsigned long long)r->bad_total);
+        if (s->loss_scale != 0.0f && isfinite(s->loss) && !isfinite(s->norm) && s->loss_scale > 1.0f)
+            printf("step %d: fp16 gradient overflow at loss scale %g; update skipped, loss scale "
+                   "now %g (%llu steps skipped in all)\n", step, (double)s->loss_scale,
+                   (double)r->loss_scale, (unsigned long long)r->bad_total);
+        else
+            printf("step %d: %s; update skipped (%u in a row, %llu in all)\n", step, what,
+                   r->bad_consecutive, (unsigned long long)r->bad_total);
     }
     if (o->log_every > 0 && (step % o->log_every == 0 || step == o->steps - 1)) {
         char eta[32];
@@ -1871,6 +1932,7 @@ static void log_step(Run* r, int step, const StepStats* s) {
             }
             fprintf(f, "]");
         }
+        if (s->loss_scale != 0.0f) fprintf(f, ",\"loss_scale\":%.9g", (double)s->loss_scale);
         fprintf(f, "%s}\n", s->finite ? "" : ",\"skipped\":true");
         log_row_done(r, step);
     }
@@ -2281,11 +2343,11 @@ static int plan_main(const char* self, int argc, char** argv) {
         return EXIT_BAD_INPUT;
     }
     const char* devices[2] = {"cpu", "cuda"};
-    const char* precisions[2] = {"fp32", "bf16"};
+    const char* precisions[3] = {"fp32", "bf16", "fp16"};
     int shown = 0;
     for (int d = 0; d < 2; d++) {
         if (raw[F_DEVICE] != NULL && strcmp(o.device, devices[d])) continue;
-        for (int q = 0; q < 2; q++) {
+        for (int q = 0; q < 3; q++) {
             if (raw[F_PRECISION] != NULL && strcmp(o.precision, precisions[q])) continue;
             const Backend* be = backend_lookup(devices[d], precisions[q]);
             if (be == NULL) continue;
@@ -2415,14 +2477,14 @@ static int peak_main(const char* self, int argc, char** argv) {
  * precisions are read from the backend table, so the line cannot claim one that is not there. */
 static int print_version(void) {
     static const char* const devices[] = {"cpu", "cuda"};
-    static const char* const precisions[] = {"fp32", "bf16"};
+    static const char* const precisions[] = {"fp32", "bf16", "fp16"};
     char line[256] = "";
     size_t n = 0;
     for (int d = 0; d < 2; d++) {
         if (backend_by_name(devices[d]) == NULL) continue;
         n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s (", n ? ", " : "", devices[d]);
         int k = 0;
-        for (int q = 0; q < 2; q++)
+        for (int q = 0; q < 3; q++)
             if (backend_lookup(devices[d], precisions[q]) != NULL)
                 n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s", k++ ? ", " : "",
                                       precisions[q]);
@@ -2479,6 +2541,12 @@ int main(int argc, char** argv) {
     /* context parallelism: the command line's N, else a resumed state's; every rank checks it,
      * rank 0 says what is wrong */
     if (o.context_parallel == 0) o.context_parallel = 1;
+    if (o.context_parallel > 1 && strcmp(o.precision, "fp16") == 0) {   /* before the ring */
+        if (writer)
+            fprintf(stderr, "seedgpt: --precision fp16 --context-parallel %d: context parallelism "
+                    "runs in --precision fp32 only so far\n", o.context_parallel);
+        return EXIT_BAD_INPUT;
+    }
     if (dist_cp_init(o.context_parallel, err) != 0) {
         if (writer) fprintf(stderr, "seedgpt: %s\n", err);
         return EXIT_BAD_INPUT;

@@ -79,23 +79,27 @@ void attention_block_backward(float* dq, size_t dq_stride, float* dk, float* dv,
 extern void (*attention_keep_hook)(uint32_t g, int h, int i, int j, int kept);
 #endif
 
-/* The bf16 twin (attention/flash_bf16_cpu.c, --precision bf16 on the CPU): qkv and out hold bf16
- * bits (uint16_t), lse, dout and dqkv fp32; the contracts above, with the roundings of
- * attention/flash_tc.cu: P rounded to bf16 after the dropout and before P.V, and in the backward
- * dO, m p scale and ds rounded as they become operands of the tile products. */
-void attention_forward_bf16(void* out, float* lse, const void* qkv, int B, int T, int NH,
-                            int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
-void attention_forward_stats_bf16(void* out, float* lse, const void* qkv, int B, int T, int NH,
-                                  int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop,
-                                  float stats[3]);
-size_t attention_backward_scratch_floats_bf16(int B, int T, int NH, int NKV, int HD,
-                                              int nthreads);
-void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const void* qkv,
-                             const void* out, const float* lse, int B, int T, int NH, int NKV,
-                             int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
-/* x[0..n) rounded to bf16 in place (the twin's operand rounding, vectorised where it can be):
- * each element the bits of util/bf16.h's sg_bf16_round */
-void attention_round_operands_bf16(float* x, size_t n);
+/* The 16-bit twins (attention/flash_bf16_cpu.c for --precision bf16 on the CPU,
+ * attention/flash_fp16_cpu.c for fp16): qkv and out hold bf16 (fp16) bits (uint16_t), lse, dout
+ * and dqkv fp32; the contracts above, with the roundings of attention/flash_tc.cu: P rounded to
+ * the 16-bit type after the dropout and before P.V, and in the backward dO, m p scale and ds
+ * rounded as they become operands of the tile products. S is _bf16 or _fp16. */
+#define ATTENTION_ACT16_DECLS(S)                                                                  \
+    void attention_forward##S(void* out, float* lse, const void* qkv, int B, int T, int NH,      \
+                              int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);   \
+    void attention_forward_stats##S(void* out, float* lse, const void* qkv, int B, int T, int NH, \
+                                    int NKV, int HD, uint32_t g0, uint64_t attn_seed,            \
+                                    Dropout drop, float stats[3]);                               \
+    size_t attention_backward_scratch_floats##S(int B, int T, int NH, int NKV, int HD,           \
+                                                int nthreads);                                   \
+    void attention_backward##S(float* dqkv, float* scratch, const float* dout, const void* qkv,  \
+                               const void* out, const float* lse, int B, int T, int NH, int NKV, \
+                               int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);           \
+    /* x[0..n) rounded in place (the twin's operand rounding): each element the bits of    */   \
+    /* util/bf16.h's sg_bf16_round (vectorised where it can be) or util/fp16.h's sg_fp16_round */ \
+    void attention_round_operands##S(float* x, size_t n);
+ATTENTION_ACT16_DECLS(_bf16)
+ATTENTION_ACT16_DECLS(_fp16)
 
 #ifdef __cplusplus
 }

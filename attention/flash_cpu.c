@@ -44,18 +44,27 @@
 #include "util/vexp.h"
 
 /* The element of qkv and out. This file is also compiled as attention/flash_bf16_cpu.c with
- * FLASH_BF16 defined: qkv and out in bf16, every name below the _bf16 twin's, and the roundings
- * of attention/flash_tc.cu added (OPERAND: a value rounded to bf16 as it becomes a product's
- * operand): P after dropout before P.V, and in the backward dO, m p scale and ds. Everything else
- * (scores, softmax statistics, the tile sums) stays the fp32 arithmetic below; bf16 values read
- * into fp32 are exact. */
+ * FLASH_BF16 defined, and as attention/flash_fp16_cpu.c with FLASH_FP16: qkv and out in that
+ * 16-bit type, every name below the _bf16 (_fp16) twin's, and the roundings of
+ * attention/flash_tc.cu added (OPERAND: a value rounded to the 16-bit type as it becomes a
+ * product's operand): P after dropout before P.V, and in the backward dO, m p scale and ds.
+ * Everything else (scores, softmax statistics, the tile sums) stays the fp32 arithmetic below;
+ * 16-bit values read into fp32 are exact. */
+#if defined(FLASH_BF16) || defined(FLASH_FP16)
+typedef uint16_t qkv_t;
 #ifdef FLASH_BF16
 #include "util/bf16.h"
-typedef uint16_t qkv_t;
 static inline float qkv_ld(qkv_t x) { return sg_bf16_to_float(x); }
 static inline qkv_t out_st(float x) { return sg_bf16_from_float(x); }
 #define OPERAND(x) sg_bf16_round(x)
 #define FLASH_NAME(n) n##_bf16
+#else
+#include "util/fp16.h"
+static inline float qkv_ld(qkv_t x) { return sg_fp16_to_float(x); }
+static inline qkv_t out_st(float x) { return sg_fp16_from_float(x); }
+#define OPERAND(x) sg_fp16_round(x)
+#define FLASH_NAME(n) n##_fp16
+#endif
 #define FLASH_ROWBUFS 1
 #define QKV_ARG const void*   /* the exported signatures: cpu/ops_bf16_cpu.h's */
 #define OUT_ARG void*
@@ -116,12 +125,14 @@ static inline qkv_t out_st(float x) { return x; }
 static size_t flash_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 #if FLASH_ROWBUFS
-/* x[0..n) = OPERAND(x[i]): each value rounded to bf16 (nearest even, NaN to bf16's NaN) and kept
- * as the fp32 it now equals. The AVX-512 lanes compute sg_bf16_round's bits (attention/attention.h
- * exports it as attention_round_operands_bf16 for test_bf16). */
-void attention_round_operands_bf16(float* restrict x, size_t n) {
+/* x[0..n) = OPERAND(x[i]): each value rounded to the 16-bit type (nearest even, NaN to its one
+ * NaN) and kept as the fp32 it now equals. In bf16 the AVX-512 lanes compute sg_bf16_round's bits
+ * (attention/attention.h exports it as attention_round_operands_bf16 for test_bf16; the fp16
+ * twin's is attention_round_operands_fp16, plain C). */
+#define ROUND_OPERANDS FLASH_NAME(attention_round_operands)
+void ROUND_OPERANDS(float* restrict x, size_t n) {
     size_t i = 0;
-#if FLASH_AVX512
+#if FLASH_AVX512 && defined(FLASH_BF16)
     const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u), abs = _mm512_set1_epi32(0x7fffffff);
     const __m512i inf = _mm512_set1_epi32(0x7f800000), nan = _mm512_set1_epi32((int)(SG_BF16_NAN << 16));
@@ -136,16 +147,16 @@ void attention_round_operands_bf16(float* restrict x, size_t n) {
     for (; i < n; i++) x[i] = OPERAND(x[i]);
 }
 
-/* dst[0..n) = the fp32 values of bf16 src[0..n) (exact: the bits shifted up) */
-static void widen_bf16(float* restrict dst, const uint16_t* restrict src, size_t n) {
+/* dst[0..n) = the fp32 values of 16-bit src[0..n) (exact) */
+static void widen_act(float* restrict dst, const uint16_t* restrict src, size_t n) {
     size_t i = 0;
-#if FLASH_AVX512
-    for (; i + 16 <= n; i += 16) {
+#if FLASH_AVX512 && defined(FLASH_BF16)
+    for (; i + 16 <= n; i += 16) {   /* bf16: the bits shifted up */
         __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(src + i)));
         _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
     }
 #endif
-    for (; i < n; i++) dst[i] = sg_bf16_to_float(src[i]);
+    for (; i < n; i++) dst[i] = qkv_ld(src[i]);
 }
 #endif
 
@@ -284,7 +295,7 @@ static void transpose_qkv(float* restrict dst, int width, const qkv_t* restrict 
 static const float* rows_f32(float* restrict buf, const qkv_t* src, size_t ld, int n, int HD,
                              int* ld_out) {
 #if FLASH_ROWBUFS
-    for (int j = 0; j < n; j++) widen_bf16(buf + (size_t)j * HD, src + (size_t)j * ld, (size_t)HD);
+    for (int j = 0; j < n; j++) widen_act(buf + (size_t)j * HD, src + (size_t)j * ld, (size_t)HD);
     *ld_out = HD;
     return buf;
 #else
@@ -300,7 +311,7 @@ static const float* operand_rows(float* restrict buf, const float* src, size_t l
 #if FLASH_ROWBUFS
     for (int j = 0; j < n; j++) {
         memcpy(buf + (size_t)j * HD, src + (size_t)j * ld, sizeof(float) * (size_t)HD);
-        attention_round_operands_bf16(buf + (size_t)j * HD, (size_t)HD);
+        ROUND_OPERANDS(buf + (size_t)j * HD, (size_t)HD);
     }
     *ld_out = HD;
     return buf;
@@ -441,7 +452,7 @@ static void keep_tile(float* restrict keep, int rs, int cs, int rows, int cols,
 }
 
 #ifdef SEEDGPT_TEST_BUILD
-#ifndef FLASH_BF16   /* one hook for both twins: the fp32 compilation defines it */
+#if !FLASH_ROWBUFS   /* one hook for all twins: the fp32 compilation defines it */
 void (*attention_keep_hook)(uint32_t g, int h, int i, int j, int kept) = NULL;
 #endif
 
@@ -552,7 +563,7 @@ static void flash_forward(qkv_t* out, float* lse, const qkv_t* qkv, int B, int T
                 }
 #if FLASH_ROWBUFS
                 /* the weights as P.V's operands: rounded after the sum and the dropout */
-                attention_round_operands_bf16(St, (size_t)nk * BQ);
+                ROUND_OPERANDS(St, (size_t)nk * BQ);
 #endif
                 for (int r = 0; r < nq; r++) {
                     float* a = acc + (size_t)r * HD;
@@ -800,8 +811,8 @@ void FLASH_NAME(attention_backward)(float* dqkv, float* scratch, const float* do
                                        i0 + r, j0, nk, sigma, lse_bh[i0 + r], D_bh[i0 + r], drop.scale);
 #if FLASH_ROWBUFS
                     /* m p scale and ds as operands */
-                    attention_round_operands_bf16(t.Pd, (size_t)nq * BK);
-                    attention_round_operands_bf16(t.dS, (size_t)nq * BK);
+                    ROUND_OPERANDS(t.Pd, (size_t)nq * BK);
+                    ROUND_OPERANDS(t.dS, (size_t)nq * BK);
 #endif
                     /* dK += dS^T Q, dV += Pd^T dO: A(c, r) = X[r * BK + c] */
                     tile_mm(t.acc1, HD, 1, t.dS, 1, BK, q_rows, ldq, nk, HD, nq);
@@ -834,7 +845,7 @@ void FLASH_NAME(attention_backward)(float* dqkv, float* scratch, const float* do
             transpose_qkv(Qt, BQ, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, HD);
             transpose_rows(dOt, BQ, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq, HD);
 #if FLASH_ROWBUFS
-            attention_round_operands_bf16(dOt, (size_t)HD * BQ);   /* dO as an operand */
+            ROUND_OPERANDS(dOt, (size_t)HD * BQ);   /* dO as an operand */
 #endif
             for (int r = 0; r < BQ; r++) {
                 t.Lt[r] = r < nq ? lse[(size_t)bh * T + i0 + r] : 0.0f;
@@ -858,7 +869,7 @@ void FLASH_NAME(attention_backward)(float* dqkv, float* scratch, const float* do
                                  dropping ? t.keep + (size_t)c * BQ : NULL, t.Lt, t.Dt,
                                  j0 + c, i0, nq, sigma, drop.scale);
 #if FLASH_ROWBUFS
-                attention_round_operands_bf16(t.dS, (size_t)nk * BQ);   /* ds as an operand */
+                ROUND_OPERANDS(t.dS, (size_t)nk * BQ);   /* ds as an operand */
 #endif
                 /* dQ += dS K: A(r, c) = dS[c * BQ + r] */
                 tile_mm(t.acc1, HD, 1, t.dS, 1, BQ, k_rows, ldk, nq, HD, nk);
@@ -872,7 +883,7 @@ void FLASH_NAME(attention_backward)(float* dqkv, float* scratch, const float* do
     }
 }
 
-#ifndef FLASH_BF16   /* context parallelism runs on fp32 activations: no bf16 twin of these */
+#if !FLASH_ROWBUFS   /* context parallelism runs on fp32 activations: no 16-bit twin of these */
 /* ---- context parallelism: a block of queries against a block of keys (DESIGN §9) ------------ */
 
 
@@ -1135,4 +1146,4 @@ void attention_merge(float* acc, float* lse_acc, const float* blk, const float* 
         }
     }
 }
-#endif   /* FLASH_BF16 */
+#endif   /* !FLASH_ROWBUFS */

@@ -139,3 +139,9 @@ void describe_bf16_cpu(char* line, size_t cap) {
                                        : "this CPU has no AVX-512, or SEEDGPT_GEMM_BF16 chose it; "
                                          "the same bits");
 }
+
+void describe_fp16_cpu(char* line, size_t cap) {
+    snprintf(line, cap, "fp16: products through gemm_f32 on the %s path, their fp16 operands widened "
+             "to fp32 (exact), activations that are operands in fp16, dynamic loss scaling",
+             gemm_path_name(gemm_path_selected()));
+}

@@ -33,6 +33,8 @@ double peak_gflops_cpu(const Backend* be, int threads, char* line, size_t cap);
 void peak_report_cpu(FILE* f, int threads, double seconds, char* json, size_t cap);
 /* the bf16 table's line: the path gemm_bf16 takes on this CPU (cpu/gemm_cpu.h) */
 void describe_bf16_cpu(char* line, size_t cap);
+/* the same for --precision fp16 (the fp32 GEMM path its products take) */
+void describe_fp16_cpu(char* line, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -120,41 +120,47 @@ const Backend backend_cpu = {
     .attention_block_backward = attention_block_backward,
 };
 
-/* --precision bf16 on the CPU: bf16 operand activations and a bf16 copy of the weights, the
- * products through gemm_bf16 (VDPBF16PS or its portable twin), attention through the bf16 twin of
- * attention/flash_cpu.c. The memory ops and every fp32-only op are the fp32 table's. */
-const Backend* backend_cpu_bf16(void) {
-    static Backend t;
-    static int ready = 0;
-    if (!ready) {
-        t = backend_cpu;
-        t.precision = "bf16";
-        t.act_dtype = DT_BF16;
-        t.round_to_act = round_to_bf16_cpu;
-        t.describe = describe_bf16_cpu;
-        t.adamw_update_act = adamw_update_bf16;
-        t.layernorm_forward = layernorm_forward_bf16;
-        t.matmul_forward = matmul_forward_bf16;
-        t.matmul_backward = matmul_backward_bf16;
-        t.gelu_forward = gelu_forward_bf16;
-        t.gelu_backward = gelu_backward_bf16;
-        t.rope_forward = rope_forward_bf16;
-        t.attention_forward = attention_forward_bf16;
-        t.attention_forward_stats = attention_forward_stats_bf16;
-        t.attention_backward_scratch_floats = attention_backward_scratch_floats_bf16;
-        t.attention_backward = attention_backward_bf16;
-        /* context parallelism's blocks read fp32 q, k, v: not under bf16 activations (yet) */
-        t.encoder_forward_at = NULL;
-        t.residual_dropout_forward_at = NULL;
-        t.dropout_backward_at = NULL;
-        t.attention_block_forward = NULL;
-        t.attention_merge = NULL;
-        t.copy_rows = NULL;
-        t.attention_block_backward = NULL;
-        ready = 1;
+/* --precision bf16 (fp16) on the CPU: bf16 (fp16) operand activations and a 16-bit copy of the
+ * weights; in bf16 the products through gemm_bf16 (VDPBF16PS or its portable twin), in fp16
+ * through gemm_f32 on the operands widened exactly; attention through the 16-bit twin of
+ * attention/flash_cpu.c. The memory ops and every fp32-only op are the fp32 table's. One macro
+ * fills both tables from the same list, so the two cannot drift apart. */
+#define CPU_ACT16_TABLE(FN, PREC, DT, S, ROUND, DESCRIBE)                                          \
+    const Backend* FN(void) {                                                                     \
+        static Backend t;                                                                         \
+        static int ready = 0;                                                                     \
+        if (!ready) {                                                                             \
+            t = backend_cpu;                                                                      \
+            t.precision = PREC;                                                                   \
+            t.act_dtype = DT;                                                                     \
+            t.round_to_act = ROUND;                                                               \
+            t.describe = DESCRIBE;                                                                \
+            t.adamw_update_act = adamw_update##S;                                                 \
+            t.layernorm_forward = layernorm_forward##S;                                           \
+            t.matmul_forward = matmul_forward##S;                                                 \
+            t.matmul_backward = matmul_backward##S;                                               \
+            t.gelu_forward = gelu_forward##S;                                                     \
+            t.gelu_backward = gelu_backward##S;                                                   \
+            t.rope_forward = rope_forward##S;                                                     \
+            t.attention_forward = attention_forward##S;                                           \
+            t.attention_forward_stats = attention_forward_stats##S;                               \
+            t.attention_backward_scratch_floats = attention_backward_scratch_floats##S;           \
+            t.attention_backward = attention_backward##S;                                         \
+            /* context parallelism's blocks read fp32 q, k, v: not under 16-bit activations    */ \
+            /* (yet), so gpt_build_cp refuses it                                               */ \
+            t.encoder_forward_at = NULL;                                                          \
+            t.residual_dropout_forward_at = NULL;                                                 \
+            t.dropout_backward_at = NULL;                                                         \
+            t.attention_block_forward = NULL;                                                     \
+            t.attention_merge = NULL;                                                             \
+            t.copy_rows = NULL;                                                                   \
+            t.attention_block_backward = NULL;                                                    \
+            ready = 1;                                                                            \
+        }                                                                                         \
+        return &t;                                                                                \
     }
-    return &t;
-}
+CPU_ACT16_TABLE(backend_cpu_bf16, "bf16", DT_BF16, _bf16, round_to_bf16_cpu, describe_bf16_cpu)
+CPU_ACT16_TABLE(backend_cpu_fp16, "fp16", DT_FP16, _fp16, round_to_fp16_cpu, describe_fp16_cpu)
 
 #ifdef SEEDGPT_CUDA
 FP32_ACT_ADAPTERS(cuda, _cuda)
@@ -306,6 +312,7 @@ const Backend* backend_lookup(const char* name, const char* precision) {
 #endif
     }
     if (strcmp(precision, "bf16") == 0 && strcmp(name, "cpu") == 0) return backend_cpu_bf16();
+    if (strcmp(precision, "fp16") == 0 && strcmp(name, "cpu") == 0) return backend_cpu_fp16();
 #ifdef SEEDGPT_CUDA
     if (strcmp(precision, "bf16") == 0 && strcmp(name, "cuda") == 0) return backend_cuda_bf16();
 #endif

@@ -29,8 +29,8 @@ extern "C" {
 /* The element type of the activations that are operands of products (ln1, qkv, atty, ln2, fch,
  * fch_gelu, lnf) and of the weights' operand copy: Backend.act_dtype. Those arguments are typed
  * void* below; every other tensor an op receives is fp32. */
-enum { DT_FP32 = 0, DT_BF16 = 1 };
-static inline size_t dtype_bytes(int dtype) { return dtype == DT_BF16 ? 2 : 4; }
+enum { DT_FP32 = 0, DT_BF16 = 1, DT_FP16 = 2 };
+static inline size_t dtype_bytes(int dtype) { return dtype == DT_FP32 ? 4 : 2; }
 
 /* The calls a model makes to the ops that keep scratch of their own beside the arena (a device
  * backend's partial sums, token buckets and bf16 operand copies): a backend sizes that scratch
@@ -59,13 +59,14 @@ struct ProfileTimer;   /* model/profile.h */
 
 typedef struct Backend {
     const char* name;          /* "cpu" or "cuda" */
-    const char* precision;     /* "fp32", or "bf16": the operands of the dense products and of
-                                  attention in bf16, fp32 accumulation (README "Precision") */
+    const char* precision;     /* "fp32", or "bf16" / "fp16": the operands of the dense products
+                                  and of attention in that type, fp32 accumulation (README
+                                  "Precision"); fp16 runs take dynamic loss scaling (train.c) */
     int host_memory;           /* 1: the backend's memory is host memory (no copies needed) */
-    int act_dtype;             /* DT_FP32 or DT_BF16: the operand activations' element type, and
+    int act_dtype;             /* DT_FP32, DT_BF16 or DT_FP16: the operand activations' type, and
                                   the weights' operand copy's (DT_FP32: the products read the
                                   fp32 master weights themselves) */
-    /* DT_BF16 only (NULL otherwise): dst (n) = src (n) rounded to nearest even, the weights'
+    /* DT_BF16 and DT_FP16 only (NULL otherwise): dst (n) = src (n) rounded to nearest even, the weights'
      * operand copy made from the masters once per update */
     void (*round_to_act)(void* dst, const float* src, size_t n);
 
@@ -239,13 +240,15 @@ typedef struct Backend {
 } Backend;
 
 extern const Backend backend_cpu;
-/* The CPU in bf16 (cpu/ops_bf16_cpu.c, attention/flash_bf16_cpu.c). */
+/* The CPU in bf16 (cpu/ops_bf16_cpu.c, attention/flash_bf16_cpu.c) and in fp16 (the same sources
+ * compiled for fp16: cpu/ops_fp16_cpu.c, attention/flash_fp16_cpu.c). */
 const Backend* backend_cpu_bf16(void);
+const Backend* backend_cpu_fp16(void);
 
 /* "cpu" or "cuda" in fp32; NULL if this build has no such backend (the CPU build has no "cuda"). */
 const Backend* backend_by_name(const char* name);
-/* The backend `name` computing in `precision` ("fp32" or "bf16"); NULL if this build has no such
- * combination. */
+/* The backend `name` computing in `precision` ("fp32", "bf16" or "fp16"); NULL if this build has
+ * no such combination (fp16 is CPU only so far). */
 const Backend* backend_lookup(const char* name, const char* precision);
 /* The backend a run gets without --device: "cuda" in a build that has it, else "cpu". */
 const char* backend_default_name(void);

@@ -1478,15 +1478,18 @@ float gpt_grad_norm(GPT* m) {
     return (float)sqrt(ss);
 }
 
-float gpt_clip_grads(GPT* m, float max_norm) {
-    float norm = gpt_grad_norm(m);
-    m->grad_scale = 1.0f;
+float gpt_clip_grads_unscaled(GPT* m, float max_norm, float loss_scale) {
+    float unscale = 1.0f / loss_scale;            /* exact: loss_scale is a power of two */
+    float norm = gpt_grad_norm(m) * unscale;
+    m->grad_scale = unscale;
     if (max_norm > 0.0f && isfinite(norm)) {
         float coef = max_norm / (norm + 1e-6f);   /* as torch.nn.utils.clip_grad_norm_ */
-        if (coef < 1.0f) m->grad_scale = coef;    /* applied by gpt_adamw as it reads each gradient */
+        if (coef < 1.0f) m->grad_scale = coef * unscale;   /* applied by gpt_adamw as it reads each gradient */
     }
     return norm;
 }
+
+float gpt_clip_grads(GPT* m, float max_norm) { return gpt_clip_grads_unscaled(m, max_norm, 1.0f); }
 
 float gpt_grad_scale(const GPT* m) { return m->grad_scale; }
 

@@ -345,6 +345,11 @@ float gpt_grad_norm(GPT* m);
  * over the gradients. Until the next gpt_adamw or gpt_zero_grad, the clipped gradient is
  * grads * gpt_grad_scale(m). */
 float gpt_clip_grads(GPT* m, float max_norm);
+/* gpt_clip_grads for gradients computed at loss_scale times the loss (--precision fp16's dynamic
+ * loss scaling; a power of two): returns the norm of the unscaled gradients (the scaled norm over
+ * loss_scale, exact) and keeps the coefficient times 1 / loss_scale, so gpt_adamw reads the
+ * unscaled, clipped gradient. loss_scale 1 is gpt_clip_grads, bit for bit. */
+float gpt_clip_grads_unscaled(GPT* m, float max_norm, float loss_scale);
 float gpt_grad_scale(const GPT* m);
 /* AdamW with bias correction (t: the updates applied so far, this one included; a step skipped
  * as non-finite is not counted) and decoupled weight decay on decaying tensors. The moments must

@@ -44,8 +44,10 @@ enum {
     O_BAD_RUN = 116,        /* u32 consecutive non-finite steps */
     O_BAD_TOTAL = 120,      /* u64 */
     O_OPTIONS_BYTES = 128,  /* u64 */
-    O_RESERVED = 136,       /* bytes 136..239 = 0 (version 3: 140..239) */
+    O_RESERVED = 136,       /* bytes 136..239 = 0 (version 3: 140..239, version 4: 148..239) */
     O_CONTEXT = 136,        /* u32 context-parallel N (version 3); 0: none, as in versions 1, 2 */
+    O_LOSS_SCALE = 140,     /* f32 fp16's loss scale (version 4); 0: not an fp16 run */
+    O_SCALE_GOOD = 144,     /* u32 fp16's good steps since the scale last changed (version 4) */
     O_MODEL_OPTIONS = 240,  /* i32 x 4: pos kind, rope base, rope layout, block kind (version 2;
                                in version 1 reserved, 0: the defaults) */
     O_END = 256
@@ -227,8 +229,15 @@ int state_save_from(const char* path, const GPT* m, const StateInfo* info,
     memcpy(h + O_MAGIC, STATE_MAGIC, 8);
     int options = c->pos_kind != POS_LEARNED || c->block_kind != BLOCK_SEQUENTIAL;
     int context = info->context_parallel > 1;
+    int scaled = info->loss_scale != 0.0f;
     /* the oldest version that holds it */
-    put_u32(h, O_VERSION, context ? 3 : options ? 2 : 1);
+    put_u32(h, O_VERSION, scaled ? 4 : context ? 3 : options ? 2 : 1);
+    if (scaled) {
+        uint32_t bits;
+        memcpy(&bits, &info->loss_scale, 4);
+        put_u32(h, O_LOSS_SCALE, bits);
+        put_u32(h, O_SCALE_GOOD, info->scale_good);
+    }
     put_u32(h, O_CONTEXT, context ? info->context_parallel : 0);
     put_u32(h, O_HEADER_BYTES, STATE_HEADER_BYTES);
     int32_t cf[7] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers,
@@ -358,7 +367,23 @@ static int parse_header(const unsigned char* h, long long size, const char* path
                    "dividing the ranks)", path, context, ranks, STATE_MAX_RANKS);
         return -1;
     }
-    for (int i = version >= 3 ? O_CONTEXT + 4 : O_RESERVED;
+    info->loss_scale = 0.0f;
+    info->scale_good = 0;
+    if (version >= 4) {
+        uint32_t bits = get_u32(h, O_LOSS_SCALE);
+        float ls;
+        memcpy(&ls, &bits, 4);
+        int e;
+        /* version 4 is written by fp16 runs only: a power of two from 1 to 2^127 */
+        if (!(isfinite(ls) && ls >= 1.0f && frexpf(ls, &e) == 0.5f)) {
+            err_printf(err, "%s: bad header: loss scale %g in a version-4 state (a power of two "
+                       ">= 1)", path, (double)ls);
+            return -1;
+        }
+        info->loss_scale = ls;
+        info->scale_good = get_u32(h, O_SCALE_GOOD);
+    }
+    for (int i = version >= 4 ? O_SCALE_GOOD + 4 : version >= 3 ? O_CONTEXT + 4 : O_RESERVED;
          i < (version == 1 ? O_END : O_MODEL_OPTIONS); i++) {
         if (h[i] != 0) {
             err_printf(err, "%s: reserved header byte %d is %d, must be 0 in version %u", path, i,

@@ -24,8 +24,8 @@
 #include "model/gpt.h"
 
 #define STATE_MAGIC "SEEDSTAT"         /* the file's first 8 bytes */
-#define STATE_VERSION 3               /* the newest this build reads; 1 = no model options,
-                                         2 = no context parallelism */
+#define STATE_VERSION 4               /* the newest this build reads; 1 = no model options,
+                                         2 = no context parallelism, 3 = no loss scale */
 #define STATE_HEADER_BYTES 256
 #define STATE_MAX_OPTIONS 16384        /* bytes of option text */
 #define STATE_MAX_RANKS 1048576        /* data-parallel ranks */
@@ -53,6 +53,9 @@ typedef struct {
                                    layout */
     uint32_t bad_consecutive;   /* non-finite steps in a row, ending at step - 1 */
     uint64_t bad_total;         /* non-finite steps of the whole run */
+    float loss_scale;           /* --precision fp16: the dynamic loss scale for the next step (a
+                                   power of two, >= 1; version 4); 0: not an fp16 run */
+    uint32_t scale_good;        /* fp16: good steps in a row since the scale last changed */
     char options[STATE_MAX_OPTIONS + 1];  /* "--flag value\n" lines, NUL-terminated */
 } StateInfo;
 

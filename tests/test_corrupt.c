@@ -367,7 +367,8 @@ static void test_states(void) {
 
     const StateField fields[] = {
         {"magic", 0, 8, 0x5841545344454553LL /* "SEEDSTAX" */, "magic"},
-        {"version", 8, 4, 4, "version"},          {"version", 8, 4, 0, "version"},
+        {"version", 8, 4, 5, "version"},          {"version", 8, 4, 0, "version"},
+        {"version", 8, 4, 4, "loss scale"},   /* an fp16 state's field, 0 here */
         {"header bytes", 12, 4, 512, "header size"},
         {"maxT", 16, 4, 0, "configuration"},      {"maxT", 16, 4, 17, "parameters"},
         {"V", 20, 4, 70000, "configuration"},     {"V", 20, 4, 129, "configuration"},
@@ -432,6 +433,42 @@ static void test_states(void) {
                "without it stays version %u; N = 1, 3, 2^21 refused naming context-parallel: %d of 3",
                version, stored, back.ranks, back.context_parallel, g[8], refused);
         free(cb);
+    }
+
+    /* version 4: --precision fp16's loss scale (f32 at byte 140) and its good steps (u32 at 144),
+     * written only by an fp16 run (loss_scale != 0); a scale that is not a power of two >= 1 is
+     * refused */
+    {
+        char spath[512], serr[256] = "";
+        path_in(spath, "fp16_state.bin");
+        static StateInfo si, back;
+        si = info;
+        si.loss_scale = 8192.0f;
+        si.scale_good = 7;
+        int rc = state_save(spath, &m, &si, serr);
+        size_t sn = 0;
+        unsigned char* sb = rc == 0 ? slurp(spath, &sn) : NULL;
+        uint32_t version = 0, good = 0;
+        float stored = 0;
+        if (sb != NULL) { memcpy(&version, sb + 8, 4); memcpy(&stored, sb + 140, 4); memcpy(&good, sb + 144, 4); }
+        int read = rc == 0 && state_read_info(spath, &back, serr) == 0;
+        const float bad_scale[6] = {3.0f, 0.5f, -2.0f, INFINITY, NAN, 0.0f};
+        int refused = 0;
+        for (int k = 0; k < 6 && sb != NULL; k++) {
+            memcpy(b, sb, sn);
+            memcpy(b + 140, &bad_scale[k], 4);
+            fix_crc(b, sn);
+            spit(bad, b, sn);
+            refused += state_refused(&m, bad, err) && strstr(err, "loss scale") != NULL;
+        }
+        expect(read && version == 4 && stored == 8192.0f && good == 7 && back.loss_scale == 8192.0f &&
+               back.scale_good == 7 && g[8] == 1 && refused == 6,
+               "state_version_4_holds_the_fp16_loss_scale",
+               "version %u, scale at byte 140 = %g, good steps at 144 = %u, read back %g and %u; a "
+               "state without it stays version %u; scales 3, 0.5, -2, inf, nan, 0 refused naming "
+               "the loss scale: %d of 6", version, (double)stored, good, (double)back.loss_scale,
+               back.scale_good, g[8], refused);
+        free(sb);
     }
 
     /* every header and option byte flipped, CRC left as it was; a sample of the payload */

@@ -4,6 +4,8 @@
 #   - invalid optimizer settings (--eps 0, a beta outside [0, 1)) are refused at start-up, and
 #     non-finite weights never reach a file: --save and the run folder's states keep their
 #     previous contents, exit 4 (SEEDGPT_FAULT=nan_weights makes a weight NaN after an update);
+#   - --precision fp16's refusals: --loss-scale-window 0 or not an integer, without fp16, and fp16
+#     with --context-parallel or --zero 1 (both named);
 #   - two runs into one --out: the second is refused, naming the first one's pid;
 #   - --seed is decimal: 010 is ten, 09 is nine, 0x1F is refused;
 #   - ./train sample on a 50257-vocab model without --tokenizer takes gpt2 and says so;
@@ -440,6 +442,16 @@ fi
 expect_refusal eps_above_one_names_its_interval 2 'eps 1.5: expected a number in (0, 1]' -- "${BASE[@]}" --steps 2 --eps 1.5
 expect_refusal recompute_error_lists_selective 2 'none, layer, every:K, selective, selective+layer or selective+every:K' \
     -- "${BASE[@]}" --steps 2 --recompute bogus
+expect_refusal loss_scale_window_zero_is_refused 2 'loss-scale-window 0: expected an integer in \[1, ' \
+    -- "${BASE[@]}" --steps 2 --precision fp16 --loss-scale-window 0
+expect_refusal loss_scale_window_not_a_number_is_refused 2 'loss-scale-window 1e3: expected an integer' \
+    -- "${BASE[@]}" --steps 2 --precision fp16 --loss-scale-window 1e3
+expect_refusal loss_scale_window_without_fp16_is_refused 2 'loss-scale-window needs --precision fp16.*is bf16' \
+    -- "${BASE[@]}" --steps 2 --precision bf16 --loss-scale-window 8
+expect_refusal fp16_with_context_parallel_names_both 2 'precision fp16 --context-parallel 2:' \
+    -- "${BASE[@]}" --steps 2 --precision fp16 --context-parallel 2
+expect_refusal fp16_with_zero_names_both 2 'precision fp16 --zero 1:' \
+    -- "${BASE[@]}" --steps 2 --precision fp16 --zero 1
 expect_refusal flag_without_a_value_says_so 2 '^seedgpt: --steps needs a value after it' -- "${BASE[@]}" --steps
 expect_refusal sample_unknown_last_flag_is_unknown 2 'sample: unknown flag --bogus' -- sample --init "$W/good.bin" --bogus
 expect_refusal hex_in_a_float_flag_is_refused 2 'lr 0x1p-10: expected a number' -- "${BASE[@]}" --steps 2 --lr 0x1p-10
@@ -452,7 +464,7 @@ if grep -q 'note: --eval-batches 1000: the validation split has [0-9]* windows o
 else
     fail eval_batches_and_every_k_beyond_the_model_are_said "$(grep 'eval-batches\|^recompute' "$W/notes.out" | tr '\n' ' ')"
 fi
-if "$TRAIN" --version | grep -q 'devices cpu (fp32, bf16)'; then
+if "$TRAIN" --version | grep -q 'devices cpu (fp32, bf16, fp16)'; then
     ok version_names_the_cpu_precisions "$("$TRAIN" --version | head -1)"
 else
     fail version_names_the_cpu_precisions "$("$TRAIN" --version | head -1)"

@@ -88,9 +88,9 @@ fi
 
 # ---- --precision: an unknown one is refused in one line; bf16 runs on the CPU, its start-up line
 # naming the bf16 GEMM's path, and the portable path gives the VDPBF16PS path's bits
-"$TRAIN" "${BASE[@]}" --batch 2 --steps 1 --precision fp16 > "$W/prec.out" 2> "$W/prec.err"
+"$TRAIN" "${BASE[@]}" --batch 2 --steps 1 --precision fp8 > "$W/prec.out" 2> "$W/prec.err"
 rc=$?
-if [ $rc -eq 2 ] && [ "$(wc -l < "$W/prec.err")" -eq 1 ] && grep -q -- "expected fp32 or bf16" "$W/prec.err"; then
+if [ $rc -eq 2 ] && [ "$(wc -l < "$W/prec.err")" -eq 1 ] && grep -q -- "expected fp32, bf16 or fp16" "$W/prec.err"; then
     ok unknown_precision_is_refused "status 2: $(cat "$W/prec.err")"
 else
     fail unknown_precision_is_refused "status $rc: $(head -2 "$W/prec.err")"
