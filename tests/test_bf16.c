@@ -35,6 +35,7 @@
 #include "util/bf16.h"
 #include "tests/test.h"
 #include "tests/model_util.h"
+#include "tests/model_case.h"
 #include "tests/ref_gpt.h"
 
 #define TRAIN_STEPS 6
@@ -45,44 +46,6 @@
 #define BF16_GRAD_TOL 5e-2
 
 static const Backend* bf16(void) { return backend_lookup("cpu", "bf16"); }
-
-typedef struct {
-    const char* name;
-    GPTConfig c;
-    int B, T;
-    int* in[2];
-    int* tg[2];
-} Case;
-
-static Case make_case(const char* name, int L, int NH, int NKV, int C, int V, int B, int T) {
-    Case k;
-    k.name = name;
-    GPTConfig c = {T, V, gpt_pad_vocab(V), L, NH, NKV, C, 0, 0, 0, 0};
-    k.c = c;
-    k.B = B;
-    k.T = T;
-    for (int i = 0; i < 2; i++) {
-        k.in[i] = malloc(sizeof(int) * B * T);
-        k.tg[i] = malloc(sizeof(int) * B * T);
-        random_tokens(k.in[i], B * T, V);
-        random_tokens(k.tg[i], B * T, V);
-    }
-    return k;
-}
-
-static GPT build_on(const Case* k, RecomputePolicy p, const Backend* be) {
-    GPT m;
-    char err[256];
-    if (gpt_build_on(&m, &k->c, k->B, k->T, &p, be, err) != 0) {
-        fprintf(stderr, "test_bf16: gpt_build_on: %s\n", err);
-        exit(2);
-    }
-    return m;
-}
-
-static size_t block_floats(const GPT* m) {
-    return (size_t)(m->params.lnfb - m->params_memory) + m->param_sizes[NT - 1];
-}
 
 /* a model on be from weights w (through gpt_to_backend: the bf16 copy is made there) */
 static GPT model_at(const Case* k, RecomputePolicy p, const Backend* be, const float* w) {
@@ -130,22 +93,6 @@ static Run train(const Case* k, RecomputePolicy p, const float* w) {
 }
 
 static void free_run(Run* r) { free(r->params); free(r->mom); free(r->var); }
-
-static size_t differ(const float* a, const float* b, size_t n) {
-    size_t d = 0;
-    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    return d;
-}
-
-static float* random_weights(const Case* k) {
-    GPT m = build_on(k, (RecomputePolicy){0, 0, CHECK_OFF, 0}, &backend_cpu);
-    randomize_weights_scaled(&m, 0.08, 0.05);
-    size_t n = block_floats(&m);
-    float* w = malloc(n * sizeof(float));
-    memcpy(w, m.params_memory, n * sizeof(float));
-    gpt_free(&m);
-    return w;
-}
 
 /* ---- 1. recompute policies, 2. threads ---------------------------------------------------- */
 

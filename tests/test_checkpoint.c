@@ -23,6 +23,7 @@
 #include "model/mem.h"
 #include "tests/test.h"
 #include "tests/model_util.h"
+#include "tests/model_case.h"
 
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
@@ -41,36 +42,6 @@ static double now(void) {
 
 /* ---- fixtures ------------------------------------------------------------------------------- */
 
-typedef struct {
-    const char* name;
-    GPTConfig c;
-    int B, T;
-    int* in[2];    /* two fixed batches, (B, T) each */
-    int* tg[2];
-} Case;
-
-static Case make_case(const char* name, int L, int NH, int NKV, int C, int V, int B, int T) {
-    Case k;
-    k.name = name;
-    GPTConfig c = {T, V, gpt_pad_vocab(V), L, NH, NKV, C, 0, 0, 0, 0};  /* plain GPT-2 model options */
-    k.c = c;
-    k.B = B;
-    k.T = T;
-    for (int i = 0; i < 2; i++) {
-        k.in[i] = malloc(sizeof(int) * B * T);
-        k.tg[i] = malloc(sizeof(int) * B * T);
-        for (int j = 0; j < B * T; j++) {
-            k.in[i][j] = (int)(test_uniform() * V) % V;
-            k.tg[i][j] = (int)(test_uniform() * V) % V;
-        }
-    }
-    return k;
-}
-
-static void free_case(Case* k) {
-    for (int i = 0; i < 2; i++) { free(k->in[i]); free(k->tg[i]); }
-}
-
 static RecomputePolicy policy_sel(int every, int fresh, RecomputeCheck check, int selective) {
     RecomputePolicy p = {every, fresh, check, selective};
     return p;
@@ -87,32 +58,7 @@ static const char* pname(const RecomputePolicy* p, char buf[32]) {
     return buf;
 }
 
-static GPT build(const Case* k, RecomputePolicy p) {
-    GPT m;
-    char err[256];
-    if (gpt_build_policy(&m, &k->c, k->B, k->T, &p, err) != 0) {
-        fprintf(stderr, "test_checkpoint: gpt_build_policy: %s\n", err);
-        exit(2);
-    }
-    return m;
-}
-
-/* Floats of the whole parameter block (padding included); the same for every policy. */
-static size_t block_floats(const GPT* m) {
-    return (size_t)(m->params.lnfb - m->params_memory) + m->param_sizes[NT - 1];
-}
-
-/* Random weights of a useful scale (biases and LN parameters non-trivial too), written by the
- * test; padded vocab rows zero. Returns a copy of the block, to start every model from. */
-static float* random_weights(const Case* k) {
-    GPT m = build(k, policy(0, 0, CHECK_OFF));
-    randomize_weights_scaled(&m, 0.08, 0.05);
-    size_t n = block_floats(&m);
-    float* w = malloc(n * sizeof(float));
-    memcpy(w, m.params_memory, n * sizeof(float));
-    gpt_free(&m);
-    return w;
-}
+static GPT build(const Case* k, RecomputePolicy p) { return build_on(k, p, &backend_cpu); }
 
 /* A model under policy p, starting from weights w, with dropout rates r. */
 static GPT model_at(const Case* k, RecomputePolicy p, const float* w, SiteRates r) {

@@ -31,6 +31,7 @@
 #include "util/fp16.h"
 #include "tests/test.h"
 #include "tests/model_util.h"
+#include "tests/model_case.h"
 #include "tests/ref_gpt.h"
 #include "tests/ref_ops.h"
 #include "tests/ref_attention.h"
@@ -51,11 +52,6 @@ static float urand(void) {   /* uniform in [-1, 1) */
     return (float)((rng >> 8) * (1.0 / 8388608.0)) - 1.0f;
 }
 
-static size_t differ(const float* a, const float* b, size_t n) {
-    size_t d = 0;
-    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    return d;
-}
 static size_t differ16(const uint16_t* a, const uint16_t* b, size_t n) {
     size_t d = 0;
     for (size_t i = 0; i < n; i++) d += a[i] != b[i];
@@ -308,43 +304,6 @@ static void test_attention(void) {
 
 /* ---- models: 3. the weights' copy, 4. recompute, 5. the gradient ---------------------------- */
 
-typedef struct {
-    const char* name;
-    GPTConfig c;
-    int B, T;
-    int* in[2];
-    int* tg[2];
-} Case;
-
-static Case make_case(const char* name, int L, int NH, int NKV, int C, int V, int B, int T) {
-    Case k;
-    k.name = name;
-    GPTConfig c = {T, V, gpt_pad_vocab(V), L, NH, NKV, C, 0, 0, 0, 0};
-    k.c = c;
-    k.B = B;
-    k.T = T;
-    for (int i = 0; i < 2; i++) {
-        k.in[i] = malloc(sizeof(int) * B * T);
-        k.tg[i] = malloc(sizeof(int) * B * T);
-        random_tokens(k.in[i], B * T, V);
-        random_tokens(k.tg[i], B * T, V);
-    }
-    return k;
-}
-static void free_case(Case* k) { for (int i = 0; i < 2; i++) { free(k->in[i]); free(k->tg[i]); } }
-
-static GPT build_on(const Case* k, RecomputePolicy p, const Backend* be) {
-    GPT m;
-    char err[256];
-    if (gpt_build_on(&m, &k->c, k->B, k->T, &p, be, err) != 0) {
-        fprintf(stderr, "test_fp16_cpu: gpt_build_on: %s\n", err);
-        exit(2);
-    }
-    return m;
-}
-static size_t block_floats(const GPT* m) {
-    return (size_t)(m->params.lnfb - m->params_memory) + m->param_sizes[NT - 1];
-}
 static GPT model_at(const Case* k, RecomputePolicy p, const float* w) {
     GPT m = build_on(k, p, fp16());
     memcpy(m.host_params_memory, w, block_floats(&m) * sizeof(float));
@@ -364,16 +323,6 @@ static float step_grad(GPT* m, const Case* k, int batch, uint32_t step, int* mis
     if (mismatches != NULL) *mismatches += mm;
     return loss;
 }
-static float* random_weights(const Case* k) {
-    GPT m = build_on(k, (RecomputePolicy){0, 0, CHECK_OFF, 0}, &backend_cpu);
-    randomize_weights_scaled(&m, 0.08, 0.05);
-    size_t n = block_floats(&m);
-    float* w = malloc(n * sizeof(float));
-    memcpy(w, m.params_memory, n * sizeof(float));
-    gpt_free(&m);
-    return w;
-}
-
 static void test_weight_copy(const Case* k, const float* w) {
     GPT m = model_at(k, (RecomputePolicy){0, 0, CHECK_OFF, 0}, w);
     size_t nf = block_floats(&m), bad0 = 0, bad1 = 0;
