@@ -65,6 +65,17 @@ static inline float* random_weights(const Case* k) {
     return w;
 }
 
+/* copies of m's weights and AdamW moments (block_floats each), as a run ends; the caller frees */
+static inline void copy_trained(const GPT* m, float** params, float** mom, float** var) {
+    size_t n = block_floats(m);
+    *params = (float*)malloc(n * sizeof(float));
+    *mom = (float*)malloc(n * sizeof(float));
+    *var = (float*)malloc(n * sizeof(float));
+    memcpy(*params, m->params_memory, n * sizeof(float));
+    memcpy(*mom, m->m_memory, n * sizeof(float));
+    memcpy(*var, m->v_memory, n * sizeof(float));
+}
+
 /* how many of the n floats differ in their bits */
 static inline size_t differ(const float* a, const float* b, size_t n) {
     size_t d = 0;

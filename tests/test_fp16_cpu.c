@@ -355,13 +355,7 @@ static Run train(const Case* k, RecomputePolicy p, const float* w) {
         gpt_clip_grads_unscaled(&m, 0.5f, LOSS_SCALE);
         gpt_adamw(&m, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s + 1);
     }
-    size_t n = block_floats(&m);
-    r.params = malloc(n * sizeof(float));
-    r.mom = malloc(n * sizeof(float));
-    r.var = malloc(n * sizeof(float));
-    memcpy(r.params, m.params_memory, n * sizeof(float));
-    memcpy(r.mom, m.m_memory, n * sizeof(float));
-    memcpy(r.var, m.v_memory, n * sizeof(float));
+    copy_trained(&m, &r.params, &r.mom, &r.var);
     gpt_free(&m);
     return r;
 }
