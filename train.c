@@ -1733,6 +1733,7 @@ typedef struct {
     double lr;
     int finite;    /* 0: loss or norm not finite, the update was skipped */
     float loss_scale;   /* fp16: the scale this step's loss gradient was multiplied by; else 0 */
+    int overflow_tensor, overflow_layer;   /* fp16 overflow: gpt_first_nonfinite_grad's answer */
     double ms;
 } StepStats;
 
@@ -1821,6 +1822,7 @@ static int train_step(Run* r, int step, StepStats* s) {
      * --max-bad-steps only once the scale is down to 1 */
     int overflow = r->loss_scale != 0.0f && isfinite(loss) && !isfinite(norm) &&
                    r->loss_scale > 1.0f;
+    s->overflow_tensor = overflow ? gpt_first_nonfinite_grad(model, &s->overflow_layer) : -1;
     if (r->loss_scale != 0.0f) loss_scale_update(r, isfinite(norm));
     fault_kill_point("step_mid", step);
     if (finite) {
@@ -1891,10 +1893,19 @@ static void log_step(Run* r, int step, const StepStats* s) {
             snprintf(what, sizeof(what), "non-finite loss %g (grad norm %g)", s->loss, s->norm);
         else
             snprintf(what, sizeof(what), "non-finite grad norm %g (loss %g)", s->norm, s->loss);
-        if (s->loss_scale != 0.0f && isfinite(s->loss) && !isfinite(s->norm) && s->loss_scale > 1.0f)
-            printf("step %d: fp16 gradient overflow at loss scale %g; update skipped, loss scale "
-                   "now %g (%llu steps skipped in all)\n", step, (double)s->loss_scale,
+        if (s->loss_scale != 0.0f && isfinite(s->loss) && !isfinite(s->norm) && s->loss_scale > 1.0f) {
+            /* where the backward first met a non-finite gradient: the overflow's origin */
+            char where[96] = "";
+            if (s->overflow_tensor >= 0 && s->overflow_layer >= 0)
+                snprintf(where, sizeof(where), " (first non-finite gradient in the backward: "
+                         "layer %d's %s)", s->overflow_layer, gpt_param_names[s->overflow_tensor]);
+            else if (s->overflow_tensor >= 0)
+                snprintf(where, sizeof(where), " (first non-finite gradient in the backward: %s)",
+                         gpt_param_names[s->overflow_tensor]);
+            printf("step %d: fp16 gradient overflow at loss scale %g%s; update skipped, loss scale "
+                   "now %g (%llu steps skipped in all)\n", step, (double)s->loss_scale, where,
                    (double)r->loss_scale, (unsigned long long)r->bad_total);
+        }
         else
             printf("step %d: %s; update skipped (%u in a row, %llu in all)\n", step, what,
                    r->bad_consecutive, (unsigned long long)r->bad_total);
@@ -1931,6 +1942,17 @@ static void log_step(Run* r, int step, const StepStats* s) {
                 fprintf(f, "%s[%.9g,%.9g,%.9g]", l ? "," : "", st[0], st[1], st[2]);
             }
             fprintf(f, "]");
+            if (s->loss_scale != 0.0f) {
+                /* fp16: how many times each layer's largest score could grow and still be an fp16
+                 * value (65504 / max |s|); the scores are accumulated in fp32 here, but q and k
+                 * are fp16 operands and a kernel that held scores in fp16 would overflow there */
+                fprintf(f, ",\"attn_fp16_headroom\":[");
+                for (int l = 0; l < r->model.config.num_layers; l++) {
+                    float mx = r->model.attn_stats[3 * l];
+                    fprintf(f, "%s%.9g", l ? "," : "", mx > 0.0f ? 65504.0 / mx : 1e300);
+                }
+                fprintf(f, "]");
+            }
         }
         if (s->loss_scale != 0.0f) fprintf(f, ",\"loss_scale\":%.9g", (double)s->loss_scale);
         fprintf(f, "%s}\n", s->finite ? "" : ",\"skipped\":true");

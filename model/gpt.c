@@ -837,6 +837,30 @@ void gpt_attn_stats_reset(GPT* m) {
     }
 }
 
+static int floats_finite(const float* x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+int gpt_first_nonfinite_grad(const GPT* m, int* layer) {
+    *layer = -1;
+    if (!m->be->host_memory) return -1;
+    float* g[NUM_PARAMETER_TENSORS];
+    memcpy(g, &m->grads, sizeof(g));
+    const int L = m->config.num_layers;
+    for (int k = 14; k <= 15; k++)   /* lnfw, lnfb */
+        if (!floats_finite(g[k], m->param_sizes[k])) return k;
+    for (int l = L - 1; l >= 0; l--)
+        for (int k = 13; k >= 2; k--) {   /* fcprojb down to ln1w: the layer's tensors */
+            size_t n = m->param_sizes[k] / (size_t)L;
+            if (!floats_finite(g[k] + (size_t)l * n, n)) { *layer = l; return k; }
+        }
+    for (int k = 1; k >= 0; k--)   /* wpe, wte */
+        if (!floats_finite(g[k], m->param_sizes[k])) return k;
+    return -1;
+}
+
 /* Layer l's parameters. */
 typedef struct {
     const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;

@@ -316,6 +316,14 @@ int gpt_set_attn_stats(GPT* m, int on, char err[256]);
 /* Starts a step's statistics (max |s| 0, min LSE +inf, max LSE -inf per layer). */
 void gpt_attn_stats_reset(GPT* m);
 
+/* Where a non-finite gradient is first met in the backward's order of visit (the final
+ * LayerNorm, then layers L-1 down to 0, each from its MLP projection down to ln1, then wpe and
+ * wte): the tensor's index into gpt_param_names, and *layer its layer (-1 for wte, wpe and the
+ * final LayerNorm). -1 when every gradient is finite, or when the gradients are not in host
+ * memory (nothing is read then). For the fp16 overflow line: where the scaled gradient left the
+ * range. */
+int gpt_first_nonfinite_grad(const GPT* m, int* layer);
+
 /* Forward over inputs (B, T) (B <= m->B, T <= m->T). Row b is global sequence g0 + b (DESIGN §2).
  * train != 0 turns dropout on and draws the step's seeds into the layer records. With targets,
  * returns the mean loss over the B*T positions, else -1. */

@@ -431,6 +431,36 @@ static void test_reference(void) {
     free_case(&k);
 }
 
+/* 6. where an overflow is reported: the first non-finite gradient in the backward's order of
+ * visit (final LayerNorm, layers L-1 down to 0 from the MLP projection down to ln1, wpe, wte) */
+static void test_first_nonfinite(const Case* k) {
+    RecomputePolicy none = {0, 0, CHECK_OFF, 0};
+    GPT m = build_on(k, none, fp16());
+    gpt_zero_grad(&m);
+    const int L = m.config.num_layers;
+    int layer = 99, got[6], lay[6];
+    got[0] = gpt_first_nonfinite_grad(&m, &layer); lay[0] = layer;
+    size_t per = m.param_sizes[4] / (size_t)L;   /* qkvw of one layer */
+    m.grads.qkvw[0 * per + 5] = INFINITY;          /* layer 0 */
+    got[1] = gpt_first_nonfinite_grad(&m, &layer); lay[1] = layer;
+    m.grads.qkvw[1 * per + 7] = NAN;               /* layer 1: met before layer 0 */
+    got[2] = gpt_first_nonfinite_grad(&m, &layer); lay[2] = layer;
+    size_t perfc = m.param_sizes[12] / (size_t)L;  /* fcprojw: layer 1's, met before its qkvw */
+    m.grads.fcprojw[1 * perfc + perfc - 1] = -INFINITY;
+    got[3] = gpt_first_nonfinite_grad(&m, &layer); lay[3] = layer;
+    m.grads.wte[3] = NAN;                          /* wte is visited last */
+    got[4] = gpt_first_nonfinite_grad(&m, &layer); lay[4] = layer;
+    m.grads.lnfb[0] = INFINITY;                    /* the final LayerNorm first of all */
+    got[5] = gpt_first_nonfinite_grad(&m, &layer); lay[5] = layer;
+    expect(got[0] == -1 && got[1] == 4 && lay[1] == 0 && got[2] == 4 && lay[2] == 1 &&
+           got[3] == 12 && lay[3] == 1 && got[4] == 12 && lay[4] == 1 && got[5] == 15 &&
+           lay[5] == -1, "fp16_overflow_names_the_first_nonfinite_gradient_of_the_backward",
+           "finite: %d; layer 0 qkvw: %d/%d; + layer 1 qkvw: %d/%d; + layer 1 fcprojw: %d/%d; "
+           "+ wte: %d/%d; + lnfb: %d/%d (tensor/layer; expected -1, 4/0, 4/1, 12/1, 12/1, 15/-1)",
+           got[0], got[1], lay[1], got[2], lay[2], got[3], lay[3], got[4], lay[4], got[5], lay[5]);
+    gpt_free(&m);
+}
+
 int main(void) {
     test_elementwise();
     test_products();
@@ -440,6 +470,7 @@ int main(void) {
     test_weight_copy(&k, w);
     test_policies(&k, w);
     test_reference();
+    test_first_nonfinite(&k);
     free(w);
     free_case(&k);
     return test_finish();

@@ -12,6 +12,8 @@
 #     toward --max-bad-steps, and the run goes on to the end;
 #   - resuming twice, at a doubled scale and after the overflow, is bit for bit the straight run
 #     (the scale and its count of good steps are in the state);
+#   - with --log-attn-stats, every fp16 row has "attn_fp16_headroom", one value a layer: 65504
+#     over that layer's largest score |s| of the same row; an fp32 row has none;
 #   - states and precision: an fp16 state resumed under fp32 or bf16, and an fp32 state under
 #     fp16, are refused in one line naming both; so is another --loss-scale-window on resume.
 set -u
@@ -80,7 +82,7 @@ if [ -n "$O" ] && ! cmp -s <(payload "$W/ov/state_00000006.bin") <(payload "$W/o
 if [ $rc -eq 0 ] && [ "$skipped" = '"step":5 ' ] &&
    [ "$scales" = "65536 65536 65536 131072 131072 131072 65536 65536 65536 131072 131072 131072 " ] &&
    [ $same = yes ] && [ $moved = yes ] && [ "$(col "$W/ov.jsonl" loss | wc -l)" -eq 12 ] &&
-   grep -q '^step 5: fp16 gradient overflow at loss scale 131072; update skipped, loss scale now 65536' "$W/ov.out"; then
+   grep -q '^step 5: fp16 gradient overflow at loss scale 131072 (first non-finite gradient in the backward: lnfw); update skipped, loss scale now 65536' "$W/ov.out"; then
     ok fp16_overflow_halves_the_scale_and_skips_exactly_that_step "status 0 under --max-bad-steps 1; skipped: $skipped; scales $scales; weights and moments after step 5 = after step 4, byte for byte, and step 6 updates them; $(grep '^step 5' "$W/ov.out")"
 else
     fail fp16_overflow_halves_the_scale_and_skips_exactly_that_step "status $rc; skipped: $skipped; scales $scales; state 5 = state 6: $same, 6 != 7: $moved; $(grep '^step 5' "$W/ov.out")"
@@ -103,6 +105,34 @@ if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] &&
     ok fp16_resume_is_bit_exact_with_the_scale "resumed after step 3 (scale 131072) and after step 6 (65536, past the overflow): steps 4..11 rows and the model file identical to the straight run's"
 else
     fail fp16_resume_is_bit_exact_with_the_scale "status $rc1/$rc2/$rc3; $(diff <(rows "$W/ov.jsonl" | tail -8 | nots) <(cat "$W/r1.jsonl" "$W/r2.jsonl" | rows /dev/stdin | nots) | head -2 | tr '\n' ' ') $(cmp "$W/ov/model.bin" "$W/r/model.bin" 2>&1)"
+fi
+
+# ---- the attention statistics' headroom to fp16's largest value, a layer at a time
+"$TRAIN" "${F16[@]}" --steps 3 --log-attn-stats --log-json "$W/as.jsonl" > /dev/null 2>&1
+rc16=$?
+"$TRAIN" "${BASE[@]}" --steps 1 --log-attn-stats --log-json "$W/as32.jsonl" > /dev/null 2>&1
+rc32=$?
+verdict=$(python3 - "$W/as.jsonl" "$W/as32.jsonl" << 'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"type":"train"' in l]
+r32 = [json.loads(l) for l in open(sys.argv[2]) if '"type":"train"' in l]
+bad = []
+for r in rows:
+    st, h = r.get("attn_stats"), r.get("attn_fp16_headroom")
+    if st is None or h is None or len(h) != len(st) or len(st) != 2:
+        bad.append("step %d: stats %s, headroom %s" % (r["step"], st, h)); continue
+    for l, (s, hl) in enumerate(zip(st, h)):
+        if not (s[0] > 0 and abs(hl - 65504.0 / s[0]) <= 1e-6 * hl):
+            bad.append("step %d layer %d: max |s| %g, headroom %g" % (r["step"], l, s[0], hl))
+if len(rows) != 3: bad.append("%d fp16 rows" % len(rows))
+if not r32 or "attn_fp16_headroom" in r32[0] or "attn_stats" not in r32[0]: bad.append("fp32 row: %s" % r32[:1])
+print("ok " + ", ".join("%.4g" % h for h in rows[-1]["attn_fp16_headroom"]) if not bad else "; ".join(bad))
+PY
+)
+if [ $rc16 -eq 0 ] && [ $rc32 -eq 0 ] && [ "${verdict%% *}" = ok ]; then
+    ok fp16_attn_stats_give_each_layers_headroom "3 fp16 rows, each layer's headroom 65504 / max |s| (last row: ${verdict#ok }); the fp32 row has none"
+else
+    fail fp16_attn_stats_give_each_layers_headroom "status $rc16/$rc32: $verdict"
 fi
 
 # ---- states and precisions
