@@ -32,7 +32,7 @@
  *     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), cudaMemGetInfo, cudaGetDeviceProperties
  *     (no clockRate: CUDA 13 removed it), cudaDeviceGetAttribute (the block and grid limits,
  *     cudaDevAttrClockRate, cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor /
- *     Minor), cudaGetDeviceCount, cudaGetDevice, cudaSetDevice; events on the default stream
+ *     Minor, cudaDevAttrMaxSharedMemoryPerBlockOptin), cudaGetDeviceCount, cudaGetDevice, cudaSetDevice; events on the default stream
  *     (cudaEventCreate, cudaEventDestroy, cudaEventRecord, cudaEventSynchronize,
  *     cudaEventElapsedTime: the profiler's timer, cuda/profile_cuda.cu);
  *     cuBLAS: cublasCreate, cublasDestroy, cublasSgemm, cublasSgemmStridedBatched, cublasSetMathMode
@@ -99,6 +99,18 @@ static inline __host__ __device__ uint32_t sg_pack_bf16x2(__nv_bfloat16 lo, __nv
 }
 
 static inline unsigned sg_ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+/* The dynamic shared memory one block may take on the current device with the opt-in
+ * (cudaFuncSetAttribute): 96 KiB on sm_70, 64 KiB on sm_75, 163 KiB on sm_80, 99 KiB on sm_86/89,
+ * 227 KiB on sm_90. A kernel that would take more chooses a smaller layout (attention/flash_cuda.cu,
+ * layernorm_backward_cuda) instead of failing to launch. Asked at every call (a host-side lookup,
+ * negligible beside a launch), so the emulation's SG_EMU_CC may change between calls. */
+static inline size_t sg_smem_optin(void) {
+    int dev = 0, v = 0;
+    SG_CHECK(cudaGetDevice(&dev));
+    SG_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return v > 48 * 1024 ? (size_t)v : 48 * 1024;
+}
 
 /* The kernels' A/B switch, one reading for every .cu file (the ops of cuda/ and the attention of
  * attention/): 1 when SEEDGPT_KERNELS=baseline (every op and the attention run the kernels they
