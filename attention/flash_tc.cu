@@ -1312,13 +1312,38 @@ static void tc_smem_optin(K* kernel, size_t smem) {
         SG_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
+/* The pipelined kernels' shared memory. Above the device's opt-in limit (sg_smem_optin: at HD 128
+ * the backward's 104 KiB passes exceed sm_86's and sm_89's 99 KiB) the launchers take the
+ * *_baseline kernels instead, which need less (69 KiB) and give the same bits (the tests hold the
+ * pipelined kernels to them bit for bit). */
+template <int HD> static size_t tc_forward_smem(void) {
+    return (size_t)(16 * TcShape<HD>::fwd_nw + 4 * TC_BK) * (HD + 8) * sizeof(uint16_t);   /* Q, 2 stages of K, V */
+}
+template <int HD> static size_t tc_dkdv_smem(void) {   /* K, V, two stages of (Q, dO, LSE, D), keep words */
+    return (size_t)(2 * TC_BK + 4 * TC_BQ) * (HD + 8) * sizeof(uint16_t) + (size_t)2 * 2 * TC_BQ * sizeof(float) +
+           (size_t)TC_BQ * 2 * sizeof(uint32_t);
+}
+template <int HD> static size_t tc_dq_smem(void) {     /* Q, dO, two stages of K, V, keep words */
+    constexpr int BQ = 16 * TcShape<HD>::dq_nw;
+    return (size_t)(2 * BQ + 4 * TC_BK) * (HD + 8) * sizeof(uint16_t) + (size_t)BQ * 2 * sizeof(uint32_t);
+}
+static int tc_backward_fits(int HD) {
+    const size_t limit = sg_smem_optin();
+    switch (HD) {
+    case 16: return tc_dkdv_smem<16>() <= limit && tc_dq_smem<16>() <= limit;
+    case 32: return tc_dkdv_smem<32>() <= limit && tc_dq_smem<32>() <= limit;
+    case 64: return tc_dkdv_smem<64>() <= limit && tc_dq_smem<64>() <= limit;
+    default: return tc_dkdv_smem<128>() <= limit && tc_dq_smem<128>() <= limit;
+    }
+}
+
 template <int HD, typename OutT>
 static void flash_tc_launch(OutT* out, float* lse, const uint16_t* qkv, int B, int T, int NH, int NKV,
                             uint32_t g0, uint64_t seed, Dropout drop) {
     const float sigma = 1.0f / sqrtf((float)HD);
     /* through a pointer: a template-id with two arguments would split SG_LAUNCH's arguments */
     void (*kernel)(OutT*, float*, const uint16_t*, int, int, int, uint32_t, uint64_t, uint32_t, float, float);
-    if (tc_baseline()) {
+    if (tc_baseline() || tc_forward_smem<HD>() > sg_smem_optin()) {
         kernel = flash_tc_forward_kernel_baseline<HD, OutT>;
         const size_t smem = (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8) * sizeof(uint16_t);
         tc_smem_optin(kernel, smem);
@@ -1330,7 +1355,7 @@ static void flash_tc_launch(OutT* out, float* lse, const uint16_t* qkv, int B, i
     }
     constexpr int NW = TcShape<HD>::fwd_nw, BQ = 16 * NW;
     kernel = flash_tc_forward_kernel<HD, NW, OutT>;
-    const size_t smem = (size_t)(BQ + 4 * TC_BK) * (HD + 8) * sizeof(uint16_t);   /* Q, 2 stages of K, V */
+    const size_t smem = tc_forward_smem<HD>();
     tc_smem_optin(kernel, smem);
     dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)T, BQ));
     SG_LAUNCH(kernel, grid, dim3(32 * NW), smem, out, lse, qkv, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
@@ -1411,8 +1436,7 @@ static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* d
         return;
     }
     /* dK/dV: K, V, two stages of (Q, dO: (BQ, LD) bf16 each; LSE, D: BQ floats each), keep words */
-    const size_t smem1 = (size_t)(2 * TC_BK + 4 * TC_BQ) * LD * sizeof(uint16_t) + (size_t)2 * 2 * TC_BQ * sizeof(float) +
-                         (size_t)TC_BQ * 2 * sizeof(uint32_t);
+    const size_t smem1 = tc_dkdv_smem<HD>();
     tc_smem_optin(flash_tc_dkdv_kernel<HD>, smem1);
     SG_LAUNCH(flash_tc_dkdv_kernel<HD>, grid1, dim3(TC_THREADS), smem1, dk_out, dv_out, out_stride, k_scale, dob,
               dob_stride, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
@@ -1422,7 +1446,7 @@ static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* d
     constexpr int NW = TcShape<HD>::dq_nw, BQ = 16 * NW;
     void (*dq)(float*, const uint16_t*, size_t, const uint16_t*, const float*, const float*, int, int, int,
                uint32_t, uint64_t, uint32_t, float, float) = flash_tc_dq_kernel<HD, NW>;
-    const size_t smem2 = (size_t)(2 * BQ + 4 * TC_BK) * LD * sizeof(uint16_t) + (size_t)BQ * 2 * sizeof(uint32_t);
+    const size_t smem2 = tc_dq_smem<HD>();
     tc_smem_optin(dq, smem2);
     dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, BQ));
     SG_LAUNCH(dq, grid2, dim3(32 * NW), smem2, dqkv, dob, dob_stride, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr,
@@ -1451,7 +1475,7 @@ template <typename OutT>
 static void flash_tc_backward(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_bf16, const OutT* out,
                               const float* lse, int B, int T, int NH, int NKV, int HD, uint32_t g0,
                               uint64_t attn_seed, Dropout drop) {
-    const int baseline = tc_baseline();
+    const int baseline = tc_baseline() || !tc_backward_fits(HD);
     if ((uintptr_t)dqkv % 16 != 0) {   /* it holds the bf16 dO, read 16 bytes at a time */
         fprintf(stderr, "seedgpt: attention backward (tensor cores): dqkv %p must be 16-byte aligned\n", (void*)dqkv);
         exit(1);
