@@ -35,6 +35,16 @@ static int binary_runs_on(const char* sass, int ptx, int cc) {
     return ptx > 0 && ptx <= cc;
 }
 
+/* The opt-in shared memory per block of the CUDA Programming Guide's table of limits, in bytes */
+static size_t documented_smem_optin(int cc) {
+    if (cc == 70 || cc == 72) return 96 * 1024;
+    if (cc == 75) return 64 * 1024;
+    if (cc == 80 || cc == 87) return 163 * 1024;
+    if (cc == 86 || cc == 89 || cc >= 120) return 99 * 1024;
+    if (cc >= 90) return 227 * 1024;
+    return 48 * 1024;
+}
+
 extern "C" void cuda_arch_from_cc(const char* name, int cc_major, int cc_minor, const char* sass, int ptx,
                                   CudaArch* out) {
     memset(out, 0, sizeof(*out));
@@ -46,6 +56,7 @@ extern "C" void cuda_arch_from_cc(const char* name, int cc_major, int cc_minor, 
     out->has_code = binary_runs_on(sass, ptx, cc);
     out->bf16_tensor_cores = cc >= 80;
     out->fp16_tensor_cores = cc >= 75;
+    out->smem_optin = documented_smem_optin(cc);
 }
 
 extern "C" int cuda_arch_query(CudaArch* out) {
@@ -60,6 +71,7 @@ extern "C" int cuda_arch_query(CudaArch* out) {
         return -1;
     }
     cuda_arch_from_cc(p.name, p.major, p.minor, ARCH_SASS, ARCH_PTX, out);
+    out->smem_optin = sg_smem_optin();
 #ifdef SG_EMU
     out->emulated = 1;
 #endif
@@ -117,6 +129,7 @@ extern "C" void cuda_arch_describe(const CudaArch* a, const char* precision, cha
         kernels = "fp32 kernels (cuBLAS fp32); --precision bf16 would take the bf16 tensor cores";
     else
         kernels = "fp32 kernels (cuBLAS fp32); no bf16 tensor cores below sm_80";
-    snprintf(line, cap, "cuda: %s, sm_%d%d%s: %s; binary: %s", a->name, a->cc_major, a->cc_minor,
-             a->emulated ? " (emulated)" : "", kernels, cuda_arch_built());
+    snprintf(line, cap, "cuda: %s, sm_%d%d%s: %s; %zu KiB shared memory a block; binary: %s", a->name,
+             a->cc_major, a->cc_minor, a->emulated ? " (emulated)" : "", kernels, a->smem_optin / 1024,
+             cuda_arch_built());
 }

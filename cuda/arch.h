@@ -29,6 +29,11 @@ typedef struct {
     int bf16_tensor_cores;   /* 1: sm_80+: mma.sync m16n8k16 bf16, cp.async (the bf16 tables) */
     int fp16_tensor_cores;   /* 1: sm_75+: mma.sync m16n8k8 f16 (cuda/mma.h) */
     int emulated;            /* 1: the CPU emulation (cuda/emu/), which runs every kernel */
+    size_t smem_optin;       /* the dynamic shared memory a block may opt in to, bytes: the
+                              * device's (cuda_arch_query), else the architecture's documented
+                              * limit (96 KiB sm_70, 64 KiB sm_75, 163 KiB sm_80, 99 KiB sm_86/89,
+                              * 227 KiB sm_90). Kernels that would take more run smaller layouts
+                              * (cuda/device.h: sg_smem_optin) */
 } CudaArch;
 
 /* The choice from a compute capability alone (no device; the tests). name may be NULL. sass is
@@ -48,7 +53,8 @@ const char* cuda_arch_built(void);
  * line that says why in err (cap bytes). */
 int cuda_arch_check(const CudaArch* a, const char* precision, char* err, size_t cap);
 
-/* The start-up line: the device, its compute capability and the kernels chosen for precision. */
+/* The start-up line: the device, its compute capability, the kernels chosen for precision and the
+ * shared memory a block may take. */
 void cuda_arch_describe(const CudaArch* a, const char* precision, char* line, size_t cap);
 
 #ifdef __cplusplus

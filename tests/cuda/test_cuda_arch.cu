@@ -90,9 +90,11 @@ static void startup_line_names_the_choice(void) {
     cuda_arch_from_cc("NVIDIA H100 80GB HBM3", 9, 0, NULL, 0, &h100);
     cuda_arch_describe(&t4, "fp32", line, sizeof(line));
     expect(strstr(line, "Tesla T4") && strstr(line, "sm_75") && strstr(line, "fp32 kernels") &&
-           strstr(line, "no bf16 tensor cores"), "startup_line_sm75_fp32", "%s", line);
+           strstr(line, "no bf16 tensor cores") && strstr(line, "64 KiB shared memory a block"),
+           "startup_line_sm75_fp32", "%s", line);
     cuda_arch_describe(&h100, "bf16", line, sizeof(line));
-    expect(strstr(line, "sm_90") && strstr(line, "bf16 tensor-core kernels") && strstr(line, "m16n8k16"),
+    expect(strstr(line, "sm_90") && strstr(line, "bf16 tensor-core kernels") && strstr(line, "m16n8k16") &&
+           strstr(line, "227 KiB shared memory a block"),
            "startup_line_sm90_bf16", "%s", line);
 }
 
@@ -119,9 +121,10 @@ static void device_query(void) {
     cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, 0);
     unsetenv("SG_EMU_CC");
     expect(q == 0 && t.cc_major == 7 && t.cc_minor == 5 && maj == 7 && min == 5 && strstr(t.name, "sm_75") &&
-           t.fp16_tensor_cores && !t.bf16_tensor_cores && r == 1 && strstr(err, "sm_80"),
-           "emulation_reports_sm75_when_told", "query %d: \"%s\" sm_%d%d (attributes %d.%d), bf16 check %d: %s", q,
-           t.name, t.cc_major, t.cc_minor, maj, min, r, err);
+           t.fp16_tensor_cores && !t.bf16_tensor_cores && r == 1 && strstr(err, "sm_80") &&
+           t.smem_optin == 64 * 1024,
+           "emulation_reports_sm75_when_told", "query %d: \"%s\" sm_%d%d (attributes %d.%d), %zu bytes of shared "
+           "memory a block, bf16 check %d: %s", q, t.name, t.cc_major, t.cc_minor, maj, min, t.smem_optin, r, err);
     CudaArch b;
     cuda_arch_query(&b);
     expect(b.cc_major == 9 && b.cc_minor == 0 && b.bf16_tensor_cores, "emulation_back_to_sm90_unset",
