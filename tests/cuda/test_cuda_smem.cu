@@ -10,7 +10,9 @@
  *      (68/102/85 KiB in the full layout), 100 (a part chunk) and 128 (116/170/149 KiB): under
  *      sm_86, sm_75 and sm_70 the kernels that do not fit take their LEAN instances, whose sums
  *      keep their terms and order, so every output equals sm_90's bit for bit;
- *   3. layernorm_backward_cuda at C = 2048 (the one-pass kernel takes 88 KiB): on sm_75 it takes
+ *   3. the bf16 tensor-core attention at HD 128, whose pipelined backward takes 104 KiB: on
+ *      sm_86 (99 KiB) it runs the baseline kernels, whose bits the pipelined ones have;
+ *   4. layernorm_backward_cuda at C = 2048 (the one-pass kernel takes 88 KiB): on sm_75 it takes
  *      the two-kernel path and agrees with sm_90's result to 1e-5; at C = 1024 (44 KiB) the same
  *      kernel runs everywhere and the bits are equal.
  * Without the bound (tests/mutants) the sm_75 launches fail and the test stops there.
@@ -24,9 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "attention/attention_cuda.h"
+#include "attention/flash_tc.h"
 #include "cuda/ops_cuda.h"
 #include "random/philox.h"
 #include "tests/test.h"
+#include "util/bf16.h"
 
 #define SEED 0x5eed5eedf00dULL
 
@@ -219,7 +223,48 @@ static void test_attention(int T, int NH, int NKV, int HD, double p) {
     SG_CHECK(cudaFree(dout));
 }
 
-/* ---- 3. layernorm backward ----------------------------------------------------------------- */
+/* ---- 3. the bf16 tensor-core attention ----------------------------------------------------- */
+
+static void run_tc(Outs* o, int T, int NH, int HD, const uint16_t* qkv, const float* dout) {
+    const size_t QKV = (size_t)3 * NH * HD, C = (size_t)NH * HD;
+    const Dropout drop = dropout_make(0.1);
+    float *out = dev_nan((size_t)T * C), *lse = dev_nan((size_t)NH * T), *dqkv = dev_nan((size_t)T * QKV);
+    float* scratch = dev_nan(attention_backward_tc_scratch_floats(1, T, NH, NH, HD));
+    attention_forward_tc_cuda(out, lse, qkv, 1, T, NH, NH, HD, 5u, SEED, drop);
+    attention_backward_tc_cuda(dqkv, scratch, dout, qkv, out, lse, 1, T, NH, NH, HD, 5u, SEED, drop);
+    outs_add(o, out, (size_t)T * C);
+    outs_add(o, lse, (size_t)NH * T);
+    outs_add(o, dqkv, (size_t)T * QKV);
+    SG_CHECK(cudaFree(out)); SG_CHECK(cudaFree(lse)); SG_CHECK(cudaFree(dqkv)); SG_CHECK(cudaFree(scratch));
+}
+
+static void test_tc_backward_on_sm86(int T, int NH, int HD) {
+    const size_t n = (size_t)T * 3 * NH * HD;
+    uint16_t* h = (uint16_t*)malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) h[i] = sg_bf16_from_float(urand());
+    uint16_t* qkv = NULL;
+    SG_CHECK(cudaMalloc((void**)&qkv, n * sizeof(uint16_t)));
+    SG_CHECK(cudaMemcpy(qkv, h, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    float* dout = dev_rand((size_t)T * NH * HD, 1.0f);
+    Outs ref = {}, got = {};
+    set_cc(90);
+    run_tc(&ref, T, NH, HD, qkv, dout);
+    set_cc(86);
+    run_tc(&got, T, NH, HD, qkv, dout);
+    set_cc(90);
+    int same = 1;
+    for (int i = 0; i < 3; i++) same &= memcmp(ref.h[i], got.h[i], ref.n[i] * sizeof(float)) == 0;
+    char name[128];
+    snprintf(name, sizeof(name), "tc_attention_on_sm_86_equals_sm_90_bitwise_T%d_HD%d", T, HD);
+    expect(same, name, "o, lse, dqkv %s", same ? "equal" : "differ");
+    outs_free(&ref);
+    outs_free(&got);
+    free(h);
+    SG_CHECK(cudaFree(qkv));
+    SG_CHECK(cudaFree(dout));
+}
+
+/* ---- 4. layernorm backward ----------------------------------------------------------------- */
 
 static void run_lnb(Outs* o, int N, int C, const float* dout, const float* x, const float* w, const float* m,
                     const float* r) {
@@ -273,6 +318,7 @@ int main(void) {
     test_attention(150, 2, 2, 128, 0.1);   /* two chunks of 64 head dims */
     test_attention(130, 2, 1, 100, 0.0);   /* a chunk of 40 (104 rounded) */
 #ifdef SG_EMU
+    test_tc_backward_on_sm86(80, 1, 128);
     test_layernorm_backward(9, 2048, 75, 0);
     test_layernorm_backward(9, 2048, 70, 1);   /* 88 KiB fits sm_70's 96 */
     test_layernorm_backward(9, 1024, 75, 1);
