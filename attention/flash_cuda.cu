@@ -227,17 +227,18 @@ template <int NDM>
 __device__ __forceinline__ void tile_mac_lean(float (&acc)[4][4 * NDM], const float* W, float* buf,
                                               FlashRows x, int n, int HD, int tx, int ty) {
     const int width = (HD + 7) & ~7;
+    #pragma unroll
     for (int m = 0; m < NDM; m++) {
-        if (64 * m >= width) break;   /* the same for every thread */
-        __syncthreads();
-        load_chunk(buf, x, HD, 64 * m);
-        __syncthreads();
-        const int d0 = 4 * tx + 64 * m;
-        if (d0 >= width) continue;
-        for (int c = 0; c < n; c++) {
-            const F4 w = ld4(W + c * FLASH_LDP + 4 * ty);
-            const F4 xv = ld4(buf + c * FLASH_LDC + 4 * tx);
-            for (int a = 0; a < 4; a++) fma4(&acc[a][4 * m], f4_at(w, a), xv);
+        if (64 * m < width) {   /* the same for every thread */
+            __syncthreads();
+            load_chunk(buf, x, HD, 64 * m);
+            __syncthreads();
+            if (4 * tx + 64 * m < width)
+                for (int c = 0; c < n; c++) {
+                    const F4 w = ld4(W + c * FLASH_LDP + 4 * ty);
+                    const F4 xv = ld4(buf + c * FLASH_LDC + 4 * tx);
+                    for (int a = 0; a < 4; a++) fma4(&acc[a][4 * m], f4_at(w, a), xv);
+                }
         }
     }
 }

@@ -127,8 +127,11 @@ extern "C" void cuda_arch_describe(const CudaArch* a, const char* precision, cha
         kernels = "bf16 tensor-core kernels (mma.sync m16n8k16, ldmatrix, cp.async; cuBLASLt bf16)";
     else if (a->bf16_tensor_cores)
         kernels = "fp32 kernels (cuBLAS fp32); --precision bf16 would take the bf16 tensor cores";
+    else if (a->fp16_tensor_cores)
+        kernels = "fp32 kernels (cuBLAS fp32); no bf16 tensor cores below sm_80; fp16 tensor-core attention "
+                  "(mma.sync m16n8k8, attention_forward_tc_f16_cuda)";
     else
-        kernels = "fp32 kernels (cuBLAS fp32); no bf16 tensor cores below sm_80";
+        kernels = "fp32 kernels (cuBLAS fp32); no tensor-core attention below sm_75";
     snprintf(line, cap, "cuda: %s, sm_%d%d%s: %s; %zu KiB shared memory a block; binary: %s", a->name,
              a->cc_major, a->cc_minor, a->emulated ? " (emulated)" : "", kernels, a->smem_optin / 1024,
              cuda_arch_built());

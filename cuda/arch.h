@@ -5,7 +5,9 @@
  * are compiled for every target but may run only on sm_80 or newer, so the choice is made here
  * and nowhere else:
  *   sm_80 and newer   every table; --precision bf16 takes the bf16 tensor-core paths
- *   sm_75 (Turing)    --precision fp32 only (fp32 kernels, cuBLAS fp32); bf16 is refused
+ *   sm_75 (Turing)    --precision fp32 only (fp32 kernels, cuBLAS fp32); bf16 is refused; the
+ *                     fp16 tensor-core attention (attention/flash_tc.h, mma.sync m16n8k8) runs
+ *                     here, not yet behind a --precision
  *   sm_70 (Volta)     the same, where the binary holds code for it (CUDA 12 toolkits build it)
  *   below sm_70       refused
  * A GPU whose architecture the binary holds neither SASS nor usable PTX for is refused too, in

@@ -90,8 +90,14 @@ static void startup_line_names_the_choice(void) {
     cuda_arch_from_cc("NVIDIA H100 80GB HBM3", 9, 0, NULL, 0, &h100);
     cuda_arch_describe(&t4, "fp32", line, sizeof(line));
     expect(strstr(line, "Tesla T4") && strstr(line, "sm_75") && strstr(line, "fp32 kernels") &&
-           strstr(line, "no bf16 tensor cores") && strstr(line, "64 KiB shared memory a block"),
+           strstr(line, "no bf16 tensor cores") && strstr(line, "64 KiB shared memory a block") &&
+           strstr(line, "fp16 tensor-core attention (mma.sync m16n8k8"),
            "startup_line_sm75_fp32", "%s", line);
+    CudaArch v100;
+    cuda_arch_from_cc("Tesla V100-SXM2-16GB", 7, 0, NULL, 0, &v100);
+    cuda_arch_describe(&v100, "fp32", line, sizeof(line));
+    expect(strstr(line, "sm_70") && strstr(line, "no tensor-core attention below sm_75") &&
+           strstr(line, "96 KiB shared memory a block"), "startup_line_sm70_fp32", "%s", line);
     cuda_arch_describe(&h100, "bf16", line, sizeof(line));
     expect(strstr(line, "sm_90") && strstr(line, "bf16 tensor-core kernels") && strstr(line, "m16n8k16") &&
            strstr(line, "227 KiB shared memory a block"),
