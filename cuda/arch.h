@@ -28,8 +28,12 @@ typedef struct {
     int cc_major, cc_minor;  /* compute capability */
     int supported;           /* 1: sm_70 or newer, the oldest the sources build for */
     int has_code;            /* 1: this binary holds SASS that runs here, or PTX old enough to JIT */
-    int bf16_tensor_cores;   /* 1: sm_80+: mma.sync m16n8k16 bf16, cp.async (the bf16 tables) */
-    int fp16_tensor_cores;   /* 1: sm_75+: mma.sync m16n8k8 f16 (cuda/mma.h) */
+    int code_cc;             /* the compute capability of that code (10 major + minor): the SASS
+                              * taken, or the PTX's where the driver compiles it (a compute_75
+                              * PTX build on an H100: 75, so no bf16 kernels); 0: none */
+    int bf16_tensor_cores;   /* 1: sm_80+ and code for sm_80+: mma.sync m16n8k16 bf16, cp.async
+                              * (the bf16 tables) */
+    int fp16_tensor_cores;   /* 1: sm_75+ and code for sm_75+: mma.sync m16n8k8 f16 (cuda/mma.h) */
     int emulated;            /* 1: the CPU emulation (cuda/emu/), which runs every kernel */
     size_t smem_optin;       /* the dynamic shared memory a block may opt in to, bytes: the
                               * device's (cuda_arch_query), else the architecture's documented
