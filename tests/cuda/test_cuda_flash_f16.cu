@@ -17,7 +17,8 @@
  *      fp16 values, so dO is exact), from the CPU forward's o and LSE; two runs bit for bit;
  *   4. controls: the kernel with another seed (p = 0.5) is far outside the forward's tolerance,
  *      and at HD 128 (the backward's 69 KiB do not fit sm_75's 64) the entry refuses in one line.
- * Head dims 16, 32 and 64, T = 1, T not a multiple of 64, MHA and GQA. Outputs are poisoned with
+ * Head dims 16, 32 and 64, T = 1, T not a multiple of 64, MHA and GQA (under ThreadSanitizer two
+ * shapes at p = 0.1: races, not values). Outputs are poisoned with
  * NaN before each launch. Builds two ways: nvcc (make test-cuda, on a GPU of sm_75 or newer) and
  * C++ against the emulation (make test-cuda-emu).
  */
@@ -331,7 +332,9 @@ int main(int argc, char** argv) {
     printf("# device sm_%d%d, %zu KiB of shared memory a block\n", maj, min, sg_smem_optin() / 1024);
 
     run_mask(2, 60, 2, 1, 64, 5u, 0.1);
+#if !defined(__SANITIZE_THREAD__)   /* ThreadSanitizer: races, not values; p = 0.1 takes every path */
     run_mask(2, 60, 2, 1, 64, 5u, 0.5);
+#endif
     const Shape shapes[] = {
         {1, 1, 1, 1, 16, 0u},      /* one position */
         {2, 37, 2, 1, 32, 3u},     /* GQA, B > 1, T inside one tile */
@@ -342,7 +345,7 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++)
         for (size_t pi = 0; pi < 3; pi++) {
 #if defined(__SANITIZE_THREAD__)
-            if (pi != 1) continue;   /* ThreadSanitizer: races, not values; p = 0.1 takes every path */
+            if (pi != 1 || k == 0 || k == 3) continue;   /* two shapes (GQA, three tiles) at p = 0.1 */
 #endif
             run_shape(&shapes[k], ps[pi]);
         }
