@@ -429,8 +429,8 @@ CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_MODEL_SRC) $(CUDA_TEST_ATTN_SRC)
 # tensor-core tiles held to the CPU attention: they link attention/flash_cpu.c, not flash_cuda.cu
 CUDA_TEST_TC_SRC    := tests/cuda/test_cuda_mma_scores.cu
 CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_TC_SRC),$(CUDA_TEST_ALONE_SRC))
-# the tensor-core attention forward (attention/flash_tc.cu) against the CPU attention
-CUDA_TEST_FTC_SRC   := tests/cuda/test_cuda_flash_tc.cu
+# the tensor-core attention (attention/flash_tc.cu: bf16, and fp16 for sm_75) against the CPU attention
+CUDA_TEST_FTC_SRC   := tests/cuda/test_cuda_flash_tc.cu tests/cuda/test_cuda_flash_f16.cu
 CUDA_TEST_ALONE_SRC := $(filter-out $(CUDA_TEST_FTC_SRC),$(CUDA_TEST_ALONE_SRC))
 CUDA_KERNELS_NEEDED := cuda/ops_cuda.cu cuda/device_memory.cu attention/flash_cuda.cu
 CUDA_KERNELS_MISSING := $(filter-out $(CUDA_SRC),$(CUDA_KERNELS_NEEDED))
@@ -461,9 +461,9 @@ $(CUDA_TEST_TC_BINS): $(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(BUILD)/test/atten
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_TEST_BUILD -o $@ $< $(BUILD)/test/attention/flash_cpu.o \
 		-Xcompiler -fopenmp -lgomp -lm
-CUDA_TEST_FTC_BINS := $(CUDA_BUILD)/tests/test_cuda_flash_tc
+CUDA_TEST_FTC_BINS := $(CUDA_TEST_FTC_SRC:tests/cuda/%.cu=$(CUDA_BUILD)/tests/%)
 # (flash_tc.o's fp32-interface wrappers call flash_cuda.o's kernels and cuda/device_memory.o's allocator)
-$(CUDA_TEST_FTC_BINS): tests/cuda/test_cuda_flash_tc.cu $(CUDA_BUILD)/attention/flash_tc.o \
+$(CUDA_TEST_FTC_BINS): $(CUDA_BUILD)/tests/%: tests/cuda/%.cu $(CUDA_BUILD)/attention/flash_tc.o \
 		$(CUDA_BUILD)/attention/flash_cuda.o $(CUDA_BUILD)/cuda/device_memory.o \
 		$(BUILD)/test/attention/flash_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
@@ -531,8 +531,8 @@ $(EMU_BUILD)/tests/test_cuda_attention: $(EMU_BUILD)/tests/test_cuda_attention.o
 EMU_TC_BINS := $(CUDA_TEST_TC_SRC:tests/cuda/%.cu=$(EMU_BUILD)/tests/%)
 $(EMU_TC_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_RT_OBJ) $(BUILD)/test/attention/flash_cpu.o
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
-EMU_FTC_BINS := $(EMU_BUILD)/tests/test_cuda_flash_tc
-$(EMU_FTC_BINS): $(EMU_BUILD)/tests/test_cuda_flash_tc.o $(EMU_BUILD)/attention/flash_tc.o \
+EMU_FTC_BINS := $(CUDA_TEST_FTC_SRC:tests/cuda/%.cu=$(EMU_BUILD)/tests/%)
+$(EMU_FTC_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_BUILD)/attention/flash_tc.o \
 		$(EMU_BUILD)/attention/flash_cuda.o $(EMU_BUILD)/cuda/device_memory.o $(EMU_RT_OBJ) \
 		$(BUILD)/test/attention/flash_cpu.o $(BUILD)/test/attention/flash_bf16_cpu.o
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)

@@ -129,10 +129,13 @@ __device__ __forceinline__ void load_tile(float* dst, int ld, const float* src, 
 
 /* s[a][k] = q(4 ty + a) . k(key_of(tx, k)) over d ascending, one fused multiply-add each (the
  * CPU's chain). A: (BQ, ld) rows of queries; Bm: (BK, ld) rows of keys. */
-__device__ __forceinline__ void score_tile(float s[4][4], const float* A, const float* Bm, int ld,
-                                           int width, int ty, int tx) {
+__device__ __forceinline__ void score_zero(float s[4][4]) {
     for (int a = 0; a < 4; a++)
         for (int k = 0; k < 4; k++) s[a][k] = 0.0f;
+}
+/* s[a][k] += the terms of head dims 0 .. width-1 of A and Bm, d ascending */
+__device__ __forceinline__ void score_acc(float s[4][4], const float* A, const float* Bm, int ld,
+                                          int width, int ty, int tx) {
     for (int d = 0; d < width; d += 4) {
         F4 qa[4], kb[4];
         for (int a = 0; a < 4; a++) qa[a] = ld4(A + (4 * ty + a) * ld + d);
@@ -146,6 +149,11 @@ __device__ __forceinline__ void score_tile(float s[4][4], const float* A, const 
             }
     }
 }
+__device__ __forceinline__ void score_tile(float s[4][4], const float* A, const float* Bm, int ld,
+                                           int width, int ty, int tx) {
+    score_zero(s);
+    score_acc(s, A, Bm, ld, width, ty, tx);
+}
 
 /* The four keep bits of query i against keys key_of(tx, 0..3) of the tile at j0: one Philox call
  * (DESIGN §3: counter (i, (jblock32 << 3) | (j & 7), h, g), word (j >> 3) & 3 = k). */
@@ -157,20 +165,98 @@ __device__ __forceinline__ void keep4(int keep[4], uint64_t seed, uint32_t g, ui
     for (int k = 0; k < 4; k++) keep[k] = draw[k] >= thr;
 }
 
+/* ---- the lean layout: every tile streamed through shared memory 64 columns at a time ----------
+ * The layout above holds whole rows of Q, K, V and dO: 68 KiB (forward), 102 KiB (dK/dV) and 85
+ * KiB (dQ) at HD = 64, up to 170 KiB at HD = 128, more than a T4 (64 KiB a block) or a V100 (96
+ * KiB) lets a block take. Where the device's limit (sg_smem_optin) is below a kernel's need, the
+ * host launches its LEAN instance: two (64, FLASH_LDC) buffers for the row tiles and one
+ * (64, FLASH_LDP) tile of weights, 51 KiB whatever HD is. The score phase streams both operands
+ * through the two buffers one chunk of 64 head dims at a time, carrying the 4 x 4 sums in
+ * registers, so each score is the same chain of fused multiply-adds over d ascending; the product
+ * phase loads the chunk of V (K, Q, dO) whose head dims 64 m .. 64 m + 63 it multiplies. Every
+ * sum keeps its terms and its order, so the LEAN instances give the bits of the others (the tiles
+ * are re-read from global memory per chunk instead: slower, never different). */
+#define FLASH_LDC (64 + 4)      /* row stride of a 64-column chunk */
+
+/* The rows first .. first + rows - 1 of a (n, stride) array, those outside 0 .. n-1 read as zero:
+ * a tile of load_tile (first 0, n the valid rows) or of load_window. */
+struct FlashRows {
+    const float* src;
+    size_t stride;
+    int first, n;
+};
+__device__ __forceinline__ FlashRows flash_rows(const float* src, size_t stride, int first, int n) {
+    FlashRows r = {src, stride, first, n};
+    return r;
+}
+
+/* dst (64, FLASH_LDC) = head dims c0 .. c0 + 63 of 64 rows of x, zero past HD (up to the rounded
+ * width) and outside the rows. One float a thread, consecutive threads on consecutive floats. */
+__device__ __forceinline__ void load_chunk(float* dst, FlashRows x, int HD, int c0) {
+    const int width = (HD + 7) & ~7, cw = min(64, width - c0), rows_per_pass = blockDim.x / cw;
+    const int r0 = threadIdx.x / cw, d = threadIdx.x - r0 * cw;
+    if (r0 >= rows_per_pass) return;
+    for (int r = r0; r < 64; r += rows_per_pass) {
+        const int row = x.first + r, col = c0 + d;
+        dst[r * FLASH_LDC + d] = (row >= 0 && row < x.n && col < HD) ? x.src[(size_t)row * x.stride + col] : 0.0f;
+    }
+}
+
+/* score_tile with its operands streamed: s = a . b over d ascending, a and b each passing through
+ * its buffer 64 head dims at a time. Starts with a barrier (the buffers' last readers are done);
+ * every thread of the block calls it. */
+__device__ __forceinline__ void score_tile_lean(float s[4][4], float* bufa, FlashRows a, float* bufb,
+                                                FlashRows b, int HD, int ty, int tx) {
+    const int width = (HD + 7) & ~7;
+    score_zero(s);
+    for (int c0 = 0; c0 < width; c0 += 64) {
+        __syncthreads();
+        load_chunk(bufa, a, HD, c0);
+        load_chunk(bufb, b, HD, c0);
+        __syncthreads();
+        score_acc(s, bufa, bufb, FLASH_LDC, min(64, width - c0), ty, tx);
+    }
+}
+
+/* tile_mac with X streamed: for each m, X's head dims 64 m .. 64 m + 63 pass through buf, then
+ * acc[a][4 m + x] += sum over rows c < n, ascending, of W[c][4 ty + a] X[c][4 tx + 64 m + x] (the
+ * same terms in the same order). W's rows have stride wld and its 4 ty columns at W + 4 ty;
+ * tile_mac's W is key-major (wld FLASH_LDP), the dK/dV pass's slot-order tiles too. Starts with a
+ * barrier; every thread of the block calls it. */
+template <int NDM>
+__device__ __forceinline__ void tile_mac_lean(float (&acc)[4][4 * NDM], const float* W, float* buf,
+                                              FlashRows x, int n, int HD, int tx, int ty) {
+    const int width = (HD + 7) & ~7;
+    #pragma unroll
+    for (int m = 0; m < NDM; m++) {
+        if (64 * m < width) {   /* the same for every thread */
+            __syncthreads();
+            load_chunk(buf, x, HD, 64 * m);
+            __syncthreads();
+            if (4 * tx + 64 * m < width)
+                for (int c = 0; c < n; c++) {
+                    const F4 w = ld4(W + c * FLASH_LDP + 4 * ty);
+                    const F4 xv = ld4(buf + c * FLASH_LDC + 4 * tx);
+                    for (int a = 0; a < 4; a++) fma4(&acc[a][4 * m], f4_at(w, a), xv);
+                }
+        }
+    }
+}
+
 /* ---- forward --------------------------------------------------------------------------------- */
 
 /* Block (b * NH + h, query tile): the last query tiles (the longest rows) get the first block
  * indices. Walks the key tiles left to right with a running max and a running sum of the
  * undropped weights per query; the weights that reach v lose the dropped keys. */
-template <int NDM>
+template <int NDM, bool LEAN>
 __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH,
                                      int NKV, int HD, uint32_t g0, uint64_t seed, uint32_t thr,
                                      float scale, float sigma) {
     SG_DYN_SHARED(float, smem);
-    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
-    float* Qs = smem;                 /* (BQ, ld) queries */
+    const int ld = LEAN ? FLASH_LDC : FLASH_LD(HD), width = (HD + 7) & ~7;
+    float* Qs = smem;                 /* (BQ, ld) queries (LEAN: a chunk of them) */
     float* Ks = Qs + FBQ * ld;        /* (BK, ld) keys */
-    float* Vs = Ks + FBK * ld;        /* (BK, ld) values */
+    float* Vs = LEAN ? Ks : Ks + FBK * ld;   /* (BK, ld) values (LEAN: a chunk, where Ks was) */
     float* Wt = Vs + FBK * ld;        /* (BK, LDP) weights, key-major: Wt[c * LDP + r] */
 
     const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
@@ -180,7 +266,8 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
     const float* qkv_b = qkv + (size_t)b * T * QKV;
     const uint32_t g = g0 + (uint32_t)b;
 
-    load_tile(Qs, ld, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, FBQ, HD);
+    const FlashRows qrows = flash_rows(qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, 0, nq);
+    if (!LEAN) load_tile(Qs, ld, qrows.src, QKV, nq, FBQ, HD);
 
     float acc[4][4 * NDM];
     float mrun[4], lrun[4];
@@ -193,13 +280,18 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
 
     for (int j0 = 0; j0 < i0 + nq; j0 += FBK) {
         const int nk = min(FBK, T - j0);
+        const FlashRows krows = flash_rows(qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, 0, nk);
+        const FlashRows vrows = flash_rows(qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, 0, nk);
         __syncthreads();   /* the last tile's products are done with Ks, Vs, Wt */
-        load_tile(Ks, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, nk, FBK, HD);
-        load_tile(Vs, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, nk, FBK, HD);
+        if (!LEAN) {
+            load_tile(Ks, ld, krows.src, QKV, nk, FBK, HD);
+            load_tile(Vs, ld, vrows.src, QKV, nk, FBK, HD);
+        }
         __syncthreads();
 
         float s[4][4], corr[4];
-        score_tile(s, Qs, Ks, ld, width, ty, tx);
+        if (LEAN) score_tile_lean(s, Qs, qrows, Ks, krows, HD, ty, tx);
+        else score_tile(s, Qs, Ks, ld, width, ty, tx);
         for (int a = 0; a < 4; a++) {
             const int i = i0 + 4 * ty + a;
             for (int k = 0; k < 4; k++) {
@@ -232,7 +324,8 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
         /* acc = acc * corr + W V, the keys in ascending order */
         for (int a = 0; a < 4; a++)
             for (int x = 0; x < 4 * NDM; x++) acc[a][x] *= corr[a];
-        tile_mac<NDM>(acc, Wt, Vs, ld, nk, width, tx, ty);
+        if (LEAN) tile_mac_lean<NDM>(acc, Wt, Vs, vrows, nk, HD, tx, ty);
+        else tile_mac<NDM>(acc, Wt, Vs, ld, nk, width, tx, ty);
     }
 
     for (int a = 0; a < 4; a++) {
@@ -302,19 +395,21 @@ __device__ __forceinline__ void softmax_grad(float s[4][4], float dp[4][4], cons
  * flash_group_sum_kernel adds up. The score phase leaves the weights and ds in
  * "slot" order, query-major: slot 4 tx + k of a row holds key key_of(tx, k), so that in the
  * product phase thread (ty, tx) reads its four keys key_of(ty, 0..3) as one 16-byte load. */
-template <int NDM>
+template <int NDM, bool LEAN>
 __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride, float k_scale,
                                   const float* dout, const float* qkv, const float* lse,
                                   const float* D, int T, int NH, int NKV, int HD, uint32_t g0,
                                   uint64_t seed, uint32_t thr, float scale, float sigma) {
     SG_DYN_SHARED(float, smem);
-    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
+    /* LEAN: bufa (Q, dO chunks), bufb (K, V chunks) and one weight tile Pd, which holds m p scale
+     * for the dV product and then ds for the dK product */
+    const int ld = LEAN ? FLASH_LDC : FLASH_LD(HD), width = (HD + 7) & ~7;
     float* Ks = smem;                 /* (BK, ld) keys */
-    float* Vs = Ks + FBK * ld;        /* (BK, ld) values */
+    float* Vs = LEAN ? Ks : Ks + FBK * ld;   /* (BK, ld) values */
     float* Qs = Vs + FBK * ld;        /* (BQ, ld) queries */
-    float* dOs = Qs + FBQ * ld;       /* (BQ, ld) do */
+    float* dOs = LEAN ? Qs : Qs + FBQ * ld;  /* (BQ, ld) do */
     float* Pd = dOs + FBQ * ld;       /* (BQ, LDP) m p scale, slot order */
-    float* dS = Pd + FBQ * FLASH_LDP; /* (BQ, LDP) ds, slot order */
+    float* dS = LEAN ? Pd : Pd + FBQ * FLASH_LDP; /* (BQ, LDP) ds, slot order */
 
     const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
@@ -323,8 +418,12 @@ __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(
     const float* qkv_b = qkv + (size_t)b * T * QKV;
     const uint32_t g = g0 + (uint32_t)b;
 
-    load_tile(Ks, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, nk, FBK, HD);
-    load_tile(Vs, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, nk, FBK, HD);
+    const FlashRows krows = flash_rows(qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, 0, nk);
+    const FlashRows vrows = flash_rows(qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, 0, nk);
+    if (!LEAN) {
+        load_tile(Ks, ld, krows.src, QKV, nk, FBK, HD);
+        load_tile(Vs, ld, vrows.src, QKV, nk, FBK, HD);
+    }
 
     float dk[4][4 * NDM], dv[4][4 * NDM];   /* keys key_of(ty, k), dims 4 tx + 64 m + x */
     for (int k = 0; k < 4; k++)
@@ -334,9 +433,13 @@ __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(
     const float* D_bh = D + ((size_t)b * NH + h) * T;
     for (int i0 = (j0 / FBQ) * FBQ; i0 < T; i0 += FBQ) {
         const int nq = min(FBQ, T - i0);
+        const FlashRows qrows = flash_rows(qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, 0, nq);
+        const FlashRows orows = flash_rows(dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, 0, nq);
         __syncthreads();   /* the last tile's products are done with Qs, dOs, Pd, dS */
-        load_tile(Qs, ld, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, FBQ, HD);
-        load_tile(dOs, ld, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq, FBQ, HD);
+        if (!LEAN) {
+            load_tile(Qs, ld, qrows.src, QKV, nq, FBQ, HD);
+            load_tile(dOs, ld, orows.src, C, nq, FBQ, HD);
+        }
         float L[4], Di[4];
         for (int a = 0; a < 4; a++) {
             const int i = i0 + 4 * ty + a;
@@ -346,6 +449,21 @@ __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dkdv_kernel(
         __syncthreads();
 
         float s[4][4], dp[4][4];
+        if (LEAN) {
+            score_tile_lean(s, Qs, qrows, Ks, krows, HD, ty, tx);
+            score_tile_lean(dp, dOs, orows, Vs, vrows, HD, ty, tx);
+            softmax_grad(s, dp, L, Di, i0, j0, T, ty, tx, sigma, scale, seed, g, (uint32_t)h, thr);
+            /* dV += Pd^T dO, then dK += dS^T Q through the one weight tile: each sum keeps its
+             * order (the queries ascending) */
+            for (int a = 0; a < 4; a++)
+                st4(Pd + (4 * ty + a) * FLASH_LDP + 4 * tx, s[a][0], s[a][1], s[a][2], s[a][3]);
+            tile_mac_lean<NDM>(dv, Pd, dOs, orows, nq, HD, tx, ty);
+            __syncthreads();   /* the dV product is done with Pd */
+            for (int a = 0; a < 4; a++)
+                st4(dS + (4 * ty + a) * FLASH_LDP + 4 * tx, dp[a][0], dp[a][1], dp[a][2], dp[a][3]);
+            tile_mac_lean<NDM>(dk, dS, Qs, qrows, nq, HD, tx, ty);
+            continue;
+        }
         score_tile(s, Qs, Ks, ld, width, ty, tx);     /* Q K^T */
         score_tile(dp, dOs, Vs, ld, width, ty, tx);   /* dO V^T */
         softmax_grad(s, dp, L, Di, i0, j0, T, ty, tx, sigma, scale, seed, g, (uint32_t)h, thr);
@@ -440,16 +558,16 @@ extern "C" void attention_group_sum_cuda(float* dqkv, const float* dKp, const fl
 
 /* Pass 2: dQ. Block (b * NH + h, query tile), the last query tiles (the longest rows) first; it
  * sums over the key tiles and the keys in ascending order. */
-template <int NDM>
+template <int NDM, bool LEAN>
 __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                 const float* D, int T, int NH, int NKV, int HD, uint32_t g0,
                                 uint64_t seed, uint32_t thr, float scale, float sigma) {
     SG_DYN_SHARED(float, smem);
-    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
+    const int ld = LEAN ? FLASH_LDC : FLASH_LD(HD), width = (HD + 7) & ~7;
     float* Qs = smem;                 /* (BQ, ld) queries */
-    float* dOs = Qs + FBQ * ld;       /* (BQ, ld) do */
+    float* dOs = LEAN ? Qs : Qs + FBQ * ld;  /* (BQ, ld) do */
     float* Ks = dOs + FBQ * ld;       /* (BK, ld) keys */
-    float* Vs = Ks + FBK * ld;        /* (BK, ld) values */
+    float* Vs = LEAN ? Ks : Ks + FBK * ld;   /* (BK, ld) values */
     float* dSt = Vs + FBK * ld;       /* (BK, LDP) ds, key-major: dSt[c * LDP + r] */
 
     const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
@@ -459,8 +577,12 @@ __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dq_kernel(fl
     const float* qkv_b = qkv + (size_t)b * T * QKV;
     const uint32_t g = g0 + (uint32_t)b;
 
-    load_tile(Qs, ld, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq, FBQ, HD);
-    load_tile(dOs, ld, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq, FBQ, HD);
+    const FlashRows qrows = flash_rows(qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, 0, nq);
+    const FlashRows orows = flash_rows(dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, 0, nq);
+    if (!LEAN) {
+        load_tile(Qs, ld, qrows.src, QKV, nq, FBQ, HD);
+        load_tile(dOs, ld, orows.src, C, nq, FBQ, HD);
+    }
     float L[4], Di[4];
     for (int a = 0; a < 4; a++) {
         const int i = i0 + 4 * ty + a;
@@ -473,21 +595,31 @@ __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1) flash_dq_kernel(fl
 
     for (int j0 = 0; j0 < i0 + nq; j0 += FBK) {
         const int nk = min(FBK, T - j0);
+        const FlashRows krows = flash_rows(qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, 0, nk);
+        const FlashRows vrows = flash_rows(qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, 0, nk);
         __syncthreads();   /* the last tile's products are done with Ks, Vs, dSt */
-        load_tile(Ks, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + kvh) * HD, QKV, nk, FBK, HD);
-        load_tile(Vs, ld, qkv_b + (size_t)j0 * QKV + (size_t)(NH + NKV + kvh) * HD, QKV, nk, FBK, HD);
+        if (!LEAN) {
+            load_tile(Ks, ld, krows.src, QKV, nk, FBK, HD);
+            load_tile(Vs, ld, vrows.src, QKV, nk, FBK, HD);
+        }
         __syncthreads();
 
         float s[4][4], dp[4][4];
-        score_tile(s, Qs, Ks, ld, width, ty, tx);     /* Q K^T */
-        score_tile(dp, dOs, Vs, ld, width, ty, tx);   /* dO V^T */
+        if (LEAN) {
+            score_tile_lean(s, Qs, qrows, Ks, krows, HD, ty, tx);
+            score_tile_lean(dp, dOs, orows, Vs, vrows, HD, ty, tx);
+        } else {
+            score_tile(s, Qs, Ks, ld, width, ty, tx);     /* Q K^T */
+            score_tile(dp, dOs, Vs, ld, width, ty, tx);   /* dO V^T */
+        }
         softmax_grad(s, dp, L, Di, i0, j0, T, ty, tx, sigma, scale, seed, g, (uint32_t)h, thr);
         for (int k = 0; k < 4; k++)
             st4(dSt + key_of(tx, k) * FLASH_LDP + 4 * ty, dp[0][k], dp[1][k], dp[2][k], dp[3][k]);
         __syncthreads();
 
         /* dQ += dS K, the keys in ascending order */
-        tile_mac<NDM>(acc, dSt, Ks, ld, nk, width, tx, ty);
+        if (LEAN) tile_mac_lean<NDM>(acc, dSt, Ks, krows, nk, HD, tx, ty);
+        else tile_mac<NDM>(acc, dSt, Ks, ld, nk, width, tx, ty);
     }
 
     for (int a = 0; a < 4; a++) {
@@ -549,6 +681,28 @@ static size_t flash_dq_smem(int HD) {
     return sizeof(float) * ((size_t)(2 * FBQ + 2 * FBK) * FLASH_LD(HD) + (size_t)FBK * FLASH_LDP);
 }
 
+/* The LEAN instances' shared memory, whatever HD is: two (64, FLASH_LDC) chunk buffers and one
+ * (64, FLASH_LDP) weight tile, 51 KiB. */
+static size_t flash_lean_smem(void) {
+    return sizeof(float) * ((size_t)(FBQ + FBK) * FLASH_LDC + (size_t)FBK * FLASH_LDP);
+}
+
+/* The instance a kernel runs: the full layout where its `*bytes` fit the device's opt-in limit
+ * (sg_smem_optin), else the LEAN one (returns 1, *bytes set to its size). Every GPU the backend
+ * runs on (sm_70 and newer, 64 KiB or more) holds the LEAN instance; a device that does not gets
+ * one line and exit. */
+static int flash_take_lean(const char* fn, size_t* bytes) {
+    const size_t limit = sg_smem_optin();
+    if (*bytes <= limit) return 0;
+    if (flash_lean_smem() > limit) {
+        fprintf(stderr, "seedgpt: %s: the fp32 attention needs %zu bytes of shared memory a block and "
+                "this device allows %zu\n", fn, flash_lean_smem(), limit);
+        exit(1);
+    }
+    *bytes = flash_lean_smem();
+    return 1;
+}
+
 /* Dynamic shared memory above 48 KiB needs the kernel's opt-in. */
 template <typename Kernel>
 static void flash_allow_smem(Kernel kernel, size_t bytes) {
@@ -560,10 +714,12 @@ template <int NDM>
 static void flash_forward_launch(float* out, float* lse, const float* qkv, int B, int T, int NH,
                                  int NKV, int HD, uint32_t g0, uint64_t seed, Dropout drop,
                                  float sigma) {
-    const size_t smem = flash_forward_smem(HD);
-    flash_allow_smem(flash_forward_kernel<NDM>, smem);
+    size_t smem = flash_forward_smem(HD);
+    auto* flash_forward = flash_take_lean("attention_forward_cuda", &smem) ? flash_forward_kernel<NDM, true>
+                                                                           : flash_forward_kernel<NDM, false>;
+    flash_allow_smem(flash_forward, smem);
     dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)T, FBQ));
-    SG_LAUNCH(flash_forward_kernel<NDM>, grid, dim3(FTHREADS), smem, out, lse, qkv, T, NH, NKV, HD,
+    SG_LAUNCH(flash_forward, grid, dim3(FTHREADS), smem, out, lse, qkv, T, NH, NKV, HD,
               g0, seed, drop.thr, drop.scale, sigma);
     SG_CHECK_LAUNCH();
 }
@@ -595,27 +751,31 @@ template <int NDM>
 static void flash_backward_launch(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* lse, int B, int T, int NH, int NKV, int HD,
                                   uint32_t g0, uint64_t seed, Dropout drop, float sigma) {
-    const size_t smem1 = flash_dkdv_smem(HD), smem2 = flash_dq_smem(HD);
+    size_t smem1 = flash_dkdv_smem(HD), smem2 = flash_dq_smem(HD);
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
     const float* D = scratch;
-    flash_allow_smem(flash_dkdv_kernel<NDM>, smem1);
-    flash_allow_smem(flash_dq_kernel<NDM>, smem2);
+    auto* flash_dkdv = flash_take_lean("attention_backward_cuda", &smem1) ? flash_dkdv_kernel<NDM, true>
+                                                                          : flash_dkdv_kernel<NDM, false>;
+    auto* flash_dq = flash_take_lean("attention_backward_cuda", &smem2) ? flash_dq_kernel<NDM, true>
+                                                                        : flash_dq_kernel<NDM, false>;
+    flash_allow_smem(flash_dkdv, smem1);
+    flash_allow_smem(flash_dq, smem2);
     dim3 grid1((unsigned)(B * NH), sg_ceil_div((size_t)T, FBK));
     if (NKV == NH) {   /* one query head per kv head: straight into dqkv */
-        SG_LAUNCH(flash_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dqkv + (size_t)NH * HD,
+        SG_LAUNCH(flash_dkdv, grid1, dim3(FTHREADS), smem1, dqkv + (size_t)NH * HD,
                   dqkv + (size_t)(NH + NKV) * HD, QKV, sigma, dout, qkv, lse, D, T, NH, NKV, HD, g0,
                   seed, drop.thr, drop.scale, sigma);
         SG_CHECK_LAUNCH();
     } else {           /* partial sums per query head, then the group's sum in a fixed order */
         float* dKp = scratch + flash_round16((size_t)B * NH * T);
         float* dVp = dKp + flash_round16((size_t)B * T * NH * HD);
-        SG_LAUNCH(flash_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dKp, dVp, (size_t)NH * HD,
+        SG_LAUNCH(flash_dkdv, grid1, dim3(FTHREADS), smem1, dKp, dVp, (size_t)NH * HD,
                   1.0f, dout, qkv, lse, D, T, NH, NKV, HD, g0, seed, drop.thr, drop.scale, sigma);
         SG_CHECK_LAUNCH();
         attention_group_sum_cuda(dqkv, dKp, dVp, B, T, NH, NKV, HD, sigma);
     }
     dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, FBQ));
-    SG_LAUNCH(flash_dq_kernel<NDM>, grid2, dim3(FTHREADS), smem2, dqkv, dout, qkv, lse, D, T, NH,
+    SG_LAUNCH(flash_dq, grid2, dim3(FTHREADS), smem2, dqkv, dout, qkv, lse, D, T, NH,
               NKV, HD, g0, seed, drop.thr, drop.scale, sigma);
     SG_CHECK_LAUNCH();
 }
@@ -688,17 +848,17 @@ __device__ __forceinline__ void softmax_grad_block(float s[4][4], float dp[4][4]
 /* Forward. Block (b * NH + h, local query tile), the last tiles first; the key tiles left to right
  * as in flash_forward_kernel. A query that sees no key of the block gets lse = -inf and a zero
  * row (the CPU's convention: the merge then leaves the running result alone). */
-template <int NDM>
+template <int NDM, bool LEAN>
 __global__ void flash_block_forward_kernel(float* out, float* lse, const float* q, size_t q_stride,
                                            int Tq, int iq0, const float* k, const float* v,
                                            size_t kv_stride, int Tk, int jk0, int NH, int NKV,
                                            int HD, uint32_t g0, uint64_t seed, uint32_t thr,
                                            float scale, float sigma) {
     SG_DYN_SHARED(float, smem);
-    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
+    const int ld = LEAN ? FLASH_LDC : FLASH_LD(HD), width = (HD + 7) & ~7;
     float* Qs = smem;                 /* (BQ, ld) queries */
     float* Ks = Qs + FBQ * ld;        /* (BK, ld) keys */
-    float* Vs = Ks + FBK * ld;        /* (BK, ld) values */
+    float* Vs = LEAN ? Ks : Ks + FBK * ld;   /* (BK, ld) values */
     float* Wt = Vs + FBK * ld;        /* (BK, LDP) weights, key-major */
 
     const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
@@ -710,7 +870,8 @@ __global__ void flash_block_forward_kernel(float* out, float* lse, const float* 
     const float* v_b = v + (size_t)b * Tk * kv_stride + (size_t)kvh * HD;
     const uint32_t g = g0 + (uint32_t)b;
 
-    load_tile(Qs, ld, q + ((size_t)b * Tq + r0) * q_stride + (size_t)h * HD, q_stride, nq, FBQ, HD);
+    const FlashRows qrows = flash_rows(q + ((size_t)b * Tq + r0) * q_stride + (size_t)h * HD, q_stride, 0, nq);
+    if (!LEAN) load_tile(Qs, ld, qrows.src, q_stride, nq, FBQ, HD);
 
     float acc[4][4 * NDM];
     float mrun[4], lrun[4];
@@ -723,12 +884,15 @@ __global__ void flash_block_forward_kernel(float* out, float* lse, const float* 
     for (int jt = (jk0 / FBK) * FBK; jt < jend && jt <= i0 + nq - 1; jt += FBK) {
         const int nk = min(FBK, jend - jt);   /* rows of the tile up to the block's last key */
         __syncthreads();
-        load_window(Ks, ld, k_b, kv_stride, jt - jk0, Tk, FBK, HD);
-        load_window(Vs, ld, v_b, kv_stride, jt - jk0, Tk, FBK, HD);
+        if (!LEAN) {
+            load_window(Ks, ld, k_b, kv_stride, jt - jk0, Tk, FBK, HD);
+            load_window(Vs, ld, v_b, kv_stride, jt - jk0, Tk, FBK, HD);
+        }
         __syncthreads();
 
         float s[4][4], corr[4];
-        score_tile(s, Qs, Ks, ld, width, ty, tx);
+        if (LEAN) score_tile_lean(s, Qs, qrows, Ks, flash_rows(k_b, kv_stride, jt - jk0, Tk), HD, ty, tx);
+        else score_tile(s, Qs, Ks, ld, width, ty, tx);
         for (int a = 0; a < 4; a++) {
             const int i = i0 + 4 * ty + a;
             for (int kk = 0; kk < 4; kk++) {
@@ -759,7 +923,8 @@ __global__ void flash_block_forward_kernel(float* out, float* lse, const float* 
 
         for (int a = 0; a < 4; a++)
             for (int x = 0; x < 4 * NDM; x++) acc[a][x] *= corr[a];
-        tile_mac<NDM>(acc, Wt, Vs, ld, nk, width, tx, ty);
+        if (LEAN) tile_mac_lean<NDM>(acc, Wt, Vs, flash_rows(v_b, kv_stride, jt - jk0, Tk), nk, HD, tx, ty);
+        else tile_mac<NDM>(acc, Wt, Vs, ld, nk, width, tx, ty);
     }
 
     for (int a = 0; a < 4; a++) {
@@ -781,7 +946,7 @@ __global__ void flash_block_forward_kernel(float* out, float* lse, const float* 
  * query tiles in ascending order, then their queries. With accumulate (one query head per kv
  * head) it adds (dk * k_scale, dv) to the block's rows of dk_out, dv_out (column h * HD); else it
  * writes the per-query-head partials that flash_block_group_sum_kernel adds up. */
-template <int NDM>
+template <int NDM, bool LEAN>
 __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1)
 flash_block_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride, float k_scale,
                         int accumulate, const float* dout, const float* lse, const float* D,
@@ -789,13 +954,13 @@ flash_block_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride, float k
                         const float* v, size_t kv_stride, int Tk, int jk0, int NH, int NKV, int HD,
                         uint32_t g0, uint64_t seed, uint32_t thr, float scale, float sigma) {
     SG_DYN_SHARED(float, smem);
-    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
-    float* Ks = smem;
-    float* Vs = Ks + FBK * ld;
+    const int ld = LEAN ? FLASH_LDC : FLASH_LD(HD), width = (HD + 7) & ~7;
+    float* Ks = smem;                 /* the layout of flash_dkdv_kernel */
+    float* Vs = LEAN ? Ks : Ks + FBK * ld;
     float* Qs = Vs + FBK * ld;
-    float* dOs = Qs + FBQ * ld;
+    float* dOs = LEAN ? Qs : Qs + FBQ * ld;
     float* Pd = dOs + FBQ * ld;       /* (BQ, LDP) m p scale, slot order */
-    float* dS = Pd + FBQ * FLASH_LDP; /* (BQ, LDP) ds, slot order */
+    float* dS = LEAN ? Pd : Pd + FBQ * FLASH_LDP; /* (BQ, LDP) ds, slot order */
 
     const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
@@ -804,10 +969,12 @@ flash_block_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride, float k
     const size_t C = (size_t)NH * HD;
     const uint32_t g = g0 + (uint32_t)b;
 
-    load_window(Ks, ld, k + (size_t)b * Tk * kv_stride + (size_t)kvh * HD, kv_stride, jt - jk0, Tk,
-                FBK, HD);
-    load_window(Vs, ld, v + (size_t)b * Tk * kv_stride + (size_t)kvh * HD, kv_stride, jt - jk0, Tk,
-                FBK, HD);
+    const FlashRows krows = flash_rows(k + (size_t)b * Tk * kv_stride + (size_t)kvh * HD, kv_stride, jt - jk0, Tk);
+    const FlashRows vrows = flash_rows(v + (size_t)b * Tk * kv_stride + (size_t)kvh * HD, kv_stride, jt - jk0, Tk);
+    if (!LEAN) {
+        load_window(Ks, ld, krows.src, kv_stride, jt - jk0, Tk, FBK, HD);
+        load_window(Vs, ld, vrows.src, kv_stride, jt - jk0, Tk, FBK, HD);
+    }
 
     float dk[4][4 * NDM], dv[4][4 * NDM];
     for (int kk = 0; kk < 4; kk++)
@@ -818,10 +985,13 @@ flash_block_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride, float k
     for (int r0 = 0; r0 < Tq; r0 += FBQ) {
         const int nq = min(FBQ, Tq - r0), i0 = iq0 + r0;
         if (i0 + nq - 1 < jfirst) continue;   /* every query before the tile's first key */
+        const FlashRows qrows = flash_rows(q + ((size_t)b * Tq + r0) * q_stride + (size_t)h * HD, q_stride, 0, nq);
+        const FlashRows orows = flash_rows(dout + ((size_t)b * Tq + r0) * C + (size_t)h * HD, C, 0, nq);
         __syncthreads();
-        load_tile(Qs, ld, q + ((size_t)b * Tq + r0) * q_stride + (size_t)h * HD, q_stride, nq, FBQ,
-                  HD);
-        load_tile(dOs, ld, dout + ((size_t)b * Tq + r0) * C + (size_t)h * HD, C, nq, FBQ, HD);
+        if (!LEAN) {
+            load_tile(Qs, ld, qrows.src, q_stride, nq, FBQ, HD);
+            load_tile(dOs, ld, orows.src, C, nq, FBQ, HD);
+        }
         float L[4], Di[4];
         for (int a = 0; a < 4; a++) {
             const int r = r0 + 4 * ty + a;
@@ -831,6 +1001,20 @@ flash_block_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride, float k
         __syncthreads();
 
         float s[4][4], dp[4][4];
+        if (LEAN) {   /* as in flash_dkdv_kernel */
+            score_tile_lean(s, Qs, qrows, Ks, krows, HD, ty, tx);
+            score_tile_lean(dp, dOs, orows, Vs, vrows, HD, ty, tx);
+            softmax_grad_block(s, dp, L, Di, i0, iend, jt, jk0, jend, ty, tx, sigma, scale, seed, g,
+                               (uint32_t)h, thr);
+            for (int a = 0; a < 4; a++)
+                st4(Pd + (4 * ty + a) * FLASH_LDP + 4 * tx, s[a][0], s[a][1], s[a][2], s[a][3]);
+            tile_mac_lean<NDM>(dv, Pd, dOs, orows, nq, HD, tx, ty);
+            __syncthreads();
+            for (int a = 0; a < 4; a++)
+                st4(dS + (4 * ty + a) * FLASH_LDP + 4 * tx, dp[a][0], dp[a][1], dp[a][2], dp[a][3]);
+            tile_mac_lean<NDM>(dk, dS, Qs, qrows, nq, HD, tx, ty);
+            continue;
+        }
         score_tile(s, Qs, Ks, ld, width, ty, tx);
         score_tile(dp, dOs, Vs, ld, width, ty, tx);
         softmax_grad_block(s, dp, L, Di, i0, iend, jt, jk0, jend, ty, tx, sigma, scale, seed, g,
@@ -896,7 +1080,7 @@ __global__ void flash_block_group_sum_kernel(float* dk, float* dv, size_t dkv_st
 
 /* dQ of one query tile against the block's key tiles: block (b * NH + h, local query tile), the
  * last tiles first; the key tiles and their keys in ascending order; dq += sigma * the sum. */
-template <int NDM>
+template <int NDM, bool LEAN>
 __global__ void __launch_bounds__(FTHREADS, NDM == 1 ? 2 : 1)
 flash_block_dq_kernel(float* dq, size_t dq_stride, const float* dout, const float* lse,
                       const float* D, const float* q, size_t q_stride, int Tq, int iq0,
@@ -904,11 +1088,11 @@ flash_block_dq_kernel(float* dq, size_t dq_stride, const float* dout, const floa
                       int NKV, int HD, uint32_t g0, uint64_t seed, uint32_t thr, float scale,
                       float sigma) {
     SG_DYN_SHARED(float, smem);
-    const int ld = FLASH_LD(HD), width = (HD + 7) & ~7;
-    float* Qs = smem;
-    float* dOs = Qs + FBQ * ld;
+    const int ld = LEAN ? FLASH_LDC : FLASH_LD(HD), width = (HD + 7) & ~7;
+    float* Qs = smem;                 /* the layout of flash_dq_kernel */
+    float* dOs = LEAN ? Qs : Qs + FBQ * ld;
     float* Ks = dOs + FBQ * ld;
-    float* Vs = Ks + FBK * ld;
+    float* Vs = LEAN ? Ks : Ks + FBK * ld;
     float* dSt = Vs + FBK * ld;       /* (BK, LDP) ds, key-major */
 
     const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
@@ -920,8 +1104,12 @@ flash_block_dq_kernel(float* dq, size_t dq_stride, const float* dout, const floa
     const float* v_b = v + (size_t)b * Tk * kv_stride + (size_t)kvh * HD;
     const uint32_t g = g0 + (uint32_t)b;
 
-    load_tile(Qs, ld, q + ((size_t)b * Tq + r0) * q_stride + (size_t)h * HD, q_stride, nq, FBQ, HD);
-    load_tile(dOs, ld, dout + ((size_t)b * Tq + r0) * C + (size_t)h * HD, C, nq, FBQ, HD);
+    const FlashRows qrows = flash_rows(q + ((size_t)b * Tq + r0) * q_stride + (size_t)h * HD, q_stride, 0, nq);
+    const FlashRows orows = flash_rows(dout + ((size_t)b * Tq + r0) * C + (size_t)h * HD, C, 0, nq);
+    if (!LEAN) {
+        load_tile(Qs, ld, qrows.src, q_stride, nq, FBQ, HD);
+        load_tile(dOs, ld, orows.src, C, nq, FBQ, HD);
+    }
     float L[4], Di[4];
     for (int a = 0; a < 4; a++) {
         const int r = r0 + 4 * ty + a;
@@ -934,20 +1122,30 @@ flash_block_dq_kernel(float* dq, size_t dq_stride, const float* dout, const floa
 
     for (int jt = (jk0 / FBK) * FBK; jt < jend && jt <= i0 + nq - 1; jt += FBK) {
         const int nk = min(FBK, jend - jt);
+        const FlashRows krows = flash_rows(k_b, kv_stride, jt - jk0, Tk);
+        const FlashRows vrows = flash_rows(v_b, kv_stride, jt - jk0, Tk);
         __syncthreads();
-        load_window(Ks, ld, k_b, kv_stride, jt - jk0, Tk, FBK, HD);
-        load_window(Vs, ld, v_b, kv_stride, jt - jk0, Tk, FBK, HD);
+        if (!LEAN) {
+            load_window(Ks, ld, k_b, kv_stride, jt - jk0, Tk, FBK, HD);
+            load_window(Vs, ld, v_b, kv_stride, jt - jk0, Tk, FBK, HD);
+        }
         __syncthreads();
 
         float s[4][4], dp[4][4];
-        score_tile(s, Qs, Ks, ld, width, ty, tx);
-        score_tile(dp, dOs, Vs, ld, width, ty, tx);
+        if (LEAN) {
+            score_tile_lean(s, Qs, qrows, Ks, krows, HD, ty, tx);
+            score_tile_lean(dp, dOs, orows, Vs, vrows, HD, ty, tx);
+        } else {
+            score_tile(s, Qs, Ks, ld, width, ty, tx);
+            score_tile(dp, dOs, Vs, ld, width, ty, tx);
+        }
         softmax_grad_block(s, dp, L, Di, i0, iend, jt, jk0, jend, ty, tx, sigma, scale, seed, g,
                            (uint32_t)h, thr);
         for (int kk = 0; kk < 4; kk++)
             st4(dSt + key_of(tx, kk) * FLASH_LDP + 4 * ty, dp[0][kk], dp[1][kk], dp[2][kk], dp[3][kk]);
         __syncthreads();
-        tile_mac<NDM>(acc, dSt, Ks, ld, nk, width, tx, ty);
+        if (LEAN) tile_mac_lean<NDM>(acc, dSt, Ks, krows, nk, HD, tx, ty);
+        else tile_mac<NDM>(acc, dSt, Ks, ld, nk, width, tx, ty);
     }
 
     for (int a = 0; a < 4; a++) {
@@ -992,10 +1190,13 @@ static void flash_block_forward_launch(float* out, float* lse, const float* q, s
                                        size_t kv_stride, int Tk, int jk0, int B, int NH, int NKV,
                                        int HD, uint32_t g0, uint64_t seed, Dropout drop,
                                        float sigma) {
-    const size_t smem = flash_forward_smem(HD);
-    flash_allow_smem(flash_block_forward_kernel<NDM>, smem);
+    size_t smem = flash_forward_smem(HD);
+    auto* flash_block_forward = flash_take_lean("attention_block_forward_cuda", &smem)
+                                    ? flash_block_forward_kernel<NDM, true>
+                                    : flash_block_forward_kernel<NDM, false>;
+    flash_allow_smem(flash_block_forward, smem);
     dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)Tq, FBQ));
-    SG_LAUNCH(flash_block_forward_kernel<NDM>, grid, dim3(FTHREADS), smem, out, lse, q, q_stride,
+    SG_LAUNCH(flash_block_forward, grid, dim3(FTHREADS), smem, out, lse, q, q_stride,
               Tq, iq0, k, v, kv_stride, Tk, jk0, NH, NKV, HD, g0, seed, drop.thr, drop.scale,
               sigma);
     SG_CHECK_LAUNCH();
@@ -1025,21 +1226,27 @@ static void flash_block_backward_launch(float* dq, size_t dq_stride, float* dk, 
                                         int iq0, const float* k, const float* v, size_t kv_stride,
                                         int Tk, int jk0, int B, int NH, int NKV, int HD,
                                         uint32_t g0, uint64_t seed, Dropout drop, float sigma) {
-    const size_t smem1 = flash_dkdv_smem(HD), smem2 = flash_dq_smem(HD);
+    size_t smem1 = flash_dkdv_smem(HD), smem2 = flash_dq_smem(HD);
     const float* D = scratch;
-    flash_allow_smem(flash_block_dkdv_kernel<NDM>, smem1);
-    flash_allow_smem(flash_block_dq_kernel<NDM>, smem2);
+    auto* flash_block_dkdv = flash_take_lean("attention_block_backward_cuda", &smem1)
+                                 ? flash_block_dkdv_kernel<NDM, true>
+                                 : flash_block_dkdv_kernel<NDM, false>;
+    auto* flash_block_dq = flash_take_lean("attention_block_backward_cuda", &smem2)
+                               ? flash_block_dq_kernel<NDM, true>
+                               : flash_block_dq_kernel<NDM, false>;
+    flash_allow_smem(flash_block_dkdv, smem1);
+    flash_allow_smem(flash_block_dq, smem2);
     const int jbase = (jk0 / FBK) * FBK;
     dim3 grid1((unsigned)(B * NH), sg_ceil_div((size_t)(jk0 + Tk - jbase), FBK));
     if (NKV == NH) {   /* one query head per kv head: added straight into dk, dv */
-        SG_LAUNCH(flash_block_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dk, dv, dkv_stride,
+        SG_LAUNCH(flash_block_dkdv, grid1, dim3(FTHREADS), smem1, dk, dv, dkv_stride,
                   sigma, 1, dout, lse, D, q, q_stride, Tq, iq0, k, v, kv_stride, Tk, jk0, NH, NKV,
                   HD, g0, seed, drop.thr, drop.scale, sigma);
         SG_CHECK_LAUNCH();
     } else {           /* partial sums per query head, then the group's sum in a fixed order */
         float* dKp = scratch + flash_round16((size_t)B * NH * Tq);
         float* dVp = dKp + flash_round16((size_t)B * Tk * NH * HD);
-        SG_LAUNCH(flash_block_dkdv_kernel<NDM>, grid1, dim3(FTHREADS), smem1, dKp, dVp,
+        SG_LAUNCH(flash_block_dkdv, grid1, dim3(FTHREADS), smem1, dKp, dVp,
                   (size_t)NH * HD, 1.0f, 0, dout, lse, D, q, q_stride, Tq, iq0, k, v, kv_stride,
                   Tk, jk0, NH, NKV, HD, g0, seed, drop.thr, drop.scale, sigma);
         SG_CHECK_LAUNCH();
@@ -1049,7 +1256,7 @@ static void flash_block_backward_launch(float* dq, size_t dq_stride, float* dk, 
         SG_CHECK_LAUNCH();
     }
     dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)Tq, FBQ));
-    SG_LAUNCH(flash_block_dq_kernel<NDM>, grid2, dim3(FTHREADS), smem2, dq, dq_stride, dout, lse, D,
+    SG_LAUNCH(flash_block_dq, grid2, dim3(FTHREADS), smem2, dq, dq_stride, dout, lse, D,
               q, q_stride, Tq, iq0, k, v, kv_stride, Tk, jk0, NH, NKV, HD, g0, seed, drop.thr,
               drop.scale, sigma);
     SG_CHECK_LAUNCH();

@@ -126,9 +126,40 @@ __device__ __forceinline__ void tc_load_tile(uint16_t* dst, const uint16_t* src,
     }
 }
 
+/* The operand type of the baseline kernels below, a template parameter so that one source serves
+ * two architectures (the pipelined kernels further down are bf16 only):
+ *   TcBf16  bf16 operands, mma.sync m16n8k16 (sm_80 and newer): the --precision bf16 kernels;
+ *   TcF16   fp16 operands, two mma.sync m16n8k8 (sm_75, Turing, which has neither bf16 mma nor
+ *           cp.async): attention_forward_tc_f16_cuda / attention_backward_tc_f16_cuda.
+ * An m16n8k16 fragment is two m16n8k8 fragments side by side in k (cuda/mma.h): registers a[0],
+ * a[1], b[0] hold k 0..7 and a[2], a[3], b[1] k 8..15, so the same fragment loads feed either.
+ * bits(x) is x rounded to the operand type (nearest even), pack(lo, hi) two of them as one
+ * fragment register; mma(d, a, b, c) is D = A B + C over 16 k, in fp32. */
+struct TcBf16 {
+    static __device__ __forceinline__ uint16_t bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        return sg_pack_bf16x2(__float2bfloat16_rn(lo), __float2bfloat16_rn(hi));
+    }
+    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+        sg_mma_m16n8k16_bf16_f32(d, a, b, c);
+    }
+};
+struct TcF16 {
+    static __device__ __forceinline__ uint16_t bits(float x) { return sg_f16_bits_rn(x); }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        return (uint32_t)sg_f16_bits_rn(lo) | (uint32_t)sg_f16_bits_rn(hi) << 16;
+    }
+    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+        const uint32_t lo[2] = {a[0], a[1]}, hi[2] = {a[2], a[3]};
+        float t[4];
+        sg_mma_m16n8k8_f16_f32(t, lo, &b[0], c);    /* k 0..7 */
+        sg_mma_m16n8k8_f16_f32(d, hi, &b[1], t);    /* k 8..15 */
+    }
+};
+
 /* Block (b * NH + h, query tile): the last query tiles (the longest rows) get the first indices.
  * o is written as OutT (cuda/act.h): fp32, or bf16 rounded once (the bf16 table's activation). */
-template <int HD, typename OutT>
+template <int HD, typename OutT, typename Op = TcBf16>
 __global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel_baseline(OutT* out, float* lse, const uint16_t* qkv,
                                                                        int T, int NH, int NKV, uint32_t g0,
                                                                        uint64_t seed, uint32_t thr, float scale,
@@ -180,7 +211,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel_baseline(O
                 /* B = K^T: column n is key 8 nf + n, rows d */
                 const uint16_t* kb = Ks + (8 * nf + gq) * LD + 16 * ks + 2 * tq;
                 const uint32_t bb[2] = {tc_pair(kb), tc_pair(kb + 8)};
-                sg_mma_m16n8k16_bf16_f32(s[nf], a, bb, s[nf]);
+                Op::mma(s[nf], a, bb, s[nf]);
             }
         }
 
@@ -244,17 +275,17 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel_baseline(O
         #pragma unroll
         for (int kk = 0; kk < TC_BK / 16; kk++) {
             const uint32_t pa[4] = {
-                sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk][0]), __float2bfloat16_rn(s[2 * kk][1])),
-                sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk][2]), __float2bfloat16_rn(s[2 * kk][3])),
-                sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk + 1][0]), __float2bfloat16_rn(s[2 * kk + 1][1])),
-                sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk + 1][2]), __float2bfloat16_rn(s[2 * kk + 1][3]))};
+                Op::pack(s[2 * kk][0], s[2 * kk][1]),
+                Op::pack(s[2 * kk][2], s[2 * kk][3]),
+                Op::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                Op::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
             const uint16_t* vb = Vs + (16 * kk + 2 * tq) * LD + gq;   /* B = V: rows keys, column dim */
             #pragma unroll
             for (int nd = 0; nd < NDT; nd++) {
                 const uint16_t* v = vb + 8 * nd;
                 const uint32_t bb[2] = {(uint32_t)v[0] | (uint32_t)v[LD] << 16,
                                         (uint32_t)v[8 * LD] | (uint32_t)v[9 * LD] << 16};
-                sg_mma_m16n8k16_bf16_f32(o[nd], pa, bb, o[nd]);
+                Op::mma(o[nd], pa, bb, o[nd]);
             }
         }
     }
@@ -277,12 +308,12 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel_baseline(O
 
 /* dst (64 rows, HD + 8) = n_valid rows of HD fp32 at src (row stride `stride`) rounded to bf16
  * (to nearest even), zero past n_valid: dO as the products' operand. */
-template <int HD>
+template <int HD, typename Op = TcBf16>
 __device__ __forceinline__ void tc_load_tile_f32(uint16_t* dst, const float* src, size_t stride, int n_valid) {
     for (int e = threadIdx.x; e < 64 * HD; e += TC_THREADS) {
         const int r = e / HD, d = e % HD;
         dst[r * (HD + 8) + d] =
-            r < n_valid ? __bfloat16_as_ushort(__float2bfloat16_rn(src[(size_t)r * stride + d])) : (uint16_t)0;
+            r < n_valid ? Op::bits(src[(size_t)r * stride + d]) : (uint16_t)0;
     }
 }
 
@@ -326,7 +357,7 @@ __device__ __forceinline__ float tc_keep_scale(const uint32_t* Mw, int r, int c,
  * Writes (dk k_scale, dv) of its keys to row b * T + j of dk_out, dv_out (row stride out_stride,
  * head column h * HD): straight into dqkv (k_scale = sigma) when each kv head has one query head,
  * else into per-query-head partial sums that attention_group_sum_cuda adds up. */
-template <int HD>
+template <int HD, typename Op = TcBf16>
 __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel_baseline(float* dk_out, float* dv_out, size_t out_stride,
                                                                     float k_scale, const float* dout,
                                                                     const uint16_t* qkv, const float* lse,
@@ -367,7 +398,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel_baseline(floa
         const int nq = min(TC_BQ, T - i0);
         __syncthreads();   /* the last tile's products are done with Qs, dOs, Ls, Ds, Mw */
         tc_load_tile<HD>(Qs, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq);
-        tc_load_tile_f32<HD>(dOs, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq);
+        tc_load_tile_f32<HD, Op>(dOs, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq);
         if (threadIdx.x < TC_BQ) {
             const int i = i0 + threadIdx.x;
             Ls[threadIdx.x] = i < T ? lse_bh[i] : 0.0f;
@@ -395,8 +426,8 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel_baseline(floa
                 const uint16_t* ob = dOs + (8 * nf + gq) * LD + 16 * ks + 2 * tq;
                 const uint32_t bq[2] = {tc_pair(qb), tc_pair(qb + 8)};
                 const uint32_t bo[2] = {tc_pair(ob), tc_pair(ob + 8)};
-                sg_mma_m16n8k16_bf16_f32(s[nf], ak, bq, s[nf]);
-                sg_mma_m16n8k16_bf16_f32(dp[nf], av, bo, dp[nf]);
+                Op::mma(s[nf], ak, bq, s[nf]);
+                Op::mma(dp[nf], av, bo, dp[nf]);
             }
         }
 
@@ -419,15 +450,15 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel_baseline(floa
         #pragma unroll
         for (int kk = 0; kk < TC_BQ / 16; kk++) {
             const uint32_t pa[4] = {
-                sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk][0]), __float2bfloat16_rn(s[2 * kk][1])),
-                sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk][2]), __float2bfloat16_rn(s[2 * kk][3])),
-                sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk + 1][0]), __float2bfloat16_rn(s[2 * kk + 1][1])),
-                sg_pack_bf16x2(__float2bfloat16_rn(s[2 * kk + 1][2]), __float2bfloat16_rn(s[2 * kk + 1][3]))};
+                Op::pack(s[2 * kk][0], s[2 * kk][1]),
+                Op::pack(s[2 * kk][2], s[2 * kk][3]),
+                Op::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                Op::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
             const uint32_t da[4] = {
-                sg_pack_bf16x2(__float2bfloat16_rn(dp[2 * kk][0]), __float2bfloat16_rn(dp[2 * kk][1])),
-                sg_pack_bf16x2(__float2bfloat16_rn(dp[2 * kk][2]), __float2bfloat16_rn(dp[2 * kk][3])),
-                sg_pack_bf16x2(__float2bfloat16_rn(dp[2 * kk + 1][0]), __float2bfloat16_rn(dp[2 * kk + 1][1])),
-                sg_pack_bf16x2(__float2bfloat16_rn(dp[2 * kk + 1][2]), __float2bfloat16_rn(dp[2 * kk + 1][3]))};
+                Op::pack(dp[2 * kk][0], dp[2 * kk][1]),
+                Op::pack(dp[2 * kk][2], dp[2 * kk][3]),
+                Op::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                Op::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
             /* B = dO (Q): rows queries 16 kk + 2t (+1, +8, +9), column dim 8 nd + g */
             const uint16_t* ob = dOs + (16 * kk + 2 * tq) * LD + gq;
             const uint16_t* qb = Qs + (16 * kk + 2 * tq) * LD + gq;
@@ -439,8 +470,8 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel_baseline(floa
                                         (uint32_t)o[8 * LD] | (uint32_t)o[9 * LD] << 16};
                 const uint32_t bq[2] = {(uint32_t)q[0] | (uint32_t)q[LD] << 16,
                                         (uint32_t)q[8 * LD] | (uint32_t)q[9 * LD] << 16};
-                sg_mma_m16n8k16_bf16_f32(dv[nd], pa, bo, dv[nd]);
-                sg_mma_m16n8k16_bf16_f32(dk[nd], da, bq, dk[nd]);
+                Op::mma(dv[nd], pa, bo, dv[nd]);
+                Op::mma(dk[nd], da, bq, dk[nd]);
             }
         }
     }
@@ -465,7 +496,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkdv_kernel_baseline(floa
  * w owns query rows 16 w .. 16 w + 15 and walks the key tiles from the left, as the forward does:
  * S = Q K^T and dP = dO V^T (dO rounded to bf16), ds = p (m scale dp - D_i) rounded to bf16 is
  * the A fragment of dQ += dS K (B from the K tile, keys as the k index); dq = sigma acc. */
-template <int HD>
+template <int HD, typename Op = TcBf16>
 __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel_baseline(float* dqkv, const float* dout, const uint16_t* qkv,
                                                                   const float* lse, const float* D, int T, int NH,
                                                                   int NKV, uint32_t g0, uint64_t seed, uint32_t thr,
@@ -488,7 +519,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel_baseline(float*
     const int row_i[2] = {i0 + r0, i0 + r0 + 8};   /* their query positions */
 
     tc_load_tile<HD>(Qs, qkv_b + (size_t)i0 * QKV + (size_t)h * HD, QKV, nq);
-    tc_load_tile_f32<HD>(dOs, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq);
+    tc_load_tile_f32<HD, Op>(dOs, dout + ((size_t)b * T + i0) * C + (size_t)h * HD, C, nq);
     float L[2], Di[2];
     #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
@@ -529,8 +560,8 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel_baseline(float*
                 const uint16_t* vb = Vs + (8 * nf + gq) * LD + 16 * ks + 2 * tq;
                 const uint32_t bk[2] = {tc_pair(kb), tc_pair(kb + 8)};
                 const uint32_t bv[2] = {tc_pair(vb), tc_pair(vb + 8)};
-                sg_mma_m16n8k16_bf16_f32(s[nf], aq, bk, s[nf]);
-                sg_mma_m16n8k16_bf16_f32(dp[nf], ao, bv, dp[nf]);
+                Op::mma(s[nf], aq, bk, s[nf]);
+                Op::mma(dp[nf], ao, bv, dp[nf]);
             }
         }
 
@@ -552,17 +583,17 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel_baseline(float*
         #pragma unroll
         for (int kk = 0; kk < TC_BK / 16; kk++) {
             const uint32_t da[4] = {
-                sg_pack_bf16x2(__float2bfloat16_rn(dp[2 * kk][0]), __float2bfloat16_rn(dp[2 * kk][1])),
-                sg_pack_bf16x2(__float2bfloat16_rn(dp[2 * kk][2]), __float2bfloat16_rn(dp[2 * kk][3])),
-                sg_pack_bf16x2(__float2bfloat16_rn(dp[2 * kk + 1][0]), __float2bfloat16_rn(dp[2 * kk + 1][1])),
-                sg_pack_bf16x2(__float2bfloat16_rn(dp[2 * kk + 1][2]), __float2bfloat16_rn(dp[2 * kk + 1][3]))};
+                Op::pack(dp[2 * kk][0], dp[2 * kk][1]),
+                Op::pack(dp[2 * kk][2], dp[2 * kk][3]),
+                Op::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                Op::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
             const uint16_t* kb = Ks + (16 * kk + 2 * tq) * LD + gq;   /* B = K: rows keys, column dim */
             #pragma unroll
             for (int nd = 0; nd < NDT; nd++) {
                 const uint16_t* k = kb + 8 * nd;
                 const uint32_t bb[2] = {(uint32_t)k[0] | (uint32_t)k[LD] << 16,
                                         (uint32_t)k[8 * LD] | (uint32_t)k[9 * LD] << 16};
-                sg_mma_m16n8k16_bf16_f32(acc[nd], da, bb, acc[nd]);
+                Op::mma(acc[nd], da, bb, acc[nd]);
             }
         }
     }
@@ -1312,25 +1343,71 @@ static void tc_smem_optin(K* kernel, size_t smem) {
         SG_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
+/* The pipelined kernels' shared memory. Above the device's opt-in limit (sg_smem_optin: at HD 128
+ * the backward's 104 KiB passes exceed sm_86's and sm_89's 99 KiB) the launchers take the
+ * *_baseline kernels instead, which need less (69 KiB) and give the same bits (the tests hold the
+ * pipelined kernels to them bit for bit). */
+template <int HD> static size_t tc_forward_smem(void) {
+    return (size_t)(16 * TcShape<HD>::fwd_nw + 4 * TC_BK) * (HD + 8) * sizeof(uint16_t);   /* Q, 2 stages of K, V */
+}
+template <int HD> static size_t tc_dkdv_smem(void) {   /* K, V, two stages of (Q, dO, LSE, D), keep words */
+    return (size_t)(2 * TC_BK + 4 * TC_BQ) * (HD + 8) * sizeof(uint16_t) + (size_t)2 * 2 * TC_BQ * sizeof(float) +
+           (size_t)TC_BQ * 2 * sizeof(uint32_t);
+}
+template <int HD> static size_t tc_dq_smem(void) {     /* Q, dO, two stages of K, V, keep words */
+    constexpr int BQ = 16 * TcShape<HD>::dq_nw;
+    return (size_t)(2 * BQ + 4 * TC_BK) * (HD + 8) * sizeof(uint16_t) + (size_t)BQ * 2 * sizeof(uint32_t);
+}
+static int tc_backward_fits(int HD) {
+    const size_t limit = sg_smem_optin();
+    switch (HD) {
+    case 16: return tc_dkdv_smem<16>() <= limit && tc_dq_smem<16>() <= limit;
+    case 32: return tc_dkdv_smem<32>() <= limit && tc_dq_smem<32>() <= limit;
+    case 64: return tc_dkdv_smem<64>() <= limit && tc_dq_smem<64>() <= limit;
+    default: return tc_dkdv_smem<128>() <= limit && tc_dq_smem<128>() <= limit;
+    }
+}
+
+/* The baseline kernels' shared memory: Q, K, V (forward); K, V, Q, dO, LSE, D and keep words
+ * (dK/dV); Q, dO, K, V and keep words (dQ). At HD 128 the backward's 69 KiB exceed sm_75's 64. */
+template <int HD> static size_t tc_forward_smem_baseline(void) {
+    return (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8) * sizeof(uint16_t);
+}
+template <int HD> static size_t tc_dkdv_smem_baseline(void) {
+    return (size_t)(2 * TC_BK + 2 * TC_BQ) * (HD + 8) * sizeof(uint16_t) +
+           (size_t)TC_BQ * (2 * sizeof(float) + 2 * sizeof(uint32_t));
+}
+template <int HD> static size_t tc_dq_smem_baseline(void) {
+    return (size_t)(2 * TC_BQ + 2 * TC_BK) * (HD + 8) * sizeof(uint16_t) + (size_t)TC_BQ * 2 * sizeof(uint32_t);
+}
+
+/* The baseline forward with operands Op (TcBf16, TcF16) */
+template <int HD, typename OutT, typename Op>
+static void tc_forward_baseline_launch(OutT* out, float* lse, const uint16_t* qkv, int B, int T, int NH, int NKV,
+                                       uint32_t g0, uint64_t seed, Dropout drop) {
+    const float sigma = 1.0f / sqrtf((float)HD);
+    /* through a pointer: a template-id with two arguments would split SG_LAUNCH's arguments */
+    void (*kernel)(OutT*, float*, const uint16_t*, int, int, int, uint32_t, uint64_t, uint32_t, float, float) =
+        flash_tc_forward_kernel_baseline<HD, OutT, Op>;
+    const size_t smem = tc_forward_smem_baseline<HD>();
+    tc_smem_optin(kernel, smem);
+    dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BQ));
+    SG_LAUNCH(kernel, grid, dim3(TC_THREADS), smem, out, lse, qkv, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
+    SG_CHECK_LAUNCH();
+}
+
 template <int HD, typename OutT>
 static void flash_tc_launch(OutT* out, float* lse, const uint16_t* qkv, int B, int T, int NH, int NKV,
                             uint32_t g0, uint64_t seed, Dropout drop) {
     const float sigma = 1.0f / sqrtf((float)HD);
-    /* through a pointer: a template-id with two arguments would split SG_LAUNCH's arguments */
     void (*kernel)(OutT*, float*, const uint16_t*, int, int, int, uint32_t, uint64_t, uint32_t, float, float);
-    if (tc_baseline()) {
-        kernel = flash_tc_forward_kernel_baseline<HD, OutT>;
-        const size_t smem = (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8) * sizeof(uint16_t);
-        tc_smem_optin(kernel, smem);
-        dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BQ));
-        SG_LAUNCH(kernel, grid, dim3(TC_THREADS), smem, out, lse, qkv, T, NH, NKV, g0, seed, drop.thr, drop.scale,
-                  sigma);
-        SG_CHECK_LAUNCH();
+    if (tc_baseline() || tc_forward_smem<HD>() > sg_smem_optin()) {
+        tc_forward_baseline_launch<HD, OutT, TcBf16>(out, lse, qkv, B, T, NH, NKV, g0, seed, drop);
         return;
     }
     constexpr int NW = TcShape<HD>::fwd_nw, BQ = 16 * NW;
     kernel = flash_tc_forward_kernel<HD, NW, OutT>;
-    const size_t smem = (size_t)(BQ + 4 * TC_BK) * (HD + 8) * sizeof(uint16_t);   /* Q, 2 stages of K, V */
+    const size_t smem = tc_forward_smem<HD>();
     tc_smem_optin(kernel, smem);
     dim3 grid((unsigned)(B * NH), sg_ceil_div((size_t)T, BQ));
     SG_LAUNCH(kernel, grid, dim3(32 * NW), smem, out, lse, qkv, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
@@ -1376,12 +1453,44 @@ extern "C" size_t attention_backward_tc_scratch_floats(int B, int T, int NH, int
 static uint16_t* tc_dob(float* dqkv) { return (uint16_t*)dqkv; }
 static size_t tc_dob_stride(int NH, int NKV, int HD) { return 2 * (size_t)(NH + 2 * NKV) * HD; }
 
+/* The baseline backward's passes 1 and 2 with operands Op (pass 0, D, is the caller's) */
+template <int HD, typename Op>
+static void tc_backward_baseline_launch(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv,
+                                        const float* lse, int B, int T, int NH, int NKV, uint32_t g0, uint64_t seed,
+                                        Dropout drop) {
+    const float sigma = 1.0f / sqrtf((float)HD);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const float* D = scratch;
+    float* dKp = scratch + tc_round16((size_t)B * NH * T);
+    float* dVp = dKp + tc_round16((size_t)B * T * NH * HD);
+    dim3 grid1((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BK));
+    float* dk_out = NKV == NH ? dqkv + (size_t)NH * HD : dKp;
+    float* dv_out = NKV == NH ? dqkv + (size_t)(NH + NKV) * HD : dVp;
+    const size_t out_stride = NKV == NH ? QKV : (size_t)NH * HD;
+    const float k_scale = NKV == NH ? sigma : 1.0f;
+    const size_t smem1 = tc_dkdv_smem_baseline<HD>(), smem2 = tc_dq_smem_baseline<HD>();
+    tc_smem_optin(flash_tc_dkdv_kernel_baseline<HD, Op>, smem1);
+    tc_smem_optin(flash_tc_dq_kernel_baseline<HD, Op>, smem2);
+    void (*dkdv)(float*, float*, size_t, float, const float*, const uint16_t*, const float*, const float*, int, int,
+                 int, uint32_t, uint64_t, uint32_t, float, float) = flash_tc_dkdv_kernel_baseline<HD, Op>;
+    SG_LAUNCH(dkdv, grid1, dim3(TC_THREADS), smem1, dk_out, dv_out, out_stride, k_scale, dout, qkv, lse, D, T, NH,
+              NKV, g0, seed, drop.thr, drop.scale, sigma);
+    SG_CHECK_LAUNCH();
+    if (NKV != NH) attention_group_sum_cuda(dqkv, dKp, dVp, B, T, NH, NKV, HD, sigma);
+    dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BQ));
+    void (*dq)(float*, const float*, const uint16_t*, const float*, const float*, int, int, int, uint32_t, uint64_t,
+               uint32_t, float, float) = flash_tc_dq_kernel_baseline<HD, Op>;
+    SG_LAUNCH(dq, grid2, dim3(TC_THREADS), smem2, dqkv, dout, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale,
+              sigma);
+    SG_CHECK_LAUNCH();
+}
+
 template <int HD>
 static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv,
                                      const float* lse, int B, int T, int NH, int NKV, uint32_t g0, uint64_t seed,
                                      Dropout drop, int baseline) {
     const float sigma = 1.0f / sqrtf((float)HD);
-    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, LD = HD + 8;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
     const float* D = scratch;
     const uint16_t* dob = tc_dob(dqkv);
     const size_t dob_stride = tc_dob_stride(NH, NKV, HD);
@@ -1395,24 +1504,11 @@ static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* d
     const size_t out_stride = NKV == NH ? QKV : (size_t)NH * HD;
     const float k_scale = NKV == NH ? sigma : 1.0f;
     if (baseline) {
-        const size_t smem1 = (size_t)(2 * TC_BK + 2 * TC_BQ) * LD * sizeof(uint16_t) +
-                             (size_t)TC_BQ * (2 * sizeof(float) + 2 * sizeof(uint32_t));
-        const size_t smem2 = (size_t)(2 * TC_BQ + 2 * TC_BK) * LD * sizeof(uint16_t) + (size_t)TC_BQ * 2 * sizeof(uint32_t);
-        tc_smem_optin(flash_tc_dkdv_kernel_baseline<HD>, smem1);
-        tc_smem_optin(flash_tc_dq_kernel_baseline<HD>, smem2);
-        SG_LAUNCH(flash_tc_dkdv_kernel_baseline<HD>, grid1, dim3(TC_THREADS), smem1, dk_out, dv_out, out_stride,
-                  k_scale, dout, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
-        SG_CHECK_LAUNCH();
-        if (NKV != NH) attention_group_sum_cuda(dqkv, dKp, dVp, B, T, NH, NKV, HD, sigma);
-        dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, TC_BQ));
-        SG_LAUNCH(flash_tc_dq_kernel_baseline<HD>, grid2, dim3(TC_THREADS), smem2, dqkv, dout, qkv, lse, D, T, NH,
-                  NKV, g0, seed, drop.thr, drop.scale, sigma);
-        SG_CHECK_LAUNCH();
+        tc_backward_baseline_launch<HD, TcBf16>(dqkv, scratch, dout, qkv, lse, B, T, NH, NKV, g0, seed, drop);
         return;
     }
     /* dK/dV: K, V, two stages of (Q, dO: (BQ, LD) bf16 each; LSE, D: BQ floats each), keep words */
-    const size_t smem1 = (size_t)(2 * TC_BK + 4 * TC_BQ) * LD * sizeof(uint16_t) + (size_t)2 * 2 * TC_BQ * sizeof(float) +
-                         (size_t)TC_BQ * 2 * sizeof(uint32_t);
+    const size_t smem1 = tc_dkdv_smem<HD>();
     tc_smem_optin(flash_tc_dkdv_kernel<HD>, smem1);
     SG_LAUNCH(flash_tc_dkdv_kernel<HD>, grid1, dim3(TC_THREADS), smem1, dk_out, dv_out, out_stride, k_scale, dob,
               dob_stride, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma);
@@ -1422,7 +1518,7 @@ static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* d
     constexpr int NW = TcShape<HD>::dq_nw, BQ = 16 * NW;
     void (*dq)(float*, const uint16_t*, size_t, const uint16_t*, const float*, const float*, int, int, int,
                uint32_t, uint64_t, uint32_t, float, float) = flash_tc_dq_kernel<HD, NW>;
-    const size_t smem2 = (size_t)(2 * BQ + 4 * TC_BK) * LD * sizeof(uint16_t) + (size_t)BQ * 2 * sizeof(uint32_t);
+    const size_t smem2 = tc_dq_smem<HD>();
     tc_smem_optin(dq, smem2);
     dim3 grid2((unsigned)(B * NH), sg_ceil_div((size_t)T, BQ));
     SG_LAUNCH(dq, grid2, dim3(32 * NW), smem2, dqkv, dob, dob_stride, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr,
@@ -1451,7 +1547,7 @@ template <typename OutT>
 static void flash_tc_backward(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_bf16, const OutT* out,
                               const float* lse, int B, int T, int NH, int NKV, int HD, uint32_t g0,
                               uint64_t attn_seed, Dropout drop) {
-    const int baseline = tc_baseline();
+    const int baseline = tc_baseline() || !tc_backward_fits(HD);
     if ((uintptr_t)dqkv % 16 != 0) {   /* it holds the bf16 dO, read 16 bytes at a time */
         fprintf(stderr, "seedgpt: attention backward (tensor cores): dqkv %p must be 16-byte aligned\n", (void*)dqkv);
         exit(1);
@@ -1472,6 +1568,64 @@ extern "C" void attention_backward_tc_cuda(float* dqkv, float* scratch, const fl
     if (B <= 0 || T <= 0) return;
     attention_cuda_check_T("attention_backward_tc_cuda", T);
     flash_tc_backward(dqkv, scratch, dout, qkv_bf16, out, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
+}
+
+/* ---- sm_75: the baseline kernels with fp16 operands (TcF16) ----------------------------------
+ * Turing has mma.sync m16n8k8 in fp16 but no bf16 mma and no cp.async, so it takes the baseline
+ * kernels (plain shared-memory loads) with TcF16: q, k, v in fp16, P, dO, m p scale and ds rounded
+ * to fp16 where the bf16 kernels round to bf16, everything else (scores, softmax, LSE, D, the
+ * tile sums) the same fp32 arithmetic, and the same keep bits (philox_attn_draw4 at the same
+ * coordinates). Their shared memory must fit the device (sg_smem_optin): on sm_75's 64 KiB every
+ * head dim but 128, whose backward takes 69 KiB. */
+static int tc_f16_fits(int HD) {
+    const size_t limit = sg_smem_optin();
+    switch (HD) {
+    case 16: return tc_dkdv_smem_baseline<16>() <= limit && tc_dq_smem_baseline<16>() <= limit;
+    case 32: return tc_dkdv_smem_baseline<32>() <= limit && tc_dq_smem_baseline<32>() <= limit;
+    case 64: return tc_dkdv_smem_baseline<64>() <= limit && tc_dq_smem_baseline<64>() <= limit;
+    case 128: return tc_dkdv_smem_baseline<128>() <= limit && tc_dq_smem_baseline<128>() <= limit;
+    default: return 0;
+    }
+}
+
+extern "C" int attention_tc_f16_supports_hd(int HD) { return tc_f16_fits(HD); }
+
+static void tc_f16_check(const char* fn, const uint16_t* qkv_f16, int NH, int NKV, int HD) {
+    tc_check_shapes(fn, qkv_f16, NH, NKV, HD);
+    if (!tc_f16_fits(HD)) {
+        fprintf(stderr, "seedgpt: %s: head dim %d: the fp16 tensor-core kernels need %zu bytes of shared memory a "
+                "block and this device allows %zu (head dims 16, 32, 64 fit sm_75)\n", fn, HD,
+                HD == 128 ? tc_dkdv_smem_baseline<128>() : (size_t)0, sg_smem_optin());
+        exit(1);
+    }
+}
+
+extern "C" void attention_forward_tc_f16_cuda(float* out, float* lse, const uint16_t* qkv_f16, int B, int T, int NH,
+                                              int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    tc_f16_check("attention_forward_tc_f16_cuda", qkv_f16, NH, NKV, HD);
+    if (B <= 0 || T <= 0) return;
+    attention_cuda_check_T("attention_forward_tc_f16_cuda", T);
+    switch (HD) {
+    case 16: tc_forward_baseline_launch<16, float, TcF16>(out, lse, qkv_f16, B, T, NH, NKV, g0, attn_seed, drop); break;
+    case 32: tc_forward_baseline_launch<32, float, TcF16>(out, lse, qkv_f16, B, T, NH, NKV, g0, attn_seed, drop); break;
+    case 64: tc_forward_baseline_launch<64, float, TcF16>(out, lse, qkv_f16, B, T, NH, NKV, g0, attn_seed, drop); break;
+    default: tc_forward_baseline_launch<128, float, TcF16>(out, lse, qkv_f16, B, T, NH, NKV, g0, attn_seed, drop); break;
+    }
+}
+
+extern "C" void attention_backward_tc_f16_cuda(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_f16,
+                                               const float* out, const float* lse, int B, int T, int NH, int NKV,
+                                               int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    tc_f16_check("attention_backward_tc_f16_cuda", qkv_f16, NH, NKV, HD);
+    if (B <= 0 || T <= 0) return;
+    attention_cuda_check_T("attention_backward_tc_f16_cuda", T);
+    attention_backward_dot_cuda(scratch, dout, out, B, T, NH, HD);   /* D, fp32 */
+    switch (HD) {
+    case 16: tc_backward_baseline_launch<16, TcF16>(dqkv, scratch, dout, qkv_f16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+    case 32: tc_backward_baseline_launch<32, TcF16>(dqkv, scratch, dout, qkv_f16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+    case 64: tc_backward_baseline_launch<64, TcF16>(dqkv, scratch, dout, qkv_f16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+    default: tc_backward_baseline_launch<128, TcF16>(dqkv, scratch, dout, qkv_f16, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+    }
 }
 
 /* ---- the fp32 interface (attention/attention_cuda.h's signatures) ---------------------------- */

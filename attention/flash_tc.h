@@ -45,6 +45,25 @@ void attention_backward_tc_cuda(float* dqkv, float* scratch, const float* dout, 
                                 const float* out, const float* lse, int B, int T, int NH, int NKV, int HD,
                                 uint32_t g0, uint64_t attn_seed, Dropout drop);
 
+/* ---- sm_75 (Turing): fp16 operands through mma.sync m16n8k8 -------------------------------
+ * The same contract as attention_forward_tc_cuda / attention_backward_tc_cuda with fp16 in place
+ * of bf16: qkv_f16 (B, T, (NH + 2 NKV) HD) holds fp16 bits (util/fp16.h, sg_fp16_from_float;
+ * 16-byte aligned); out (fp32), lse (fp32: the softmax statistics never leave fp32), dout and
+ * dqkv (fp32) as there; scratch: attention_backward_tc_scratch_floats. P (after dropout), dO,
+ * m p scale and ds are rounded to fp16 as they become mma operands, the rest is fp32. The keep
+ * bits are philox_attn_draw's at (seed, g0 + b, h, i, j), the CPU's and every other kernel's.
+ * Runs the baseline tensor-core kernels (plain shared-memory loads: Turing has no cp.async) on
+ * sm_75 and newer; a head dim whose kernels do not fit the device's shared memory is refused in
+ * one line (attention_tc_f16_supports_hd: 16, 32, 64 on sm_75; 128 too from sm_80).
+ * Not yet a --precision: no table calls them. fp16's largest value is 65504: scores are fp32, but
+ * q, k, v, dO and ds must stay in range (the caller scales the loss). */
+int attention_tc_f16_supports_hd(int HD);
+void attention_forward_tc_f16_cuda(float* out, float* lse, const uint16_t* qkv_f16, int B, int T, int NH, int NKV,
+                                   int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
+void attention_backward_tc_f16_cuda(float* dqkv, float* scratch, const float* dout, const uint16_t* qkv_f16,
+                                    const float* out, const float* lse, int B, int T, int NH, int NKV, int HD,
+                                    uint32_t g0, uint64_t attn_seed, Dropout drop);
+
 /* The fp32 interface, drop-in for attention_forward_cuda / attention_backward_cuda: q, k, v are
  * rounded to bf16 (a kernel, into scratch) and the tensor-core kernels run on them. For a head
  * dim they do not take (any other HD up to 128), the rounded values, as fp32, go through the fp32

@@ -22,17 +22,33 @@
 #define ARCH_PTX 0
 #endif
 
-/* 1 where the SASS list "75 80 90" or the PTX target gives code that runs on cc */
-static int binary_runs_on(const char* sass, int ptx, int cc) {
-    if (sass == NULL) return 1;
+/* The compute capability of the code this binary runs on cc: the newest SASS of cc's major at or
+ * below its minor (sm_80 SASS runs on sm_86), else its PTX where that is cc's or older (the driver
+ * compiles it at load), else 0: none. sass NULL (the emulation): cc itself. A build of compute_75
+ * PTX alone (CUDA_ARCHS=75) runs Turing code on a Hopper GPU: 75 there, whose bf16 wrappers are
+ * the guard's traps (cuda/mma.h), so the bf16 tables are refused on it. */
+static int binary_code_cc(const char* sass, int ptx, int cc) {
+    if (sass == NULL) return cc;
+    int best = 0;
     for (const char* p = sass; *p;) {
         char* end;
         long a = strtol(p, &end, 10);
         if (end == p) break;
-        if (a / 10 == cc / 10 && a % 10 <= cc % 10) return 1;
+        if (a / 10 == cc / 10 && a % 10 <= cc % 10 && a > best) best = (int)a;
         p = end;
     }
-    return ptx > 0 && ptx <= cc;
+    if (best) return best;
+    return ptx > 0 && ptx <= cc ? ptx : 0;
+}
+
+/* The opt-in shared memory per block of the CUDA Programming Guide's table of limits, in bytes */
+static size_t documented_smem_optin(int cc) {
+    if (cc == 70 || cc == 72) return 96 * 1024;
+    if (cc == 75) return 64 * 1024;
+    if (cc == 80 || cc == 87) return 163 * 1024;
+    if (cc == 86 || cc == 89 || cc >= 120) return 99 * 1024;
+    if (cc >= 90) return 227 * 1024;
+    return 48 * 1024;
 }
 
 extern "C" void cuda_arch_from_cc(const char* name, int cc_major, int cc_minor, const char* sass, int ptx,
@@ -43,9 +59,11 @@ extern "C" void cuda_arch_from_cc(const char* name, int cc_major, int cc_minor, 
     out->cc_minor = cc_minor;
     int cc = 10 * cc_major + cc_minor;
     out->supported = cc >= 70;
-    out->has_code = binary_runs_on(sass, ptx, cc);
-    out->bf16_tensor_cores = cc >= 80;
-    out->fp16_tensor_cores = cc >= 75;
+    out->code_cc = binary_code_cc(sass, ptx, cc);
+    out->has_code = out->code_cc > 0;
+    out->bf16_tensor_cores = cc >= 80 && out->code_cc >= 80;
+    out->fp16_tensor_cores = cc >= 75 && out->code_cc >= 75;
+    out->smem_optin = documented_smem_optin(cc);
 }
 
 extern "C" int cuda_arch_query(CudaArch* out) {
@@ -60,6 +78,7 @@ extern "C" int cuda_arch_query(CudaArch* out) {
         return -1;
     }
     cuda_arch_from_cc(p.name, p.major, p.minor, ARCH_SASS, ARCH_PTX, out);
+    out->smem_optin = sg_smem_optin();
 #ifdef SG_EMU
     out->emulated = 1;
 #endif
@@ -102,8 +121,14 @@ extern "C" int cuda_arch_check(const CudaArch* a, const char* precision, char* e
         return 1;
     }
     if (strcmp(precision, "bf16") == 0 && !a->bf16_tensor_cores) {
-        snprintf(err, cap, "--precision bf16 --device cuda: the bf16 tensor-core kernels need sm_80 or "
-                 "newer and %s is sm_%d%d; use --precision fp32", a->name, a->cc_major, a->cc_minor);
+        if (10 * a->cc_major + a->cc_minor >= 80)   /* the GPU has them, the code it runs not */
+            snprintf(err, cap, "--precision bf16 --device cuda: %s is sm_%d%d but this ./train_cuda runs compute_%d "
+                     "code on it (%s), without the bf16 tensor-core kernels; use --precision fp32 or rebuild with "
+                     "CUDA_ARCHS=%d%d", a->name, a->cc_major, a->cc_minor, a->code_cc, cuda_arch_built(), a->cc_major,
+                     a->cc_minor);
+        else
+            snprintf(err, cap, "--precision bf16 --device cuda: the bf16 tensor-core kernels need sm_80 or "
+                     "newer and %s is sm_%d%d; use --precision fp32", a->name, a->cc_major, a->cc_minor);
         return 1;
     }
     return 0;
@@ -115,8 +140,19 @@ extern "C" void cuda_arch_describe(const CudaArch* a, const char* precision, cha
         kernels = "bf16 tensor-core kernels (mma.sync m16n8k16, ldmatrix, cp.async; cuBLASLt bf16)";
     else if (a->bf16_tensor_cores)
         kernels = "fp32 kernels (cuBLAS fp32); --precision bf16 would take the bf16 tensor cores";
+    else if (a->fp16_tensor_cores && 10 * a->cc_major + a->cc_minor >= 80)
+        kernels = "fp32 kernels (cuBLAS fp32); no bf16 tensor cores in the code it runs; fp16 tensor-core "
+                  "attention (mma.sync m16n8k8, attention_forward_tc_f16_cuda)";
+    else if (a->fp16_tensor_cores)
+        kernels = "fp32 kernels (cuBLAS fp32); no bf16 tensor cores below sm_80; fp16 tensor-core attention "
+                  "(mma.sync m16n8k8, attention_forward_tc_f16_cuda)";
     else
-        kernels = "fp32 kernels (cuBLAS fp32); no bf16 tensor cores below sm_80";
-    snprintf(line, cap, "cuda: %s, sm_%d%d%s: %s; binary: %s", a->name, a->cc_major, a->cc_minor,
-             a->emulated ? " (emulated)" : "", kernels, cuda_arch_built());
+        kernels = "fp32 kernels (cuBLAS fp32); no tensor-core attention below sm_75";
+    char code[64] = "";
+    if (a->code_cc && a->code_cc != 10 * a->cc_major + a->cc_minor)
+        snprintf(code, sizeof(code), " running %s_%d code", a->code_cc / 10 == a->cc_major ? "sm" : "compute",
+                 a->code_cc);
+    snprintf(line, cap, "cuda: %s, sm_%d%d%s%s: %s; %zu KiB shared memory a block; binary: %s", a->name,
+             a->cc_major, a->cc_minor, a->emulated ? " (emulated)" : "", code, kernels, a->smem_optin / 1024,
+             cuda_arch_built());
 }

@@ -18,9 +18,10 @@
  *     waiting on another block;
  *   - bfloat16 as a storage type: __nv_bfloat16, __float2bfloat16_rn, __bfloat162float,
  *     __bfloat16_as_ushort, __ushort_as_bfloat16 (no bf16 arithmetic, no implicit conversions),
- *     and sg_pack_bf16x2 below; the host's twin conversions are in util/bf16.h;
+ *     and sg_pack_bf16x2 below; the host's twin conversions are in util/bf16.h; fp16 only as
+ *     bits, rounded by sg_f16_bits_rn below (util/fp16.h is the host's twin);
  *   - tensor cores and their data movement only through the wrappers of cuda/mma.h
- *     (sg_mma_m16n8k16_bf16_f32; ldmatrix x4, plain and .trans; cp.async of 16 and 4 bytes with
+ *     (sg_mma_m16n8k16_bf16_f32, sg_mma_m16n8k8_f16_f32; ldmatrix x4, plain and .trans; cp.async of 16 and 4 bytes with
  *     its commit and wait_group), each mma and ldmatrix a warp collective: all 32 lanes of the
  *     warp call it together; a cp.async destination is read only after its wait;
  *   - integer atomics (atomicAdd/atomicMax/atomicCAS on int/unsigned); no float atomics (DESIGN §5);
@@ -32,7 +33,7 @@
  *     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), cudaMemGetInfo, cudaGetDeviceProperties
  *     (no clockRate: CUDA 13 removed it), cudaDeviceGetAttribute (the block and grid limits,
  *     cudaDevAttrClockRate, cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor /
- *     Minor), cudaGetDeviceCount, cudaGetDevice, cudaSetDevice; events on the default stream
+ *     Minor, cudaDevAttrMaxSharedMemoryPerBlockOptin), cudaGetDeviceCount, cudaGetDevice, cudaSetDevice; events on the default stream
  *     (cudaEventCreate, cudaEventDestroy, cudaEventRecord, cudaEventSynchronize,
  *     cudaEventElapsedTime: the profiler's timer, cuda/profile_cuda.cu);
  *     cuBLAS: cublasCreate, cublasDestroy, cublasSgemm, cublasSgemmStridedBatched, cublasSetMathMode
@@ -60,9 +61,11 @@
 
 #ifdef SG_EMU
 #include "cuda/emu/cuda_emu.h"
+#include "util/fp16.h"
 #else
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cublas_v2.h>
 
 #define SG_LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem)>>>(__VA_ARGS__)
@@ -98,7 +101,27 @@ static inline __host__ __device__ uint32_t sg_pack_bf16x2(__nv_bfloat16 lo, __nv
     return (uint32_t)__bfloat16_as_ushort(lo) | (uint32_t)__bfloat16_as_ushort(hi) << 16;
 }
 
+/* x rounded to fp16 (nearest even) as its 16 bits: the operands of the sm_75 tensor-core
+ * attention (attention/flash_tc.cu, TcF16); util/fp16.h is the host's twin, bit for bit */
+#ifdef SG_EMU
+static inline uint16_t sg_f16_bits_rn(float x) { return sg_fp16_from_float(x); }
+#else
+static inline __host__ __device__ uint16_t sg_f16_bits_rn(float x) { return __half_as_ushort(__float2half_rn(x)); }
+#endif
+
 static inline unsigned sg_ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+/* The dynamic shared memory one block may take on the current device with the opt-in
+ * (cudaFuncSetAttribute): 96 KiB on sm_70, 64 KiB on sm_75, 163 KiB on sm_80, 99 KiB on sm_86/89,
+ * 227 KiB on sm_90. A kernel that would take more chooses a smaller layout (attention/flash_cuda.cu,
+ * layernorm_backward_cuda) instead of failing to launch. Asked at every call (a host-side lookup,
+ * negligible beside a launch), so the emulation's SG_EMU_CC may change between calls. */
+static inline size_t sg_smem_optin(void) {
+    int dev = 0, v = 0;
+    SG_CHECK(cudaGetDevice(&dev));
+    SG_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return v > 48 * 1024 ? (size_t)v : 48 * 1024;
+}
 
 /* The kernels' A/B switch, one reading for every .cu file (the ops of cuda/ and the attention of
  * attention/): 1 when SEEDGPT_KERNELS=baseline (every op and the attention run the kernels they

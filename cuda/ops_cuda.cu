@@ -658,11 +658,13 @@ __global__ void layernorm_backward_vec_kernel(float* dinp, float* pw, float* pb,
     }
 }
 
-/* the one-pass kernel's conditions: 16-byte rows and its shared memory on the device */
+/* the one-pass kernel's conditions: 16-byte rows and its shared memory within what this device
+ * lets a block take (sg_smem_optin: C up to 1489 on sm_75, 2234 on sm_70, 5282 on sm_90); past it
+ * the two-kernel path, which needs none */
 static int lnb_vec_ok(int C, const float* dinp, const float* dout, const float* inp,
                       const float* weight) {
     return !kernels_baseline_cuda() && C % 4 == 0 && aligned16(dinp) && aligned16(dout) &&
-           aligned16(inp) && aligned16(weight) && lnb_smem_bytes(C) <= 200 * 1024;
+           aligned16(inp) && aligned16(weight) && lnb_smem_bytes(C) <= sg_smem_optin();
 }
 
 void layernorm_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout,

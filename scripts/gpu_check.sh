@@ -12,7 +12,9 @@
 #     CPU; the trainer's parity (cpu, cuda fp32, cuda bf16: every loss within 1e-2) and bf16
 #     recompute layer == none; bf16 memory (a small run in fp32 and bf16: device peaks and the
 #     layers' kept bytes, at most 0.55x in bf16); compute-sanitizer racecheck on a tiny attention;
-#     make test-cuda.
+#     make test-cuda. The sm_75 (Turing) code on this GPU: a CUDA_ARCHS=75 build, run with
+#     CUDA_FORCE_PTX_JIT=1 so that the driver JIT-compiles its compute_75 PTX (fp16 mma, fp16 and
+#     fp32 attention rows).
 #   benchmarks: GPT-2 124M B16 T1024 dropout 0.1 in bf16 beside torch.compile (bf16 autocast, the
 #     same dropout), attention fwd+bwd TFLOP/s beside torch's SDPA, then fp32, recompute layer,
 #     a small model, the other attention shapes, and dev/cuda's micro-benchmarks.
@@ -141,9 +143,10 @@ row "build" "ok in ${LAST_S}s"
 say "trainer: $($TRAINER --version 2>&1 | tr '\n' ' ')"
 
 # ---- correctness: each test binary, a row each; a failure is a row, never the end of the check
+TBIN_ENV=()   # a prefix for the binary (env VAR=...), empty but for the compute_75 PTX rows
 tbin() {  # LABEL BINARY SECONDS [NOTE]: a FAILED row carries the count and the first failure
     local out rc
-    out=$(step "$1" "$3" "$TESTS/$2"); rc=$?
+    out=$(step "$1" "$3" "${TBIN_ENV[@]}" "$TESTS/$2"); rc=$?
     echo "$out"
     local counts=$(echo "$out" | grep -o '^# [0-9]* passed, [0-9]* failed.*' | tail -1)
     if [ $rc -eq 0 ]; then
@@ -159,6 +162,30 @@ tbin "bf16 conversions" test_cuda_bf16 60
 tbin "tensor-core attention vs CPU" test_cuda_flash_tc 120
 tbin "cuBLASLt bf16 GEMMs" test_cuda_lt 60
 tbin "bf16 storage ops vs CPU bf16" test_cuda_bf16_ops 60
+tbin "fp16 tensor-core attention (sm_75 kernels)" test_cuda_flash_f16 120
+tbin "shared memory bounds (LEAN attention)" test_cuda_smem 120
+
+# The Turing code on this GPU: CUDA_ARCHS=75 builds sm_75 SASS, which a newer GPU cannot run, and
+# compute_75 PTX, which its driver compiles at load; CUDA_FORCE_PTX_JIT=1 makes the driver take the
+# PTX even where SASS would run. So the sm_75 kernels (the fp16 mma, the fp16 attention, the fp32
+# attention) run on this GPU's hardware: their correctness on a real chip, not a T4's speed.
+if [ $DRY = 1 ]; then
+    row "compute_75 PTX on this GPU" "skipped: dry run (the emulation runs the sm_75 tests at SG_EMU_CC=75)"
+else
+    P75=$(make -s --no-print-directory CUDA_ARCHS=75 cuda-build-dir 2>/dev/null || echo build/cuda-sm75)
+    step "build compute_75 PTX" 240 make -j"$jobs" --no-print-directory CUDA_ARCHS=75 \
+        "$P75/tests/test_cuda_mma_f16" "$P75/tests/test_cuda_flash_f16" "$P75/tests/test_cuda_attention"
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        row "compute_75 PTX on this GPU" "$(verdict $rc): the CUDA_ARCHS=75 build (see the report)"
+    else
+        TESTS_GPU=$TESTS; TESTS=$P75/tests; TBIN_ENV=(env CUDA_FORCE_PTX_JIT=1)
+        tbin "compute_75 PTX: fp16 mma m16n8k8" test_cuda_mma_f16 60
+        tbin "compute_75 PTX: fp16 tensor-core attention" test_cuda_flash_f16 180
+        tbin "compute_75 PTX: fp32 attention" test_cuda_attention 180
+        TESTS=$TESTS_GPU; TBIN_ENV=()
+    fi
+fi
 
 # the trainer's parity: the same run on the CPU, CUDA fp32 and CUDA bf16 (head dim 64)
 mkdir -p build/gpu_check

@@ -111,7 +111,6 @@ namespace sg_emu {
 
 /* GPU limits (sm_90) */
 static const size_t SMEM_DEFAULT = 48 * 1024;      /* per block without the opt-in */
-static const size_t SMEM_OPTIN_MAX = 227 * 1024;   /* per block with the opt-in */
 static const size_t SMEM_STATIC_MAX = 48 * 1024;
 static const size_t GLOBAL_MEM = 80ull << 30;
 /* the device it imitates (an H100 SXM): SMs, SM clock in kHz; its compute capability is
@@ -175,9 +174,30 @@ static long max_grid_yz(void) { return env_long("SG_EMU_MAX_GRID_YZ", 65535, 1, 
 
 /* The compute capability the emulated device reports, as 10 major + minor: 90 (sm_90) unless
  * SG_EMU_CC says otherwise (SG_EMU_CC=75: a Turing part), so that a test can watch the backend
- * choose its kernels for another GPU (cuda/arch.h). Only what it reports changes: the emulation
- * still runs every kernel, and its limits stay sm_90's. Read at every query. */
+ * choose its kernels for another GPU (cuda/arch.h). The emulation still runs every kernel; what
+ * follows the compute capability is what it reports and the shared memory a block may take
+ * (smem_optin below), so a kernel that asks for more than a T4 or a V100 has fails on their
+ * emulated twins as it would on the card. The other limits stay sm_90's. Read at every query. */
 static int emu_cc(void) { return (int)env_long("SG_EMU_CC", 90, 10, 129); }
+
+/* The dynamic shared memory one block may take with the opt-in (cudaFuncSetAttribute), per
+ * compute capability, as the CUDA Programming Guide's table of limits gives it: sm_70/72 96 KiB,
+ * sm_75 64 KiB, sm_80/87 163 KiB, sm_86/89 (and sm_12x) 99 KiB, sm_90 and sm_100 227 KiB; older
+ * parts 48 KiB, the limit without the opt-in. */
+static size_t smem_optin(void) {
+    const int cc = emu_cc();
+    if (cc == 70 || cc == 72) return 96 * 1024;
+    if (cc == 75) return 64 * 1024;
+    if (cc == 80 || cc == 87) return 163 * 1024;
+    if (cc == 86 || cc == 89 || cc >= 120) return 99 * 1024;
+    if (cc >= 90) return 227 * 1024;
+    return 48 * 1024;
+}
+/* and per SM (cudaDeviceProp.sharedMemPerMultiprocessor) */
+static size_t smem_per_sm(void) {
+    const int cc = emu_cc();
+    return cc == 75 ? 64 * 1024 : smem_optin() + (cc >= 80 ? 1024 : 0);
+}
 
 /* ---- futex waits -------------------------------------------------------------------------- */
 typedef std::atomic<uint32_t> Word;
@@ -1208,7 +1228,7 @@ static cudaError_t set_error(cudaError_t e) {
 cudaError_t sg_emu::func_set_attribute(const void* kernel, cudaFuncAttribute attr, int value) {
     if (attr == cudaFuncAttributePreferredSharedMemoryCarveout)
         return value >= -1 && value <= 100 ? cudaSuccess : set_error(cudaErrorInvalidValue);
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > SMEM_OPTIN_MAX)
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > smem_optin())
         return set_error(cudaErrorInvalidValue);
     pthread_mutex_lock(&state_mu);
     max_dyn_smem[kernel] = value;
@@ -1232,6 +1252,8 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
     bool opted_in = it != max_dyn_smem.end();
     size_t dyn_limit = opted_in ? (size_t)it->second : SMEM_DEFAULT;
     pthread_mutex_unlock(&state_mu);
+    const size_t optin = smem_optin();   /* an opt-in made under a larger SG_EMU_CC no longer holds */
+    if (dyn_limit > optin) dyn_limit = optin;
     if (dyn_smem > dyn_limit) return set_error(cudaErrorInvalidValue);
 
     stall_seconds = env_long("SG_EMU_STALL_SECONDS", 300, 1, 1L << 30);
@@ -1244,7 +1266,7 @@ cudaError_t sg_emu::launch(const char* name, const void* kernel, dim3 grid, dim3
     cur.grid = grid;
     cur.block = block;
     cur.dyn_smem = dyn_smem;
-    cur.smem_limit = opted_in ? SMEM_OPTIN_MAX : SMEM_DEFAULT;
+    cur.smem_limit = opted_in ? optin : SMEM_DEFAULT;
     cur.nblocks = nblocks;
     cur.nteams = (int)nteams;
     cur.body = &body;
@@ -1466,11 +1488,12 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
     if (device != 0) return set_error(cudaErrorInvalidDevice);
     memset(p, 0, sizeof(*p));
     if (sg_emu::emu_cc() == 90) snprintf(p->name, sizeof(p->name), "seedgpt CUDA emulation (sm_90 limits)");
-    else snprintf(p->name, sizeof(p->name), "seedgpt CUDA emulation (sm_90 limits, reporting sm_%d)", sg_emu::emu_cc());
+    else snprintf(p->name, sizeof(p->name), "seedgpt CUDA emulation (sm_90 limits, sm_%d shared memory)",
+                  sg_emu::emu_cc());
     p->totalGlobalMem = GLOBAL_MEM;
     p->sharedMemPerBlock = SMEM_DEFAULT;
-    p->sharedMemPerBlockOptin = SMEM_OPTIN_MAX;
-    p->sharedMemPerMultiprocessor = 228 * 1024;
+    p->sharedMemPerBlockOptin = smem_optin();
+    p->sharedMemPerMultiprocessor = smem_per_sm();
     p->totalConstMem = 64 * 1024;
     p->regsPerBlock = 65536;
     p->regsPerMultiprocessor = 65536;
@@ -1510,6 +1533,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMultiProcessorCount: *value = SM_COUNT; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMajor: *value = p.major; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor: *value = p.minor; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)p.sharedMemPerBlockOptin; return cudaSuccess;
     }
     return set_error(cudaErrorInvalidValue);
 }

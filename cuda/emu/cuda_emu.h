@@ -113,6 +113,7 @@ enum cudaDeviceAttr {
     cudaDevAttrMultiProcessorCount = 16,
     cudaDevAttrComputeCapabilityMajor = 75,
     cudaDevAttrComputeCapabilityMinor = 76,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,   /* bytes; follows SG_EMU_CC */
 };
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes);

@@ -3,7 +3,10 @@
 # capability at start (cuda/arch.h), seen from the trainer (build/emu/train, whose emulated device
 # reports the compute capability SG_EMU_CC gives):
 #   - on sm_90, --precision bf16 runs and its start-up line names the bf16 tensor-core kernels;
-#   - on sm_75 (a T4), --precision fp32 runs and its start-up line says sm_75 and fp32 kernels;
+#   - on sm_75 (a T4), --precision fp32 runs and its start-up line says sm_75, fp32 kernels and
+#     64 KiB of shared memory a block; at head dim 64, whose fp32 attention takes 68-102 KiB in
+#     its full layout, so the run shows the kernels bounded by the device's limit (the emulation
+#     refuses a launch above it, as a T4 does); and the same on sm_70 (96 KiB) with the same loss;
 #   - on sm_75, --precision bf16 is refused in one line naming sm_80 and sm_75, exit 2, before
 #     any step;
 #   - below sm_70 (sm_61) the CUDA backend is refused in one line, exit 2.
@@ -41,13 +44,25 @@ else
     fail arch_sm90_bf16_takes_tensor_cores "rc $(cat "$W/bf16_sm90.rc"), $(rows bf16_sm90) rows, line: ${line:-none}; $(tail -2 "$W/bf16_sm90.err" | tr '\n' ' ')"
 fi
 
-run fp32_sm75 75 --precision fp32
+run fp32_sm75 75 --precision fp32 --embd 128 --heads 2
 line=$(grep -m1 '^cuda: ' "$W/fp32_sm75.out")
 if [ "$(cat "$W/fp32_sm75.rc")" = 0 ] && [ "$(rows fp32_sm75)" = 2 ] && echo "$line" | grep -q 'sm_75' &&
-   echo "$line" | grep -q 'fp32 kernels' && echo "$line" | grep -q 'no bf16 tensor cores'; then
+   echo "$line" | grep -q 'fp32 kernels' && echo "$line" | grep -q 'no bf16 tensor cores' &&
+   echo "$line" | grep -q '64 KiB shared memory a block'; then
     ok arch_sm75_fp32_runs_and_says_so "$line"
 else
     fail arch_sm75_fp32_runs_and_says_so "rc $(cat "$W/fp32_sm75.rc"), $(rows fp32_sm75) rows, line: ${line:-none}; $(tail -2 "$W/fp32_sm75.err" | tr '\n' ' ')"
+fi
+
+run fp32_sm90 90 --precision fp32 --embd 128 --heads 2
+run fp32_sm70 70 --precision fp32 --embd 128 --heads 2
+loss() { grep '"type":"train"' "$W/$1.jsonl" 2>/dev/null | tail -1 | grep -o '"loss":[^,]*'; }
+l90=$(loss fp32_sm90); l75=$(loss fp32_sm75); l70=$(loss fp32_sm70)
+if [ "$(cat "$W/fp32_sm70.rc")" = 0 ] && [ "$(rows fp32_sm70)" = 2 ] && [ -n "$l90" ] && [ "$l75" = "$l90" ] &&
+   [ "$l70" = "$l90" ]; then
+    ok arch_hd64_same_loss_on_sm90_sm75_sm70 "$l90 on each"
+else
+    fail arch_hd64_same_loss_on_sm90_sm75_sm70 "sm_90 ${l90:-none}, sm_75 ${l75:-none}, sm_70 ${l70:-none} (rc $(cat "$W/fp32_sm70.rc")); $(tail -2 "$W/fp32_sm70.err" | tr '\n' ' ')"
 fi
 
 run bf16_sm75 75 --precision bf16

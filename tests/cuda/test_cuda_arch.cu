@@ -61,6 +61,27 @@ static void binary_holds_code_for(void) {
     expect(ok, "binary_sass_and_ptx_hold_code_for_gpu", "%s", seen);
 }
 
+/* A build of compute_75 PTX alone (CUDA_ARCHS=75: sm_75 SASS plus compute_75 PTX) on an H100 runs
+ * the PTX, JIT-compiled: Turing code, whose bf16 wrappers are traps, so bf16 is refused there
+ * (saying why) and the fp32 tables and the fp16 attention run; the start-up line names the code. */
+static void ptx_of_an_older_target(void) {
+    CudaArch h;
+    char err[512] = "", line[512];
+    cuda_arch_from_cc("NVIDIA H100 80GB HBM3", 9, 0, "75", 75, &h);
+    int r = cuda_arch_check(&h, "bf16", err, sizeof(err));
+    expect(h.has_code && h.code_cc == 75 && !h.bf16_tensor_cores && h.fp16_tensor_cores && r == 1 &&
+           strstr(err, "compute_75") && strstr(err, "CUDA_ARCHS=90") && !strchr(err, '\n'),
+           "compute_75_ptx_on_sm90_refuses_bf16", "code_cc %d, rc %d: %s", h.code_cc, r, err);
+    r = cuda_arch_check(&h, "fp32", err, sizeof(err));
+    cuda_arch_describe(&h, "fp32", line, sizeof(line));
+    expect(r == 0 && strstr(line, "running compute_75 code") && strstr(line, "m16n8k8"),
+           "compute_75_ptx_on_sm90_runs_fp32_and_says_so", "rc %d: %s", r, line);
+    CudaArch a;
+    cuda_arch_from_cc("NVIDIA A10", 8, 6, "75 80 90", 90, &a);
+    expect(a.code_cc == 80 && a.bf16_tensor_cores, "sm80_sass_serves_sm86", "code_cc %d, bf16 %d", a.code_cc,
+           a.bf16_tensor_cores);
+}
+
 static void refusals_are_one_line(void) {
     char err[512] = "";
     CudaArch t4, a100, p100, old;
@@ -90,9 +111,17 @@ static void startup_line_names_the_choice(void) {
     cuda_arch_from_cc("NVIDIA H100 80GB HBM3", 9, 0, NULL, 0, &h100);
     cuda_arch_describe(&t4, "fp32", line, sizeof(line));
     expect(strstr(line, "Tesla T4") && strstr(line, "sm_75") && strstr(line, "fp32 kernels") &&
-           strstr(line, "no bf16 tensor cores"), "startup_line_sm75_fp32", "%s", line);
+           strstr(line, "no bf16 tensor cores") && strstr(line, "64 KiB shared memory a block") &&
+           strstr(line, "fp16 tensor-core attention (mma.sync m16n8k8"),
+           "startup_line_sm75_fp32", "%s", line);
+    CudaArch v100;
+    cuda_arch_from_cc("Tesla V100-SXM2-16GB", 7, 0, NULL, 0, &v100);
+    cuda_arch_describe(&v100, "fp32", line, sizeof(line));
+    expect(strstr(line, "sm_70") && strstr(line, "no tensor-core attention below sm_75") &&
+           strstr(line, "96 KiB shared memory a block"), "startup_line_sm70_fp32", "%s", line);
     cuda_arch_describe(&h100, "bf16", line, sizeof(line));
-    expect(strstr(line, "sm_90") && strstr(line, "bf16 tensor-core kernels") && strstr(line, "m16n8k16"),
+    expect(strstr(line, "sm_90") && strstr(line, "bf16 tensor-core kernels") && strstr(line, "m16n8k16") &&
+           strstr(line, "227 KiB shared memory a block"),
            "startup_line_sm90_bf16", "%s", line);
 }
 
@@ -119,9 +148,10 @@ static void device_query(void) {
     cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, 0);
     unsetenv("SG_EMU_CC");
     expect(q == 0 && t.cc_major == 7 && t.cc_minor == 5 && maj == 7 && min == 5 && strstr(t.name, "sm_75") &&
-           t.fp16_tensor_cores && !t.bf16_tensor_cores && r == 1 && strstr(err, "sm_80"),
-           "emulation_reports_sm75_when_told", "query %d: \"%s\" sm_%d%d (attributes %d.%d), bf16 check %d: %s", q,
-           t.name, t.cc_major, t.cc_minor, maj, min, r, err);
+           t.fp16_tensor_cores && !t.bf16_tensor_cores && r == 1 && strstr(err, "sm_80") &&
+           t.smem_optin == 64 * 1024,
+           "emulation_reports_sm75_when_told", "query %d: \"%s\" sm_%d%d (attributes %d.%d), %zu bytes of shared "
+           "memory a block, bf16 check %d: %s", q, t.name, t.cc_major, t.cc_minor, maj, min, t.smem_optin, r, err);
     CudaArch b;
     cuda_arch_query(&b);
     expect(b.cc_major == 9 && b.cc_minor == 0 && b.bf16_tensor_cores, "emulation_back_to_sm90_unset",
@@ -132,6 +162,7 @@ int main(void) {
     choice_by_compute_capability();
     binary_holds_code_for();
     refusals_are_one_line();
+    ptx_of_an_older_target();
     startup_line_names_the_choice();
     device_query();
     return test_finish();
