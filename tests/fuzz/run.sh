@@ -46,15 +46,19 @@ CFLAGS=(-std=c11 -g -O1 -fno-omit-frame-pointer -fopenmp -D_GNU_SOURCE -I. -DSEE
 mkdir -p "$B/obj" "$B/artifacts"
 newest_header=$(ls -t model/*.h cpu/*.h dist/*.h data/*.h attention/*.h checkpoint/*.h random/*.h util/*.h tests/fuzz/*.h | head -1)
 obj() {   # obj SRC -> prints the object, building it when out of date
-    local o="$B/obj/$(echo "$1" | tr / _).o"
-    if [ ! -f "$o" ] || [ "$1" -nt "$o" ] || [ "$newest_header" -nt "$o" ]; then
+    local o="$B/obj/$(echo "$1" | tr / _).o" inc
+    # a source that includes another .c (cpu/ops_fp16_cpu.c, the attention twins) is out of date
+    # when that one is newer too
+    inc=$(sed -n 's/^#include "\(.*\.c\)"$/\1/p' "$1")
+    if [ ! -f "$o" ] || [ "$1" -nt "$o" ] || [ "$newest_header" -nt "$o" ] ||
+       { [ -n "$inc" ] && [ "$inc" -nt "$o" ]; }; then
         "$CLANG" "${CFLAGS[@]}" -fsanitize=fuzzer-no-link,address,undefined -c -o "$o" "$1" || return 1
     fi
     echo "$o"
 }
 MODEL=(model/gpt.c model/backend.c model/mem.c cpu/backend_cpu.c cpu/ops_cpu.c cpu/gemm_cpu.c
-       cpu/ops_bf16_cpu.c cpu/gemm_bf16_cpu.c cpu/peak.c checkpoint/checkpoint.c attention/flash_cpu.c
-       attention/flash_bf16_cpu.c)
+       cpu/ops_bf16_cpu.c cpu/ops_fp16_cpu.c cpu/gemm_bf16_cpu.c cpu/peak.c checkpoint/checkpoint.c
+       attention/flash_cpu.c attention/flash_bf16_cpu.c attention/flash_fp16_cpu.c)
 declare -A SRC=(
     [shard]="data/shards.c"
     [hellaswag]="data/hellaswag.c"
