@@ -37,6 +37,7 @@
 #include "random/philox.h"
 #include "tests/test.h"
 #include "tests/cuda/refusal.h"
+#include "tests/cuda/flash_check.h"
 #include "util/fp16.h"
 
 #define SEED 0x5eed0f16d1234567ULL
@@ -48,13 +49,6 @@ typedef struct {
     uint32_t g0;
 } Shape;
 
-static int cpu_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
 
 /* n values in [-2, 2) rounded to fp16: bits for the device, values for the CPU */
 static void random_f16(size_t n, uint16_t* bits, float* vals, double lo, double hi) {
@@ -180,45 +174,7 @@ static double lse_err(const float* a, const float* ref, size_t n) {
     return worst;
 }
 
-/* ---- 3. backward: the sums of magnitudes of test_cuda_flash_tc.cu ---------------------------- */
-
-static void backward_magnitudes(double* mag, const float* qkv, const float* dout, const float* out, const float* lse,
-                                const Shape* s, float scale) {
-    const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
-    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
-    const double sigma = 1.0 / sqrt((double)HD);
-    memset(mag, 0, (size_t)B * T * QKV * sizeof(double));
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const int kvh = h / (NH / NKV);
-            for (int i = 0; i < T; i++) {
-                const float* q = qkv + ((size_t)b * T + i) * QKV + (size_t)h * HD;
-                const float* dO = dout + ((size_t)b * T + i) * C + (size_t)h * HD;
-                const float* o = out + ((size_t)b * T + i) * C + (size_t)h * HD;
-                const double L = lse[((size_t)b * NH + h) * T + i];
-                double Di = 0;
-                for (int d = 0; d < HD; d++) Di += (double)dO[d] * (double)o[d];
-                double* mq = mag + ((size_t)b * T + i) * QKV + (size_t)h * HD;
-                for (int j = 0; j <= i; j++) {
-                    const float* k = qkv + ((size_t)b * T + j) * QKV + (size_t)(NH + kvh) * HD;
-                    const float* v = qkv + ((size_t)b * T + j) * QKV + (size_t)(NH + NKV + kvh) * HD;
-                    double* mk = mag + ((size_t)b * T + j) * QKV + (size_t)(NH + kvh) * HD;
-                    double* mv = mag + ((size_t)b * T + j) * QKV + (size_t)(NH + NKV + kvh) * HD;
-                    double dot = 0, A = 0;
-                    for (int d = 0; d < HD; d++) {
-                        dot += (double)q[d] * (double)k[d];
-                        A += fabs((double)dO[d] * (double)v[d]);
-                    }
-                    const double p = exp(sigma * dot - L), a = p * (scale * A + fabs(Di));
-                    for (int d = 0; d < HD; d++) {
-                        mv[d] += scale * p * fabs((double)dO[d]);
-                        mq[d] += sigma * a * fabs((double)k[d]);
-                        mk[d] += sigma * a * fabs((double)q[d]);
-                    }
-                }
-            }
-        }
-}
+/* ---- 3. backward: the sums of magnitudes of tests/cuda/flash_check.h -------------------------- */
 
 static void run_shape(const Shape* s, double p) {
     test_rng_state = 0xf16f16ull + (uint64_t)s->T * 131 + (uint64_t)s->HD;
@@ -267,7 +223,7 @@ static void run_shape(const Shape* s, double p) {
     attention_backward_tc_f16_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s->g0, SEED,
                                    drop);
     down(g_tc, d_dqkv, n_qkv);
-    backward_magnitudes(mag, qkv, dout, o_cpu, lse_cpu, s, drop.scale);
+    backward_magnitudes(mag, qkv, dout, o_cpu, lse_cpu, s->B, s->T, s->NH, s->NKV, s->HD, drop.scale);
     double worst = 0;
     size_t bad = 0;
     for (size_t e = 0; e < n_qkv; e++) {

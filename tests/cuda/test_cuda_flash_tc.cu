@@ -62,6 +62,7 @@
 #include "attention/flash_tc.h"
 #include "tests/test.h"
 #include "tests/cuda/refusal.h"
+#include "tests/cuda/flash_check.h"
 
 /* The dropout probabilities each shape runs at. Under ThreadSanitizer (the emulation's race
  * check, make test-cuda-emu-tsan) races rather than values are the point, and the kernels take
@@ -300,43 +301,6 @@ static void run_mask(int B, int T, int NH, int NKV, int HD, uint32_t g0, double 
 #define BWD_TOL_EXACT_DO (0x1p-8 + 0x1p-10)
 #define BWD_TOL_FP32_DO (0x1p-7 + 0x1p-10)
 
-/* mag (B, T, QKV), laid out as dqkv: the sums of magnitudes above for q, k and v */
-static void backward_magnitudes(double* mag, const float* qkv, const float* dout, const float* out, const float* lse,
-                                int B, int T, int NH, int NKV, int HD, float scale) {
-    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
-    const double sigma = 1.0 / sqrt((double)HD);
-    memset(mag, 0, (size_t)B * T * QKV * sizeof(double));
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const int kvh = h / (NH / NKV);
-            for (int i = 0; i < T; i++) {
-                const float* q = qkv + ((size_t)b * T + i) * QKV + (size_t)h * HD;
-                const float* dO = dout + ((size_t)b * T + i) * C + (size_t)h * HD;
-                const float* o = out + ((size_t)b * T + i) * C + (size_t)h * HD;
-                const double L = lse[((size_t)b * NH + h) * T + i];
-                double Di = 0;
-                for (int d = 0; d < HD; d++) Di += (double)dO[d] * (double)o[d];
-                double* mq = mag + ((size_t)b * T + i) * QKV + (size_t)h * HD;
-                for (int j = 0; j <= i; j++) {
-                    const float* k = qkv + ((size_t)b * T + j) * QKV + (size_t)(NH + kvh) * HD;
-                    const float* v = qkv + ((size_t)b * T + j) * QKV + (size_t)(NH + NKV + kvh) * HD;
-                    double* mk = mag + ((size_t)b * T + j) * QKV + (size_t)(NH + kvh) * HD;
-                    double* mv = mag + ((size_t)b * T + j) * QKV + (size_t)(NH + NKV + kvh) * HD;
-                    double dot = 0, A = 0;
-                    for (int d = 0; d < HD; d++) {
-                        dot += (double)q[d] * (double)k[d];
-                        A += fabs((double)dO[d] * (double)v[d]);
-                    }
-                    const double p = exp(sigma * dot - L), a = p * (scale * A + fabs(Di));
-                    for (int d = 0; d < HD; d++) {
-                        mv[d] += scale * p * fabs((double)dO[d]);
-                        mq[d] += sigma * a * fabs((double)k[d]);
-                        mk[d] += sigma * a * fabs((double)q[d]);
-                    }
-                }
-            }
-        }
-}
 
 /* dqkv against ref, each element within factor * mag[e] */
 static OErr grad_error(const float* g, const float* ref, const double* mag, size_t n, double factor) {
@@ -351,13 +315,6 @@ static OErr grad_error(const float* g, const float* ref, const double* mag, size
     return r;
 }
 
-static int cpu_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
 
 /* The CPU's forward and backward on the host values qkv (already bf16 values), dout */
 static void cpu_forward_backward(float* out, float* lse, float* dqkv, const float* qkv, const float* dout,
