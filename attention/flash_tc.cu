@@ -1734,16 +1734,64 @@ __global__ void flash_tc_widen_kernel(float* dst, const ActT* src, size_t n) {
     const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e < n) dst[e] = act_load(src, e);
 }
-static void tc_widen(float* dst, const void* src, size_t n) {
+__global__ void flash_tc_round_f16_kernel(uint16_t* dst, const float* src, size_t n) {
+    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < n) dst[e] = sg_f16_bits_rn(src[e]);
+}
+/* dst (n) fp32 = src's 16-bit elements: fp16 when f16, else bf16 */
+static void tc_widen(int f16, float* dst, const void* src, size_t n) {
     if (n == 0) return;
-    SG_LAUNCH(flash_tc_widen_kernel<uint16_t>, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dst, (const uint16_t*)src, n);
+    if (f16)
+        SG_LAUNCH(flash_tc_widen_kernel<sg_h16>, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dst, (const sg_h16*)src, n);
+    else
+        SG_LAUNCH(flash_tc_widen_kernel<uint16_t>, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dst, (const uint16_t*)src,
+                  n);
     SG_CHECK_LAUNCH();
+}
+
+/* The 16-bit tables' fallback (a head dim, or for fp16 a device, the tensor-core kernels do not
+ * take): the fp32 kernels on the stored values widened into scratch, the forward's fp32 o rounded
+ * once into out. Forward scratch (bytes, the grow-only block): [qkv as fp32][o as fp32]; backward
+ * scratch (floats, the caller's): [the fp32 kernel's scratch][qkv as fp32][o as fp32]. */
+static size_t act_fallback_forward_bytes(int B, int T, int NH, int NKV, int HD) {
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    return (tc_round16(n_qkv) + tc_round16(n_out)) * sizeof(float);
+}
+static size_t act_fallback_backward_floats(int B, int T, int NH, int NKV, int HD) {
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    return tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1)) + tc_round16(n_qkv) +
+           tc_round16(n_out);
+}
+static void act_fallback_forward(int f16, const char* fn, void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                 int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    if (B <= 0 || T <= 0) return;
+    attention_cuda_check_T(fn, T);   /* before the scratch */
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    float* q32 = (float*)tc_forward_scratch(act_fallback_forward_bytes(B, T, NH, NKV, HD));
+    float* o32 = q32 + tc_round16(n_qkv);
+    tc_widen(f16, q32, qkv, n_qkv);
+    attention_forward_cuda(o32, lse, q32, B, T, NH, NKV, HD, g0, attn_seed, drop);
+    if (!f16) { tc_round_bits((uint16_t*)out, o32, n_out); return; }
+    if (n_out == 0) return;
+    SG_LAUNCH(flash_tc_round_f16_kernel, dim3(sg_ceil_div(n_out, 256)), dim3(256), 0, (uint16_t*)out, o32, n_out);
+    SG_CHECK_LAUNCH();
+}
+static void act_fallback_backward(int f16, const char* fn, float* dqkv, float* scratch, const float* dout,
+                                  const void* qkv, const void* out, const float* lse, int B, int T, int NH, int NKV,
+                                  int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    if (B <= 0 || T <= 0) return;
+    attention_cuda_check_T(fn, T);
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    float* q32 = scratch + tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1));
+    float* o32 = q32 + tc_round16(n_qkv);
+    tc_widen(f16, q32, qkv, n_qkv);
+    tc_widen(f16, o32, out, n_out);
+    attention_backward_cuda(dqkv, scratch, dout, q32, o32, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }
 
 extern "C" size_t attention_forward_act_scratch_bytes_bf16_cuda(int B, int T, int NH, int NKV, int HD) {
     if (B <= 0 || T <= 0 || attention_tc_supports_hd(HD)) return 0;
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    return (tc_round16(n_qkv) + tc_round16(n_out)) * sizeof(float);
+    return act_fallback_forward_bytes(B, T, NH, NKV, HD);
 }
 
 extern "C" void attention_reserve_forward_act_scratch_bf16_cuda(int B, int T, int NH, int NKV, int HD) {
@@ -1758,14 +1806,7 @@ extern "C" void attention_forward_bf16_act_cuda(void* out, float* lse, const voi
                          NKV, HD, g0, attn_seed, drop);
         return;
     }
-    if (B <= 0 || T <= 0) return;
-    attention_cuda_check_T("attention_forward_bf16_act_cuda", T);   /* before the scratch */
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    float* q32 = (float*)tc_forward_scratch(attention_forward_act_scratch_bytes_bf16_cuda(B, T, NH, NKV, HD));
-    float* o32 = q32 + tc_round16(n_qkv);
-    tc_widen(q32, qkv, n_qkv);
-    attention_forward_cuda(o32, lse, q32, B, T, NH, NKV, HD, g0, attn_seed, drop);
-    tc_round_bits((uint16_t*)out, o32, n_out);
+    act_fallback_forward(0, "attention_forward_bf16_act_cuda", out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }
 
 /* tensor-core path: the tc scratch; fallback: [the fp32 kernel's scratch][qkv as fp32][o as fp32] */
@@ -1773,9 +1814,7 @@ extern "C" size_t attention_backward_act_scratch_floats_bf16_cuda(int B, int T, 
                                                                   int nthreads) {
     (void)nthreads;   /* no per-thread tiles on the GPU */
     if (attention_tc_supports_hd(HD)) return attention_backward_tc_scratch_floats(B, T, NH, NKV, HD);
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    return tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1)) + tc_round16(n_qkv) +
-           tc_round16(n_out);
+    return act_fallback_backward_floats(B, T, NH, NKV, HD);
 }
 
 extern "C" void attention_backward_bf16_act_cuda(float* dqkv, float* scratch, const float* dout, const void* qkv,
@@ -1790,14 +1829,7 @@ extern "C" void attention_backward_bf16_act_cuda(float* dqkv, float* scratch, co
                           attn_seed, drop);
         return;
     }
-    if (B <= 0 || T <= 0) return;
-    attention_cuda_check_T(fn, T);
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    float* q32 = scratch + tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1));
-    float* o32 = q32 + tc_round16(n_qkv);
-    tc_widen(q32, qkv, n_qkv);
-    tc_widen(o32, out, n_out);
-    attention_backward_cuda(dqkv, scratch, dout, q32, o32, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
+    act_fallback_backward(0, fn, dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }
 
 /* ---- the fp16 table's attention: q, k, v and o stored in fp16 ----------------------------------- */
@@ -1811,22 +1843,12 @@ extern "C" void attention_backward_bf16_act_cuda(float* dqkv, float* scratch, co
  * Elsewhere (sm_70, a head dim they do not take): the fp32 kernels on the fp16 values widened into
  * scratch, the forward's o rounded into out, as the bf16 table's fallback. */
 
-__global__ void flash_tc_round_f16_kernel(uint16_t* dst, const float* src, size_t n) {
-    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e < n) dst[e] = sg_f16_bits_rn(src[e]);
-}
-static void tc_widen_f16(float* dst, const void* src, size_t n) {
-    if (n == 0) return;
-    SG_LAUNCH(flash_tc_widen_kernel<sg_h16>, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dst, (const sg_h16*)src, n);
-    SG_CHECK_LAUNCH();
-}
 static int tc_f16_path(int tensor_cores, int HD) { return tensor_cores && tc_f16_fits(HD); }
 
 extern "C" size_t attention_forward_act_scratch_bytes_fp16_cuda(int tensor_cores, int B, int T, int NH, int NKV,
                                                                 int HD) {
     if (B <= 0 || T <= 0 || tc_f16_path(tensor_cores, HD)) return 0;
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    return (tc_round16(n_qkv) + tc_round16(n_out)) * sizeof(float);
+    return act_fallback_forward_bytes(B, T, NH, NKV, HD);
 }
 
 extern "C" void attention_reserve_forward_act_scratch_fp16_cuda(int tensor_cores, int B, int T, int NH, int NKV,
@@ -1853,17 +1875,7 @@ extern "C" void attention_forward_fp16_act_cuda(int tensor_cores, void* out, flo
         }
         return;
     }
-    if (B <= 0 || T <= 0) return;
-    attention_cuda_check_T(fn, T);   /* before the scratch */
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    float* q32 = (float*)tc_forward_scratch(attention_forward_act_scratch_bytes_fp16_cuda(tensor_cores, B, T, NH,
-                                                                                          NKV, HD));
-    float* o32 = q32 + tc_round16(n_qkv);
-    tc_widen_f16(q32, qkv, n_qkv);
-    attention_forward_cuda(o32, lse, q32, B, T, NH, NKV, HD, g0, attn_seed, drop);
-    if (n_out == 0) return;
-    SG_LAUNCH(flash_tc_round_f16_kernel, dim3(sg_ceil_div(n_out, 256)), dim3(256), 0, (uint16_t*)out, o32, n_out);
-    SG_CHECK_LAUNCH();
+    act_fallback_forward(1, fn, out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }
 
 /* tensor-core path: the tc scratch; fallback: [the fp32 kernel's scratch][qkv as fp32][o as fp32] */
@@ -1871,9 +1883,7 @@ extern "C" size_t attention_backward_act_scratch_floats_fp16_cuda(int tensor_cor
                                                                   int HD, int nthreads) {
     (void)nthreads;   /* no per-thread tiles on the GPU */
     if (tc_f16_path(tensor_cores, HD)) return attention_backward_tc_scratch_floats(B, T, NH, NKV, HD);
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    return tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1)) + tc_round16(n_qkv) +
-           tc_round16(n_out);
+    return act_fallback_backward_floats(B, T, NH, NKV, HD);
 }
 
 extern "C" void attention_backward_fp16_act_cuda(int tensor_cores, float* dqkv, float* scratch, const float* dout,
@@ -1895,12 +1905,5 @@ extern "C" void attention_backward_fp16_act_cuda(int tensor_cores, float* dqkv, 
         }
         return;
     }
-    if (B <= 0 || T <= 0) return;
-    attention_cuda_check_T(fn, T);
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    float* q32 = scratch + tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1));
-    float* o32 = q32 + tc_round16(n_qkv);
-    tc_widen_f16(q32, qkv, n_qkv);
-    tc_widen_f16(o32, out, n_out);
-    attention_backward_cuda(dqkv, scratch, dout, q32, o32, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
+    act_fallback_backward(1, fn, dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }

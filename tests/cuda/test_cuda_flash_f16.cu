@@ -61,6 +61,17 @@ static void random_f16(size_t n, uint16_t* bits, float* vals, double lo, double 
     }
 }
 
+/* qkv in [-2, 2) and dout in [-1, 1), fp16 values (so dO is exact as an operand): the bits and
+ * their values, malloc'd */
+static void random_inputs(size_t n_qkv, size_t n_out, uint16_t** bits, float** qkv, uint16_t** dbits, float** dout) {
+    *bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
+    *qkv = (float*)malloc(n_qkv * sizeof(float));
+    random_f16(n_qkv, *bits, *qkv, -2.0, 2.0);
+    *dbits = (uint16_t*)malloc(n_out * sizeof(uint16_t));
+    *dout = (float*)malloc(n_out * sizeof(float));
+    random_f16(n_out, *dbits, *dout, -1.0, 1.0);
+}
+
 static uint16_t* up16(const uint16_t* h, size_t n) {
     uint16_t* d = NULL;
     SG_CHECK(cudaMalloc((void**)&d, n * sizeof(uint16_t)));
@@ -184,12 +195,9 @@ static void run_shape(const Shape* s, double p) {
     const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD, n_qkv = (size_t)B * T * QKV;
     const size_t n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
-    uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
-    float* qkv = (float*)malloc(n_qkv * sizeof(float));
-    random_f16(n_qkv, bits, qkv, -2.0, 2.0);
-    uint16_t* dbits = (uint16_t*)malloc(n_out * sizeof(uint16_t));
-    float* dout = (float*)malloc(n_out * sizeof(float));
-    random_f16(n_out, dbits, dout, -1.0, 1.0);   /* fp16 values: dO is exact as an operand */
+    uint16_t *bits, *dbits;
+    float *qkv, *dout;
+    random_inputs(n_qkv, n_out, &bits, &qkv, &dbits, &dout);
     float *o_cpu = (float*)malloc(n_out * sizeof(float)), *lse_cpu = (float*)malloc(n_lse * sizeof(float));
     float *o_tc = (float*)malloc(n_out * sizeof(float)), *lse_tc = (float*)malloc(n_lse * sizeof(float));
     float *g_cpu = (float*)malloc(n_qkv * sizeof(float)), *g_tc = (float*)malloc(n_qkv * sizeof(float));
@@ -272,12 +280,9 @@ static void run_act(const Shape* s, double p, int tensor_cores) {
     const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD, n_qkv = (size_t)B * T * QKV;
     const size_t n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
-    uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
-    float* qkv = (float*)malloc(n_qkv * sizeof(float));
-    random_f16(n_qkv, bits, qkv, -2.0, 2.0);
-    uint16_t* dbits = (uint16_t*)malloc(n_out * sizeof(uint16_t));
-    float* dout = (float*)malloc(n_out * sizeof(float));
-    random_f16(n_out, dbits, dout, -1.0, 1.0);
+    uint16_t *bits, *dbits;
+    float *qkv, *dout;
+    random_inputs(n_qkv, n_out, &bits, &qkv, &dbits, &dout);
     const Dropout drop = dropout_make(p);
     const char* path = tensor_cores ? "tc" : "fallback";
     char name[160], shape[96];
