@@ -524,6 +524,8 @@ $(EMU_MODEL_BINS): $(EMU_BUILD)/tests/%: $(EMU_BUILD)/tests/%.o $(EMU_OBJ) $(EMU
 # test_cuda_peak includes cuda/device_peak.cu itself, so it links only the runtime
 $(CUDA_BUILD)/tests/test_cuda_peak $(EMU_BUILD)/tests/test_cuda_peak.o: cuda/device_peak.cu
 $(CUDA_BUILD)/tests/test_cuda_arch $(EMU_BUILD)/tests/test_cuda_arch.o: cuda/arch.cu
+# test_cuda_fp16_ops is test_cuda_bf16_ops compiled for fp16
+$(CUDA_BUILD)/tests/test_cuda_fp16_ops $(EMU_BUILD)/tests/test_cuda_fp16_ops.o: tests/cuda/test_cuda_bf16_ops.cu
 EMU_ATTN_BINS := $(EMU_BUILD)/tests/test_cuda_attention
 $(EMU_BUILD)/tests/test_cuda_attention: $(EMU_BUILD)/tests/test_cuda_attention.o $(EMU_BUILD)/attention/flash_cuda.o \
 		$(EMU_RT_OBJ) $(BUILD)/test/attention/flash_cpu.o

@@ -47,6 +47,9 @@ void attention_backward_dot_cuda(float* D, const float* dout, const float* out, 
 /* the same with the bf16 o (bits) of the bf16 table's activations, each read exactly */
 void attention_backward_dot_bf16_cuda(float* D, const float* dout, const void* out, int B, int T,
                                       int NH, int HD);
+/* and with the fp16 o of the fp16 table */
+void attention_backward_dot_fp16_cuda(float* D, const float* dout, const void* out, int B, int T,
+                                      int NH, int HD);
 void attention_group_sum_cuda(float* dqkv, const float* dKp, const float* dVp, int B, int T, int NH,
                               int NKV, int HD, float sigma);
 

@@ -346,7 +346,7 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
 
 /* Pass 0: D_i = do_i . o_i for every row (b, h, i) of D (B, NH, T); one warp a row, the lanes'
  * partial sums over d = lane, lane + 32, ... then a butterfly, a fixed order. o is fp32, or the
- * bf16 o of the bf16 table (cuda/act.h: read exactly). */
+ * bf16 (fp16) o of the bf16 (fp16) table (cuda/act.h: read exactly). */
 template <typename OutT>
 __global__ void flash_dot_kernel(float* D, const float* dout, const OutT* out, int B, int T, int NH,
                                  int HD) {
@@ -544,6 +544,15 @@ extern "C" void attention_backward_dot_bf16_cuda(float* D, const float* dout, co
     if (rows <= 0) return;
     SG_LAUNCH(flash_dot_kernel<uint16_t>, dim3(sg_ceil_div((size_t)rows, 8)), dim3(256), 0, D, dout,
               (const uint16_t*)out, B, T, NH, HD);
+    SG_CHECK_LAUNCH();
+}
+
+extern "C" void attention_backward_dot_fp16_cuda(float* D, const float* dout, const void* out, int B, int T,
+                                                 int NH, int HD) {
+    const long rows = (long)B * NH * T;
+    if (rows <= 0) return;
+    SG_LAUNCH(flash_dot_kernel<sg_h16>, dim3(sg_ceil_div((size_t)rows, 8)), dim3(256), 0, D, dout,
+              (const sg_h16*)out, B, T, NH, HD);
     SG_CHECK_LAUNCH();
 }
 

@@ -1728,20 +1728,70 @@ extern "C" void attention_backward_bf16_cuda(float* dqkv, float* scratch, const 
  * part of its `scratch`), the forward's fp32 o rounded into out: the same stored bf16 inputs and
  * outputs, fp32 products (P is not rounded before P V there). */
 
-__global__ void flash_tc_widen_kernel(float* dst, const uint16_t* src, size_t n) {
+/* dst (n) fp32 = the 16-bit elements src (n), exact: ActT uint16_t (bf16) or sg_h16 (fp16) */
+template <typename ActT>
+__global__ void flash_tc_widen_kernel(float* dst, const ActT* src, size_t n) {
     const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e < n) dst[e] = act_load(src, e);
 }
-static void tc_widen(float* dst, const void* src, size_t n) {
+__global__ void flash_tc_round_f16_kernel(uint16_t* dst, const float* src, size_t n) {
+    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < n) dst[e] = sg_f16_bits_rn(src[e]);
+}
+/* dst (n) fp32 = src's 16-bit elements: fp16 when f16, else bf16 */
+static void tc_widen(int f16, float* dst, const void* src, size_t n) {
     if (n == 0) return;
-    SG_LAUNCH(flash_tc_widen_kernel, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dst, (const uint16_t*)src, n);
+    if (f16)
+        SG_LAUNCH(flash_tc_widen_kernel<sg_h16>, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dst, (const sg_h16*)src, n);
+    else
+        SG_LAUNCH(flash_tc_widen_kernel<uint16_t>, dim3(sg_ceil_div(n, 256)), dim3(256), 0, dst, (const uint16_t*)src,
+                  n);
     SG_CHECK_LAUNCH();
+}
+
+/* The 16-bit tables' fallback (a head dim, or for fp16 a device, the tensor-core kernels do not
+ * take): the fp32 kernels on the stored values widened into scratch, the forward's fp32 o rounded
+ * once into out. Forward scratch (bytes, the grow-only block): [qkv as fp32][o as fp32]; backward
+ * scratch (floats, the caller's): [the fp32 kernel's scratch][qkv as fp32][o as fp32]. */
+static size_t act_fallback_forward_bytes(int B, int T, int NH, int NKV, int HD) {
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    return (tc_round16(n_qkv) + tc_round16(n_out)) * sizeof(float);
+}
+static size_t act_fallback_backward_floats(int B, int T, int NH, int NKV, int HD) {
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    return tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1)) + tc_round16(n_qkv) +
+           tc_round16(n_out);
+}
+static void act_fallback_forward(int f16, const char* fn, void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                 int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    if (B <= 0 || T <= 0) return;
+    attention_cuda_check_T(fn, T);   /* before the scratch */
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    float* q32 = (float*)tc_forward_scratch(act_fallback_forward_bytes(B, T, NH, NKV, HD));
+    float* o32 = q32 + tc_round16(n_qkv);
+    tc_widen(f16, q32, qkv, n_qkv);
+    attention_forward_cuda(o32, lse, q32, B, T, NH, NKV, HD, g0, attn_seed, drop);
+    if (!f16) { tc_round_bits((uint16_t*)out, o32, n_out); return; }
+    if (n_out == 0) return;
+    SG_LAUNCH(flash_tc_round_f16_kernel, dim3(sg_ceil_div(n_out, 256)), dim3(256), 0, (uint16_t*)out, o32, n_out);
+    SG_CHECK_LAUNCH();
+}
+static void act_fallback_backward(int f16, const char* fn, float* dqkv, float* scratch, const float* dout,
+                                  const void* qkv, const void* out, const float* lse, int B, int T, int NH, int NKV,
+                                  int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    if (B <= 0 || T <= 0) return;
+    attention_cuda_check_T(fn, T);
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
+    float* q32 = scratch + tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1));
+    float* o32 = q32 + tc_round16(n_qkv);
+    tc_widen(f16, q32, qkv, n_qkv);
+    tc_widen(f16, o32, out, n_out);
+    attention_backward_cuda(dqkv, scratch, dout, q32, o32, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }
 
 extern "C" size_t attention_forward_act_scratch_bytes_bf16_cuda(int B, int T, int NH, int NKV, int HD) {
     if (B <= 0 || T <= 0 || attention_tc_supports_hd(HD)) return 0;
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    return (tc_round16(n_qkv) + tc_round16(n_out)) * sizeof(float);
+    return act_fallback_forward_bytes(B, T, NH, NKV, HD);
 }
 
 extern "C" void attention_reserve_forward_act_scratch_bf16_cuda(int B, int T, int NH, int NKV, int HD) {
@@ -1756,14 +1806,7 @@ extern "C" void attention_forward_bf16_act_cuda(void* out, float* lse, const voi
                          NKV, HD, g0, attn_seed, drop);
         return;
     }
-    if (B <= 0 || T <= 0) return;
-    attention_cuda_check_T("attention_forward_bf16_act_cuda", T);   /* before the scratch */
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    float* q32 = (float*)tc_forward_scratch(attention_forward_act_scratch_bytes_bf16_cuda(B, T, NH, NKV, HD));
-    float* o32 = q32 + tc_round16(n_qkv);
-    tc_widen(q32, qkv, n_qkv);
-    attention_forward_cuda(o32, lse, q32, B, T, NH, NKV, HD, g0, attn_seed, drop);
-    tc_round_bits((uint16_t*)out, o32, n_out);
+    act_fallback_forward(0, "attention_forward_bf16_act_cuda", out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }
 
 /* tensor-core path: the tc scratch; fallback: [the fp32 kernel's scratch][qkv as fp32][o as fp32] */
@@ -1771,9 +1814,7 @@ extern "C" size_t attention_backward_act_scratch_floats_bf16_cuda(int B, int T, 
                                                                   int nthreads) {
     (void)nthreads;   /* no per-thread tiles on the GPU */
     if (attention_tc_supports_hd(HD)) return attention_backward_tc_scratch_floats(B, T, NH, NKV, HD);
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    return tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1)) + tc_round16(n_qkv) +
-           tc_round16(n_out);
+    return act_fallback_backward_floats(B, T, NH, NKV, HD);
 }
 
 extern "C" void attention_backward_bf16_act_cuda(float* dqkv, float* scratch, const float* dout, const void* qkv,
@@ -1788,12 +1829,81 @@ extern "C" void attention_backward_bf16_act_cuda(float* dqkv, float* scratch, co
                           attn_seed, drop);
         return;
     }
-    if (B <= 0 || T <= 0) return;
-    attention_cuda_check_T(fn, T);
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD;
-    float* q32 = scratch + tc_round16(attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1));
-    float* o32 = q32 + tc_round16(n_qkv);
-    tc_widen(q32, qkv, n_qkv);
-    tc_widen(o32, out, n_out);
-    attention_backward_cuda(dqkv, scratch, dout, q32, o32, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
+    act_fallback_backward(0, fn, dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
+}
+
+/* ---- the fp16 table's attention: q, k, v and o stored in fp16 ----------------------------------- */
+/* Under --precision fp16 the CUDA table stores qkv and o in fp16 (cuda/act.h's sg_h16). Where the
+ * device has fp16 tensor cores (sm_75 and newer, with code for them: cuda/arch.h's
+ * fp16_tensor_cores, which the table passes as tensor_cores) and the head dim's kernels fit its
+ * shared memory (attention_tc_f16_supports_hd), the sm_75 kernels above (TcF16: two mma.sync
+ * m16n8k8) read qkv in place and write o rounded once to fp16; the backward reads that o for D
+ * (attention_backward_dot_fp16_cuda) and rounds dO, m p scale and ds to fp16 as they become mma
+ * operands. The CPU's twin is attention/flash_fp16_cpu.c, which rounds at the same sites.
+ * Elsewhere (sm_70, a head dim they do not take): the fp32 kernels on the fp16 values widened into
+ * scratch, the forward's o rounded into out, as the bf16 table's fallback. */
+
+static int tc_f16_path(int tensor_cores, int HD) { return tensor_cores && tc_f16_fits(HD); }
+
+extern "C" size_t attention_forward_act_scratch_bytes_fp16_cuda(int tensor_cores, int B, int T, int NH, int NKV,
+                                                                int HD) {
+    if (B <= 0 || T <= 0 || tc_f16_path(tensor_cores, HD)) return 0;
+    return act_fallback_forward_bytes(B, T, NH, NKV, HD);
+}
+
+extern "C" void attention_reserve_forward_act_scratch_fp16_cuda(int tensor_cores, int B, int T, int NH, int NKV,
+                                                                int HD) {
+    const size_t bytes = attention_forward_act_scratch_bytes_fp16_cuda(tensor_cores, B, T, NH, NKV, HD);
+    if (bytes > 0) (void)tc_forward_scratch(bytes);
+}
+
+extern "C" void attention_forward_fp16_act_cuda(int tensor_cores, void* out, float* lse, const void* qkv, int B,
+                                                int T, int NH, int NKV, int HD, uint32_t g0, uint64_t attn_seed,
+                                                Dropout drop) {
+    const char* fn = "attention_forward_fp16_act_cuda";
+    if (tc_f16_path(tensor_cores, HD)) {
+        tc_f16_check(fn, (const uint16_t*)qkv, NH, NKV, HD);
+        if (B <= 0 || T <= 0) return;
+        attention_cuda_check_T(fn, T);
+        const uint16_t* q = (const uint16_t*)qkv;
+        sg_h16* o = (sg_h16*)out;
+        switch (HD) {
+        case 16: tc_forward_baseline_launch<16, sg_h16, TcF16>(o, lse, q, B, T, NH, NKV, g0, attn_seed, drop); break;
+        case 32: tc_forward_baseline_launch<32, sg_h16, TcF16>(o, lse, q, B, T, NH, NKV, g0, attn_seed, drop); break;
+        case 64: tc_forward_baseline_launch<64, sg_h16, TcF16>(o, lse, q, B, T, NH, NKV, g0, attn_seed, drop); break;
+        default: tc_forward_baseline_launch<128, sg_h16, TcF16>(o, lse, q, B, T, NH, NKV, g0, attn_seed, drop); break;
+        }
+        return;
+    }
+    act_fallback_forward(1, fn, out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed, drop);
+}
+
+/* tensor-core path: the tc scratch; fallback: [the fp32 kernel's scratch][qkv as fp32][o as fp32] */
+extern "C" size_t attention_backward_act_scratch_floats_fp16_cuda(int tensor_cores, int B, int T, int NH, int NKV,
+                                                                  int HD, int nthreads) {
+    (void)nthreads;   /* no per-thread tiles on the GPU */
+    if (tc_f16_path(tensor_cores, HD)) return attention_backward_tc_scratch_floats(B, T, NH, NKV, HD);
+    return act_fallback_backward_floats(B, T, NH, NKV, HD);
+}
+
+extern "C" void attention_backward_fp16_act_cuda(int tensor_cores, float* dqkv, float* scratch, const float* dout,
+                                                 const void* qkv, const void* out, const float* lse, int B, int T,
+                                                 int NH, int NKV, int HD, uint32_t g0, uint64_t attn_seed,
+                                                 Dropout drop) {
+    const char* fn = "attention_backward_fp16_act_cuda";
+    if (tc_f16_path(tensor_cores, HD)) {
+        tc_f16_check(fn, (const uint16_t*)qkv, NH, NKV, HD);
+        if (B <= 0 || T <= 0) return;
+        attention_cuda_check_T(fn, T);
+        const uint16_t* q = (const uint16_t*)qkv;
+        attention_backward_dot_fp16_cuda(scratch, dout, out, B, T, NH, HD);   /* D, from the fp16 o */
+        switch (HD) {
+        case 16: tc_backward_baseline_launch<16, TcF16>(dqkv, scratch, dout, q, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+        case 32: tc_backward_baseline_launch<32, TcF16>(dqkv, scratch, dout, q, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+        case 64: tc_backward_baseline_launch<64, TcF16>(dqkv, scratch, dout, q, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+        default: tc_backward_baseline_launch<128, TcF16>(dqkv, scratch, dout, q, lse, B, T, NH, NKV, g0, attn_seed, drop); break;
+        }
+        return;
+    }
+    act_fallback_backward(1, fn, dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, g0, attn_seed, drop);
 }

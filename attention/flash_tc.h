@@ -55,8 +55,8 @@ void attention_backward_tc_cuda(float* dqkv, float* scratch, const float* dout, 
  * Runs the baseline tensor-core kernels (plain shared-memory loads: Turing has no cp.async) on
  * sm_75 and newer; a head dim whose kernels do not fit the device's shared memory is refused in
  * one line (attention_tc_f16_supports_hd: 16, 32, 64 on sm_75; 128 too from sm_80).
- * Not yet a --precision: no table calls them. fp16's largest value is 65504: scores are fp32, but
- * q, k, v, dO and ds must stay in range (the caller scales the loss). */
+ * The fp16 table reaches them through attention_forward_fp16_act_cuda below. fp16's largest value
+ * is 65504: scores are fp32, but q, k, v, dO and ds must stay in range (the caller scales the loss). */
 int attention_tc_f16_supports_hd(int HD);
 void attention_forward_tc_f16_cuda(float* out, float* lse, const uint16_t* qkv_f16, int B, int T, int NH, int NKV,
                                    int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
@@ -99,6 +99,22 @@ void attention_backward_bf16_act_cuda(float* dqkv, float* scratch, const float* 
                                       const void* out, const float* lse,
                                       int B, int T, int NH, int NKV, int HD,
                                       uint32_t g0, uint64_t attn_seed, Dropout drop);
+
+/* The fp16 table's attention (model/backend.c): qkv and out fp16 bits as the activations store
+ * them, lse fp32. tensor_cores: the device runs the sm_75 kernels (cuda/arch.h's
+ * fp16_tensor_cores); with it, and a head dim attention_tc_f16_supports_hd takes, those kernels
+ * read qkv in place (16-byte aligned) and write o rounded once to fp16; otherwise the fp32 kernels
+ * on the fp16 values widened into scratch, o rounded into out. The scratch functions answer for the
+ * same choice. */
+void attention_forward_fp16_act_cuda(int tensor_cores, void* out, float* lse, const void* qkv, int B, int T,
+                                     int NH, int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
+size_t attention_forward_act_scratch_bytes_fp16_cuda(int tensor_cores, int B, int T, int NH, int NKV, int HD);
+void attention_reserve_forward_act_scratch_fp16_cuda(int tensor_cores, int B, int T, int NH, int NKV, int HD);
+size_t attention_backward_act_scratch_floats_fp16_cuda(int tensor_cores, int B, int T, int NH, int NKV, int HD,
+                                                       int nthreads);
+void attention_backward_fp16_act_cuda(int tensor_cores, float* dqkv, float* scratch, const float* dout,
+                                      const void* qkv, const void* out, const float* lse, int B, int T, int NH,
+                                      int NKV, int HD, uint32_t g0, uint64_t attn_seed, Dropout drop);
 
 #ifdef __cplusplus
 }

@@ -2,11 +2,12 @@
  * act_dtype): fp32, or bf16 bits (uint16_t) under --precision bf16. A kernel templated on the
  * element type reads through act_load (bf16 -> fp32 is exact) and writes through act_store (the
  * one rounding of a bf16 activation, to nearest even: __float2bfloat16_rn, bit for bit util/bf16.h's
- * sg_bf16_from_float). With float the two are plain loads and stores, so the fp32 ops compiled
+ * sg_bf16_from_float). Under --precision fp16 the element is sg_h16 (fp16 bits; util/fp16.h's
+ * conversions, bit for bit __float2half_rn and __half2float). With float the two are plain loads and stores, so the fp32 ops compiled
  * from the same template are unchanged.
  *
  * Below them, 16-byte accesses: act_load16 / act_store16 move ACT_VEC(ActT) elements (4 fp32 or
- * 8 bf16) in one 16-byte global load or store, and ld_f4 / st_f4 four floats. The pointer plus the
+ * 8 bf16 or fp16) in one 16-byte global load or store, and ld_f4 / st_f4 four floats. The pointer plus the
  * index must be 16-byte aligned (the host checks it before it picks a kernel that uses them).
  * Under nvcc they are CUDA's float4 / uint4 accesses (ld.global.v4 in the PTX, which
  * tests/check_kernels_ops.sh looks for); in the emulation, a 16-byte memcpy (no aliasing through
@@ -20,14 +21,24 @@
 #include <stdint.h>
 #include <string.h>
 
+/* An fp16 activation (--precision fp16): its 16 bits, as a type of their own so that a kernel
+ * templated on the element takes fp16's conversions where uint16_t takes bf16's. Two bytes, as
+ * uint16_t: the same layouts, the same 16-byte pieces. */
+struct sg_h16 {
+    uint16_t bits;
+};
+
 static __device__ inline float act_load(const float* p, size_t i) { return p[i]; }
 static __device__ inline float act_load(const uint16_t* p, size_t i) {
     return __bfloat162float(__ushort_as_bfloat16(p[i]));
 }
+static __device__ inline float act_load(const sg_h16* p, size_t i) { return sg_f16_to_float(p[i].bits); }
 static __device__ inline void act_store(float* p, size_t i, float v) { p[i] = v; }
 static __device__ inline void act_store(uint16_t* p, size_t i, float v) {
     p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
+/* fp16's one rounding, to nearest even: past 65504 it is infinite (the loss scale's overflow) */
+static __device__ inline void act_store(sg_h16* p, size_t i, float v) { p[i].bits = sg_f16_bits_rn(v); }
 
 /* ---- 16-byte accesses ------------------------------------------------------------------------ */
 
@@ -64,6 +75,7 @@ static __device__ inline void st_f4(float* p, const float v[4]) {
 template <typename ActT> struct ActVec;
 template <> struct ActVec<float> { enum { N = 4 }; };
 template <> struct ActVec<uint16_t> { enum { N = 8 }; };
+template <> struct ActVec<sg_h16> { enum { N = 8 }; };
 #define ACT_VEC(ActT) ((int)ActVec<ActT>::N)
 
 /* v[0 .. ACT_VEC - 1] = the elements p[i ..], widened to fp32 (exact) */
@@ -77,7 +89,16 @@ static __device__ inline void act_load16(const uint16_t* p, size_t i, float v[8]
         v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
     }
 }
-/* p[i ..] = v[0 .. ACT_VEC - 1], each rounded once under bf16 (act_store's rounding) */
+static __device__ inline void act_load16(const sg_h16* p, size_t i, float v[8]) {
+    sg_u4 q = sg_ld<sg_u4>(p + i);
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+    #pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = sg_f16_to_float((uint16_t)(w[k] & 0xffffu));
+        v[2 * k + 1] = sg_f16_to_float((uint16_t)(w[k] >> 16));
+    }
+}
+/* p[i ..] = v[0 .. ACT_VEC - 1], each rounded once under bf16 or fp16 (act_store's rounding) */
 static __device__ inline void act_store16(float* p, size_t i, const float v[4]) { st_f4(p + i, v); }
 static __device__ inline uint32_t bf16_pair(float lo, float hi) {
     return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
@@ -89,6 +110,15 @@ static __device__ inline void act_store16(uint16_t* p, size_t i, const float v[8
     q.y = bf16_pair(v[2], v[3]);
     q.z = bf16_pair(v[4], v[5]);
     q.w = bf16_pair(v[6], v[7]);
+    sg_st<sg_u4>(p + i, q);
+}
+static __device__ inline void act_store16(sg_h16* p, size_t i, const float v[8]) {
+    sg_u4 q;
+    uint32_t w[4];
+    #pragma unroll
+    for (int k = 0; k < 4; k++)
+        w[k] = (uint32_t)sg_f16_bits_rn(v[2 * k]) | (uint32_t)sg_f16_bits_rn(v[2 * k + 1]) << 16;
+    q.x = w[0]; q.y = w[1]; q.z = w[2]; q.w = w[3];
     sg_st<sg_u4>(p + i, q);
 }
 /* four bf16 p[i .. i + 3] = v rounded, in one 8-byte store (p + i 8-byte aligned) */

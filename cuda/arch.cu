@@ -138,6 +138,11 @@ extern "C" void cuda_arch_describe(const CudaArch* a, const char* precision, cha
     const char* kernels;
     if (strcmp(precision, "bf16") == 0)
         kernels = "bf16 tensor-core kernels (mma.sync m16n8k16, ldmatrix, cp.async; cuBLASLt bf16)";
+    else if (strcmp(precision, "fp16") == 0 && a->fp16_tensor_cores)
+        kernels = "fp16 kernels (cuBLASLt fp16 products; the fp16 tensor-core attention, mma.sync m16n8k8)";
+    else if (strcmp(precision, "fp16") == 0)
+        kernels = "fp16 kernels (cuBLASLt fp16 products; the attention's fp32 kernels on fp16 values: no "
+                  "mma.sync m16n8k8 below sm_75)";
     else if (a->bf16_tensor_cores)
         kernels = "fp32 kernels (cuBLAS fp32); --precision bf16 would take the bf16 tensor cores";
     else if (a->fp16_tensor_cores && 10 * a->cc_major + a->cc_minor >= 80)

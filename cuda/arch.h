@@ -5,10 +5,10 @@
  * are compiled for every target but may run only on sm_80 or newer, so the choice is made here
  * and nowhere else:
  *   sm_80 and newer   every table; --precision bf16 takes the bf16 tensor-core paths
- *   sm_75 (Turing)    --precision fp32 only (fp32 kernels, cuBLAS fp32); bf16 is refused; the
- *                     fp16 tensor-core attention (attention/flash_tc.h, mma.sync m16n8k8) runs
- *                     here, not yet behind a --precision
- *   sm_70 (Volta)     the same, where the binary holds code for it (CUDA 12 toolkits build it)
+ *   sm_75 (Turing)    --precision fp32 and fp16; bf16 is refused; fp16 takes the fp16 tensor-core
+ *                     attention (attention/flash_tc.h, mma.sync m16n8k8; also on sm_80 and newer)
+ *   sm_70 (Volta)     fp32 and fp16, where the binary holds code for it (CUDA 12 toolkits build
+ *                     it); fp16's attention is the fp32 kernels on fp16 values there
  *   below sm_70       refused
  * A GPU whose architecture the binary holds neither SASS nor usable PTX for is refused too, in
  * one line that names what the binary holds.
@@ -55,7 +55,7 @@ int cuda_arch_query(CudaArch* out);
 /* What this binary was built for: "sm_75 sm_80 ... + PTX compute_90", or "the emulation". */
 const char* cuda_arch_built(void);
 
-/* 0 where a run in `precision` ("fp32", "bf16") can take its kernels on a; else 1, with the one
+/* 0 where a run in `precision` ("fp32", "bf16", "fp16") can take its kernels on a; else 1, with the one
  * line that says why in err (cap bytes). */
 int cuda_arch_check(const CudaArch* a, const char* precision, char* err, size_t cap);
 

@@ -105,8 +105,11 @@ static inline __host__ __device__ uint32_t sg_pack_bf16x2(__nv_bfloat16 lo, __nv
  * attention (attention/flash_tc.cu, TcF16); util/fp16.h is the host's twin, bit for bit */
 #ifdef SG_EMU
 static inline uint16_t sg_f16_bits_rn(float x) { return sg_fp16_from_float(x); }
+static inline float sg_f16_to_float(uint16_t h) { return sg_fp16_to_float(h); }
 #else
 static inline __host__ __device__ uint16_t sg_f16_bits_rn(float x) { return __half_as_ushort(__float2half_rn(x)); }
+/* the value of fp16 bits as fp32: exact (--precision fp16's loads, cuda/act.h) */
+static inline __host__ __device__ float sg_f16_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 #endif
 
 static inline unsigned sg_ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }

@@ -112,29 +112,43 @@ static void backward_carve(Carve* cv, int N, int C, int OC, int dinp) {
     carve(cv, 2, dinp ? sizeof(__nv_bfloat16) * OCp * Cp : 0);
 }
 
-/* ---- rounding to bf16 ----------------------------------------------------------------------- */
+/* ---- rounding to the 16-bit operand type ------------------------------------------------------ */
 
-/* dst (rows_p, cols_p) row-major = src (rows, cols) rounded to bf16, zeros in the padding */
-__global__ void round_pad_bf16_kernel(__nv_bfloat16* dst, const float* src, int rows, int cols,
-                                      int rows_p, int cols_p) {
+/* The operand type of a product: bf16 (--precision bf16, and the fp32-interface twins) or fp16
+ * (--precision fp16), model/backend.h's DT_BF16 / DT_FP16; in a kernel the element type
+ * (cuda/act.h): uint16_t for bf16, sg_h16 for fp16. */
+static cudaDataType_t lt_type(int dt) { return dt == DT_FP16 ? CUDA_R_16F : CUDA_R_16BF; }
+static const char* dt_name(int dt) { return dt == DT_FP16 ? "fp16" : "bf16"; }
+
+/* dst (rows_p, cols_p) row-major = src (rows, cols) rounded to ActT, zeros in the padding */
+template <typename ActT>
+__global__ void round_pad_act16_kernel(ActT* dst, const float* src, int rows, int cols, int rows_p, int cols_p) {
     size_t n = (size_t)rows_p * cols_p;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         int r = (int)(i / (size_t)cols_p), c = (int)(i % (size_t)cols_p);
         float v = (r < rows && c < cols) ? src[(size_t)r * cols + c] : 0.0f;
-        dst[i] = __float2bfloat16_rn(v);
+        act_store(dst, i, v);
     }
 }
 
-static __nv_bfloat16* round_pad_bf16(void* base, size_t off, const float* src, int rows, int cols,
-                                     int rows_p, int cols_p) {
-    __nv_bfloat16* dst = (__nv_bfloat16*)((unsigned char*)base + off);
+static void* round_pad(int dt, void* base, size_t off, const float* src, int rows, int cols, int rows_p,
+                       int cols_p) {
+    void* dst = (unsigned char*)base + off;
     size_t n = (size_t)rows_p * cols_p;
     unsigned blocks = sg_ceil_div(n, EW_THREADS);
     if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
-    SG_LAUNCH(round_pad_bf16_kernel, blocks, EW_THREADS, 0, dst, src, rows, cols, rows_p, cols_p);
+    if (dt == DT_FP16)
+        SG_LAUNCH(round_pad_act16_kernel<sg_h16>, blocks, EW_THREADS, 0, (sg_h16*)dst, src, rows, cols, rows_p, cols_p);
+    else
+        SG_LAUNCH(round_pad_act16_kernel<uint16_t>, blocks, EW_THREADS, 0, (uint16_t*)dst, src, rows, cols, rows_p,
+                  cols_p);
     SG_CHECK_LAUNCH();
     return dst;
+}
+static __nv_bfloat16* round_pad_bf16(void* base, size_t off, const float* src, int rows, int cols,
+                                     int rows_p, int cols_p) {
+    return (__nv_bfloat16*)round_pad(DT_BF16, base, off, src, rows, cols, rows_p, cols_p);
 }
 
 /* ---- cuBLASLt ------------------------------------------------------------------------------ */
@@ -163,7 +177,8 @@ typedef struct {
     int64_t lda, ldb, ldd;
     uint32_t epilogue;
     int beta_one;
-    int d_bf16;   /* D (and C) bf16, else fp32 */
+    int dt;       /* the operands' type: DT_BF16 or DT_FP16 */
+    int d16;      /* D (and C) of the operands' type, else fp32 */
     unsigned align_a, align_b, align_d, align_bias;
     int refused;   /* no algorithm, or cublasLtMatmul said NOT_SUPPORTED: the fp32 op computes it */
     int reduction_allowed;   /* the heuristic had nothing without split-K: the documented schemes were allowed */
@@ -177,7 +192,7 @@ static int n_plans = 0;
 static int same_problem(const LtPlan* a, const LtPlan* b) {
     return a->transa == b->transa && a->transb == b->transb && a->m == b->m && a->n == b->n &&
            a->k == b->k && a->lda == b->lda && a->ldb == b->ldb && a->ldd == b->ldd &&
-           a->epilogue == b->epilogue && a->beta_one == b->beta_one && a->d_bf16 == b->d_bf16 &&
+           a->epilogue == b->epilogue && a->beta_one == b->beta_one && a->dt == b->dt && a->d16 == b->d16 &&
            a->align_a == b->align_a &&
            a->align_b == b->align_b && a->align_d == b->align_d && a->align_bias == b->align_bias;
 }
@@ -185,26 +200,26 @@ static int same_problem(const LtPlan* a, const LtPlan* b) {
 /* The one line a refused problem prints, when it is refused: the plan remembers the refusal, so
  * each problem says it once, not at every call. */
 static void lt_note_refusal(const LtPlan* p, const char* what, const char* why, const char* instead) {
-    fprintf(stderr, "seedgpt: note: %s for the bf16 %s GEMM (m %d n %d k %d, ld %lld %lld %lld, alignment A %u "
+    fprintf(stderr, "seedgpt: note: %s for the %s %s GEMM (m %d n %d k %d, ld %lld %lld %lld, alignment A %u "
             "B %u D %u bias %u bytes, %s epilogue, beta %d, D %s): this product runs %s from now on\n", why,
-            what, p->m, p->n, p->k, (long long)p->lda, (long long)p->ldb, (long long)p->ldd, p->align_a,
-            p->align_b, p->align_d, p->align_bias, p->epilogue == CUBLASLT_EPILOGUE_BIAS ? "bias" : "no",
-            p->beta_one, p->d_bf16 ? "bf16" : "fp32", instead);
+            dt_name(p->dt), what, p->m, p->n, p->k, (long long)p->lda, (long long)p->ldb, (long long)p->ldd,
+            p->align_a, p->align_b, p->align_d, p->align_bias, p->epilogue == CUBLASLT_EPILOGUE_BIAS ? "bias" : "no",
+            p->beta_one, p->d16 ? dt_name(p->dt) : "fp32", instead);
 }
 #define LT_INSTEAD_FP32 "in fp32 through cuBLAS (the fp32 matmul's)"
-#define LT_INSTEAD_OWN "through seedgpt's own bf16 GEMM kernel (fp32 sums in ascending k)"
+#define LT_INSTEAD_OWN "through seedgpt's own 16-bit GEMM kernel (fp32 sums in ascending k)"
 
-/* D (m,n) column-major, ld ldd = op(A) (m,k) . op(B) (k,n) + beta D [+ bias (m)], A and B bf16
- * stored column-major (ld lda, ldb) before their transposes; beta is 0 or 1; D fp32, or bf16 when
- * d_bf16 (the fp32 result rounded once, as cuBLASLt converts to D's type). Returns 1 when done,
+/* D (m,n) column-major, ld ldd = op(A) (m,k) . op(B) (k,n) + beta D [+ bias (m)], A and B of type
+ * dt (DT_BF16, DT_FP16) stored column-major (ld lda, ldb) before their transposes; beta is 0 or 1;
+ * D fp32, or of type dt when d16 (the fp32 result rounded once, as cuBLASLt converts to D's type). Returns 1 when done,
  * 0 when cuBLASLt refuses the problem (no algorithm from the heuristic, or cublasLtMatmul returns
  * CUBLAS_STATUS_NOT_SUPPORTED, which launches nothing): D is then untouched and the caller
  * computes the product with the fp32 op. The real heuristic's choice depends on alignments and
  * shapes it does not document (C and OC odd make a 4-byte fp32 D), so a refusal is a slower
  * product, not the end of the run. Any other failure still ends the run with one line. */
-static int lt_gemm(const char* what, const char* instead, cublasOperation_t transa, cublasOperation_t transb,
-                   int m, int n, int k, const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
-                   float beta, void* D, int d_bf16, int64_t ldd, const float* bias) {
+static int lt_gemm(const char* what, const char* instead, int dt, cublasOperation_t transa, cublasOperation_t transb,
+                   int m, int n, int k, const void* A, int64_t lda, const void* B, int64_t ldb,
+                   float beta, void* D, int d16, int64_t ldd, const float* bias) {
     cublasLtHandle_t h = lt();
     const float alpha = 1.0f;
     LtPlan want;
@@ -219,10 +234,11 @@ static int lt_gemm(const char* what, const char* instead, cublasOperation_t tran
     want.ldd = ldd;
     want.epilogue = bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     want.beta_one = beta != 0.0f;
-    want.d_bf16 = d_bf16;
+    want.dt = dt;
+    want.d16 = d16;
     want.align_a = align_class(A, (size_t)lda * 2);
     want.align_b = align_class(B, (size_t)ldb * 2);
-    want.align_d = align_class(D, (size_t)ldd * (d_bf16 ? 2 : 4));
+    want.align_d = align_class(D, (size_t)ldd * (d16 ? 2 : 4));
     want.align_bias = bias != NULL ? align_class(bias, 0) : 0;
 
     LtPlan* plan = NULL;
@@ -247,15 +263,15 @@ static int lt_gemm(const char* what, const char* instead, cublasOperation_t tran
     }
     /* the stored matrices: A is (m,k) or, transposed, (k,m); B is (k,n) or (n,k) */
     cublasLtMatrixLayout_t la, lb, ld;
-    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, transa == CUBLAS_OP_N ? m : k,
+    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, lt_type(dt), transa == CUBLAS_OP_N ? m : k,
                                                transa == CUBLAS_OP_N ? k : m, lda));
-    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, transb == CUBLAS_OP_N ? k : n,
+    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, lt_type(dt), transb == CUBLAS_OP_N ? k : n,
                                                transb == CUBLAS_OP_N ? n : k, ldb));
-    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, d_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldd));
+    SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, d16 ? lt_type(dt) : CUDA_R_32F, m, n, ldd));
 
     if (plan == NULL) {
         if (n_plans == LT_MAX_PLANS) {
-            fprintf(stderr, "seedgpt: more than %d distinct bf16 GEMM problems; raise LT_MAX_PLANS in %s\n",
+            fprintf(stderr, "seedgpt: more than %d distinct 16-bit GEMM problems; raise LT_MAX_PLANS in %s\n",
                     LT_MAX_PLANS, __FILE__);
             exit(1);
         }
@@ -337,7 +353,7 @@ void matmul_forward_bf16_cuda(float* out, const float* inp, const float* weight,
     __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OC, Cp);
     __nv_bfloat16* x16 = round_pad_bf16(base, ox, inp, N, C, N, Cp);
     /* out^T (OC,N) = weight (OC,Cp) . inp^T (Cp,N): weight is stored column-major as (Cp,OC) */
-    if (!lt_gemm("forward", LT_INSTEAD_FP32, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, Cp, w16, Cp, x16, Cp, 0.0f, out, 0,
+    if (!lt_gemm("forward", LT_INSTEAD_FP32, DT_BF16, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, Cp, w16, Cp, x16, Cp, 0.0f, out, 0,
                  OC, bias))
         matmul_forward_cuda(out, inp, weight, bias, N, C, OC);   /* refused: the fp32 op */
 }
@@ -358,12 +374,12 @@ void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const 
      * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OCp) . dout^T */
     if (dinp != NULL) {
         __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OCp, Cp);
-        if (!lt_gemm("dinp", LT_INSTEAD_FP32, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OCp, w16, Cp, g16, OCp, 0.0f, dinp, 0,
+        if (!lt_gemm("dinp", LT_INSTEAD_FP32, DT_BF16, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OCp, w16, Cp, g16, OCp, 0.0f, dinp, 0,
                      C, NULL))
             matmul_backward_dinp_cuda(dinp, dout, weight, N, C, OC);   /* refused: the fp32 op's */
     }
     /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T (C,Np) . dout */
-    if (!lt_gemm("dweight", LT_INSTEAD_FP32, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, Np, x16, Cp, g16, OCp, 1.0f, dweight,
+    if (!lt_gemm("dweight", LT_INSTEAD_FP32, DT_BF16, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, Np, x16, Cp, g16, OCp, 1.0f, dweight,
                  0, C, NULL))
         matmul_backward_dweight_cuda(dweight, dout, inp, N, C, OC);   /* refused: the fp32 op's */
     /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
@@ -410,14 +426,14 @@ void matmul_reserve_scratch_bf16_cuda(const OpCalls* k) {
  * fp32 (a residual branch, the logits) or bf16 (qkv, fch: the fp32 sum plus the fp32 bias, rounded
  * once; with a bias through an fp32 result in the scratch, since cuBLASLt's bias has D's type). dinp's k is OC and dweight's is N, unpadded: a padded k would
  * read past the weight's rows or the activation's.
- * A problem cuBLASLt refuses runs through gemm_bf16_own_kernel below: the same problem, the same
+ * A problem cuBLASLt refuses runs through gemm_act16_own_kernel below: the same problem, the same
  * operands, fp32 sums in ascending k; no scratch of its own. */
 
 /* C is a leading dimension cuBLASLt reads whole 16-byte pieces of (the operands are used as stored) */
 static int act_direct(int C) { return C > 0 && C % LT_PAD == 0; }
 
 /* dst (rows, cols_p) = src (rows, cols), zeros in columns cols .. cols_p - 1; bf16 bits copied */
-__global__ void pad_cols_bf16_kernel(uint16_t* dst, const uint16_t* src, int rows, int cols, int cols_p) {
+__global__ void pad_cols16_kernel(uint16_t* dst, const uint16_t* src, int rows, int cols, int cols_p) {
     size_t n = (size_t)rows * cols_p;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -426,23 +442,24 @@ __global__ void pad_cols_bf16_kernel(uint16_t* dst, const uint16_t* src, int row
     }
 }
 
-static const __nv_bfloat16* pad_cols_bf16(void* base, size_t off, const void* src, int rows, int cols,
-                                          int cols_p) {
+static const void* pad_cols16(void* base, size_t off, const void* src, int rows, int cols, int cols_p) {
     uint16_t* dst = (uint16_t*)((unsigned char*)base + off);
     size_t n = (size_t)rows * cols_p;
-    if (n == 0) return (const __nv_bfloat16*)dst;
+    if (n == 0) return dst;
     unsigned blocks = sg_ceil_div(n, EW_THREADS);
     if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
-    SG_LAUNCH(pad_cols_bf16_kernel, blocks, EW_THREADS, 0, dst, (const uint16_t*)src, rows, cols, cols_p);
+    SG_LAUNCH(pad_cols16_kernel, blocks, EW_THREADS, 0, dst, (const uint16_t*)src, rows, cols, cols_p);
     SG_CHECK_LAUNCH();
     return (const __nv_bfloat16*)dst;
 }
 
 /* lt_gemm's problem without cuBLASLt: D (m,n) column-major = op(A) . op(B) [+ beta D] [+ bias],
- * one thread an element, the k products (exact in fp32) summed in ascending k */
-__global__ void gemm_bf16_own_kernel(void* D, int d_bf16, int64_t ldd, int ta, const uint16_t* A, int64_t lda,
-                                     int tb, const uint16_t* B, int64_t ldb, int m, int n, int k, float beta,
-                                     const float* bias) {
+ * one thread an element, the k products (exact in fp32: 8 + 8 or 11 + 11 significant bits) summed
+ * in ascending k; ActT the operands' element (uint16_t bf16, sg_h16 fp16), D fp32 or ActT */
+template <typename ActT>
+__global__ void gemm_act16_own_kernel(void* D, int d16, int64_t ldd, int ta, const ActT* A, int64_t lda,
+                                      int tb, const ActT* B, int64_t ldb, int m, int n, int k, float beta,
+                                      const float* bias) {
     size_t total = (size_t)m * n;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (size_t)gridDim.x * blockDim.x) {
@@ -455,23 +472,28 @@ __global__ void gemm_bf16_own_kernel(void* D, int d_bf16, int64_t ldd, int ta, c
         }
         size_t at = (size_t)i + (size_t)j * ldd;
         float t = acc;
-        if (beta != 0.0f) t = t + beta * (d_bf16 ? act_load((const uint16_t*)D, at) : act_load((const float*)D, at));
+        if (beta != 0.0f) t = t + beta * (d16 ? act_load((const ActT*)D, at) : act_load((const float*)D, at));
         if (bias != NULL) t = t + bias[i];
-        if (d_bf16) act_store((uint16_t*)D, at, t);
+        if (d16) act_store((ActT*)D, at, t);
         else act_store((float*)D, at, t);
     }
 }
 
-static void lt_gemm_or_own(const char* what, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                           int k, const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
-                           float beta, void* D, int d_bf16, int64_t ldd, const float* bias) {
-    if (lt_gemm(what, LT_INSTEAD_OWN, transa, transb, m, n, k, A, lda, B, ldb, beta, D, d_bf16, ldd, bias)) return;
+static void lt_gemm_or_own(const char* what, int dt, cublasOperation_t transa, cublasOperation_t transb, int m,
+                           int n, int k, const void* A, int64_t lda, const void* B, int64_t ldb,
+                           float beta, void* D, int d16, int64_t ldd, const float* bias) {
+    if (lt_gemm(what, LT_INSTEAD_OWN, dt, transa, transb, m, n, k, A, lda, B, ldb, beta, D, d16, ldd, bias)) return;
     size_t total = (size_t)m * n;
     if (total == 0) return;
     unsigned blocks = sg_ceil_div(total, EW_THREADS);
     if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
-    SG_LAUNCH(gemm_bf16_own_kernel, blocks, EW_THREADS, 0, D, d_bf16, ldd, transa == CUBLAS_OP_T,
-              (const uint16_t*)A, lda, transb == CUBLAS_OP_T, (const uint16_t*)B, ldb, m, n, k, beta, bias);
+    const int ta = transa == CUBLAS_OP_T, tb = transb == CUBLAS_OP_T;
+    if (dt == DT_FP16)
+        SG_LAUNCH(gemm_act16_own_kernel<sg_h16>, blocks, EW_THREADS, 0, D, d16, ldd, ta, (const sg_h16*)A, lda, tb,
+                  (const sg_h16*)B, ldb, m, n, k, beta, bias);
+    else
+        SG_LAUNCH(gemm_act16_own_kernel<uint16_t>, blocks, EW_THREADS, 0, D, d16, ldd, ta, (const uint16_t*)A, lda,
+                  tb, (const uint16_t*)B, ldb, m, n, k, beta, bias);
     SG_CHECK_LAUNCH();
 }
 
@@ -502,9 +524,8 @@ void gemm_bf16_describe_last_cuda(char* line, size_t cap) {
 void gemm_bf16_cuda(int transa, int transb, int m, int n, int k, const void* A, long long lda,
                     const void* B, long long ldb, float beta, void* D, int d_bf16, long long ldd,
                     const float* bias) {
-    lt_gemm_or_own("benchmarked", transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
-                   n, k, (const __nv_bfloat16*)A, lda, (const __nv_bfloat16*)B, ldb, beta, D, d_bf16, ldd,
-                   bias);
+    lt_gemm_or_own("benchmarked", DT_BF16, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
+                   n, k, A, lda, B, ldb, beta, D, d_bf16, ldd, bias);
 }
 
 /* the scratch's pieces (the ops below carve the same): the forward's padded weight and inp when C
@@ -532,33 +553,36 @@ static void act_backward_carve(Carve* cv, int N, int C, int OC, int dinp) {
     carve(cv, 2, dinp ? sizeof(uint16_t) * (size_t)OC * Cp : 0);
 }
 
-/* matmul_forward_bf16_act_cuda and, with out_gelu != NULL (out bf16), the GELU of its result into
- * out_gelu */
-static void matmul_forward_act(void* out, int out_dtype, void* out_gelu, const void* inp,
+/* matmul_forward_bf16_act_cuda (dt DT_BF16) or matmul_forward_fp16_act_cuda (DT_FP16) and, with
+ * out_gelu != NULL (out 16-bit), the GELU of its result into out_gelu */
+static void matmul_forward_act(int dt, void* out, int out_dtype, void* out_gelu, const void* inp,
                                const void* weight, const float* bias, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
-    const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
-    const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
+    const void* x = inp;
+    const void* w = weight;
     int K = C;
     Carve cv = {{0}, 0};
     act_forward_carve(&cv, N, C, OC, bias != NULL);
     void* base = cv.total > 0 ? lt_scratch(cv.total) : NULL;
     if (!act_direct(C)) {   /* C = 0 gives k = LT_PAD zeros: out = bias (or 0) */
         K = (int)pad_to((size_t)C, LT_PAD);
-        w = pad_cols_bf16(base, cv.off[0], weight, OC, C, K);
-        x = pad_cols_bf16(base, cv.off[1], inp, N, C, K);
+        w = pad_cols16(base, cv.off[0], weight, OC, C, K);
+        x = pad_cols16(base, cv.off[1], inp, N, C, K);
     }
     /* cuBLASLt takes a bias of D's type only (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: an
      * fp32 bias with a bf16 D is CUBLAS_STATUS_INVALID_VALUE on the GPU), and a bf16 bias would be
      * a rounding the CPU twin does not make. So a bf16 result with a bias is the fp32 product plus
-     * the fp32 bias in the scratch, then rounded once into out: the same bits as the fused form. */
-    int stage = out_dtype == DT_BF16 && bias != NULL;
+     * the fp32 bias in the scratch, then rounded once into out: the same bits as the fused form.
+     * The same for fp16. */
+    int stage = out_dtype != DT_FP32 && bias != NULL;
     void* d = stage ? (void*)((unsigned char*)base + cv.off[2]) : out;
     /* out^T (OC,N) = weight (OC,K) . inp^T (K,N): weight is stored column-major as (K,OC) */
-    lt_gemm_or_own("forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, K, w, K, x, K, 0.0f, d,
-                   out_dtype == DT_BF16 && !stage, OC, bias);
+    lt_gemm_or_own("forward", dt, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, K, w, K, x, K, 0.0f, d,
+                   out_dtype != DT_FP32 && !stage, OC, bias);
     size_t n = (size_t)N * OC;
-    if (stage) {
+    if (stage && dt == DT_FP16) {
+        round_to_fp16_cuda(out, (const float*)d, n);
+    } else if (stage) {
         /* the rounding and the GELU from one read of the staged sum, where the kernel applies */
         if (out_gelu != NULL && round_gelu_bf16_cuda(out, out_gelu, (const float*)d, n)) return;
         if (!kernels_baseline_cuda()) {
@@ -570,21 +594,32 @@ static void matmul_forward_act(void* out, int out_dtype, void* out_gelu, const v
             SG_CHECK_LAUNCH();
         }
     }
-    if (out_gelu != NULL) gelu_forward_bf16_cuda(out_gelu, out, n);
+    if (out_gelu != NULL && dt == DT_FP16) gelu_forward_fp16_cuda(out_gelu, out, n);
+    else if (out_gelu != NULL) gelu_forward_bf16_cuda(out_gelu, out, n);
 }
 
 void matmul_forward_bf16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
                                   const float* bias, int N, int C, int OC) {
-    matmul_forward_act(out, out_dtype, NULL, inp, weight, bias, N, C, OC);
+    matmul_forward_act(DT_BF16, out, out_dtype, NULL, inp, weight, bias, N, C, OC);
 }
 
 void matmul_forward_gelu_bf16_act_cuda(void* out, void* out_gelu, const void* inp,
                                        const void* weight, const float* bias, int N, int C, int OC) {
-    matmul_forward_act(out, DT_BF16, out_gelu, inp, weight, bias, N, C, OC);
+    matmul_forward_act(DT_BF16, out, DT_BF16, out_gelu, inp, weight, bias, N, C, OC);
 }
 
-void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
-                                   const void* inp, const void* weight, int N, int C, int OC) {
+void matmul_forward_fp16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
+                                  const float* bias, int N, int C, int OC) {
+    matmul_forward_act(DT_FP16, out, out_dtype, NULL, inp, weight, bias, N, C, OC);
+}
+
+void matmul_forward_gelu_fp16_act_cuda(void* out, void* out_gelu, const void* inp,
+                                       const void* weight, const float* bias, int N, int C, int OC) {
+    matmul_forward_act(DT_FP16, out, DT_FP16, out_gelu, inp, weight, bias, N, C, OC);
+}
+
+static void matmul_backward_act(int dt, float* dinp, float* dweight, float* dbias, const float* dout,
+                                const void* inp, const void* weight, int N, int C, int OC) {
     if (N == 0 || C == 0 || OC == 0) return;
     int OCp = (int)pad_to((size_t)OC, LT_PAD);
     Carve cv = {{0}, 0};
@@ -594,32 +629,45 @@ void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, co
      * padding, and the rounding goes with the bias gradient's column sums (one read of the fp32
      * dout for both), or alone in 16-byte accesses; otherwise the padded copy. dbias is
      * bias_backward_cuda's either way, the same bits. */
-    __nv_bfloat16* g16 = (__nv_bfloat16*)((unsigned char*)base + cv.off[0]);
+    void* g16 = (unsigned char*)base + cv.off[0];
     int dbias_done = 0, rounded = 0;
     if (!kernels_baseline_cuda() && OC % LT_PAD == 0) {
-        if (dbias != NULL) rounded = dbias_done = bias_backward_round_bf16_cuda(dbias, g16, dout, N, OC);
+        /* the fused column sums and rounding are bf16's; fp16 rounds alone */
+        if (dbias != NULL && dt == DT_BF16)
+            rounded = dbias_done = bias_backward_round_bf16_cuda(dbias, g16, dout, N, OC);
         if (!rounded && ((uintptr_t)dout & 15u) == 0 && ((uintptr_t)g16 & 15u) == 0) {
-            round_to_bf16_cuda(g16, dout, (size_t)N * OC);
+            if (dt == DT_FP16) round_to_fp16_cuda(g16, dout, (size_t)N * OC);
+            else round_to_bf16_cuda(g16, dout, (size_t)N * OC);
             rounded = 1;
         }
     }
-    if (!rounded) g16 = round_pad_bf16(base, cv.off[0], dout, N, OC, N, OCp);
-    const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
-    const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
+    if (!rounded) g16 = round_pad(dt, base, cv.off[0], dout, N, OC, N, OCp);
+    const void* x = inp;
+    const void* w = weight;
     int ldx = C;
     if (!act_direct(C)) {
         ldx = (int)pad_to((size_t)C, LT_PAD);
-        x = pad_cols_bf16(base, cv.off[1], inp, N, C, ldx);
-        if (dinp != NULL) w = pad_cols_bf16(base, cv.off[2], weight, OC, C, ldx);
+        x = pad_cols16(base, cv.off[1], inp, N, C, ldx);
+        if (dinp != NULL) w = pad_cols16(base, cv.off[2], weight, OC, C, ldx);
     }
     /* in the forward, out = inp . weight^T + bias, so:
      * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OC) . dout^T */
     if (dinp != NULL)
-        lt_gemm_or_own("dinp", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, OCp, 0.0f, dinp, 0, C, NULL);
+        lt_gemm_or_own("dinp", dt, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, OCp, 0.0f, dinp, 0, C, NULL);
     /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T (C,N) . dout */
-    lt_gemm_or_own("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, OCp, 1.0f, dweight, 0, C, NULL);
+    lt_gemm_or_own("dweight", dt, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, OCp, 1.0f, dweight, 0, C, NULL);
     /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
     if (dbias != NULL && !dbias_done) bias_backward_cuda(dbias, dout, N, OC);
+}
+
+void matmul_backward_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const void* inp, const void* weight, int N, int C, int OC) {
+    matmul_backward_act(DT_BF16, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+void matmul_backward_fp16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const void* inp, const void* weight, int N, int C, int OC) {
+    matmul_backward_act(DT_FP16, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 void matmul_backward_dout_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const void* dout,
@@ -635,19 +683,21 @@ void matmul_backward_dout_bf16_act_cuda(float* dinp, float* dweight, float* dbia
     Carve cv = {{0}, 0};
     act_backward_carve(&cv, N, C, OC, dinp != NULL);
     void* base = lt_scratch(cv.total);
-    const __nv_bfloat16* g16 = (const __nv_bfloat16*)dout;
-    const __nv_bfloat16* x = (const __nv_bfloat16*)inp;
-    const __nv_bfloat16* w = (const __nv_bfloat16*)weight;
+    const void* g16 = dout;
+    const void* x = inp;
+    const void* w = weight;
     int ldx = C;
     if (!act_direct(C)) {
         ldx = (int)pad_to((size_t)C, LT_PAD);
-        x = pad_cols_bf16(base, cv.off[1], inp, N, C, ldx);
-        if (dinp != NULL) w = pad_cols_bf16(base, cv.off[2], weight, OC, C, ldx);
+        x = pad_cols16(base, cv.off[1], inp, N, C, ldx);
+        if (dinp != NULL) w = pad_cols16(base, cv.off[2], weight, OC, C, ldx);
     }
     /* the products of matmul_backward_bf16_act_cuda, on the given bf16 dout */
     if (dinp != NULL)
-        lt_gemm_or_own("dinp", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, ld_dout, 0.0f, dinp, 0, C, NULL);
-    lt_gemm_or_own("dweight", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, ld_dout, 1.0f, dweight, 0, C, NULL);
+        lt_gemm_or_own("dinp", DT_BF16, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, ld_dout, 0.0f, dinp, 0, C,
+                       NULL);
+    lt_gemm_or_own("dweight", DT_BF16, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, ld_dout, 1.0f, dweight, 0, C,
+                   NULL);
 }
 
 size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* k) {

@@ -1,4 +1,4 @@
-/* cuda/ops_bf16_cuda.h — the CUDA ops of --precision bf16.
+/* cuda/ops_bf16_cuda.h — the CUDA ops of --precision bf16, and their fp16 twins.
  *
  * The backend table's ops (model/backend.c's CUDA bf16 table): the contracts of model/ops.h with
  * the table's types (model/backend.h), the arguments typed void* bf16 bits in device memory, every
@@ -76,7 +76,25 @@ void crossentropy_forward_backward_bf16_cuda(float* losses, float* logits, const
 void matmul_backward_dout_bf16_act_cuda(float* dinp, float* dweight, float* dbias, const void* dout,
                                         int ld_dout, const void* inp, const void* weight, int N, int C,
                                         int OC);
-/* The device memory those two keep (the padded operand copies they need, cuBLASLt's workspace)
+/* --precision fp16's twins of the ops above (util/fp16.h's rounding, __float2half_rn, where those
+ * round to bf16; the products through cuBLASLt on CUDA_R_16F operands, fp32 sums): the CPU fp16
+ * table's (cpu/ops_fp16_cpu.c) twins. No cross-entropy twin: the fp16 table takes the fp32
+ * cross-entropy and rounds dlogits as its product reads them. */
+void round_to_fp16_cuda(void* dst, const float* src, size_t n);
+void layernorm_forward_fp16_cuda(void* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C);
+void gelu_forward_fp16_cuda(void* out, const void* inp, size_t n);
+void gelu_backward_fp16_cuda(float* dinp, const void* inp, const float* dout, size_t n);
+void rope_forward_fp16_cuda(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                            int NKV, int HD, int layout, int pos0);
+void matmul_forward_fp16_act_cuda(void* out, int out_dtype, const void* inp, const void* weight,
+                                  const float* bias, int N, int C, int OC);
+void matmul_forward_gelu_fp16_act_cuda(void* out, void* out_gelu, const void* inp,
+                                       const void* weight, const float* bias, int N, int C, int OC);
+void matmul_backward_fp16_act_cuda(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const void* inp, const void* weight, int N, int C, int OC);
+
+/* The device memory those keep (the padded operand copies they need, cuBLASLt's workspace)
  * for a model's calls, and its allocation now. */
 size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* calls);
 void matmul_act_reserve_scratch_bf16_cuda(const OpCalls* calls);

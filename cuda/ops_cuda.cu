@@ -479,6 +479,11 @@ void layernorm_forward_bf16_cuda(void* out, float* mean, float* rstd, const floa
     layernorm_forward_any((uint16_t*)out, mean, rstd, inp, weight, bias, N, C);
 }
 
+void layernorm_forward_fp16_cuda(void* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C) {
+    layernorm_forward_any((sg_h16*)out, mean, rstd, inp, weight, bias, N, C);
+}
+
 template <typename ActT>
 static void residual_layernorm_forward_any(float* out, const float* x, const float* branch, int B,
                                            int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
@@ -513,6 +518,14 @@ void residual_layernorm_forward_bf16_cuda(float* out, const float* x, const floa
                                           void* ln_out, float* mean, float* rstd,
                                           const float* weight, const float* bias) {
     residual_layernorm_forward_any(out, x, branch, B, T, C, g0, seed, drop, (uint16_t*)ln_out, mean,
+                                   rstd, weight, bias);
+}
+
+void residual_layernorm_forward_fp16_cuda(float* out, const float* x, const float* branch, int B,
+                                          int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
+                                          void* ln_out, float* mean, float* rstd,
+                                          const float* weight, const float* bias) {
+    residual_layernorm_forward_any(out, x, branch, B, T, C, g0, seed, drop, (sg_h16*)ln_out, mean,
                                    rstd, weight, bias);
 }
 
@@ -928,16 +941,27 @@ void gelu_backward_bf16_cuda(float* dinp, const void* inp, const float* dout, si
     gelu_backward_any(dinp, (const uint16_t*)inp, dout, n);
 }
 
-/* ---- the weights' bf16 operand copy --------------------------------------------------------- */
+void gelu_forward_fp16_cuda(void* out, const void* inp, size_t n) {
+    gelu_forward_any((sg_h16*)out, (const sg_h16*)inp, n);
+}
 
-__global__ void round_to_bf16_kernel(uint16_t* dst, const float* src, size_t n) {
+void gelu_backward_fp16_cuda(float* dinp, const void* inp, const float* dout, size_t n) {
+    gelu_backward_any(dinp, (const sg_h16*)inp, dout, n);
+}
+
+/* ---- the weights' 16-bit operand copy ------------------------------------------------------- */
+
+/* dst (n) = src rounded once to the 16-bit element ActT (uint16_t bf16, sg_h16 fp16) */
+template <typename ActT>
+__global__ void round_to_act16_kernel(ActT* dst, const float* src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         act_store(dst, i, src[i]);
 }
 
 /* the same, eight elements a thread: two 16-byte loads, one 16-byte store (nv = n / 8) */
-__global__ void round_to_bf16_vec_kernel(uint16_t* dst, const float* src, size_t nv) {
+template <typename ActT>
+__global__ void round_to_act16_vec_kernel(ActT* dst, const float* src, size_t nv) {
     for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nv;
          j += (size_t)gridDim.x * blockDim.x) {
         float v[8];
@@ -947,17 +971,21 @@ __global__ void round_to_bf16_vec_kernel(uint16_t* dst, const float* src, size_t
     }
 }
 
-void round_to_bf16_cuda(void* dst, const float* src, size_t n) {
+template <typename ActT>
+static void round_to_act16(ActT* dst, const float* src, size_t n) {
     if (n == 0) return;
     if (!kernels_baseline_cuda() && n % 8 == 0 && aligned16(dst) && aligned16(src)) {
         new_launches++;
-        SG_LAUNCH(round_to_bf16_vec_kernel, ew_blocks(n / 8), EW_THREADS, 0, (uint16_t*)dst, src,
-                  n / 8);
+        SG_LAUNCH(round_to_act16_vec_kernel<ActT>, ew_blocks(n / 8), EW_THREADS, 0, dst, src, n / 8);
     } else {
-        SG_LAUNCH(round_to_bf16_kernel, ew_blocks(n), EW_THREADS, 0, (uint16_t*)dst, src, n);
+        SG_LAUNCH(round_to_act16_kernel<ActT>, ew_blocks(n), EW_THREADS, 0, dst, src, n);
     }
     SG_CHECK_LAUNCH();
 }
+
+void round_to_bf16_cuda(void* dst, const float* src, size_t n) { round_to_act16((uint16_t*)dst, src, n); }
+
+void round_to_fp16_cuda(void* dst, const float* src, size_t n) { round_to_act16((sg_h16*)dst, src, n); }
 
 /* The bf16 MLP's first product, after its GEMM: pre (n) = src rounded once (the bf16 fch, what
  * round_to_bf16 gives), act = GELU of that rounded value, rounded (what gelu_forward_bf16 gives
@@ -1161,6 +1189,11 @@ static void rope_rotate_cuda(ActT* qkv, const float* cos, const float* sin, int 
 void rope_forward_bf16_cuda(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
                             int NKV, int HD, int layout, int pos0) {
     rope_rotate_cuda((uint16_t*)qkv, cos, sin, B, T, NH, NKV, HD, layout, pos0, 1.0f);
+}
+
+void rope_forward_fp16_cuda(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                            int NKV, int HD, int layout, int pos0) {
+    rope_rotate_cuda((sg_h16*)qkv, cos, sin, B, T, NH, NKV, HD, layout, pos0, 1.0f);
 }
 
 void rope_forward_cuda(float* qkv, const float* cos, const float* sin, int B, int T, int NH,

@@ -81,12 +81,16 @@ void crossentropy_backward_cuda(float* logits, const int* targets, float dloss, 
                                 int Vp);
 double sum_squares_cuda(const float* x, size_t n);
 /* residual_dropout_forward_cuda, then layernorm_forward_cuda of its output (ln_out fp32), in one
- * pass; the bf16 twin writes ln_out in bf16 (model/backend.h, residual_layernorm_forward) */
+ * pass; the bf16 and fp16 twins write ln_out in 16 bits (model/backend.h, residual_layernorm_forward) */
 void residual_layernorm_forward_cuda(float* out, const float* x, const float* branch, int B,
                                      int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
                                      void* ln_out, float* mean, float* rstd, const float* weight,
                                      const float* bias);
 void residual_layernorm_forward_bf16_cuda(float* out, const float* x, const float* branch, int B,
+                                          int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
+                                          void* ln_out, float* mean, float* rstd,
+                                          const float* weight, const float* bias);
+void residual_layernorm_forward_fp16_cuda(float* out, const float* x, const float* branch, int B,
                                           int T, int C, uint32_t g0, uint64_t seed, Dropout drop,
                                           void* ln_out, float* mean, float* rstd,
                                           const float* weight, const float* bias);

@@ -204,6 +204,7 @@ static void cuda_describe_as(const char* precision, char* line, size_t cap) {
 }
 static void cuda_describe(char* line, size_t cap) { cuda_describe_as("fp32", line, cap); }
 static void cuda_bf16_describe(char* line, size_t cap) { cuda_describe_as("bf16", line, cap); }
+static void cuda_fp16_describe(char* line, size_t cap) { cuda_describe_as("fp16", line, cap); }
 
 static const Backend backend_cuda = {
     .name = "cuda",
@@ -302,6 +303,77 @@ static const Backend* backend_cuda_bf16(void) {
     }
     return &t;
 }
+
+/* --precision fp16 on CUDA, the twin of backend_cpu_fp16(): the bf16 table's layout with fp16 in
+ * place of bf16 (the operand activations and the weights' copy, each rounded once, to nearest
+ * even, by the op that produces it), the products through cuBLASLt on CUDA_R_16F operands (fp32
+ * sums), and the attention on the fp16 tensor cores where the device has them (sm_75 and newer:
+ * cuda/arch.h), else the fp32 kernels on the fp16 values. Not in it: the bf16 table's fused
+ * cross-entropy (the fp16 table runs the fp32 one; the classifier's product rounds dlogits as it
+ * reads them) and the one-pass AdamW with the copy (AdamW, then round_to_act over the block), as
+ * the CPU fp16 table. The loss scaling is train.c's, the same on every table. */
+static int cuda_fp16_tensor_cores(void) {
+    static int known = 0, tc = 0;
+    if (!known) {
+        CudaArch a;
+        tc = cuda_arch_query(&a) == 0 && a.fp16_tensor_cores;
+        known = 1;
+    }
+    return tc;
+}
+static void cuda_fp16_attention_forward(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
+                                        int HD, uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    attention_forward_fp16_act_cuda(cuda_fp16_tensor_cores(), out, lse, qkv, B, T, NH, NKV, HD, g0, attn_seed,
+                                    drop);
+}
+static size_t cuda_fp16_attention_backward_scratch_floats(int B, int T, int NH, int NKV, int HD, int nthreads) {
+    return attention_backward_act_scratch_floats_fp16_cuda(cuda_fp16_tensor_cores(), B, T, NH, NKV, HD, nthreads);
+}
+static void cuda_fp16_attention_backward(float* dqkv, float* scratch, const float* dout, const void* qkv,
+                                         const void* out, const float* lse, int B, int T, int NH, int NKV, int HD,
+                                         uint32_t g0, uint64_t attn_seed, Dropout drop) {
+    attention_backward_fp16_act_cuda(cuda_fp16_tensor_cores(), dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV,
+                                     HD, g0, attn_seed, drop);
+}
+static size_t cuda_fp16_scratch_bytes(const OpCalls* k) {
+    return cuda_scratch_bytes(k) + matmul_act_scratch_bytes_bf16_cuda(k) +
+           attention_forward_act_scratch_bytes_fp16_cuda(cuda_fp16_tensor_cores(), k->B, k->T, k->NH, k->NKV, k->HD);
+}
+static void cuda_fp16_reserve_scratch(const OpCalls* k) {
+    cuda_reserve_scratch(k);
+    matmul_act_reserve_scratch_bf16_cuda(k);   /* the operand copies' scratch: 16-bit, either type */
+    attention_reserve_forward_act_scratch_fp16_cuda(cuda_fp16_tensor_cores(), k->B, k->T, k->NH, k->NKV, k->HD);
+}
+static const Backend* backend_cuda_fp16(void) {
+    static Backend t;
+    static int ready = 0;
+    if (!ready) {
+        t = *backend_cuda_bf16();
+        t.precision = "fp16";
+        t.act_dtype = DT_FP16;
+        t.round_to_act = round_to_fp16_cuda;
+        t.describe = cuda_fp16_describe;
+        t.scratch_bytes = cuda_fp16_scratch_bytes;
+        t.reserve_scratch = cuda_fp16_reserve_scratch;
+        t.layernorm_forward = layernorm_forward_fp16_cuda;
+        t.residual_layernorm_forward = residual_layernorm_forward_fp16_cuda;
+        t.matmul_forward = matmul_forward_fp16_act_cuda;
+        t.matmul_forward_gelu = matmul_forward_gelu_fp16_act_cuda;
+        t.crossentropy_forward_backward_act = NULL;
+        t.matmul_backward_dout_act = NULL;
+        t.matmul_backward = matmul_backward_fp16_act_cuda;
+        t.gelu_forward = gelu_forward_fp16_cuda;
+        t.gelu_backward = gelu_backward_fp16_cuda;
+        t.rope_forward = rope_forward_fp16_cuda;
+        t.attention_forward = cuda_fp16_attention_forward;
+        t.attention_backward_scratch_floats = cuda_fp16_attention_backward_scratch_floats;
+        t.attention_backward = cuda_fp16_attention_backward;
+        t.adamw_update_tensors = NULL;   /* its copy is bf16's: AdamW, then round_to_act */
+        t.adamw_update_act = NULL;
+        ready = 1;
+    }
+    return &t;
+}
 #endif
 
 const Backend* backend_lookup(const char* name, const char* precision) {
@@ -315,6 +387,7 @@ const Backend* backend_lookup(const char* name, const char* precision) {
     if (strcmp(precision, "fp16") == 0 && strcmp(name, "cpu") == 0) return backend_cpu_fp16();
 #ifdef SEEDGPT_CUDA
     if (strcmp(precision, "bf16") == 0 && strcmp(name, "cuda") == 0) return backend_cuda_bf16();
+    if (strcmp(precision, "fp16") == 0 && strcmp(name, "cuda") == 0) return backend_cuda_fp16();
 #endif
     return NULL;
 }

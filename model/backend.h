@@ -248,7 +248,7 @@ const Backend* backend_cpu_fp16(void);
 /* "cpu" or "cuda" in fp32; NULL if this build has no such backend (the CPU build has no "cuda"). */
 const Backend* backend_by_name(const char* name);
 /* The backend `name` computing in `precision` ("fp32", "bf16" or "fp16"); NULL if this build has
- * no such combination (fp16 is CPU only so far). */
+ * no such combination. */
 const Backend* backend_lookup(const char* name, const char* precision);
 /* The backend a run gets without --device: "cuda" in a build that has it, else "cpu". */
 const char* backend_default_name(void);

@@ -837,7 +837,13 @@ void gpt_attn_stats_reset(GPT* m) {
     }
 }
 
-static int floats_finite(const float* x, size_t n) {
+/* 1 when the n floats at x (the backend's memory) are all finite; a device's are read through
+ * `host`, a buffer of at least n floats (NULL on a host-memory backend) */
+static int floats_finite(const GPT* m, const float* x, size_t n, float* host) {
+    if (host != NULL) {
+        m->be->to_host(host, x, n * sizeof(float));
+        x = host;
+    }
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return 0;
     return 1;
@@ -845,20 +851,30 @@ static int floats_finite(const float* x, size_t n) {
 
 int gpt_first_nonfinite_grad(const GPT* m, int* layer) {
     *layer = -1;
-    if (!m->be->host_memory) return -1;
     float* g[NUM_PARAMETER_TENSORS];
     memcpy(g, &m->grads, sizeof(g));
     const int L = m->config.num_layers;
-    for (int k = 14; k <= 15; k++)   /* lnfw, lnfb */
-        if (!floats_finite(g[k], m->param_sizes[k])) return k;
-    for (int l = L - 1; l >= 0; l--)
-        for (int k = 13; k >= 2; k--) {   /* fcprojb down to ln1w: the layer's tensors */
+    /* on a device, each piece is copied to the host as it is looked at (only after an overflow) */
+    float* host = NULL;
+    if (!m->be->host_memory) {
+        size_t most = 0;
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++)
+            if (m->param_sizes[k] > most) most = m->param_sizes[k];
+        host = (float*)malloc(most * sizeof(float) + 1);
+        if (host == NULL) return -1;   /* the line then names no tensor */
+    }
+    int found = -1;
+    for (int k = 14; k <= 15 && found < 0; k++)   /* lnfw, lnfb */
+        if (!floats_finite(m, g[k], m->param_sizes[k], host)) found = k;
+    for (int l = L - 1; l >= 0 && found < 0; l--)
+        for (int k = 13; k >= 2 && found < 0; k--) {   /* fcprojb down to ln1w: the layer's tensors */
             size_t n = m->param_sizes[k] / (size_t)L;
-            if (!floats_finite(g[k] + (size_t)l * n, n)) { *layer = l; return k; }
+            if (!floats_finite(m, g[k] + (size_t)l * n, n, host)) { *layer = l; found = k; }
         }
-    for (int k = 1; k >= 0; k--)   /* wpe, wte */
-        if (!floats_finite(g[k], m->param_sizes[k])) return k;
-    return -1;
+    for (int k = 1; k >= 0 && found < 0; k--)   /* wpe, wte */
+        if (!floats_finite(m, g[k], m->param_sizes[k], host)) found = k;
+    free(host);
+    return found;
 }
 
 /* Layer l's parameters. */

@@ -319,9 +319,9 @@ void gpt_attn_stats_reset(GPT* m);
 /* Where a non-finite gradient is first met in the backward's order of visit (the final
  * LayerNorm, then layers L-1 down to 0, each from its MLP projection down to ln1, then wpe and
  * wte): the tensor's index into gpt_param_names, and *layer its layer (-1 for wte, wpe and the
- * final LayerNorm). -1 when every gradient is finite, or when the gradients are not in host
- * memory (nothing is read then). For the fp16 overflow line: where the scaled gradient left the
- * range. */
+ * final LayerNorm). -1 when every gradient is finite. A device backend's gradients are copied to
+ * the host piece by piece as they are looked at (through to_host). For the fp16 overflow line:
+ * where the scaled gradient left the range. */
 int gpt_first_nonfinite_grad(const GPT* m, int* layer);
 
 /* Forward over inputs (B, T) (B <= m->B, T <= m->T). Row b is global sequence g0 + b (DESIGN §2).

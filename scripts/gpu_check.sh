@@ -162,6 +162,7 @@ tbin "bf16 conversions" test_cuda_bf16 60
 tbin "tensor-core attention vs CPU" test_cuda_flash_tc 120
 tbin "cuBLASLt bf16 GEMMs" test_cuda_lt 60
 tbin "bf16 storage ops vs CPU bf16" test_cuda_bf16_ops 60
+tbin "fp16 storage ops vs CPU fp16" test_cuda_fp16_ops 60
 tbin "fp16 tensor-core attention (sm_75 kernels)" test_cuda_flash_f16 120
 tbin "shared memory bounds (LEAN attention)" test_cuda_smem 120
 
@@ -187,7 +188,8 @@ else
     fi
 fi
 
-# the trainer's parity: the same run on the CPU, CUDA fp32 and CUDA bf16 (head dim 64)
+# the trainer's parity: the same run on the CPU, CUDA fp32 and CUDA bf16 (head dim 64), and CUDA
+# fp16 against the CPU fp16 table
 mkdir -p build/gpu_check
 if [ ! -f build/gpu_check/data/train_000000.bin ]; then
     cat README.md docs/*.md model/*.c cpu/*.c attention/*.c train.c > build/gpu_check/text.txt
@@ -200,7 +202,8 @@ plosses() { grep -o '"type":"train","step":[0-9]*,"loss":[^,}]*' "$1" 2>/dev/nul
 pworst() { paste <(plosses "$1") <(plosses "$2") | awk -v want="$3" 'BEGIN{w=0;n=0;bad=0} {n++; if ($1 == "" || $2 == "") {bad=1; next} d=($1-$2)/$2; if(d<0)d=-d; if(d>w)w=d} END{printf "%d losses, worst rel diff %.2e", n, w; exit !(n == want && !bad && w <= 1e-2)}'; }
 declare -A PRC
 for v in "cpu --device cpu" "fp32 --device cuda" "bf16 --device cuda --precision bf16" \
-         "bf16_layer --device cuda --precision bf16 --recompute layer"; do
+         "bf16_layer --device cuda --precision bf16 --recompute layer" \
+         "cpu_fp16 --device cpu --precision fp16" "fp16 --device cuda --precision fp16"; do
     set -- $v; name=$1; shift
     rm -f "build/gpu_check/parity_$name.jsonl"
     step "parity $name" 90 $TRAINER "${PARITY[@]}" "$@" --log-json "build/gpu_check/parity_$name.jsonl" > /dev/null
@@ -219,6 +222,7 @@ parity_row() {  # LABEL RUN REF
 }
 parity_row "bf16 parity: cuda bf16 vs cpu" bf16 cpu
 parity_row "fp32 parity: cuda fp32 vs cpu" fp32 cpu
+parity_row "fp16 parity: cuda fp16 vs cpu fp16" fp16 cpu_fp16
 if [ "${PRC[bf16]}" -ne 0 ] || [ "${PRC[bf16_layer]}" -ne 0 ]; then
     row "bf16 recompute layer == none" "FAILED: the runs $(verdict "${PRC[bf16]}"), $(verdict "${PRC[bf16_layer]}")"
 elif [ "$(plosses build/gpu_check/parity_bf16.jsonl | wc -l)" = "$NSTEPS" ] && \

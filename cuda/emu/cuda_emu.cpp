@@ -19,6 +19,7 @@
  * the next on that team). To TSan each fiber is a thread of its own, and a switch orders nothing.
  */
 #include "cuda/emu/cuda_emu.h"
+#include "util/fp16.h"   /* cuBLASLt's CUDA_R_16F operands */
 
 #ifndef SEEDGPT_NO_CBLAS
 #include <cblas.h>
@@ -1839,7 +1840,14 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 }
 
 namespace sg_emu {
-static size_t lt_type_bytes(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : t == CUDA_R_32F ? 4 : 0; }
+static size_t lt_type_bytes(cudaDataType_t t) {
+    return t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : t == CUDA_R_32F ? 4 : 0;
+}
+/* a 16-bit element's value (exact) and the one rounding to it: bf16 or fp16 */
+static float lt_load16(cudaDataType_t t, uint16_t h) { return t == CUDA_R_16F ? sg_fp16_to_float(h) : sg_bf16_to_float(h); }
+static uint16_t lt_round16(cudaDataType_t t, float x) {
+    return t == CUDA_R_16F ? sg_fp16_from_float(x) : sg_bf16_from_float(x);
+}
 
 /* is the stored matrix of layout L inside one device allocation from p? */
 static bool lt_operand_ok(const void* p, const sg_emu_lt_layout* L) {
@@ -1856,13 +1864,13 @@ static cublasStatus_t lt_check(const sg_emu_lt_desc* d, const sg_emu_lt_layout* 
     const char* why = nullptr;
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
         why = "compute and scale types other than CUBLAS_COMPUTE_32F / CUDA_R_32F";
-    else if (A->type != CUDA_R_16BF || B->type != CUDA_R_16BF)
-        why = "A and B other than CUDA_R_16BF";
-    else if (C->type != D->type || (D->type != CUDA_R_32F && D->type != CUDA_R_16BF))
-        why = "C and D other than both CUDA_R_32F or both CUDA_R_16BF";
+    else if ((A->type != CUDA_R_16BF && A->type != CUDA_R_16F) || B->type != A->type)
+        why = "A and B other than both CUDA_R_16BF or both CUDA_R_16F";
+    else if (C->type != D->type || (D->type != CUDA_R_32F && D->type != A->type))
+        why = "C and D other than both CUDA_R_32F or both of A's type";
     else if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS)
         why = "epilogues other than DEFAULT and BIAS";
-    else if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && D->type == CUDA_R_16BF && d->bias_type == CUDA_R_32F)
+    else if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && D->type != CUDA_R_32F && d->bias_type == CUDA_R_32F)
         /* cublasLt.h: the bias has D's type (its exceptions are integer and fp8 kernels); the real
          * library answers an fp32 bias with a bf16 D with INVALID_VALUE (seen on an H200, 13.0) */
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -1957,7 +1965,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     }
     const uint16_t* Ab = (const uint16_t*)A;
     const uint16_t* Bb = (const uint16_t*)B;
-    const bool d16 = Ddesc->type == CUDA_R_16BF;   /* C and D bf16: read exactly, written rounded once */
+    const bool d16 = Ddesc->type != CUDA_R_32F;   /* C and D 16-bit: read exactly, written rounded once */
+    const cudaDataType_t ab = Adesc->type;
     const float* Cf = (const float*)C;
     float* Df = (float*)D;
     const uint16_t* Cb = (const uint16_t*)C;
@@ -1967,15 +1976,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         for (uint64_t i = 0; i < m; i++) {
             float acc = 0.0f;
             for (uint64_t p = 0; p < k; p++) {
-                float x = sg_bf16_to_float(ta ? Ab[p + i * lda] : Ab[i + p * lda]);
-                float y = sg_bf16_to_float(tb ? Bb[j + p * ldb] : Bb[p + j * ldb]);
-                float prod = x * y;   /* exact: 8 + 8 significant bits */
+                float x = lt_load16(ab, ta ? Ab[p + i * lda] : Ab[i + p * lda]);
+                float y = lt_load16(ab, tb ? Bb[j + p * ldb] : Bb[p + j * ldb]);
+                float prod = x * y;   /* exact: 8 + 8 (bf16) or 11 + 11 (fp16) significant bits */
                 acc = acc + prod;
             }
             float t = a * acc;
-            if (b != 0.0f) t = t + b * (d16 ? sg_bf16_to_float(Cb[i + j * ldc]) : Cf[i + j * ldc]);   /* beta 0: C is not read */
+            if (b != 0.0f) t = t + b * (d16 ? lt_load16(ab, Cb[i + j * ldc]) : Cf[i + j * ldc]);   /* beta 0: C is not read */
             if (bias) t = t + bias[i];
-            if (d16) Db[i + j * ldd] = sg_bf16_from_float(t);
+            if (d16) Db[i + j * ldd] = lt_round16(ab, t);
             else Df[i + j * ldd] = t;
         }
     return CUBLAS_STATUS_SUCCESS;

@@ -180,11 +180,11 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long strideC, int batchCount);
 
 /* ---- cuBLASLt: the subset cuda/ops_bf16_cuda.cu uses (values as in cublasLt.h) ----------
- * bf16 A and B, C and D both fp32 or both bf16, fp32 compute and scale, column-major, transposes
- * N/T, the DEFAULT and BIAS (fp32 bias) epilogues, on the default stream. The emulation computes
- * each element of D as the fp32 sum of the exact bf16 products in ascending k, then alpha * sum +
- * beta * C (C not read when beta is 0), then + bias[row], rounded once to nearest even when D is
- * bf16. Anything else is refused with
+ * bf16 (or fp16) A and B, C and D both fp32 or both of A's type, fp32 compute and scale,
+ * column-major, transposes N/T, the DEFAULT and BIAS (fp32 bias) epilogues, on the default stream.
+ * The emulation computes each element of D as the fp32 sum of the exact 16-bit products in
+ * ascending k, then alpha * sum + beta * C (C not read when beta is 0), then + bias[row], rounded
+ * once to nearest even when D is 16-bit. Anything else is refused with
  * CUBLAS_STATUS_NOT_SUPPORTED (or INVALID_VALUE where cuBLASLt says so). SG_EMU_LT_REFUSE makes
  * it refuse problems of the subset too, as the real library may (docs/cuda-emulation.md). */
 enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };

@@ -7,6 +7,8 @@
 #     64 KiB of shared memory a block; at head dim 64, whose fp32 attention takes 68-102 KiB in
 #     its full layout, so the run shows the kernels bounded by the device's limit (the emulation
 #     refuses a launch above it, as a T4 does); and the same on sm_70 (96 KiB) with the same loss;
+#   - on sm_75, --precision fp16 runs with the fp16 tensor-core attention (mma.sync m16n8k8), and
+#     gives the loss of the same run on sm_90;
 #   - on sm_75, --precision bf16 is refused in one line naming sm_80 and sm_75, exit 2, before
 #     any step;
 #   - below sm_70 (sm_61) the CUDA backend is refused in one line, exit 2.
@@ -52,6 +54,20 @@ if [ "$(cat "$W/fp32_sm75.rc")" = 0 ] && [ "$(rows fp32_sm75)" = 2 ] && echo "$l
     ok arch_sm75_fp32_runs_and_says_so "$line"
 else
     fail arch_sm75_fp32_runs_and_says_so "rc $(cat "$W/fp32_sm75.rc"), $(rows fp32_sm75) rows, line: ${line:-none}; $(tail -2 "$W/fp32_sm75.err" | tr '\n' ' ')"
+fi
+
+# a T4 in fp16: the fp16 table with the sm_75 attention (head dim 64, whose kernels fit 64 KiB),
+# the same run on sm_90 (the same kernels, the same bits)
+run fp16_sm75 75 --precision fp16 --embd 128 --heads 2
+run fp16_sm90 90 --precision fp16 --embd 128 --heads 2
+line=$(grep -m1 '^cuda: ' "$W/fp16_sm75.out")
+f75=$(grep '"type":"train"' "$W/fp16_sm75.jsonl" 2>/dev/null | tail -1 | grep -o '"loss":[^,]*')
+f90=$(grep '"type":"train"' "$W/fp16_sm90.jsonl" 2>/dev/null | tail -1 | grep -o '"loss":[^,]*')
+if [ "$(cat "$W/fp16_sm75.rc")" = 0 ] && [ "$(rows fp16_sm75)" = 2 ] && echo "$line" | grep -q 'sm_75' &&
+   echo "$line" | grep -q 'fp16 tensor-core attention, mma.sync m16n8k8' && [ -n "$f75" ] && [ "$f75" = "$f90" ]; then
+    ok arch_sm75_fp16_takes_the_fp16_tensor_cores "$line; last $f75 on sm_75 and sm_90"
+else
+    fail arch_sm75_fp16_takes_the_fp16_tensor_cores "rc $(cat "$W/fp16_sm75.rc"), $(rows fp16_sm75) rows, ${f75:-none} vs ${f90:-none}, line: ${line:-none}; $(tail -2 "$W/fp16_sm75.err" | tr '\n' ' ')"
 fi
 
 run fp32_sm90 90 --precision fp32 --embd 128 --heads 2

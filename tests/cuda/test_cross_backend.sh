@@ -10,6 +10,9 @@
 #     one {"type":"profile"} row timed by cudaEvents, with recompute time;
 #   - --precision bf16: within 1e-2 of the CPU's fp32 run, recompute bitwise, its state resumed
 #     in fp32 on the CPU;
+#   - --precision fp16: within 1e-4 of the CPU fp16 table's run with the same loss scales,
+#     recompute bitwise, a planted overflow named and skipped as on the CPU, its state resumed in
+#     fp16 on the CPU, and (emulated sm_70, no fp16 mma) within 1e-3;
 #   - ./train plan's peak, for the policy, device and precision of each run above (and of a
 #     selective run on --device cuda), is the peak the run logged, to the byte: peak_bytes on the
 #     CPU, device_peak_bytes on CUDA (the arena and the ops' scratch, reserved at build).
@@ -114,6 +117,59 @@ if [ $rc1 -eq 143 ] && [ $rc -eq 0 ] && grep -q 'resumed from .*state_00000002.b
 else
     fail state_saved_by_bf16_resumes_in_fp32_on_cpu "statuses $rc1 $rc (expect 143 0): $(tail -1 "$W/leg2_bf16.out") $(worst "$W/run_bf16/log.jsonl" "$W/cpu64.jsonl")"
 fi
+# --precision fp16 (the same shape): the CUDA fp16 table against the CPU fp16 table, its twin
+# (the same roundings; sums in other orders, so within 1e-4, not bitwise), the loss scale of every
+# row equal; recompute bitwise equal to none; a planted overflow named and skipped as on the CPU;
+# an fp16 state from CUDA resumed in fp16 on the CPU; and on sm_70 (no fp16 mma: the attention's
+# fp32 kernels on fp16 values, P unrounded) within 1e-3
+scales() { grep -o '"type":"train","step":[0-9]*,.*"loss_scale":[0-9.e+]*' "$1" | sed 's/.*"step":\([0-9]*\),.*"loss_scale":/\1 /' | sort -n -k1,1 -u; }
+run cpu_fp16 --device cpu --precision fp16 "${BF[@]}" || { fail cross_backend_cpu_fp16_run "$(tail -1 "$W/cpu_fp16.out")"; exit 1; }
+if run fp16 --device cuda --precision fp16 "${BF[@]}" --save "$W/fp16.bin" && grep -q 'precision fp16' "$W/fp16.out" &&
+   grep -q 'fp16 tensor-core attention' "$W/fp16.out" && [ "$(losses "$W/fp16.jsonl" | wc -l)" = 4 ] &&
+   [ "$(scales "$W/fp16.jsonl" | wc -l)" = 4 ] && diff <(scales "$W/fp16.jsonl") <(scales "$W/cpu_fp16.jsonl") > /dev/null &&
+   close "$W/cpu_fp16.jsonl" "$W/fp16.jsonl" 1e-4; then
+    ok cuda_fp16_run_within_1e-4_of_cpu_fp16 "$(worst "$W/fp16.jsonl" "$W/cpu_fp16.jsonl"), loss scales equal ($(scales "$W/fp16.jsonl" | cut -d' ' -f2 | sort -u | paste -sd' ')) (head dim 64, dropout 0.1, the fp16 tensor-core attention)"
+else
+    fail cuda_fp16_run_within_1e-4_of_cpu_fp16 "$(tail -1 "$W/fp16.out") $(worst "$W/fp16.jsonl" "$W/cpu_fp16.jsonl"); scales $(scales "$W/fp16.jsonl" | tr '\n' ' ') vs $(scales "$W/cpu_fp16.jsonl" | tr '\n' ' ')"
+fi
+run fp16_layer --device cuda --precision fp16 --recompute layer "${BF[@]}" --save "$W/fp16_layer.bin"
+if [ -s "$W/fp16.bin" ] && diff <(losses "$W/fp16.jsonl") <(losses "$W/fp16_layer.jsonl") > /dev/null && cmp -s "$W/fp16.bin" "$W/fp16_layer.bin"; then
+    ok cuda_fp16_recompute_layer_bitwise_equals_none "$(losses "$W/fp16.jsonl" | wc -l) losses and the model file identical"
+else
+    fail cuda_fp16_recompute_layer_bitwise_equals_none "$(diff <(losses "$W/fp16.jsonl") <(losses "$W/fp16_layer.jsonl") | head -2 | tr '\n' ' ') $(cmp "$W/fp16.bin" "$W/fp16_layer.bin" 2>&1)"
+fi
+for dev in cpu cuda; do
+    SEEDGPT_FAULT=fp16_overflow:2 "$TRAIN" "${BASE[@]}" "${BF[@]}" --device $dev --precision fp16 --log-json "$W/ov_$dev.jsonl" > "$W/ov_$dev.out" 2>&1
+done
+ovline=$(grep '^step 2: fp16 gradient overflow' "$W/ov_cuda.out")
+if [ -n "$ovline" ] && [ "$ovline" = "$(grep '^step 2: fp16 gradient overflow' "$W/ov_cpu.out")" ] &&
+   echo "$ovline" | grep -q 'first non-finite gradient in the backward: lnfw' &&
+   grep -q '"step":2,.*"skipped":true' "$W/ov_cuda.jsonl" && [ "$(grep -c '"skipped":true' "$W/ov_cuda.jsonl")" = 1 ] &&
+   diff <(scales "$W/ov_cuda.jsonl") <(scales "$W/ov_cpu.jsonl") > /dev/null; then
+    ok cuda_fp16_planted_overflow_skips_that_step_as_the_cpu "$ovline; one skipped row, the scales of the CPU run"
+else
+    fail cuda_fp16_planted_overflow_skips_that_step_as_the_cpu "cuda: '$ovline' cpu: '$(grep '^step 2: fp16' "$W/ov_cpu.out")'; skipped rows $(grep -c '"skipped":true' "$W/ov_cuda.jsonl"); $(tail -1 "$W/ov_cuda.out")"
+fi
+rm -rf "$W/run_fp16"
+SEEDGPT_FAULT=sigterm:1 "$TRAIN" "${BASE[@]}" "${BF[@]}" --device cuda --precision fp16 --out "$W/run_fp16" > "$W/leg1_fp16.out" 2>&1
+rc1=$?
+"$TRAIN" "${BASE[@]}" "${BF[@]}" --device cpu --precision fp16 --resume "$W/run_fp16" > "$W/leg2_fp16.out" 2>&1
+rc=$?
+if [ $rc1 -eq 143 ] && [ $rc -eq 0 ] && grep -q 'resumed from .*state_00000002.bin' "$W/leg2_fp16.out" &&
+   grep -q '"step":3' "$W/run_fp16/log.jsonl" && close "$W/cpu_fp16.jsonl" "$W/run_fp16/log.jsonl" 1e-4 &&
+   diff <(scales "$W/run_fp16/log.jsonl") <(scales "$W/cpu_fp16.jsonl") > /dev/null; then
+    ok state_saved_by_cuda_fp16_resumes_in_fp16_on_cpu "2 steps on cuda, 2 on cpu: $(worst "$W/run_fp16/log.jsonl" "$W/cpu_fp16.jsonl") vs the straight cpu fp16 run, the same scales"
+else
+    fail state_saved_by_cuda_fp16_resumes_in_fp16_on_cpu "statuses $rc1 $rc (expect 143 0): $(tail -1 "$W/leg2_fp16.out") $(worst "$W/run_fp16/log.jsonl" "$W/cpu_fp16.jsonl")"
+fi
+if [ "$TRAIN" = "${TRAIN%emu/train}" ]; then
+    echo "SKIP cuda_fp16_on_sm70_within_1e-3_of_cpu_fp16: the compute capability is chosen only in the emulation (SG_EMU_CC)"
+elif SG_EMU_CC=70 run fp16_sm70 --device cuda --precision fp16 "${BF[@]}" && grep -q 'no mma.sync m16n8k8 below sm_75' "$W/fp16_sm70.out" &&
+     close "$W/cpu_fp16.jsonl" "$W/fp16_sm70.jsonl" 1e-3; then
+    ok cuda_fp16_on_sm70_within_1e-3_of_cpu_fp16 "$(worst "$W/fp16_sm70.jsonl" "$W/cpu_fp16.jsonl") (the fp32 attention kernels on fp16 values)"
+else
+    fail cuda_fp16_on_sm70_within_1e-3_of_cpu_fp16 "$(grep 'cuda:' "$W/fp16_sm70.out" | head -1) $(tail -1 "$W/fp16_sm70.out") $(worst "$W/fp16_sm70.jsonl" "$W/cpu_fp16.jsonl")"
+fi
 # the plan's peak is the run's counted peak, to the byte, on each backend and precision
 run cuda_sel --device cuda --recompute selective
 wrong=0; detail=; detail_ok=
@@ -122,7 +178,10 @@ for spec in "cpu|--device cpu --precision fp32|none|peak_bytes" "cuda|--device c
             "cuda_sel|--device cuda --precision fp32 --recompute selective|selective|device_peak_bytes" \
             "cpu64|--device cpu --precision fp32 ${BF[*]}|none|peak_bytes" \
             "bf16|--device cuda --precision bf16 ${BF[*]}|none|device_peak_bytes" \
-            "bf16_layer|--device cuda --precision bf16 --recompute layer ${BF[*]}|layer|device_peak_bytes"; do
+            "bf16_layer|--device cuda --precision bf16 --recompute layer ${BF[*]}|layer|device_peak_bytes" \
+            "cpu_fp16|--device cpu --precision fp16 ${BF[*]}|none|peak_bytes" \
+            "fp16|--device cuda --precision fp16 ${BF[*]}|none|device_peak_bytes" \
+            "fp16_layer|--device cuda --precision fp16 --recompute layer ${BF[*]}|layer|device_peak_bytes"; do
     IFS='|' read -r name flags pol key <<< "$spec"
     # shellcheck disable=SC2086
     want=$("$TRAIN" plan "${BASE[@]}" $flags --format json 2>/dev/null | grep "\"policy\":\"$pol\"" | grep -o '"peak_bytes":[0-9]*' | cut -d: -f2)
@@ -131,8 +190,8 @@ for spec in "cpu|--device cpu --precision fp32|none|peak_bytes" "cuda|--device c
     detail_ok="$detail_ok $name $got;"
 done
 if [ $wrong -eq 0 ]; then
-    ok plan_peak_equals_the_counted_peak_on_each_backend "7 runs, planned = counted bytes:$detail_ok"
+    ok plan_peak_equals_the_counted_peak_on_each_backend "10 runs, planned = counted bytes:$detail_ok"
 else
-    fail plan_peak_equals_the_counted_peak_on_each_backend "$wrong of 7 differ:$detail"
+    fail plan_peak_equals_the_counted_peak_on_each_backend "$wrong of 10 differ:$detail"
 fi
 [ $failed -eq 0 ]

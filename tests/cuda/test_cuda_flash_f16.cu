@@ -16,7 +16,10 @@
  *      magnitudes test_cuda_flash_tc.cu derives (pd = m p scale and ds rounded to fp16; dout holds
  *      fp16 values, so dO is exact), from the CPU forward's o and LSE; two runs bit for bit;
  *   4. controls: the kernel with another seed (p = 0.5) is far outside the forward's tolerance,
- *      and at HD 128 (the backward's 69 KiB do not fit sm_75's 64) the entry refuses in one line.
+ *      and at HD 128 (the backward's 69 KiB do not fit sm_75's 64) the entry refuses in one line;
+ *   5. the fp16 table's entries (attention_forward_fp16_act_cuda, attention_backward_fp16_act_cuda:
+ *      fp16 o stored) bit for bit the kernels above with o rounded once, and on the fallback path
+ *      (no fp16 tensor cores) the fp32 kernels' on the widened values.
  * Head dims 16, 32 and 64, T = 1, T not a multiple of 64, MHA and GQA (under ThreadSanitizer two
  * shapes at p = 0.1: races, not values). Outputs are poisoned with
  * NaN before each launch. Builds two ways: nvcc (make test-cuda, on a GPU of sm_75 or newer) and
@@ -56,6 +59,17 @@ static void random_f16(size_t n, uint16_t* bits, float* vals, double lo, double 
         bits[e] = sg_fp16_from_float((float)(lo + (hi - lo) * test_uniform()));
         vals[e] = sg_fp16_to_float(bits[e]);
     }
+}
+
+/* qkv in [-2, 2) and dout in [-1, 1), fp16 values (so dO is exact as an operand): the bits and
+ * their values, malloc'd */
+static void random_inputs(size_t n_qkv, size_t n_out, uint16_t** bits, float** qkv, uint16_t** dbits, float** dout) {
+    *bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
+    *qkv = (float*)malloc(n_qkv * sizeof(float));
+    random_f16(n_qkv, *bits, *qkv, -2.0, 2.0);
+    *dbits = (uint16_t*)malloc(n_out * sizeof(uint16_t));
+    *dout = (float*)malloc(n_out * sizeof(float));
+    random_f16(n_out, *dbits, *dout, -1.0, 1.0);
 }
 
 static uint16_t* up16(const uint16_t* h, size_t n) {
@@ -181,12 +195,9 @@ static void run_shape(const Shape* s, double p) {
     const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD, n_qkv = (size_t)B * T * QKV;
     const size_t n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
-    uint16_t* bits = (uint16_t*)malloc(n_qkv * sizeof(uint16_t));
-    float* qkv = (float*)malloc(n_qkv * sizeof(float));
-    random_f16(n_qkv, bits, qkv, -2.0, 2.0);
-    uint16_t* dbits = (uint16_t*)malloc(n_out * sizeof(uint16_t));
-    float* dout = (float*)malloc(n_out * sizeof(float));
-    random_f16(n_out, dbits, dout, -1.0, 1.0);   /* fp16 values: dO is exact as an operand */
+    uint16_t *bits, *dbits;
+    float *qkv, *dout;
+    random_inputs(n_qkv, n_out, &bits, &qkv, &dbits, &dout);
     float *o_cpu = (float*)malloc(n_out * sizeof(float)), *lse_cpu = (float*)malloc(n_lse * sizeof(float));
     float *o_tc = (float*)malloc(n_out * sizeof(float)), *lse_tc = (float*)malloc(n_lse * sizeof(float));
     float *g_cpu = (float*)malloc(n_qkv * sizeof(float)), *g_tc = (float*)malloc(n_qkv * sizeof(float));
@@ -257,6 +268,79 @@ static void run_shape(const Shape* s, double p) {
     free(g_cpu); free(g_tc); free(g_again); free(mag);
 }
 
+/* ---- 5. the fp16 table's entries: fp16 o stored ------------------------------------------------ */
+/* attention_forward_fp16_act_cuda / attention_backward_fp16_act_cuda, as --precision fp16 calls
+ * them. With tensor cores: the forward's fp16 o must be attention_forward_tc_f16_cuda's fp32 o
+ * rounded once, the LSE the same bits, and the backward from that stored o the fp32-interface
+ * kernel's from the same values widened (D from the fp16 o read exactly), bit for bit. Without
+ * (sm_70, tensor_cores 0): the fp32 kernels' outputs on the widened values, o rounded once, the
+ * same bits. A table that took the other path, or rounded o elsewhere, fails here. */
+static void run_act(const Shape* s, double p, int tensor_cores) {
+    test_rng_state = 0xac716ull + (uint64_t)s->T * 7 + (uint64_t)tensor_cores;
+    const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, n_qkv = (size_t)B * T * QKV;
+    const size_t n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
+    uint16_t *bits, *dbits;
+    float *qkv, *dout;
+    random_inputs(n_qkv, n_out, &bits, &qkv, &dbits, &dout);
+    const Dropout drop = dropout_make(p);
+    const char* path = tensor_cores ? "tc" : "fallback";
+    char name[160], shape[96];
+    snprintf(shape, sizeof(shape), "B %d T %d NH %d NKV %d HD %d p %g", B, T, NH, NKV, HD, p);
+
+    uint16_t* d_qkv = up16(bits, n_qkv);
+    float *d_q32 = upf(qkv, n_qkv), *d_dout = upf(dout, n_out);
+    float *d_o32 = upf(NULL, n_out), *d_lse_ref = upf(NULL, n_lse), *d_lse = upf(NULL, n_lse);
+    uint16_t* d_o16 = NULL;
+    SG_CHECK(cudaMalloc((void**)&d_o16, n_out * sizeof(uint16_t)));
+    SG_CHECK(cudaMemset(d_o16, 0xff, n_out * sizeof(uint16_t)));
+    if (tensor_cores) attention_forward_tc_f16_cuda(d_o32, d_lse_ref, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    else attention_forward_cuda(d_o32, d_lse_ref, d_q32, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    attention_forward_fp16_act_cuda(tensor_cores, d_o16, d_lse, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    float *o32 = (float*)malloc(n_out * sizeof(float)), *lse_ref = (float*)malloc(n_lse * sizeof(float)),
+          *lse = (float*)malloc(n_lse * sizeof(float)), *o16w = (float*)malloc(n_out * sizeof(float));
+    uint16_t* o16 = (uint16_t*)malloc(n_out * sizeof(uint16_t));
+    down(o32, d_o32, n_out); down(lse_ref, d_lse_ref, n_lse); down(lse, d_lse, n_lse);
+    SG_CHECK(cudaMemcpy(o16, d_o16, n_out * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    size_t od = 0;
+    for (size_t e = 0; e < n_out; e++) {
+        od += o16[e] != sg_fp16_from_float(o32[e]);
+        o16w[e] = sg_fp16_to_float(o16[e]);
+    }
+    const size_t ld = memcmp(lse, lse_ref, n_lse * sizeof(float)) != 0;
+    snprintf(name, sizeof(name), "flash_f16_act_%s_forward_is_the_fp32_out_rounded_once_hd%d_T%d_p%g", path, HD, T, p);
+    expect(od == 0 && ld == 0, name, "%s: %zu of %zu fp16 o differ from the %s forward's o rounded; LSE %s", shape,
+           od, n_out, tensor_cores ? "attention_forward_tc_f16_cuda" : "fp32 kernels'", ld ? "differs" : "equal");
+
+    /* the backward from the stored fp16 o, against the reference kernel from its values widened */
+    float* d_o16w = upf(o16w, n_out);
+    const size_t n_ref = tensor_cores ? attention_backward_tc_scratch_floats(B, T, NH, NKV, HD)
+                                      : attention_backward_scratch_floats_cuda(B, T, NH, NKV, HD, 1);
+    const size_t n_act = attention_backward_act_scratch_floats_fp16_cuda(tensor_cores, B, T, NH, NKV, HD, 1);
+    float *d_s1 = upf(NULL, n_ref), *d_s2 = upf(NULL, n_act), *d_g1 = upf(NULL, n_qkv), *d_g2 = upf(NULL, n_qkv);
+    if (tensor_cores)
+        attention_backward_tc_f16_cuda(d_g1, d_s1, d_dout, d_qkv, d_o16w, d_lse, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    else
+        attention_backward_cuda(d_g1, d_s1, d_dout, d_q32, d_o16w, d_lse, B, T, NH, NKV, HD, s->g0, SEED, drop);
+    attention_backward_fp16_act_cuda(tensor_cores, d_g2, d_s2, d_dout, d_qkv, d_o16, d_lse, B, T, NH, NKV, HD, s->g0,
+                                     SEED, drop);
+    float *g1 = (float*)malloc(n_qkv * sizeof(float)), *g2 = (float*)malloc(n_qkv * sizeof(float));
+    down(g1, d_g1, n_qkv); down(g2, d_g2, n_qkv);
+    size_t gd = 0, nf = 0;
+    for (size_t e = 0; e < n_qkv; e++) {
+        gd += memcmp(&g1[e], &g2[e], sizeof(float)) != 0;
+        nf += !isfinite(g2[e]);
+    }
+    snprintf(name, sizeof(name), "flash_f16_act_%s_backward_from_the_stored_o_hd%d_T%d_p%g", path, HD, T, p);
+    expect(gd == 0 && nf == 0, name, "%s: %zu of %zu dqkv differ from the %s backward's on the widened o; %zu "
+           "non-finite", shape, gd, n_qkv, tensor_cores ? "fp32-interface fp16" : "fp32", nf);
+
+    void* dev[] = {d_qkv, d_q32, d_dout, d_o32, d_lse_ref, d_lse, d_o16, d_o16w, d_s1, d_s2, d_g1, d_g2};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) SG_CHECK(cudaFree(dev[i]));
+    free(bits); free(qkv); free(dbits); free(dout); free(o32); free(lse_ref); free(lse); free(o16w); free(o16);
+    free(g1); free(g2);
+}
+
 /* ---- 4. a head dim whose backward does not fit ---------------------------------------------- */
 
 static void hd128_child(void) {
@@ -305,6 +389,10 @@ int main(int argc, char** argv) {
 #endif
             run_shape(&shapes[k], ps[pi]);
         }
+    /* the fp16 table's entries, on both paths (GQA, B > 1, a partial tile) */
+    const Shape act = {2, 70, 4, 2, 32, 3u};
+    run_act(&act, 0.1, 1);
+    run_act(&act, 0.1, 0);
     refuse_hd128(argv[0]);
     return test_finish();
 }
