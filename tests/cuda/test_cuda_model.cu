@@ -19,7 +19,11 @@
  *      AdamW steps against the CPU's bf16 table with dropout at distinct rates per site, losses
  *      and gradients close while other masks are far; every recompute policy bitwise equal to
  *      `none` with the model options too (RoPE, parallel block, drop-path); the layers' kept
- *      bytes at most 0.55x fp32's, and the plan the counted build.
+ *      bytes at most 0.55x fp32's, and the plan the counted build;
+ *   6. --precision fp16: the same three steps against the CPU's fp16 table (head dim 64 on the
+ *      fp16 tensor cores, and the options case), every recompute policy bitwise equal to `none`,
+ *      the plan the counted build, and the overflow locator (gpt_first_nonfinite_grad) reading
+ *      the device's gradients: planted infinities and NaNs found where the backward meets them.
  * It builds two ways (tests/cuda/): with nvcc for a GPU (make test-cuda) and as C++ against the
  * emulation (make test-cuda-emu), where it is kept small.
  */
@@ -320,9 +324,11 @@ static GPT build_rates(const Case* k, const Backend* be, uint64_t seed) {
     gpt_set_drop_path(&m, k->drop_path);
     return m;
 }
-static void test_bf16_matches_cpu_bf16(const Case* k, const char* name) {
-    const Backend* cuda = backend_lookup("cuda", "bf16");
-    const Backend* cpu_be = backend_lookup("cpu", "bf16");
+/* prec "bf16" or "fp16": the CUDA table against the CPU table of that precision (fp16 rounds at
+ * the same sites with 3 more significant bits: the same bounds hold with room) */
+static void test_act16_matches_cpu(const char* prec, const Case* k, const char* name) {
+    const Backend* cuda = backend_lookup("cuda", prec);
+    const Backend* cpu_be = backend_lookup("cpu", prec);
     GPT dev = build_rates(k, cuda, 99), cpu = build_rates(k, cpu_be, 99), other = build_rates(k, cpu_be, 100);
     double worst_loss = 0, worst_grad = 0, other_grad = 0;
     const char *which = "-", *which_o = "-";
@@ -345,15 +351,40 @@ static void test_bf16_matches_cpu_bf16(const Case* k, const char* name) {
         gpt_adamw(&cpu, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     }
     char tname[128];
-    snprintf(tname, sizeof(tname), "%s_cuda_bf16_steps_match_cpu_bf16", name);
+    snprintf(tname, sizeof(tname), "%s_cuda_%s_steps_match_cpu_%s", name, prec, prec);
     expect(worst_loss <= BF16_TWIN_LOSS_TOL && worst_grad <= BF16_TWIN_GRAD_TOL, tname,
            "losses (cuda, cpu) %.6f %.6f, %.6f %.6f, %.6f %.6f: worst rel %.2e (<= %.0e); step 1's worst "
            "gradient tensor %s rel err %.2e (<= %.0e)", ld[0], lc[0], ld[1], lc[1], ld[2], lc[2], worst_loss,
            BF16_TWIN_LOSS_TOL, which, worst_grad, BF16_TWIN_GRAD_TOL);
-    snprintf(tname, sizeof(tname), "%s_cuda_bf16_twin_tolerance_sees_other_masks", name);
-    expect(other_grad > 3 * BF16_TWIN_GRAD_TOL, tname, "the CPU bf16 step with other dropout seeds: worst gradient "
-           "tensor %s rel err %.2e (> %.0e)", which_o, other_grad, 3 * BF16_TWIN_GRAD_TOL);
+    snprintf(tname, sizeof(tname), "%s_cuda_%s_twin_tolerance_sees_other_masks", name, prec);
+    expect(other_grad > 3 * BF16_TWIN_GRAD_TOL, tname, "the CPU %s step with other dropout seeds: worst gradient "
+           "tensor %s rel err %.2e (> %.0e)", prec, which_o, other_grad, 3 * BF16_TWIN_GRAD_TOL);
     gpt_free(&dev); gpt_free(&cpu); gpt_free(&other);
+}
+
+/* gpt_first_nonfinite_grad on a device backend: the gradients are copied to the host piece by
+ * piece. After a finite backward it finds nothing; with an infinity planted in layer 1's fcw
+ * gradient and a NaN in layer 0's qkvb, it names the one the backward meets first (layer 1's fcw);
+ * with one in lnfb only, lnfb. */
+static void test_overflow_locator_on_device(const Backend* be, const Case* k) {
+    GPT m = build_rates(k, be, 99);
+    step(&m, k, NULL);
+    int layer = 7, none = gpt_first_nonfinite_grad(&m, &layer);
+    const int L = k->c.num_layers;
+    float inf = INFINITY, nan = NAN;
+    float* fcw = m.grads.fcw + (size_t)1 * (m.param_sizes[10] / (size_t)L) + 5;   /* layer 1's fcw */
+    float* qkvb = m.grads.qkvb + 3;                                              /* layer 0's qkvb */
+    be->to_backend(fcw, &inf, sizeof(float));
+    be->to_backend(qkvb, &nan, sizeof(float));
+    int l1 = 7, t1 = gpt_first_nonfinite_grad(&m, &l1);
+    step(&m, k, NULL);   /* finite again */
+    be->to_backend(m.grads.lnfb + 1, &inf, sizeof(float));
+    int l2 = 7, t2 = gpt_first_nonfinite_grad(&m, &l2);
+    expect(none == -1 && layer == -1 && t1 == 10 && l1 == 1 && t2 == 15 && l2 == -1,
+           "cuda_fp16_overflow_locator_reads_the_device_gradients", "finite: %d (layer %d); planted fcw of layer 1 "
+           "and qkvb of layer 0: %s of layer %d; planted lnfb: %s (layer %d)", none, layer,
+           t1 >= 0 ? gpt_param_names[t1] : "none", l1, t2 >= 0 ? gpt_param_names[t2] : "none", l2);
+    gpt_free(&m);
 }
 
 /* The memory bf16 storage saves on CUDA: the layers' kept activations of the counted build (the
@@ -533,8 +564,18 @@ int main(void) {
      * k, the parallel block, drop-path; head dim 8: the attention's fp32 fallback on bf16 values) */
     test_plan_equals_counted(bf16, &tc, "hd64");
     test_bf16_layer_memory(&tc, "hd64");
-    test_bf16_matches_cpu_bf16(&tc, "hd64");
-    test_bf16_matches_cpu_bf16(&opts, "opts");
+    test_act16_matches_cpu("bf16", &tc, "hd64");
+    test_act16_matches_cpu("bf16", &opts, "opts");
     test_policies_on(bf16, &opts, "opts_bf16");
+
+    /* --precision fp16: the same against the CPU fp16 table (head dim 64: the fp16 tensor-core
+     * attention; the options case's head dim 8: its fallback), every policy bitwise equal to none,
+     * the plan, and the overflow locator reading the device's gradients */
+    const Backend* fp16 = backend_lookup("cuda", "fp16");
+    test_act16_matches_cpu("fp16", &tc, "hd64");
+    test_act16_matches_cpu("fp16", &opts, "opts");
+    test_policies_on(fp16, &tc, "hd64_fp16");
+    test_plan_equals_counted(fp16, &tc, "hd64_fp16");
+    test_overflow_locator_on_device(fp16, &opts);
     return test_finish();
 }
