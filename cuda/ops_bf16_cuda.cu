@@ -146,10 +146,6 @@ static void* round_pad(int dt, void* base, size_t off, const float* src, int row
     SG_CHECK_LAUNCH();
     return dst;
 }
-static __nv_bfloat16* round_pad_bf16(void* base, size_t off, const float* src, int rows, int cols,
-                                     int rows_p, int cols_p) {
-    return (__nv_bfloat16*)round_pad(DT_BF16, base, off, src, rows, cols, rows_p, cols_p);
-}
 
 /* ---- cuBLASLt ------------------------------------------------------------------------------ */
 
@@ -350,8 +346,8 @@ void matmul_forward_bf16_cuda(float* out, const float* inp, const float* weight,
     forward_carve(&cv, N, C, OC, bias != NULL);
     size_t ow = cv.off[0], ox = cv.off[1];
     void* base = lt_scratch(cv.total);
-    __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OC, Cp);
-    __nv_bfloat16* x16 = round_pad_bf16(base, ox, inp, N, C, N, Cp);
+    const void* w16 = round_pad(DT_BF16, base, ow, weight, OC, C, OC, Cp);
+    const void* x16 = round_pad(DT_BF16, base, ox, inp, N, C, N, Cp);
     /* out^T (OC,N) = weight (OC,Cp) . inp^T (Cp,N): weight is stored column-major as (Cp,OC) */
     if (!lt_gemm("forward", LT_INSTEAD_FP32, DT_BF16, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, Cp, w16, Cp, x16, Cp, 0.0f, out, 0,
                  OC, bias))
@@ -368,12 +364,12 @@ void matmul_backward_bf16_cuda(float* dinp, float* dweight, float* dbias, const 
     backward_carve(&cv, N, C, OC, dinp != NULL);
     size_t og = cv.off[0], ox = cv.off[1], ow = cv.off[2];
     void* base = lt_scratch(cv.total);
-    __nv_bfloat16* g16 = round_pad_bf16(base, og, dout, N, OC, Np, OCp);
-    __nv_bfloat16* x16 = round_pad_bf16(base, ox, inp, N, C, Np, Cp);
+    const void* g16 = round_pad(DT_BF16, base, og, dout, N, OC, Np, OCp);
+    const void* x16 = round_pad(DT_BF16, base, ox, inp, N, C, Np, Cp);
     /* in the forward, out = inp . weight^T + bias, so:
      * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OCp) . dout^T */
     if (dinp != NULL) {
-        __nv_bfloat16* w16 = round_pad_bf16(base, ow, weight, OC, C, OCp, Cp);
+        const void* w16 = round_pad(DT_BF16, base, ow, weight, OC, C, OCp, Cp);
         if (!lt_gemm("dinp", LT_INSTEAD_FP32, DT_BF16, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OCp, w16, Cp, g16, OCp, 0.0f, dinp, 0,
                      C, NULL))
             matmul_backward_dinp_cuda(dinp, dout, weight, N, C, OC);   /* refused: the fp32 op's */
