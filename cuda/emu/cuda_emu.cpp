@@ -1409,6 +1409,31 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
 
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }   /* launches are synchronous */
 
+/* ---- streams: handles only (every call has finished when it returns) ---------------------- */
+struct sg_emu_stream {
+    unsigned flags;
+};
+
+cudaError_t cudaStreamCreateWithFlags(sg_emu_stream** stream, unsigned flags) {
+    if (stream == NULL || flags > cudaStreamNonBlocking) return sg_emu::set_error(cudaErrorInvalidValue);
+    *stream = (sg_emu_stream*)calloc(1, sizeof(sg_emu_stream));
+    if (*stream == NULL) return sg_emu::set_error(cudaErrorMemoryAllocation);
+    (*stream)->flags = flags;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(sg_emu_stream* stream) {
+    free(stream);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(sg_emu_stream* stream) { return cudaSuccess; }
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            sg_emu_stream* stream) {
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+
 /* ---- events: a host timestamp per record (launches have finished by then) ---------------- */
 struct sg_emu_event {
     int recorded;

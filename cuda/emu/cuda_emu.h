@@ -7,8 +7,8 @@
  * and what it cannot, is written up in docs/cuda-emulation.md.
  *
  * Only what device.h lists is here. Anything else (bare __shared__, __constant__, float atomics,
- * __activemask, cooperative groups, streams: only their type exists, for cublasLtMatmul's default
- * stream 0) fails to compile, which is the point.
+ * __activemask, cooperative groups, launches on a stream) fails to compile, which is the point.
+ * Streams exist as handles for NCCL's calls (cuda/emu/nccl_emu.h), and run nothing of their own.
  */
 #ifndef SEEDGPT_CUDA_EMU_H
 #define SEEDGPT_CUDA_EMU_H
@@ -130,6 +130,17 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
+/* Streams, as handles for NCCL's calls (dist/dist_nccl.cu): everything runs at the call here,
+ * so a stream orders nothing that the call order does not already; cudaMemcpyAsync is cudaMemcpy
+ * and cudaStreamSynchronize returns at once. Kernels launch on the default stream only
+ * (SG_LAUNCH has no stream). */
+struct sg_emu_stream;
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
+cudaError_t cudaStreamCreateWithFlags(struct sg_emu_stream** stream, unsigned flags);
+cudaError_t cudaStreamDestroy(struct sg_emu_stream* stream);
+cudaError_t cudaStreamSynchronize(struct sg_emu_stream* stream);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            struct sg_emu_stream* stream);
 /* Events, on the default stream only. Launches are synchronous here, so recording an event
  * stamps the host's monotonic clock at the call; cudaEventElapsedTime reports milliseconds between
  * two recorded events (cudaErrorInvalidResourceHandle for an event never recorded, as CUDA does). */
@@ -190,7 +201,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
 typedef cudaDataType_t cudaDataType;
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
-typedef struct sg_emu_stream* cudaStream_t;   /* only the default stream, 0, is accepted */
+typedef struct sg_emu_stream* cudaStream_t;   /* a handle; see the streams above */
 enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0,
     CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,
