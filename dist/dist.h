@@ -10,12 +10,13 @@
  *                       point-to-point transfers on host memory, for backends whose memory is
  *                       host memory (the CPU backend); ZeRO-1's shards (model/zero.h).
  *   + dist/dist_nccl.cu with SEEDGPT_NCCL (`make mpi-cuda`): gradients in device memory are
- *                       summed by ncclAllReduce on the device pointers; the NCCL id travels
- *                       over MPI. Untested until a machine with several GPUs runs it.
+ *                       summed in rank order by seedgpt over NCCL's point-to-point transfers;
+ *                       the NCCL id travels over MPI. Run here against the emulation (ranks as
+ *                       processes, cuda/emu/nccl_emu.h); not yet on several GPUs.
  *   dist/dist_nccl_file.c + dist/dist_nccl.cu (`make cuda-nccl`: ./train_cuda_nccl): GPU ranks
  *                       started by any launcher with --rank, --world and --init-file PATH; the
  *                       NCCL id travels through the file (dist/init_file.h), every reduction
- *                       through NCCL. Compiled only so far.
+ *                       through NCCL. Run here against the emulation only.
  *
  * What each rank computes is fixed by the global sequence index (DESIGN §2): with A micro-batches
  * of B sequences per rank, rank r's micro-batch a holds g = r*A*B + a*B + b, and the dropout
@@ -60,10 +61,11 @@ int dist_stop_grace_s(void);
  * are several ranks. 0, or -1 with err. */
 int dist_use_backend(const Backend* be, char err[256]);
 
-/* Sums m's parameter gradients over the ranks, in place, on every rank. Host memory: the
- * rank-order reduce-scatter below over even shards of the block, then the shards gathered, so
- * every element is g_0 + g_1 + ... + g_{R-1} whichever algorithms MPI would choose; device
- * memory: ncclAllReduce (NCCL's order). All ranks must call it at the same point. */
+/* Sums m's parameter gradients over the ranks, in place, on every rank: a rank-order
+ * reduce-scatter over even shards of the block, then the shards gathered, so every element is
+ * g_0 + g_1 + ... + g_{R-1} whichever algorithms MPI or NCCL would choose (host memory: below,
+ * over MPI; device memory: dist_nccl_allreduce_sum, over NCCL). All ranks must call it at the
+ * same point. */
 void dist_allreduce_grads(GPT* m);
 
 /* The floats of m's gradient block that the sum covers: from its start to the end of its last
@@ -139,8 +141,15 @@ size_t dist_nccl_id_bytes(void);
 int dist_nccl_make_id(void* id, char err[256]);
 /* Binds this process to GPU local_rank (modulo the GPUs visible) and joins the communicator. */
 int dist_nccl_init(const void* id, int rank, int size, int local_rank, char err[256]);
-/* In-place sum of n floats of device memory over the ranks; 0, or -1 with err. */
+/* In-place sum of n floats of device memory over the ranks, in rank order on every element
+ * (the reduce-scatter below over even shards, then the all-gather); 0, or -1 with err. */
 int dist_nccl_allreduce_sum(float* x, size_t n, char err[256]);
+/* dist_reduce_scatter's and dist_allgather_elems' contracts on device memory (bounds in host
+ * memory): the owner of each shard adds the ranks' pieces in rank order in a kernel of its own;
+ * NCCL moves the bytes (ncclSend, ncclRecv). Keeps a device buffer of R x 2^20 floats from the
+ * first call on. 0, or -1 with err. */
+int dist_nccl_reduce_scatter(float* x, const size_t* bounds, char err[256]);
+int dist_nccl_allgather(void* x, const size_t* bounds, size_t elem_bytes, char err[256]);
 /* Every rank's `bytes` bytes of host memory at x, in rank order, into all (size x bytes) on every
  * rank, through device memory (ncclAllGather); 0, or -1 with err. */
 int dist_nccl_allgather_host(const void* x, void* all, size_t bytes, char err[256]);

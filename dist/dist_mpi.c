@@ -2,8 +2,9 @@
  *
  * Host memory (the CPU backend): the gradient block reduce-scattered in rank order, then
  * all-gathered (ZeRO-1 gathers the updated weights instead, model/zero.h). Device memory
- * (CUDA, built with SEEDGPT_NCCL): ncclAllReduce on the device pointers (dist/dist_nccl.cu);
- * MPI only carries the NCCL id from rank 0 to the others.
+ * (CUDA, built with SEEDGPT_NCCL): the same rank-order reduce-scatter and all-gather on the
+ * device pointers, the bytes moved by NCCL (dist/dist_nccl.cu); MPI only carries the NCCL id
+ * from rank 0 to the others.
  *
  * Determinism: on host memory every sum over the ranks is added in rank order by seedgpt itself,
  * x_0 + x_1 + ... + x_{R-1}: the gradients by a reduce-scatter over point-to-point transfers (the
@@ -12,7 +13,7 @@
  * bits do not depend on the collective algorithms MPI would pick, and plain data parallelism and
  * ZeRO-1 (which share the reduce-scatter) agree bit for bit. Against one process with the same
  * global batch the results agree to rounding (the partial sums are grouped differently), not bit
- * for bit. On device memory ncclAllReduce sums in NCCL's order.
+ * for bit. Device memory is summed in the same order, by dist/dist_nccl.cu.
  */
 #include "dist/dist.h"
 #include <mpi.h>

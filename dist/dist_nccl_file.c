@@ -6,7 +6,7 @@
  * the others wait for it up to S seconds (default 300) and refuse a file that is not one. Once
  * the communicator stands, rank 0 removes the file. The
  * communicator is made in dist_init, so every reduction after it, host or device, goes through
- * NCCL: the gradients by ncclAllReduce on the device, a host number by an all-gather of every
+ * NCCL: the gradients by a rank-order sum on the device (dist/dist_nccl.cu), a host number by an all-gather of every
  * rank's value, added in rank order on each rank (so the loss and the stop flag agree bit for bit
  * on all ranks). Without the three flags the process is one rank, as ./train_cuda.
  *
@@ -15,7 +15,8 @@
  * trainer uses mpirun). A rank that fails after the start leaves the others waiting in NCCL: the
  * launcher ends the job.
  *
- * Compiled in CI (with dist/dist_nccl.cu and dist/init_file.c); not yet run on several GPUs.
+ * Run in CI against the emulation (make test-nccl-emu: ranks as processes of one machine, each
+ * with an emulated GPU); not yet run on several GPUs.
  */
 #include <fcntl.h>
 #include <stdio.h>
