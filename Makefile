@@ -233,7 +233,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"tests/test_export.sh $(LOGITS_HARNESS)" "$(TORCH_PYTHON) tests/test_export_torch.py" \
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
-		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh tests/test_fp16_run.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" "$(ARCH_CHOICE_CI)" \
+		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh tests/test_fp16_run.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" "$(NCCL_EMU_CI)" "$(ARCH_CHOICE_CI)" \
 		"$(KERNELS_OPS_CI)" "$(GPU_PERF_CI)" \
 		"$(HELLASWAG_TEST)" "$(RECIPES_TEST)" \
 		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
@@ -269,6 +269,9 @@ CUDA_ARCHS_CI ?= tests/check_cuda_archs.sh
 KERNELS_CI ?= tests/check_kernels.sh
 EMU_CI ?= $(MAKE) -s --no-print-directory test-cuda-emu
 XBACKEND_CI ?= tests/cuda/test_cross_backend.sh $(EMU_BUILD)/train
+# GPU ranks as processes with emulated GPUs and NCCL (make emu-nccl-bins, built by EMU_CI): the
+# device sums in rank order, --init-file and mpirun starts, context parallelism on the ring
+NCCL_EMU_CI ?= tests/cuda/test_nccl_emu.sh $(EMU_BUILD)
 # the kernels chosen by compute capability, seen from the emulated trainer (SG_EMU_CC): the
 # start-up line, bf16 refused below sm_80, a GPU below sm_70 refused
 ARCH_CHOICE_CI ?= tests/cuda/test_arch_choice.sh $(EMU_BUILD)/train
@@ -301,6 +304,7 @@ test-asan:
 		KERNELS_CI="echo SKIP check_kernels: make test reads the output of nvcc, ASan adds nothing to it" \
 		EMU_CI="echo SKIP test-cuda-emu: make test runs the emulated kernels, plainly and under ThreadSanitizer" \
 		XBACKEND_CI="echo SKIP cross_backend: make test runs the emulated trainer" \
+		NCCL_EMU_CI="echo SKIP nccl_emu: make test runs the emulated GPU ranks, OpenMPI is not built for ASan" \
 		ARCH_CHOICE_CI="echo SKIP arch_choice: make test runs the emulated trainer" \
 		KERNELS_OPS_CI="echo SKIP check_kernels_ops: make test reads the kernels, ASan adds nothing to nvcc" \
 		GPU_PERF_CI="echo SKIP gpu_perf_dry_run: make test runs it in the emulation" \
@@ -651,7 +655,7 @@ MPI_CUDA_BUILD := $(BUILD)/mpi_cuda$(CUDA_ARCH_TAG)
 $(MPI_CUDA_BUILD)/dist/dist_mpi.o: dist/dist_mpi.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -DSEEDGPT_NCCL=1 -c -o $@ $<
-$(MPI_CUDA_BUILD)/dist/dist_nccl.o: dist/dist_nccl.cu $(HEADERS)
+$(MPI_CUDA_BUILD)/dist/dist_nccl.o: dist/dist_nccl.cu $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DSEEDGPT_NCCL=1 -c -o $@ $<
 $(MPI_CUDA_BUILD)/dist_link_check: tests/dist_link_check.c $(MPI_CUDA_BUILD)/dist/dist_mpi.o \
@@ -682,6 +686,31 @@ cuda-nccl: train_cuda_nccl
 train_cuda_nccl: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(filter-out $(BUILD)/dist/dist_none.o,$(CUDA_CORE_OBJ)) \
 		$(CUDA_OBJ) $(NCCL_FILE_BUILD)/dist/dist_nccl_file.o $(MPI_CUDA_BUILD)/dist/dist_nccl.o
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) $(NCCL_LIBS)
+
+# NCCL emulated between processes of this machine (cuda/emu/nccl_emu.h), each rank with an
+# emulated GPU: the ranks' sums alone (tests/cuda/nccl_ranks.cu), the trainer started with
+# --init-file (dist/dist_nccl_file.c), and under mpirun (dist/dist_mpi.c, where mpicc exists);
+# tests/cuda/test_nccl_emu.sh runs them
+EMU_NCCL_OBJ := $(EMU_BUILD)/dist/dist_nccl.o $(EMU_BUILD)/cuda/emu/nccl_emu.o
+$(EMU_BUILD)/cuda/emu/nccl_emu.o: cuda/emu/nccl_emu.cpp $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -c -o $@ $<
+$(EMU_BUILD)/dist/dist_nccl.o: dist/dist_nccl.cu $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -DSEEDGPT_NCCL=1 -x c++ -c -o $@ $<
+$(EMU_BUILD)/nccl_ranks: tests/cuda/nccl_ranks.cu $(NCCL_FILE_BUILD)/dist/dist_nccl_file.o $(BUILD)/dist/init_file.o \
+		$(EMU_NCCL_OBJ) $(EMU_RT_OBJ) $(CUDA_HEADERS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_FLAGS) -x c++ -o $@ $< -x none $(filter %.o,$^) $(LDLIBS)
+$(EMU_BUILD)/train_cuda_nccl: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(filter-out $(BUILD)/dist/dist_none.o,$(CUDA_CORE_OBJ)) \
+		$(EMU_OBJ) $(EMU_RT_OBJ) $(NCCL_FILE_BUILD)/dist/dist_nccl_file.o $(EMU_NCCL_OBJ)
+	$(EMU_CXX) $(EMU_FLAGS) -o $@ $^ $(LDLIBS)
+$(EMU_BUILD)/train_mpi_cuda: $(CUDA_BUILD)/train.o $(BUILD)/cli.o $(filter-out $(BUILD)/dist/dist_none.o,$(CUDA_CORE_OBJ)) \
+		$(EMU_OBJ) $(EMU_RT_OBJ) $(MPI_CUDA_BUILD)/dist/dist_mpi.o $(EMU_NCCL_OBJ)
+	$(MPICC) -pthread -fopenmp -o $@ $^ $(LDLIBS) -lstdc++
+EMU_NCCL_BINS := $(EMU_BUILD)/nccl_ranks $(EMU_BUILD)/train_cuda_nccl $(if $(filter 1,$(HAVE_MPI)),$(EMU_BUILD)/train_mpi_cuda)
+.PHONY: emu-nccl-bins
+emu-nccl-bins: $(EMU_NCCL_BINS)
+emu-test-bins: $(EMU_NCCL_BINS)
 
 clean:
 	rm -rf $(BUILD) train train_cuda train_mpi train_mpi_cuda train_cuda_nccl

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# tests/cuda/test_nccl_emu.sh EMU_BUILD — GPU ranks without GPUs: each rank a process of this
+# machine with an emulated GPU (cuda/emu/cuda_emu.h), NCCL emulated between them
+# (cuda/emu/nccl_emu.h), the binaries of `make emu-nccl-bins` in EMU_BUILD (default build/emu):
+#   - nccl_ranks at 2 and 3 ranks: dist/dist_nccl.cu's device sums are the rank-order sums, bit
+#     for bit (the reduce-scatter over several rounds and uneven shards, one of them empty; the
+#     all-gather; the host sums; the context-parallel ring);
+#   - ./train_cuda_nccl, 2 ranks started with --rank/--world/--init-file, dropout 0.1: every loss
+#     and the final weights equal one process accumulating the same 2 micro-batches, to rounding
+#     (as ./train_mpi's ranks do: the gradient sums are grouped differently);
+#   - on those ranks, recompute layer and none: the same losses and model file, bit for bit;
+#   - ./train_mpi_cuda under mpirun (the NCCL id over MPI): the same losses and model file as
+#     the --init-file start, bit for bit (SKIP without mpirun and the MPI build);
+#   - ./train_mpi_cuda --context-parallel 2: each sequence split over the 2 ranks' GPUs, the ring
+#     over NCCL: the losses within 1e-6 and the weights within 1e-5 of one process (the limits of
+#     tests/test_cp.sh: the attention's sums are grouped by chunk);
+#   - --zero 1 on GPU ranks: refused in one line, status 2 (the sharded optimizer runs on host
+#     memory only so far).
+set -u
+cd "$(dirname "$0")/../.."
+EMU=${1:-build/emu}
+RANKS=$EMU/nccl_ranks TRAIN=$EMU/train TRAIN_NCCL=$EMU/train_cuda_nccl TRAIN_MPI=$EMU/train_mpi_cuda
+unset SEEDGPT_FAULT
+export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 SG_EMU_NCCL_TIMEOUT=${SG_EMU_NCCL_TIMEOUT:-60}
+W=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_nccl_emu.XXXXXX")
+failed=0
+trap 'if [ $failed -eq 0 ]; then rm -rf "$W"; else echo "# work folder kept: $W"; fi' EXIT
+ok()   { echo "ok   nccl_emu_$1: $2"; }
+fail() { echo "FAIL nccl_emu_$1: $2"; failed=1; }
+skip() { echo "SKIP nccl_emu_$1: $2"; }
+
+for b in "$RANKS" "$TRAIN" "$TRAIN_NCCL"; do
+    [ -x "$b" ] || { fail binaries "$b is not built (make emu-nccl-bins)"; exit 1; }
+done
+
+# start N ranks of CMD... with --rank/--world/--init-file; rank r's output in $W/PREFIX.r<r>
+ranks() {
+    local n=$1 prefix=$2; shift 2
+    local id="$W/$prefix.id" pids=() rc=0
+    rm -f "$id"
+    for ((r = n - 1; r >= 0; r--)); do   # the others first: they wait for rank 0's file
+        timeout 300 "$@" --rank $r --world "$n" --init-file "$id" > "$W/$prefix.r$r" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    return $rc
+}
+
+for n in 2 3; do
+    ranks $n sums$n "$RANKS"
+    rc=$?
+    lines=$(cat "$W"/sums$n.r* | grep -c '^rank [0-9]*: ok ')
+    if [ $rc -eq 0 ] && [ "$lines" -eq $((5 * n)) ]; then
+        ok "device_sums_in_rank_order_at_${n}_ranks" "5 checks on each of $n ranks; rank 0: $(grep -h 'ok   allreduce' "$W/sums$n.r0" | sed 's/.*allreduce: //')"
+    else
+        fail "device_sums_in_rank_order_at_${n}_ranks" "status $rc, $lines of $((5 * n)) ok: $(cat "$W"/sums$n.r* | grep -v ': ok ' | head -3 | tr '\n' ' ')"
+    fi
+done
+
+mkdir -p "$W/text"
+head -c 2400 README.md > "$W/text/doc.txt"
+"$TRAIN" prepare "$W/text/doc.txt" "$W/data" > /dev/null || { fail data "prepare failed"; exit 1; }
+# 2 sequences of 16 tokens a step: 2 ranks x 1, or one process accumulating 2 micro-batches
+BASE=(--train "$W/data/train_*.bin" --val "$W/data/val_*.bin" --layers 2 --heads 2 --embd 32
+      --seq-len 16 --batch 1 --total-batch 32 --steps 6 --lr 3e-3 --dropout 0.1 --eval-every 3
+      --eval-batches 1 --log-every 0 --seed 7 --device cuda)
+
+# close LOG_A MODEL_A LOG_B MODEL_B: "N dl dw", the largest relative difference of the losses and
+# ||wa - wb|| / ||wa|| of the weights (model files: the 1024-byte header, then float32)
+close() {
+    python3 - "$@" << 'EOF'
+import re, sys, array, math
+def losses(p):
+    return [float(m) for m in re.findall(r'"type":"train","step":\d+,"loss":([^,}]*)', open(p).read())]
+def weights(p):
+    a = array.array('f'); a.frombytes(open(p, 'rb').read()[1024:]); return a
+la, lb = losses(sys.argv[1]), losses(sys.argv[3])
+wa, wb = weights(sys.argv[2]), weights(sys.argv[4])
+if len(la) != len(lb) or not la or len(wa) != len(wb):
+    print("%d vs %d losses, %d vs %d weights" % (len(la), len(lb), len(wa), len(wb))); sys.exit(0)
+dl = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
+dw = math.sqrt(sum((x - y) ** 2 for x, y in zip(wa, wb))) / math.sqrt(sum(x * x for x in wa))
+print("%d %.3g %.3g" % (len(la), dl, dw))
+EOF
+}
+# within RESULT TOL [WEIGHT_TOL]: "N dl dw" with dl below TOL and dw below WEIGHT_TOL (or TOL)
+within() { awk -v r="$1" -v t="$2" -v u="${3:-$2}" 'BEGIN { split(r, f, " "); exit !(f[1] > 0 && f[2] <= t && f[3] <= u) }'; }
+losses() { grep -o '"type":"train","step":[0-9]*,"loss":[^,}]*' "$1"; }
+TOL=5e-6
+
+"$TRAIN" "${BASE[@]}" --log-json "$W/one.jsonl" --save "$W/one.bin" > "$W/one.out" 2>&1
+rc1=$?
+ranks 2 file "$TRAIN_NCCL" "${BASE[@]}" --log-json "$W/file.jsonl" --save "$W/file.bin"
+rc2=$?
+r=$(close "$W/one.jsonl" "$W/one.bin" "$W/file.jsonl" "$W/file.bin")
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && within "$r" $TOL && grep -q '2 ranks (nccl, --init-file)' "$W/file.r0"; then
+    ok two_gpu_ranks_equal_one_process_accumulating "steps, largest loss difference, weight difference (relative): $r (limit $TOL)"
+else
+    fail two_gpu_ranks_equal_one_process_accumulating "statuses $rc1 $rc2; $r; $(tail -n 1 "$W/file.r0") $(tail -n 1 "$W/file.r1")"
+fi
+
+ranks 2 layer "$TRAIN_NCCL" "${BASE[@]}" --recompute layer --log-json "$W/layer.jsonl" --save "$W/layer.bin"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(losses "$W/layer.jsonl" | wc -l)" -eq 6 ] &&
+   diff <(losses "$W/file.jsonl") <(losses "$W/layer.jsonl") > /dev/null && cmp -s "$W/file.bin" "$W/layer.bin"; then
+    ok two_gpu_ranks_recompute_layer_equals_none_bitwise "6 losses and the model file identical"
+else
+    fail two_gpu_ranks_recompute_layer_equals_none_bitwise "status $rc; $(diff <(losses "$W/file.jsonl") <(losses "$W/layer.jsonl") | head -2 | tr '\n' ' ') $(cmp "$W/file.bin" "$W/layer.bin" 2>&1)"
+fi
+
+ranks 2 zero "$TRAIN_NCCL" "${BASE[@]}" --zero 1
+rc=$?
+msg=$(cat "$W/zero.r0")
+if [ $rc -eq 2 ] && [ "$(echo "$msg" | wc -l)" -eq 1 ] && echo "$msg" | grep -q -- '--zero 1'; then
+    ok zero_1_on_gpu_ranks_refused "status 2: $msg"
+else
+    fail zero_1_on_gpu_ranks_refused "status $rc: $(head -n 3 "$W/zero.r0" | tr '\n' ' ')"
+fi
+
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader
+        --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS -x OMP_WAIT_POLICY
+        -x SG_EMU_NCCL_TIMEOUT)
+if ! command -v mpirun > /dev/null 2>&1 || [ ! -x "$TRAIN_MPI" ]; then
+    why="no mpirun or no $TRAIN_MPI (needs mpicc from libopenmpi-dev)"
+    skip gpu_ranks_under_mpirun_equal_the_file_start_bitwise "$why"
+    skip context_parallel_2_on_gpu_ranks_equals_one_process "$why"
+    exit $failed
+fi
+timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN_MPI" "${BASE[@]}" --log-json "$W/mpi.jsonl" --save "$W/mpi.bin" > "$W/mpi.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q '2 ranks (mpi+nccl)' "$W/mpi.out" && [ "$(losses "$W/mpi.jsonl" | wc -l)" -eq 6 ] &&
+   diff <(losses "$W/file.jsonl") <(losses "$W/mpi.jsonl") > /dev/null && cmp -s "$W/file.bin" "$W/mpi.bin"; then
+    ok gpu_ranks_under_mpirun_equal_the_file_start_bitwise "6 losses and the model file identical"
+else
+    fail gpu_ranks_under_mpirun_equal_the_file_start_bitwise "status $rc: $(tail -n 2 "$W/mpi.out" | tr '\n' ' ') $(cmp "$W/file.bin" "$W/mpi.bin" 2>&1)"
+fi
+
+# context parallelism: one sequence a step, split over the 2 GPU ranks
+CP=("${BASE[@]}" --total-batch 16)
+"$TRAIN" "${CP[@]}" --log-json "$W/cp1.jsonl" --save "$W/cp1.bin" > "$W/cp1.out" 2>&1
+rc1=$?
+timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN_MPI" "${CP[@]}" --context-parallel 2 --log-json "$W/cp2.jsonl" --save "$W/cp2.bin" > "$W/cp2.out" 2>&1
+rc2=$?
+r=$(close "$W/cp1.jsonl" "$W/cp1.bin" "$W/cp2.jsonl" "$W/cp2.bin")
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && within "$r" 1e-6 1e-5; then
+    ok context_parallel_2_on_gpu_ranks_equals_one_process "steps, largest loss difference, weight difference (relative): $r (limits 1e-6, 1e-5, as tests/test_cp.sh's)"
+else
+    fail context_parallel_2_on_gpu_ranks_equals_one_process "statuses $rc1 $rc2; $r; $(tail -n 1 "$W/cp2.out")"
+fi
+exit $failed
