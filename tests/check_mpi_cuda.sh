@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/check_mpi_cuda.sh — the NCCL path of data parallelism compiles and links (make
 # mpi-cuda-check: dist/dist_nccl.cu with nvcc, dist/dist_mpi.c with mpicc, SEEDGPT_NCCL).
-# It cannot run here: summing gradients across GPUs needs a machine with several of them.
+# It cannot run here on GPUs, which it needs one per rank; tests/cuda/test_nccl_emu.sh runs the
+# same sources against the emulation (ranks as processes with emulated GPUs and NCCL).
 set -u
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-nvcc}
