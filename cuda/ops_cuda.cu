@@ -1450,6 +1450,27 @@ double sum_squares_cuda(const float* x, size_t n) {
     return result;
 }
 
+void sum_squares_blocks_cuda(double* out, const float* x, size_t n) {
+    if (n == 0) return;
+    size_t nblocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    double* partial = (double*)ops_scratch(sizeof(double) * nblocks);
+    SG_LAUNCH(sum_squares_partials_kernel, (unsigned)nblocks, NORM_THREADS, 0, partial, x, n);
+    SG_CHECK_LAUNCH();
+    device_to_host_cuda(out, partial, sizeof(double) * nblocks);
+}
+
+double sum_partials_cuda(const double* partials, size_t n) {
+    if (n == 0) return 0.0;
+    double* partial = (double*)ops_scratch(sizeof(double) * (n + 1));
+    double* total = partial + n;
+    device_to_backend_cuda(partial, partials, sizeof(double) * n);
+    SG_LAUNCH(sum_squares_finish_kernel, 1, NORM_THREADS, 0, total, partial, n);
+    SG_CHECK_LAUNCH();
+    double result;
+    device_to_host_cuda(&result, total, sizeof(double));
+    return result;
+}
+
 __global__ void scale_inplace_kernel(float* x, size_t n, float s) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {

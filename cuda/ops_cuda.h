@@ -80,6 +80,11 @@ void crossentropy_forward_cuda(float* losses, const float* logits, const int* ta
 void crossentropy_backward_cuda(float* logits, const int* targets, float dloss, int N, int V,
                                 int Vp);
 double sum_squares_cuda(const float* x, size_t n);
+/* ZeRO-1's norm (model/backend.h): the partials of sum_squares_cuda's blocks of x, into out (host
+ * memory, one a block); and n such partials (host memory) added by sum_squares_cuda's second pass
+ * itself, on the device, so the sum has its bits */
+void sum_squares_blocks_cuda(double* out, const float* x, size_t n);
+double sum_partials_cuda(const double* partials, size_t n);
 /* residual_dropout_forward_cuda, then layernorm_forward_cuda of its output (ln_out fp32), in one
  * pass; the bf16 and fp16 twins write ln_out in 16 bits (model/backend.h, residual_layernorm_forward) */
 void residual_layernorm_forward_cuda(float* out, const float* x, const float* branch, int B,

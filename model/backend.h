@@ -176,6 +176,13 @@ typedef struct Backend {
      * for the ntensors tensors in one call, the same bits */
     void (*sum_squares_tensors)(double* out, const float* x, int ntensors, const size_t* offset,
                                 const size_t* size);
+    /* optional, for ZeRO-1's norm from the shards (model/zero.h). sum_squares cuts x from its
+     * start into blocks of 16384 floats (the last shorter) and adds the blocks' sums of squares;
+     * sum_squares_blocks writes those partials (host memory, one a block) in one call (NULL:
+     * sum_squares of each block alone, which is its partial), and sum_partials adds n partials
+     * (host memory) as sum_squares adds its blocks, the same bits (NULL: in order from 0.0) */
+    void (*sum_squares_blocks)(double* out, const float* x, size_t n);
+    double (*sum_partials)(const double* partials, size_t n);
     void (*scale_inplace)(float* x, size_t n, float s);
     /* the gradient grads[i] * grad_scale (model/ops.h) */
     void (*adamw_update)(float* params, const float* grads, float grad_scale, float* m, float* v,

@@ -193,6 +193,14 @@ static double w_sum_squares(const float* x, size_t n) {
     TIMED(PROF_OPTIMIZER, 0, r = inner->sum_squares(x, n));
     return r;
 }
+static void w_sum_squares_blocks(double* out, const float* x, size_t n) {
+    TIMED(PROF_OPTIMIZER, 0, inner->sum_squares_blocks(out, x, n));
+}
+static double w_sum_partials(const double* partials, size_t n) {
+    double r = 0;
+    TIMED(PROF_OPTIMIZER, 0, r = inner->sum_partials(partials, n));
+    return r;
+}
 static void w_sum_squares_tensors(double* out, const float* x, int ntensors, const size_t* offset,
                                   const size_t* size) {
     TIMED(PROF_OPTIMIZER, 0, inner->sum_squares_tensors(out, x, ntensors, offset, size));
@@ -282,6 +290,8 @@ const Backend* profile_wrap(const Backend* in, const ProfileTimer* t) {
     outer.matmul_backward_dout_act = in->matmul_backward_dout_act ? w_matmul_backward_dout_act : NULL;
     outer.sum_squares = w_sum_squares;
     outer.sum_squares_tensors = in->sum_squares_tensors ? w_sum_squares_tensors : NULL;
+    outer.sum_squares_blocks = in->sum_squares_blocks ? w_sum_squares_blocks : NULL;
+    outer.sum_partials = in->sum_partials ? w_sum_partials : NULL;
     outer.scale_inplace = w_scale_inplace;
     outer.adamw_update = w_adamw_update;
     outer.adamw_update_act = in->adamw_update_act ? w_adamw_update_act : NULL;

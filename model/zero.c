@@ -104,18 +104,35 @@ void zero_free(Zero* z) {
 }
 
 void zero_block_partials(Zero* z, GPT* m) {
-    if (m->be->phase != NULL) m->be->phase(BE_PHASE_OPTIMIZER);   /* --profile's class, as gpt.c's */
-    for (size_t b = z->block_bounds[z->rank]; b < z->block_bounds[z->rank + 1]; b++)
-        z->partials[b] = m->be->sum_squares(m->grads_memory + z->block_off[b], z->block_len[b]);
+    const Backend* be = m->be;
+    if (be->phase != NULL) be->phase(BE_PHASE_OPTIMIZER);   /* --profile's class, as gpt.c's */
+    size_t b = z->block_bounds[z->rank], end = z->block_bounds[z->rank + 1];
+    while (b < end) {
+        if (be->sum_squares_blocks == NULL) {
+            z->partials[b] = be->sum_squares(m->grads_memory + z->block_off[b], z->block_len[b]);
+            b++;
+            continue;
+        }
+        /* a run of this rank's blocks of one tensor is one piece of it, cut as sum_squares cuts */
+        size_t e = b + 1;
+        while (e < end && z->block_tensor[e] == z->block_tensor[b]) e++;
+        size_t n = z->block_off[e - 1] + z->block_len[e - 1] - z->block_off[b];
+        be->sum_squares_blocks(z->partials + b, m->grads_memory + z->block_off[b], n);
+        b = e;
+    }
 }
 
 float zero_clip_from_partials(const Zero* z, GPT* m, float max_norm) {
-    /* gpt_grad_norm: each tensor's blocks added in order from 0.0, then the tensors in order */
+    /* gpt_grad_norm: each tensor's blocks added as the backend's sum_squares adds them (the
+     * CPU's: in order from 0.0), then the tensors in order */
     double ss = 0.0;
     int b = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        int b0 = b;
         double t = 0.0;
-        for (; b < z->nblocks && z->block_tensor[b] == k; b++) t += z->partials[b];
+        for (; b < z->nblocks && z->block_tensor[b] == k; b++)
+            if (m->be->sum_partials == NULL) t += z->partials[b];
+        if (m->be->sum_partials != NULL) t = m->be->sum_partials(z->partials + b0, (size_t)(b - b0));
         ss += t;
     }
     float norm = (float)sqrt(ss);

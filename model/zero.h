@@ -16,7 +16,10 @@
  * one shorter, exactly the blocks the CPU backend's sum_squares adds in order (cpu/ops_cpu.c,
  * NORM_BLOCK); a shard is a run of whole blocks, so a block's sum of squares is one rank's.
  * A block alone is one call of the backend's sum_squares, whose total is then that block's
- * partial (0.0 + partial): the rank-independent unit.
+ * partial (0.0 + partial): the rank-independent unit (or the backend's sum_squares_blocks gives
+ * the partials of a run of blocks at once); the partials of a tensor are then added as the
+ * backend's sum_squares adds them (its sum_partials: the CUDA backend's second pass), so the
+ * norm has plain data parallelism's bits on either backend.
  *
  * Memory: each rank's model is built with the moments of its shard only (gpt_build_shard): 2 x 4
  * bytes per float of the shard instead of per float of the block. A state save gathers the
