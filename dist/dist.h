@@ -82,22 +82,25 @@ static inline size_t dist_grad_span(const GPT* m) {
 }
 
 /* ---- shards, for sums in rank order and ZeRO-1 (model/zero.h) ----------------------------------
- * bounds: dist_size() + 1 offsets, the same on every rank; rank s's shard is
- * [bounds[s], bounds[s+1]) (in elements of the array). Host memory only (the CPU backend). All
- * ranks call each at the same point with the same bounds. */
+ * bounds: dist_size() + 1 offsets (host memory), the same on every rank; rank s's shard is
+ * [bounds[s], bounds[s+1]) (in elements of the array). All ranks call each at the same point with
+ * the same bounds. The model's arrays (dist_reduce_scatter, dist_allgather_floats,
+ * dist_allgather_elems) are in the memory of the backend dist_use_backend was given: host
+ * memory, moved by MPI, or device memory, moved by NCCL (dist/dist_nccl.cu). Everything else
+ * (dist_allgather_doubles, dist_send_floats, dist_recv_floats) is host memory. */
 
 /* Each rank's shard of x becomes the sum over the ranks of their x on it, added in rank order
  * (x_0 + x_1, then + x_2, ...) by the shard's owner from the others' point-to-point transfers;
  * the rest of x is left as it is. Moves chunks of at most 2^18 floats through two buffers
- * (malloc'ed on first use, kept: not counted by model/mem.h). */
+ * (malloc'ed on first use, kept: not counted by model/mem.h; on the device, 2^20 floats a rank). */
 void dist_reduce_scatter(float* x, const size_t* bounds);
-/* Every rank's shard of x copied from its owner to every rank (MPI_Bcast: no arithmetic). */
+/* Every rank's shard of x copied from its owner to every rank (no arithmetic). */
 void dist_allgather_floats(float* x, const size_t* bounds);
 void dist_allgather_doubles(double* x, const size_t* bounds);
 /* The same for elements of elem_bytes bytes (ZeRO-1's bf16 operand copy: 2). */
 void dist_allgather_elems(void* x, const size_t* bounds, size_t elem_bytes);
 /* n floats from this rank to rank `to`, and from rank `from` into x (blocking point-to-point, in
- * pieces MPI's int counts allow; each send is matched by one receive of the same n). */
+ * pieces the transport's counts allow; each send is matched by one receive of the same n). */
 void dist_send_floats(const float* x, size_t n, int to);
 void dist_recv_floats(float* x, size_t n, int from);
 
@@ -150,6 +153,11 @@ int dist_nccl_allreduce_sum(float* x, size_t n, char err[256]);
  * first call on. 0, or -1 with err. */
 int dist_nccl_reduce_scatter(float* x, const size_t* bounds, char err[256]);
 int dist_nccl_allgather(void* x, const size_t* bounds, size_t elem_bytes, char err[256]);
+/* The same all-gather of host memory, and blocking sends and receives of host memory, through a
+ * device buffer of 2^20 floats (ranks started with --init-file, which have no MPI). 0, or -1. */
+int dist_nccl_allgather_host_shards(void* x, const size_t* bounds, size_t elem_bytes, char err[256]);
+int dist_nccl_send_host(const float* x, size_t n, int to, char err[256]);
+int dist_nccl_recv_host(float* x, size_t n, int from, char err[256]);
 /* Every rank's `bytes` bytes of host memory at x, in rank order, into all (size x bytes) on every
  * rank, through device memory (ncclAllGather); 0, or -1 with err. */
 int dist_nccl_allgather_host(const void* x, void* all, size_t bytes, char err[256]);

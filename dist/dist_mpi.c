@@ -28,7 +28,8 @@ static double* gathered;      /* (world_size) dist_sum's values */
 static MPI_Comm cp_comm = MPI_COMM_NULL;   /* this rank's context-parallel group */
 #ifdef SEEDGPT_NCCL
 static int nccl_ready = 0;
-static int cp_device = 0;   /* the ring's buffers are device memory: NCCL moves them */
+static int model_on_device = 0;   /* the model's arrays (gradients, weights, the ring's buffers)
+                                     * are device memory: NCCL moves them */
 #endif
 
 /* a process leaving with status 0 finalizes MPI (mpirun counts a process that did not as failed) */
@@ -103,7 +104,7 @@ int dist_stop_grace_s(void) {
 int dist_use_backend(const Backend* be, char err[256]) {
     if (be->host_memory || world_size == 1) return 0;
 #ifdef SEEDGPT_NCCL
-    if (nccl_ready) { cp_device = 1; return 0; }
+    if (nccl_ready) { model_on_device = 1; return 0; }
     size_t n = dist_nccl_id_bytes();
     char* id = calloc(1, n);
     int ok = id != NULL && (world_rank != 0 || dist_nccl_make_id(id, err) == 0);
@@ -122,7 +123,7 @@ int dist_use_backend(const Backend* be, char err[256]) {
     free(id);
     if (rc != 0) return -1;
     nccl_ready = 1;
-    cp_device = 1;
+    model_on_device = 1;
     return 0;
 #else
     snprintf(err, 256, "--device %s across %d processes: this build sums gradients in host memory "
@@ -179,8 +180,22 @@ static MPI_Request* rs_req;          /* (world_size) the sends of one round */
  * owner, receives its own shard's pieces from ranks 0, 1, ... in turn and adds them in that
  * order, its own piece in its place; the round ends when its sends are done. Messages between
  * two ranks with one tag arrive in the order sent, one per round: receive c is send c. */
+#ifdef SEEDGPT_NCCL
+static void die_nccl(const char* what, const char* err) {
+    fprintf(stderr, "seedgpt: rank %d: %s: %s\n", world_rank, what, err);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+#endif
+
 void dist_reduce_scatter(float* x, const size_t* bounds) {
     if (world_size == 1) return;
+#ifdef SEEDGPT_NCCL
+    if (model_on_device) {
+        char err[256];
+        if (dist_nccl_reduce_scatter(x, bounds, err) != 0) die_nccl("the reduce-scatter", err);
+        return;
+    }
+#endif
     size_t largest = 0;
     for (int s = 0; s < world_size; s++)
         if (bounds[s + 1] - bounds[s] > largest) largest = bounds[s + 1] - bounds[s];
@@ -244,8 +259,21 @@ static void allgather_bytes(char* x, const size_t* bounds, size_t bytes) {
     }
 }
 
+/* the model's arrays: on the device, through NCCL */
+static void allgather_model(char* x, const size_t* bounds, size_t bytes) {
+#ifdef SEEDGPT_NCCL
+    if (model_on_device) {
+        char err[256];
+        if (world_size > 1 && dist_nccl_allgather(x, bounds, bytes, err) != 0)
+            die_nccl("the all-gather", err);
+        return;
+    }
+#endif
+    allgather_bytes(x, bounds, bytes);
+}
+
 void dist_allgather_floats(float* x, const size_t* bounds) {
-    allgather_bytes((char*)x, bounds, sizeof(float));
+    allgather_model((char*)x, bounds, sizeof(float));
 }
 
 void dist_allgather_doubles(double* x, const size_t* bounds) {
@@ -253,7 +281,7 @@ void dist_allgather_doubles(double* x, const size_t* bounds) {
 }
 
 void dist_allgather_elems(void* x, const size_t* bounds, size_t elem_bytes) {
-    allgather_bytes((char*)x, bounds, elem_bytes);
+    allgather_model((char*)x, bounds, elem_bytes);
 }
 
 #define P2P_TAG 41
@@ -322,7 +350,7 @@ static void die_nccl_ring(int rc, const char* err) {
 
 void dist_cp_ring_shift(const float* send, float* recv, size_t n) {
 #ifdef SEEDGPT_NCCL
-    if (cp_device) {
+    if (model_on_device) {
         char err[256];
         int next, prev;
         ring_neighbours(&next, &prev);
@@ -347,7 +375,7 @@ static MPI_Request ring_req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 
 void dist_cp_ring_start(const float* send, float* recv, size_t n) {
 #ifdef SEEDGPT_NCCL
-    if (cp_device) {
+    if (model_on_device) {
         char err[256];
         int next, prev;
         ring_neighbours(&next, &prev);
@@ -364,7 +392,7 @@ void dist_cp_ring_start(const float* send, float* recv, size_t n) {
 
 void dist_cp_ring_wait(void) {
 #ifdef SEEDGPT_NCCL
-    if (cp_device) {
+    if (model_on_device) {
         char err[256];
         die_nccl_ring(dist_nccl_ring_wait(err), err);
         return;

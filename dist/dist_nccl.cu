@@ -193,6 +193,60 @@ extern "C" int dist_nccl_allgather(void* x, const size_t* bounds, size_t elem_by
     return cuda_failed(cudaStreamSynchronize(stream), "the all-gather", err);
 }
 
+/* ---- host memory through the device (ranks without MPI) -------------------------------------- */
+
+#define STAGE_FLOATS ((size_t)1 << 20)
+static float* stage;   /* device: STAGE_FLOATS, for one piece of a host send or receive */
+
+static int stage_ready(char err[256]) {
+    if (stage != NULL) return 0;
+    return cuda_failed(cudaMalloc((void**)&stage, STAGE_FLOATS * sizeof(float)),
+                       "the host transfers' device buffer", err);
+}
+
+extern "C" int dist_nccl_allgather_host_shards(void* x, const size_t* bounds, size_t elem_bytes,
+                                               char err[256]) {
+    if (comm_size == 1) return 0;
+    size_t total = bounds[comm_size] * elem_bytes;
+    size_t lo = bounds[comm_rank] * elem_bytes, mine = bounds[comm_rank + 1] * elem_bytes - lo;
+    char* d = NULL;
+    if (cuda_failed(cudaMalloc((void**)&d, total > 0 ? total : 1), "a host all-gather's buffer", err))
+        return -1;
+    int rc = cuda_failed(cudaMemcpy(d + lo, (const char*)x + lo, mine, cudaMemcpyHostToDevice),
+                         "a host all-gather", err);
+    if (rc == 0) rc = dist_nccl_allgather(d, bounds, elem_bytes, err);
+    if (rc == 0) rc = cuda_failed(cudaMemcpy(x, d, total, cudaMemcpyDeviceToHost), "a host all-gather", err);
+    cudaFree(d);
+    return rc;
+}
+
+/* pieces of STAGE_FLOATS: a send and its receive of the same n cut them alike */
+extern "C" int dist_nccl_send_host(const float* x, size_t n, int to, char err[256]) {
+    if (stage_ready(err) != 0) return -1;
+    for (size_t off = 0; off < n; off += STAGE_FLOATS) {
+        size_t k = n - off < STAGE_FLOATS ? n - off : STAGE_FLOATS;
+        if (cuda_failed(cudaMemcpy(stage, x + off, k * sizeof(float), cudaMemcpyHostToDevice),
+                        "a host send", err) ||
+            nccl_failed(ncclSend(stage, k, ncclFloat, to, comm, stream), "a host send (ncclSend)", err) ||
+            cuda_failed(cudaStreamSynchronize(stream), "a host send", err))
+            return -1;
+    }
+    return 0;
+}
+
+extern "C" int dist_nccl_recv_host(float* x, size_t n, int from, char err[256]) {
+    if (stage_ready(err) != 0) return -1;
+    for (size_t off = 0; off < n; off += STAGE_FLOATS) {
+        size_t k = n - off < STAGE_FLOATS ? n - off : STAGE_FLOATS;
+        if (nccl_failed(ncclRecv(stage, k, ncclFloat, from, comm, stream), "a host receive (ncclRecv)", err) ||
+            cuda_failed(cudaStreamSynchronize(stream), "a host receive", err) ||
+            cuda_failed(cudaMemcpy(x + off, stage, k * sizeof(float), cudaMemcpyDeviceToHost),
+                        "a host receive", err))
+            return -1;
+    }
+    return 0;
+}
+
 /* The caller has synchronized the backend. The gradients cut into even shards (dist_mpi.c's),
  * each summed in rank order by its owner, then the shards gathered: every element is
  * g_0 + g_1 + ... + g_{R-1} on every rank. Finished when this returns. */

@@ -11,9 +11,9 @@
  * on all ranks). Without the three flags the process is one rank, as ./train_cuda.
  *
  * The GPU: SLURM_LOCALID or LOCAL_RANK when set, else the rank, modulo the GPUs visible. CPU
- * memory and ZeRO-1's shards are not reduced here (train.c refuses --zero 1 on the GPU; the CPU
- * trainer uses mpirun). A rank that fails after the start leaves the others waiting in NCCL: the
- * launcher ends the job.
+ * memory is not reduced here (the CPU trainer uses mpirun); ZeRO-1's shards are, on the device
+ * (its norm's partials and a save's pieces, host numbers, go through a device buffer). A rank
+ * that fails after the start leaves the others waiting in NCCL: the launcher ends the job.
  *
  * Run in CI against the emulation (make test-nccl-emu: ranks as processes of one machine, each
  * with an emulated GPU); not yet run on several GPUs.
@@ -164,16 +164,32 @@ int dist_max(int x) {
     return m;
 }
 
-/* ZeRO-1's shards live in host memory, which these ranks do not reduce (dist_use_backend) */
-static void no_shards(void) {
-    if (world_size > 1) die("ZeRO-1", "not available to ranks started with --init-file");
+/* ZeRO-1's shards: the model's arrays on the device, the rest (the norm's partials, a save's
+ * pieces) host memory staged through the device */
+void dist_reduce_scatter(float* x, const size_t* bounds) {
+    char err[256];
+    if (world_size > 1 && dist_nccl_reduce_scatter(x, bounds, err) != 0) die("the reduce-scatter", err);
 }
-void dist_reduce_scatter(float* x, const size_t* bounds) { no_shards(); }
-void dist_allgather_floats(float* x, const size_t* bounds) { no_shards(); }
-void dist_allgather_doubles(double* x, const size_t* bounds) { no_shards(); }
-void dist_allgather_elems(void* x, const size_t* bounds, size_t elem_bytes) { no_shards(); }
-void dist_send_floats(const float* x, size_t n, int to) { no_shards(); }
-void dist_recv_floats(float* x, size_t n, int from) { no_shards(); }
+void dist_allgather_floats(float* x, const size_t* bounds) {
+    dist_allgather_elems(x, bounds, sizeof(float));
+}
+void dist_allgather_elems(void* x, const size_t* bounds, size_t elem_bytes) {
+    char err[256];
+    if (world_size > 1 && dist_nccl_allgather(x, bounds, elem_bytes, err) != 0) die("the all-gather", err);
+}
+void dist_allgather_doubles(double* x, const size_t* bounds) {
+    char err[256];
+    if (world_size > 1 && dist_nccl_allgather_host_shards(x, bounds, sizeof(double), err) != 0)
+        die("an all-gather", err);
+}
+void dist_send_floats(const float* x, size_t n, int to) {
+    char err[256];
+    if (dist_nccl_send_host(x, n, to, err) != 0) die("a send", err);
+}
+void dist_recv_floats(float* x, size_t n, int from) {
+    char err[256];
+    if (dist_nccl_recv_host(x, n, from, err) != 0) die("a receive", err);
+}
 
 int dist_cp_init(int N, char err[256]) {
     if (N == 1) return 0;
