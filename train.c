@@ -720,7 +720,7 @@ static void zero_share_weights(Run* r, int fp32) {
     GPT* m = &r->model;
     if (!m->masters_sharded) {
         if (fp32) dist_allgather_floats(m->params_memory, z->bounds);
-        gpt_to_backend(m);   /* the host backend: only the operand copy, rounded */
+        gpt_round_weights(m);   /* the operand copy, where there is one */
         return;
     }
     float* p[NUM_PARAMETER_TENSORS];
@@ -735,7 +735,7 @@ static void zero_share_weights(Run* r, int fp32) {
             if (pass == 0) dist_allgather_floats(p[k], tb);
             else dist_allgather_elems(gpt_wop_at(m, k, 0), tb, dtype_bytes(m->act_dtype));
         }
-        if (pass == 0) gpt_to_backend(m);   /* rounds what this rank holds */
+        if (pass == 0) gpt_round_weights(m);   /* rounds what this rank holds */
     }
 }
 
@@ -1009,12 +1009,12 @@ static int apply_memory_budget(const GPTConfig* cfg, int B, int T, Options* o, i
     }
     double budget = o->memory_budget;
     int second, best = plan_choose(rows, n, budget, &second);
-    /* the lever of ./train_mpi on host memory (unless --zero is given): ZeRO-1, when it lets a
+    /* the lever of several ranks (unless --zero is given): ZeRO-1, when it lets a
      * policy with fewer recomputed FLOPs fit, or lets one fit at all (its bits are plain data
      * parallelism's, so it costs no precision) */
     /* (not under bf16 with --init or --sample-every, which need the masters whole) */
     int zero_fits = be->act_dtype == DT_FP32 || (o->init_path == NULL && o->sample_every == 0);
-    if (!o->zero && !explicit_zero && world > 1 && be->host_memory && zero_fits) {
+    if (!o->zero && !explicit_zero && world > 1 && zero_fits) {
         int nz = run_plan_rows(cfg, B, T, be, o, 1, zrows, err);
         if (nz < 0) {
             fprintf(stderr, "seedgpt: %s\n", err);
@@ -1434,17 +1434,15 @@ static int build_model(Run* r) {
     const Options* o = r->o;
     char err[256];
     const Backend* be = backend_lookup(o->device, o->precision);
-    if (o->zero && !be->host_memory) {   /* every rank refuses; rank 0 says it */
-        if (r->writer)
-            fprintf(stderr, "seedgpt: --zero 1 --device %s: the sharded optimizer runs on host "
-                    "memory (--device cpu) only so far; drop --zero for plain data parallelism\n",
-                    be->name);
-        return EXIT_BAD_INPUT;
-    }
     ContextParallel cp = dist_context_parallel();
     if (o->zero) {   /* ZeRO-1: the moments of this rank's shard only (model/zero.h) */
         if (zero_init(&r->zero, &r->cfg, world, dist_rank(), err) != 0) {
             fprintf(stderr, "seedgpt: --zero 1: %s\n", err);
+            return EXIT_BAD_INPUT;
+        }
+        /* device memory: the shards move through NCCL (dist/dist.h) */
+        if (dist_use_backend(be, err) != 0) {
+            fprintf(stderr, "seedgpt: %s\n", err);
             return EXIT_BAD_INPUT;
         }
         int rk = dist_rank();
@@ -2373,7 +2371,6 @@ static int plan_main(const char* self, int argc, char** argv) {
             if (raw[F_PRECISION] != NULL && strcmp(o.precision, precisions[q])) continue;
             const Backend* be = backend_lookup(devices[d], precisions[q]);
             if (be == NULL) continue;
-            if (o.zero && !be->host_memory) continue;   /* ZeRO-1 runs on host memory only */
           for (int rk = 0; rk < (o.zero ? nranks : 1); rk++) {   /* ZeRO-1: each rank's plan */
             PlanRow rows[PLAN_MAX_ROWS];
             PlanShard sh = {nranks, rk, zero_saves(&o, be)};

@@ -660,7 +660,7 @@ void gpt_to_host(GPT* m) {
 /* The weights' operand copy made again from the masters (nothing in fp32). Under sharded
  * masters, of the floats the model holds only: the rest of the copy arrives from the ranks that
  * own it (train.c). */
-static void round_weights(GPT* m) {
+void gpt_round_weights(GPT* m) {
     if (m->wop_memory == NULL) return;
     if (!m->masters_sharded) {
         m->be->round_to_act(m->wop_memory, m->params_memory, param_block_floats(m));
@@ -700,7 +700,7 @@ void gpt_to_backend(GPT* m) {
         m->be->to_backend(m->m_memory, m->host_m_memory, obytes);
         m->be->to_backend(m->v_memory, m->host_v_memory, obytes);
     }
-    round_weights(m);
+    gpt_round_weights(m);
 }
 
 GPTMemory gpt_memory(const GPT* m) {
@@ -1565,6 +1565,6 @@ void gpt_adamw(GPT* m, float lr, float beta1, float beta2, float eps, float weig
             m->be->adamw_update(p[k], g[k], m->grad_scale, m->m_memory + off, m->v_memory + off,
                                 m->param_sizes[k], lr, beta1, beta2, eps, wd, t);
     }
-    if (!fused) round_weights(m);
+    if (!fused) gpt_round_weights(m);
     m->grad_scale = 1.0f;   /* the clip's coefficient is this update's */
 }

@@ -300,6 +300,10 @@ void gpt_free(GPT* m);
  * loading one. */
 void gpt_to_host(GPT* m);
 void gpt_to_backend(GPT* m);
+/* The weights' operand copy (bf16, fp16) rounded again from the masters the model holds, on the
+ * backend (nothing in fp32): gpt_to_backend's last step alone, for weights that changed on the
+ * backend (ZeRO-1's gathered shards, train.c). */
+void gpt_round_weights(GPT* m);
 
 /* GPT-2 initialisation from the master seed's INIT stream: N(0, 0.02), residual projections
  * N(0, 0.02 / sqrt(2L)), LayerNorm weights 1, biases 0, padded vocab rows 0. Written to the host
