@@ -27,7 +27,7 @@ cd "$(dirname "$0")/../.."
 EMU=${1:-build/emu}
 RANKS=$EMU/nccl_ranks TRAIN=$EMU/train TRAIN_NCCL=$EMU/train_cuda_nccl TRAIN_MPI=$EMU/train_mpi_cuda
 unset SEEDGPT_FAULT
-export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 SG_EMU_NCCL_TIMEOUT=${SG_EMU_NCCL_TIMEOUT:-60}
+export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 SG_EMU_NCCL_TIMEOUT=${SG_EMU_NCCL_TIMEOUT:-30}
 W=$(mktemp -d "${TMPDIR:-/tmp}/seedgpt_nccl_emu.XXXXXX")
 failed=0
 trap 'if [ $failed -eq 0 ]; then rm -rf "$W"; else echo "# work folder kept: $W"; fi' EXIT
