@@ -49,27 +49,8 @@ MODEL=(--train "$W/data/train_*.bin" --layers 2 --heads 2 --embd 32 --seq-len 32
        --seed 42 --threads 1 --shuffle 1 --peak-gflops 100)
 
 losses() { grep -o '"type":"train","step":[0-9]*,"loss":[^,}]*' "$1"; }
-# close LOG_A MODEL_A LOG_B MODEL_B -> "N dl dw": the count, the largest relative loss difference,
-# ||wa - wb|| / ||wa|| of the weights (model files: the 1024-byte header, then float32)
-close() {
-    python3 - "$@" << 'PY'
-import re, sys, array, math
-def losses(p):
-    return [float(m) for m in re.findall(r'"type":"train","step":\d+,"loss":([^,}]*)', open(p).read())]
-def weights(p):
-    a = array.array('f'); a.frombytes(open(p, 'rb').read()[1024:]); return a
-try:
-    la, lb = losses(sys.argv[1]), losses(sys.argv[3])
-    wa, wb = weights(sys.argv[2]), weights(sys.argv[4])
-except OSError as e:
-    print("0 1 1 (%s)" % e); sys.exit(0)
-if len(la) != len(lb) or not la or len(wa) != len(wb):
-    print("0 1 1 (%d vs %d losses)" % (len(la), len(lb))); sys.exit(0)
-dl = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
-dw = math.sqrt(sum((x - y) ** 2 for x, y in zip(wa, wb))) / math.sqrt(sum(x * x for x in wa))
-print("%d %.3g %.3g" % (len(la), dl, dw))
-PY
-}
+# close LOG_A MODEL_A LOG_B MODEL_B -> "N dl dw" (tests/compare_runs.py)
+close() { python3 tests/compare_runs.py "$@"; }
 # within RESULT N LOSS_TOL WEIGHT_TOL
 within() { awk -v r="$1" -v n="$2" -v tl="$3" -v tw="$4" 'BEGIN { split(r, f, " "); exit !(f[1] == n && f[2] <= tl && f[3] <= tw) }'; }
 

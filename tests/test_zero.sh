@@ -101,21 +101,7 @@ rc1=$?
 mpin 4 "$TRAIN_MPI" "${MODEL[@]}" --shuffle 0 --batch 1 --steps 8 --zero 1 \
     --log-json "$W/four.jsonl" --save "$W/four.bin" > /dev/null 2>&1
 rc2=$?
-r=$(python3 - "$W/one.jsonl" "$W/one.bin" "$W/four.jsonl" "$W/four.bin" << 'EOF'
-import re, sys, array, math
-def losses(p):
-    return [float(m) for m in re.findall(r'"type":"train","step":\d+,"loss":([^,}]*)', open(p).read())]
-def weights(p):
-    a = array.array('f'); a.frombytes(open(p, 'rb').read()[1024:]); return a
-la, lb = losses(sys.argv[1]), losses(sys.argv[3])
-wa, wb = weights(sys.argv[2]), weights(sys.argv[4])
-if len(la) != len(lb) or not la or len(wa) != len(wb):
-    print("%d vs %d losses, %d vs %d weights" % (len(la), len(lb), len(wa), len(wb))); sys.exit(0)
-dl = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
-dw = math.sqrt(sum((x - y) ** 2 for x, y in zip(wa, wb))) / math.sqrt(sum(x * x for x in wa))
-print("%d %.3g %.3g" % (len(la), dl, dw))
-EOF
-)
+r=$(python3 tests/compare_runs.py "$W/one.jsonl" "$W/one.bin" "$W/four.jsonl" "$W/four.bin")
 TOL=5e-6
 report 4_ranks_agree_with_one_process_to_rounding \
     "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && awk -v r="$r" -v t=$TOL 'BEGIN { split(r, f, " "); exit !(f[1] == 8 && f[2] <= t && f[3] <= t) }'; echo $?)" \

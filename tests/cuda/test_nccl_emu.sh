@@ -72,24 +72,8 @@ BASE0=(--train "$W/data/train_*.bin" --val "$W/data/val_*.bin" --layers 2 --head
        --log-every 0 --seed 7 --device cuda)
 BASE=("${BASE0[@]}" --total-batch 32)
 
-# close LOG_A MODEL_A LOG_B MODEL_B: "N dl dw", the largest relative difference of the losses and
-# ||wa - wb|| / ||wa|| of the weights (model files: the 1024-byte header, then float32)
-close() {
-    python3 - "$@" << 'EOF'
-import re, sys, array, math
-def losses(p):
-    return [float(m) for m in re.findall(r'"type":"train","step":\d+,"loss":([^,}]*)', open(p).read())]
-def weights(p):
-    a = array.array('f'); a.frombytes(open(p, 'rb').read()[1024:]); return a
-la, lb = losses(sys.argv[1]), losses(sys.argv[3])
-wa, wb = weights(sys.argv[2]), weights(sys.argv[4])
-if len(la) != len(lb) or not la or len(wa) != len(wb):
-    print("%d vs %d losses, %d vs %d weights" % (len(la), len(lb), len(wa), len(wb))); sys.exit(0)
-dl = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
-dw = math.sqrt(sum((x - y) ** 2 for x, y in zip(wa, wb))) / math.sqrt(sum(x * x for x in wa))
-print("%d %.3g %.3g" % (len(la), dl, dw))
-EOF
-}
+# close LOG_A MODEL_A LOG_B MODEL_B -> "N dl dw" (tests/compare_runs.py)
+close() { python3 tests/compare_runs.py "$@"; }
 # within RESULT TOL [WEIGHT_TOL]: "N dl dw" with dl below TOL and dw below WEIGHT_TOL (or TOL)
 within() { awk -v r="$1" -v t="$2" -v u="${3:-$2}" 'BEGIN { split(r, f, " "); exit !(f[1] > 0 && f[2] <= t && f[3] <= u) }'; }
 losses() { grep -o '"type":"train","step":[0-9]*,"loss":[^,}]*' "$1"; }
