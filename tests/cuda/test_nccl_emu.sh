@@ -19,7 +19,8 @@
 #     shards' partials added as the CUDA backend adds them): bit for bit plain data parallelism's
 #     rows (losses, gradient norms, evaluations) and model file at 2 and 3 ranks, fp32 and bf16;
 #     a --zero 1 state stopped by SIGTERM and resumed with --zero 1 and without it, bit for bit the
-#     straight run; ./train plan --device cuda --ranks 2 --zero 1 equal to each rank's counted
+#     straight run, and one whose rank 1 is killed (SIGKILL) mid-step loses no saved state;
+#     ./train plan --device cuda --ranks 2 --zero 1 equal to each rank's counted
 #     device peak; --memory-budget taking --zero 1 as its lever; under mpirun, the file start's
 #     bits.
 set -u
@@ -140,6 +141,30 @@ if [ $rc0 -eq 0 ] && [ $rc1 -eq 143 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $
     ok zero_1_resume_is_bit_exact_with_and_without_zero "stopped after step 4 (status 143), resumed from state 5 on 2 GPU ranks: rows and model.bin identical to the straight run, with --zero 1 and without"
 else
     fail zero_1_resume_is_bit_exact_with_and_without_zero "statuses $rc0, $rc1 (expect 143), $rc2, $rc3; with --zero 1: $s1, without: $s2; $(tail -n 1 "$W/half2.r0")"
+fi
+
+# rank 1 alone kills itself (SIGKILL) in the middle of step 7, after its backward; rank 0 saved the
+# states of steps 2, 4 and 6, then waits for it in NCCL until the emulation's timeout (5 s here;
+# on GPUs the launcher ends it). Nothing saved is lost, and the resume ends as the straight run.
+rm -f "$W/killed.id"
+SEEDGPT_FAULT=step_mid:7 timeout 300 "$TRAIN_NCCL" "${RUN[@]}" --out "$W/killed" --rank 1 --world 2 \
+    --init-file "$W/killed.id" > "$W/killed.r1" 2>&1 &
+k1=$!
+SG_EMU_NCCL_TIMEOUT=5 timeout 300 "$TRAIN_NCCL" "${RUN[@]}" --out "$W/killed" --rank 0 --world 2 \
+    --init-file "$W/killed.id" > "$W/killed.r0" 2>&1
+rc0=$?
+wait $k1
+rc1=$?
+newest=$(ls "$W/killed" | grep -o 'state_[0-9]*\.bin$' | sort | tail -1)
+tmps=$(ls -a "$W/killed" | grep -c '\.tmp')
+ranks 2 killed2 "$TRAIN_NCCL" --resume "$W/killed" --zero 1
+rc2=$?
+same "$W/straight/log.jsonl" "$W/straight/model.bin" "$W/killed/log.jsonl" "$W/killed/model.bin" 18; s=$?
+if [ $rc1 -eq 137 ] && [ $rc0 -ne 0 ] && [ "$newest" = state_00000006.bin ] && [ "$tmps" -eq 0 ] && [ $rc2 -eq 0 ] &&
+   grep -q "resumed from .*$newest" "$W/killed2.r0" && [ $s -eq 0 ]; then
+    ok zero_1_sigkill_of_rank_1_loses_no_saved_state "rank 1 status 137, rank 0 status $rc0 (\"$(grep -m1 '^seedgpt: rank' "$W/killed.r0" | cut -c1-120)\"); newest state $newest, no .tmp; resumed: rows and model.bin identical to the straight run"
+else
+    fail zero_1_sigkill_of_rank_1_loses_no_saved_state "statuses rank 1 $rc1 (expect 137), rank 0 $rc0; newest ${newest:-none} (state_00000006.bin expected), $tmps .tmp; resumed $rc2, same $s"
 fi
 
 # ./train plan --device cuda --ranks 2 --zero 1: each rank's planned device peak is the counted one
