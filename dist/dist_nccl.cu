@@ -209,14 +209,21 @@ extern "C" int dist_nccl_allgather_host_shards(void* x, const size_t* bounds, si
     if (comm_size == 1) return 0;
     size_t total = bounds[comm_size] * elem_bytes;
     size_t lo = bounds[comm_rank] * elem_bytes, mine = bounds[comm_rank + 1] * elem_bytes - lo;
-    char* d = NULL;
-    if (cuda_failed(cudaMalloc((void**)&d, total > 0 ? total : 1), "a host all-gather's buffer", err))
-        return -1;
+    /* the norm's partials each step: the buffer grows once, then stays */
+    static char* d = NULL;
+    static size_t cap = 0;
+    if (total > cap) {
+        if (d != NULL) cudaFree(d);
+        d = NULL;
+        cap = 0;
+        if (cuda_failed(cudaMalloc((void**)&d, total), "a host all-gather's buffer", err)) return -1;
+        cap = total;
+    }
+    if (total == 0) return 0;
     int rc = cuda_failed(cudaMemcpy(d + lo, (const char*)x + lo, mine, cudaMemcpyHostToDevice),
                          "a host all-gather", err);
     if (rc == 0) rc = dist_nccl_allgather(d, bounds, elem_bytes, err);
     if (rc == 0) rc = cuda_failed(cudaMemcpy(x, d, total, cudaMemcpyDeviceToHost), "a host all-gather", err);
-    cudaFree(d);
     return rc;
 }
 
