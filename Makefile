@@ -218,9 +218,11 @@ TORCH_PYTHON ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import tor
 
 # `make test` first installs what is missing (scripts/setup.sh), then builds and runs everything.
 # The builds under make test (the trainer, the ASan and emulated trees, each a sub-make of the
-# suite) run TEST_JOBS at a time, one per core; the tests themselves run one after another, so no
-# test shares the machine with another. test-run's recipe is marked + so the sub-makes it starts
-# (EMU_CI, ASAN_CI) draw on the same job slots.
+# suite) run TEST_JOBS at a time, one per core. The tests themselves run one after another, beside
+# one more lane: the ASan + UBSan pass (ASAN_CI, first in the list) runs in the background from the
+# start, since the others leave part of the second core idle (tests/run.sh; its output is printed
+# whole at the end). test-run's recipe is marked + so the sub-makes it starts (EMU_CI, ASAN_CI)
+# draw on the same job slots.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test:
 	@scripts/setup.sh
@@ -228,7 +230,7 @@ test:
 
 test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_TEST) $(ORACLE) $(BUILD)/tests/bigram_baseline \
 		$(LOGITS_HARNESS)
-	+@tests/run.sh $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
+	+@tests/run.sh $(if $(ASAN_CI),"$(ASAN_CI)") $(C_TEST_BINS) $(ATTN_TILE_TESTS) $(CURAND_RUN) "$(TORCH_PYTHON) tests/torch_oracle.py $(ORACLE)" \
 		"$(TORCH_PYTHON) tests/torch_dropout_oracle.py $(ORACLE)" "$(NVCC_CI)" "$(MPI_CUDA_CI)" \
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"tests/test_export.sh $(LOGITS_HARNESS)" "$(TORCH_PYTHON) tests/test_export_torch.py" \
@@ -236,7 +238,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh tests/test_fp16_run.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" "$(NCCL_EMU_CI)" "$(ARCH_CHOICE_CI)" \
 		"$(KERNELS_OPS_CI)" "$(GPU_PERF_CI)" \
 		"$(HELLASWAG_TEST)" "$(RECIPES_TEST)" \
-		"$(FUZZ_CI)" $(if $(ASAN_CI),"$(ASAN_CI)") "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
+		"$(FUZZ_CI)" "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
 # `make fuzz`: each libFuzzer target (tests/fuzz/) for FUZZ_SECONDS; make test runs 10 s each,

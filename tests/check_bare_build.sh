@@ -3,8 +3,10 @@
 # C compiler and no Debian -dev packages (the machines a GPU is lent on). In a private mount
 # namespace this hides the headers and libraries of OpenBLAS, cJSON, PCRE2, zlib and MPI (an empty
 # folder or /dev/null bound over each), then, in a fresh copy of the tree:
-#   - make cuda cuda-test-bins dev-cuda succeeds (CUDA_ARCHS=90: one target, as in
-#     tests/check_cuda_build.sh; the full list is tests/check_cuda_archs.sh's);
+#   - make cuda cuda-test-bins dev-cuda succeeds (CUDA_ARCHS=90: one target; the full list is
+#     tests/check_cuda_archs.sh's), and make cuda's ptxas report is summed up (kernels, spills).
+#     Where this runs, tests/check_cuda_build.sh leaves these builds to it: the .cu objects take
+#     the same nvcc flags with or without the libraries, so one build of them shows both;
 #   - ldd ./train_cuda lists none of the hidden libraries, and --version names what was left out;
 #   - the emulated trainer built the same bare way (build/emu/train) trains 5 steps on
 #     --device cuda and writes its JSON log.
@@ -76,7 +78,9 @@ cd "$W/tree"
 export PATH="$CUDA_HOME/bin:$PATH"
 JOBS=$(nproc 2>/dev/null || echo 2)
 start=$(date +%s)
-make -j"$JOBS" --no-print-directory NVCC="$NVCC" CUDA_ARCHS="$CUDA_ARCHS" cuda cuda-test-bins dev-cuda > "$W/build.log" 2>&1
+# make cuda first, on its own log (its ptxas report is read below), then the tests and dev/cuda
+make -j"$JOBS" --no-print-directory NVCC="$NVCC" CUDA_ARCHS="$CUDA_ARCHS" cuda > "$W/build_cuda.log" 2>&1 &&
+    make -j"$JOBS" --no-print-directory NVCC="$NVCC" CUDA_ARCHS="$CUDA_ARCHS" cuda-test-bins dev-cuda > "$W/build.log" 2>&1
 echo "build_rc=$? build_s=$(( $(date +%s) - start ))" > "$W/result"
 [ -x ./train_cuda ] && ldd ./train_cuda > "$W/ldd.txt" 2>&1
 [ -x ./train_cuda ] && ./train_cuda --version > "$W/version.txt" 2>&1
@@ -105,9 +109,12 @@ build_rc=1; build_s=0; emu_rc=1; emu_s=0; train_rc=1
 [ -f "$W/result" ] && eval "$(cat "$W/result")"
 
 if [ "$build_rc" -eq 0 ]; then
-    echo "built bare_machine_builds_cuda_and_tests_and_dev_cuda: make cuda cuda-test-bins dev-cuda (CUDA_ARCHS=${CUDA_ARCHS:-90}) in $build_s s with $(wc -l < "$W/hidden.txt") paths hidden"
+    echo "built bare_machine_builds_cuda_and_tests_and_dev_cuda: make cuda cuda-test-bins dev-cuda (CUDA_ARCHS=${CUDA_ARCHS:-90}) in $build_s s with $(wc -l < "$W/hidden.txt") paths hidden; make cuda: ./train_cuda with $("$NVCC" --version | grep -o 'release [0-9.]*'), ptxas reported $(grep -c "Compiling entry function" "$W/build_cuda.log") kernels"
+    # the kernels of ./train_cuda that spill (tests/check_kernels.sh holds the hot ones to none)
+    grep -A2 "Compiling entry function" "$W/build_cuda.log" | grep -E "spill" | \
+        grep -v " 0 bytes spill stores, 0 bytes spill loads" | head -3 | sed 's/^/# ptxas: /'
 else
-    echo "FAIL bare_machine_builds_cuda_and_tests_and_dev_cuda: $(grep -m3 -E 'error|Error' "$W/build.log" | tr '\n' ' ' | head -c 600)"
+    echo "FAIL bare_machine_builds_cuda_and_tests_and_dev_cuda: $(cat "$W/build_cuda.log" "$W/build.log" 2>/dev/null | grep -m3 -E 'error|Error' | tr '\n' ' ' | head -c 600)"
 fi
 linked=$(grep -o -E 'lib(openblas|blas|cblas|cjson|pcre2[^ ]*|z|mpi[^ ]*|open-pal|open-rte)\.so[^ ]*' "$W/ldd.txt" 2>/dev/null | sort -u | tr '\n' ' ')
 if [ -s "$W/ldd.txt" ] && [ -z "$linked" ]; then

@@ -18,6 +18,16 @@ if ! command -v "$NVCC" >/dev/null 2>&1; then
     echo "SKIP dev_cuda_builds: nvcc not found"
     exit 0
 fi
+# Where tests/check_bare_build.sh runs (root, a private mount namespace), it builds all three in a
+# fresh copy with the libraries hidden: the .cu objects take the same nvcc flags either way, and the
+# C side of this configuration is compiled by ./train and the emulated trainer. So they are built
+# there, once, not twice (CUDA_BUILD_ALL=1 builds them here too).
+if [ -z "${CUDA_BUILD_ALL:-}" ] && [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
+    for c in cuda_trainer_builds cuda_tests_build dev_cuda_builds; do
+        echo "SKIP $c: tests/check_bare_build.sh compiles it (CUDA_BUILD_ALL=1 here too)"
+    done
+    exit 0
+fi
 log=build/check_cuda_build.log
 # nvcc compiles one file on one core: build as many at once as there are cores
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -32,14 +42,6 @@ if make -j"$JOBS" --no-print-directory NVCC="$NVCC" cuda > "$log" 2>&1; then
 else
     echo "FAIL cuda_trainer_builds: $(grep -m3 -E 'error|Error' "$log" | tr '\n' ' ' | head -c 600)"
     exit 1
-fi
-# The tests and dev/cuda compile the same sources with the same flags here as on a bare machine,
-# which tests/check_bare_build.sh builds in full wherever it can hide the libraries (root, a
-# private mount namespace): then they are built there, once, not twice.
-if [ -z "${CUDA_BUILD_ALL:-}" ] && [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
-    echo "SKIP cuda_tests_build: tests/check_bare_build.sh compiles them (CUDA_BUILD_ALL=1 here too)"
-    echo "SKIP dev_cuda_builds: tests/check_bare_build.sh compiles them (CUDA_BUILD_ALL=1 here too)"
-    exit 0
 fi
 if make -j"$JOBS" --no-print-directory NVCC="$NVCC" cuda-test-bins >> "$log" 2>&1; then
     echo "built cuda_tests_build: the tests of make test-cuda compiled with nvcc"
