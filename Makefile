@@ -242,7 +242,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 
 # Resume, crash and corrupted-input tests call ./train; test-asan points them at its own build.
 # `make fuzz`: each libFuzzer target (tests/fuzz/) for FUZZ_SECONDS; make test runs 10 s each,
-# and the whole suite once more under ASan + UBSan (test-asan: 568 s of a 34-min make test on 2 AVX2 cores, the largest layer).
+# and the whole suite once more under ASan + UBSan (test-asan: 867 s in the background of a 28-min make test on 2 AVX2 cores).
 FUZZ_SECONDS ?= 60
 # the trainer's CUDA sources through nvcc, and the MPI + NCCL trainer's (SKIP without them)
 NVCC_CI ?= tests/check_nvcc.sh
