@@ -26,8 +26,22 @@
 static ncclComm_t comm;
 static cudaStream_t stream;
 static int comm_rank, comm_size;
-static char* gather_buf;        /* device: dist_nccl_allgather_host's (size x gather_cap) bytes */
+static char* gather_buf;        /* device: dist_nccl_allgather_host's gather_cap bytes (size slots) */
 static size_t gather_cap;
+static char* shards_buf;        /* device: dist_nccl_allgather_host_shards's (shards_cap) bytes */
+static size_t shards_cap;
+
+/* A device buffer asked for every step (a loss, a flag, the norm's partials): it grows to the
+ * largest size asked, once, then stays. */
+static cudaError_t device_grow(char** buf, size_t* cap, size_t bytes) {
+    if (bytes <= *cap) return cudaSuccess;
+    if (*buf != NULL) cudaFree(*buf);
+    *buf = NULL;
+    *cap = 0;
+    cudaError_t ce = cudaMalloc((void**)buf, bytes);
+    if (ce == cudaSuccess) *cap = bytes;
+    return ce;
+}
 
 extern "C" size_t dist_nccl_id_bytes(void) { return sizeof(ncclUniqueId); }
 
@@ -71,13 +85,7 @@ extern "C" int dist_nccl_init(const void* id, int rank, int size, int local_rank
  * back to the host. The buffer grows once to the largest value asked (a few bytes: a loss, a
  * flag). */
 extern "C" int dist_nccl_allgather_host(const void* x, void* all, size_t bytes, char err[256]) {
-    cudaError_t ce = cudaSuccess;
-    if (bytes > gather_cap) {
-        if (gather_buf != NULL) cudaFree(gather_buf);
-        gather_buf = NULL;
-        ce = cudaMalloc((void**)&gather_buf, bytes * (size_t)comm_size);
-        gather_cap = ce == cudaSuccess ? bytes : 0;
-    }
+    cudaError_t ce = device_grow(&gather_buf, &gather_cap, bytes * (size_t)comm_size);
     char* mine = gather_buf + bytes * (size_t)comm_rank;
     if (ce == cudaSuccess) ce = cudaMemcpyAsync(mine, x, bytes, cudaMemcpyHostToDevice, stream);
     if (ce != cudaSuccess) {
@@ -209,17 +217,10 @@ extern "C" int dist_nccl_allgather_host_shards(void* x, const size_t* bounds, si
     if (comm_size == 1) return 0;
     size_t total = bounds[comm_size] * elem_bytes;
     size_t lo = bounds[comm_rank] * elem_bytes, mine = bounds[comm_rank + 1] * elem_bytes - lo;
-    /* the norm's partials each step: the buffer grows once, then stays */
-    static char* d = NULL;
-    static size_t cap = 0;
-    if (total > cap) {
-        if (d != NULL) cudaFree(d);
-        d = NULL;
-        cap = 0;
-        if (cuda_failed(cudaMalloc((void**)&d, total), "a host all-gather's buffer", err)) return -1;
-        cap = total;
-    }
     if (total == 0) return 0;
+    if (cuda_failed(device_grow(&shards_buf, &shards_cap, total), "a host all-gather's buffer", err))
+        return -1;
+    char* d = shards_buf;
     int rc = cuda_failed(cudaMemcpy(d + lo, (const char*)x + lo, mine, cudaMemcpyHostToDevice),
                          "a host all-gather", err);
     if (rc == 0) rc = dist_nccl_allgather(d, bounds, elem_bytes, err);
