@@ -235,7 +235,7 @@ test-run: $(TRAIN_BIN) $(MPI_BIN) $(CP_BINS) $(C_TEST_BINS) $(ATTN_TILE_TESTS) $
 		"tests/test_bpe.sh $(BUILD)/tests/test_bpe" "$(TORCH_PYTHON) tests/test_convert.py $(ORACLE)" \
 		"tests/test_export.sh $(LOGITS_HARNESS)" "$(TORCH_PYTHON) tests/test_export_torch.py" \
 		"$(TORCH_PYTHON) tests/test_torch_bench.py" \
-		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh tests/test_fp16_run.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" "$(NCCL_EMU_CI)" "$(ARCH_CHOICE_CI)" \
+		tests/test_resume.sh tests/test_train_cli.sh tests/test_run_safety.sh tests/test_fp16_run.sh tests/test_runner.sh "$(MPI_TEST)" "$(ZERO_TEST)" "$(CP_TEST)" "$(CUDA_BUILD_CI)" "$(CUDA_ARCHS_CI)" "$(KERNELS_CI)" "$(EMU_CI)" "$(XBACKEND_CI)" "$(NCCL_EMU_CI)" "$(ARCH_CHOICE_CI)" \
 		"$(KERNELS_OPS_CI)" "$(GPU_PERF_CI)" \
 		"$(HELLASWAG_TEST)" "$(RECIPES_TEST)" \
 		"$(FUZZ_CI)" "$(LEARN_TEST)" "$(LAYOUT_CI)" "$(BARE_CI)"
