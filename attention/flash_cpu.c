@@ -632,7 +632,8 @@ typedef struct {
     float* Dt;    /* (BQ) pass 2: D of the tile's queries, 0 for padding */
     float* R1;    /* (max(BQ, BK), HD) bf16 twin: rows of q (pass 1) or k (pass 2) as fp32 */
     float* R2;    /* (max(BQ, BK), HD) bf16 twin: rows of v (pass 2) */
-    float* R3;    /* (BQ, HD) bf16 twin: rows of dO rounded to bf16 (pass 1) */
+    float* R3;    /* (max(BQ, BK), HD) bf16 twin: rows of dO rounded to bf16 (pass 1), a key tile's
+                   * share of dQ (pass 2) */
 } ThreadTiles;
 
 #define FLASH_BQK (BQ > BK ? BQ : BK)
@@ -871,8 +872,16 @@ void FLASH_NAME(attention_backward)(float* dqkv, float* scratch, const float* do
 #if FLASH_ROWBUFS
                 ROUND_OPERANDS(t.dS, (size_t)nk * BQ);   /* ds as an operand */
 #endif
+#ifdef FLASH_BF16
+                /* dQ += dS K a key tile at a time: the tile's products summed from 0 (into R3, free
+                 * in this pass), then added to the rows' sums, tiles ascending: the grouping of
+                 * the fused tensor-core backward's dQ slices (attention/flash_tc.cu) */
+                tile_mm(t.R3, HD, 0, t.dS, 1, BQ, k_rows, ldk, nq, HD, nk);
+                for (size_t e = 0; e < (size_t)nq * HD; e++) t.acc1[e] += t.R3[e];
+#else
                 /* dQ += dS K: A(r, c) = dS[c * BQ + r] */
                 tile_mm(t.acc1, HD, 1, t.dS, 1, BQ, k_rows, ldk, nq, HD, nk);
+#endif
             }
             for (int r = 0; r < nq; r++) {
                 float* dq = dqkv + ((size_t)b * T + i0 + r) * QKV + (size_t)h * HD;

@@ -664,6 +664,7 @@ struct TcShape {
     static constexpr int fwd_nw = HD == 128 ? 4 : 8, fwd_minb = HD == 128 ? 3 : 2;
     static constexpr bool fwd_hold = HD <= 32;
     static constexpr int dkdv_minb = HD == 128 ? 2 : 3;
+    static constexpr int bwd_minb = HD == 128 || HD == 64 ? 2 : 3;
     static constexpr int dq_nw = HD <= 32 ? 8 : 4, dq_minb = HD == 128 ? 2 : HD == 64 ? 3 : 2;
     static constexpr bool dq_hold = HD <= 32;
 };
@@ -926,15 +927,64 @@ __global__ void flash_tc_dot_kernel(float* D, uint16_t* dob, size_t dob_stride, 
     if (row < rows && lane == 0) D[row] = s;
 }
 
+/* The one-kernel backward's dQ share (SEEDGPT_ATTN_BACKWARD=fused, the default): the query tile's
+ * dS (64 x 64, bf16, stored transposed in dSs by every warp's tc_dkdv_tile) times the block's K,
+ * dQ_part = dS K, without sigma, each element an fp32 chain over the block's 64 keys in ascending
+ * order of 16 (as the split dQ kernel's tile) started from 0. Warp w takes queries 16 w .. + 15,
+ * every head dim; dq_part (64 rows of HD floats) is the slice this block owns for this query tile
+ * (flash_tc_dq_sum_kernel adds the slices). A = dS by ldmatrix .trans of dS^T with the B pattern
+ * (matrix m: keys 8 (m >> 1) .., queries 8 (m & 1) ..: the A fragment's order); B = K by
+ * ldmatrix .trans (keys as k, dims as n), as in dQ's tile. */
+/* The slices: per (b, h), one 64 x HD tile of fp32 for each pair of query tile qt and key tile
+ * kb <= qt (the pairs the causal mask leaves), query tile by query tile, key tiles ascending:
+ * the tile of (qt, kb) is number qt (qt + 1) / 2 + kb, and a head has tc_dq_slice_tile(nqt, 0). */
+static inline __host__ __device__ size_t tc_dq_slice_tile(int qt, int kb) { return (size_t)qt * (qt + 1) / 2 + kb; }
+#define TC_DS_LD (TC_BQ + 8)   /* dS^T's row stride in bf16: rows 4 banks apart */
+/* two floats p[0], p[1] (p 8-byte aligned) in one access */
+__device__ __forceinline__ void tc_st_f2(float* p, float a, float b) {
+    sg_u2 q;
+    q.x = __float_as_uint(a);
+    q.y = __float_as_uint(b);
+    sg_st<sg_u2>(p, q);
+}
+template <int HD>
+__device__ __forceinline__ void tc_dq_part(float* dq_part, const uint16_t* dSs, const uint16_t* Ks) {
+    constexpr int LD = HD + 8, NDT = HD / 8;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    __syncthreads();   /* every warp's dS^T rows are in */
+    const uint16_t* sa0 = dSs + tc_lm_b_row(lane) * TC_DS_LD + 16 * warp + tc_lm_b_col(lane);
+    const int t_off = tc_lm_a_row(lane) * LD + tc_lm_a_col(lane);
+    float* row0 = dq_part + (size_t)(16 * warp + gq) * HD + 2 * tq;
+    #pragma unroll(HD == 128 ? 1 : NDT / 2)   /* rolled at 128: unrolled, ptxas hoists loads into spills */
+    for (int nd = 0; nd < NDT; nd += 2) {
+        float a0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, a1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        #pragma unroll
+        for (int kk = 0; kk < TC_BK / 16; kk++) {
+            uint32_t sa[4], kb[4];   /* A = dS: queries 16 w .., keys 16 kk ..; B = K: rows keys 16 kk
+                                      * .. + 15, dims 8 nd .. + 15 (.trans) */
+            sg_ldmatrix_x4_trans(sa, sa0 + 16 * kk * TC_DS_LD);
+            sg_ldmatrix_x4_trans(kb, Ks + t_off + 16 * kk * LD + 8 * nd);
+            const uint32_t k0[2] = {kb[0], kb[1]}, k1[2] = {kb[2], kb[3]};
+            sg_mma_m16n8k16_bf16_f32(a0, sa, k0, a0);
+            sg_mma_m16n8k16_bf16_f32(a1, sa, k1, a1);
+        }
+        tc_st_f2(row0 + 8 * nd, a0[0], a0[1]);
+        tc_st_f2(row0 + 8 * HD + 8 * nd, a0[2], a0[3]);
+        tc_st_f2(row0 + 8 * nd + 8, a1[0], a1[1]);
+        tc_st_f2(row0 + 8 * HD + 8 * nd + 8, a1[2], a1[3]);
+    }
+}
+
 /* One query tile of dK/dV for one warp: S^T = K Q^T, dP^T = V dO^T, the softmax backward, then
  * dV += Pd^T dO and dK += dS^T Q; the baseline kernel's tile step with ldmatrix fragments and the
  * bf16 operands packed as soon as they are known (the same rounding, fewer registers). Qs, dOs,
  * Ls, Ds: the tile's stage; Mw its keep words. MASKED: the causal compare and the rows past T. */
-template <int HD, bool MASKED>
+template <int HD, bool MASKED, bool DQ>
 __device__ __forceinline__ void tc_dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4], const uint16_t* Ks,
                                              const uint16_t* Vs, const uint16_t* Qs, const uint16_t* dOs,
-                                             const float* Ls, const float* Ds, const uint32_t* Mw, int i0, int j0,
-                                             const int (&col_j)[2], int T, uint32_t thr, float scale, float sigma) {
+                                             const float* Ls, const float* Ds, const uint32_t* Mw, uint16_t* dSs,
+                                             float* dq_part, int i0, int j0, const int (&col_j)[2], int T,
+                                             uint32_t thr, float scale, float sigma) {
     constexpr int LD = HD + 8, NKS = HD / 16, NDT = HD / 8, NQT = TC_BQ / 8;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tq = lane & 3;
     /* S^T = K Q^T and dP^T = V dO^T: fragment nf holds queries i0 + 8 nf .. + 7, d ascending */
@@ -986,6 +1036,16 @@ __device__ __forceinline__ void tc_dkdv_tile(float (&dk)[HD / 8][4], float (&dv)
                 sg_pack_bf16x2(__float2bfloat16_rn(ds[0]), __float2bfloat16_rn(ds[1]));
         }
 
+    /* the one-kernel backward: dS^T (keys as rows, queries as columns, bf16) into shared memory for
+     * dQ's products below; da[kk][r] holds key r0 + 8 (r & 1), queries 16 kk + 8 (r >> 1) + 2t, +1 */
+    if (DQ)
+        #pragma unroll
+        for (int kk = 0; kk < TC_BQ / 16; kk++)
+            #pragma unroll
+            for (int r = 0; r < 4; r++)
+                *reinterpret_cast<uint32_t*>(dSs + (16 * warp + (lane >> 2) + 8 * (r & 1)) * TC_DS_LD + 16 * kk +
+                                             8 * (r >> 1) + 2 * tq) = da[kk][r];
+
     /* dV += Pd^T dO, dK += dS^T Q; queries in ascending order of 16. The warp meets first: the
      * loop above branched on each lane's own queries and keys. */
     __syncwarp();
@@ -1004,6 +1064,7 @@ __device__ __forceinline__ void tc_dkdv_tile(float (&dk)[HD / 8][4], float (&dv)
             sg_mma_m16n8k16_bf16_f32(dv[nd + 1], pa[kk], o1, dv[nd + 1]);
             sg_mma_m16n8k16_bf16_f32(dk[nd + 1], da[kk], q1, dk[nd + 1]);
         }
+    if (DQ) tc_dq_part<HD>(dq_part, dSs, Ks);
 }
 
 /* One stage of dK/dV's pipeline: the Q and dO tiles (bf16; rows QKV and dob_stride apart) and the
@@ -1029,38 +1090,43 @@ __device__ __forceinline__ void tc_stage_qdo(uint16_t* St, int t, int n_tiles, i
 
 /* One step of dK/dV's pipeline: query tile t + 1 issued, tile t's keep words computed while the
  * copies fly, tile t waited for, its products, and the barrier that frees its stage. */
-template <int HD, bool MASKED>
+template <int HD, bool MASKED, bool DQ>
 __device__ __forceinline__ void tc_dkdv_step(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4], int t, int n_tiles,
                                              const uint16_t* Ks, const uint16_t* Vs, uint16_t* St, uint32_t* Mw,
-                                             int j0, const int (&col_j)[2], const uint16_t* q_src,
-                                             const uint16_t* do_src, size_t QKV, size_t dob_stride, const float* lse_bh,
-                                             const float* D_bh, int T, uint64_t seed, uint32_t g, uint32_t h,
-                                             uint32_t thr, float scale, float sigma) {
+                                             uint16_t* dSs, float* dq_slices, int j0, const int (&col_j)[2],
+                                             const uint16_t* q_src, const uint16_t* do_src, size_t QKV,
+                                             size_t dob_stride, const float* lse_bh, const float* D_bh, int T,
+                                             uint64_t seed, uint32_t g, uint32_t h, uint32_t thr, float scale,
+                                             float sigma) {
     constexpr int LD = HD + 8, STAGE = 2 * TC_BQ * LD + 4 * TC_BQ;
     const int i0 = j0 + t * TC_BQ;
+    /* this block's dQ slice of query tile qt (tc_dq_slice_tile): the chunk's head blockIdx.x, from
+     * the kernel's parameters at each tile (a pointer kept across the loop would cost registers) */
+    float* dq_part = DQ ? dq_slices + ((size_t)blockIdx.x * tc_dq_slice_tile((T + TC_BQ - 1) / TC_BQ, 0) +
+                                       tc_dq_slice_tile(j0 / TC_BQ + t, j0 / TC_BK)) * TC_BQ * HD
+                        : nullptr;
     tc_stage_qdo<HD>(St, t + 1, n_tiles, j0, q_src, do_src, QKV, dob_stride, lse_bh, D_bh, T);
     if (thr != 0) tc_keep_words(Mw, seed, g, h, i0, j0, T, thr);   /* while the copies fly */
     sg_cp_async_wait<1>();   /* query tile t (and K, V) have landed */
     __syncthreads();
     const uint16_t* Qs = St + (t & 1) * STAGE;
     const float* Ls = reinterpret_cast<const float*>(Qs + 2 * TC_BQ * LD);
-    tc_dkdv_tile<HD, MASKED>(dk, dv, Ks, Vs, Qs, Qs + TC_BQ * LD, Ls, Ls + TC_BQ, Mw, i0, j0, col_j, T, thr, scale,
-                             sigma);
+    tc_dkdv_tile<HD, MASKED, DQ>(dk, dv, Ks, Vs, Qs, Qs + TC_BQ * LD, Ls, Ls + TC_BQ, Mw, dSs, dq_part, i0, j0,
+                                 col_j, T, thr, scale, sigma);
     __syncthreads();         /* the stage and Mw are free for the next tiles */
 }
 
 /* Pass 1: dK, dV of one query head's 64 keys (the baseline kernel's blocks and warps). Shared: K
  * and V (BK, LD) once, then two stages of (Q, dO, LSE, D) of a query tile, and the tile's keep
  * words. The query tiles walk from the diagonal down: the diagonal tile and a last tile with rows
- * past T run the masked body, the tiles between them (the main loop) the unmasked one. */
-template <int HD>
-__global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::dkdv_minb) flash_tc_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride,
-                                                                    float k_scale, const uint16_t* dob,
-                                                                    size_t dob_stride, const uint16_t* qkv,
-                                                                    const float* lse,
-                                                                    const float* D, int T, int NH, int NKV,
-                                                                    uint32_t g0, uint64_t seed, uint32_t thr,
-                                                                    float scale, float sigma) {
+ * past T run the masked body, the tiles between them (the main loop) the unmasked one. The body
+ * of the split backward's dK/dV kernel and of the fused one (DQ: each tile's dQ share too). */
+template <int HD, bool DQ>
+__device__ __forceinline__ void tc_dkdv_block(float* dk_out, float* dv_out, size_t out_stride, float k_scale,
+                                              const uint16_t* dob, size_t dob_stride, const uint16_t* qkv,
+                                              const float* lse, const float* D, int T, int NH, int NKV, uint32_t g0,
+                                              uint64_t seed, uint32_t thr, float scale, float sigma,
+                                              float* dq_slices, int bh0) {
     SG_DYN_SHARED(uint16_t, smem);
     constexpr int LD = HD + 8, NDT = HD / 8, STAGE = 2 * TC_BQ * LD + 4 * TC_BQ;
     static_assert(TC_BQ == TC_BK, "the query tiles start at the key tile's first key");
@@ -1068,9 +1134,11 @@ __global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::dkdv_minb) flash_tc_d
     uint16_t* Vs = Ks + TC_BK * LD;       /* (BK, LD) values */
     uint16_t* St = Vs + TC_BK * LD;       /* 2 stages of Q, dO, LSE, D */
     uint32_t* Mw = reinterpret_cast<uint32_t*>(St + 2 * STAGE);   /* (BQ, 2) keep words */
+    uint16_t* dSs = reinterpret_cast<uint16_t*>(Mw + 2 * TC_BQ);   /* DQ: (BK, TC_DS_LD) dS^T of a tile */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
-    const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    const int bh = (int)blockIdx.x + (DQ ? bh0 : 0);   /* DQ: launched a chunk of (b, h) at a time */
+    const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     const int j0 = blockIdx.y * TC_BK, nk = min(TC_BK, T - j0);
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
     const uint16_t* qkv_b = qkv + (size_t)b * T * QKV;
@@ -1098,14 +1166,14 @@ __global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::dkdv_minb) flash_tc_d
 
     /* the diagonal tile; the main loop over the tiles below it, where every query sees every key;
      * a last tile with rows past T */
-    tc_dkdv_step<HD, true>(dk, dv, 0, n_tiles, Ks, Vs, St, Mw, j0, col_j, q_src, do_src, QKV, dob_stride, lse_bh, D_bh, T,
-                           seed, g, (uint32_t)h, thr, scale, sigma);
-    for (int t = 1; t < n_tiles - last_masked; t++)
-        tc_dkdv_step<HD, false>(dk, dv, t, n_tiles, Ks, Vs, St, Mw, j0, col_j, q_src, do_src, QKV, dob_stride, lse_bh, D_bh,
-                                T, seed, g, (uint32_t)h, thr, scale, sigma);
-    if (last_masked)
-        tc_dkdv_step<HD, true>(dk, dv, n_tiles - 1, n_tiles, Ks, Vs, St, Mw, j0, col_j, q_src, do_src, QKV,
+    tc_dkdv_step<HD, true, DQ>(dk, dv, 0, n_tiles, Ks, Vs, St, Mw, dSs, dq_slices, j0, col_j, q_src, do_src, QKV,
                                dob_stride, lse_bh, D_bh, T, seed, g, (uint32_t)h, thr, scale, sigma);
+    for (int t = 1; t < n_tiles - last_masked; t++)
+        tc_dkdv_step<HD, false, DQ>(dk, dv, t, n_tiles, Ks, Vs, St, Mw, dSs, dq_slices, j0, col_j, q_src, do_src, QKV,
+                                    dob_stride, lse_bh, D_bh, T, seed, g, (uint32_t)h, thr, scale, sigma);
+    if (last_masked)
+        tc_dkdv_step<HD, true, DQ>(dk, dv, n_tiles - 1, n_tiles, Ks, Vs, St, Mw, dSs, dq_slices, j0, col_j, q_src, do_src,
+                                   QKV, dob_stride, lse_bh, D_bh, T, seed, g, (uint32_t)h, thr, scale, sigma);
 
     #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
@@ -1121,6 +1189,36 @@ __global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::dkdv_minb) flash_tc_d
                 dvr[8 * nd + 2 * tq + e] = dv[nd][2 * rr + e];
             }
     }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::dkdv_minb) flash_tc_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride,
+                                                                    float k_scale, const uint16_t* dob,
+                                                                    size_t dob_stride, const uint16_t* qkv,
+                                                                    const float* lse,
+                                                                    const float* D, int T, int NH, int NKV,
+                                                                    uint32_t g0, uint64_t seed, uint32_t thr,
+                                                                    float scale, float sigma) {
+    tc_dkdv_block<HD, false>(dk_out, dv_out, out_stride, k_scale, dob, dob_stride, qkv, lse, D, T, NH, NKV, g0, seed,
+                             thr, scale, sigma, nullptr, 0);
+}
+
+/* The one-kernel backward (SEEDGPT_ATTN_BACKWARD unset or fused): pass 1's blocks, each also
+ * writing its share of dQ for every query tile it walks (tc_dq_part) into its own slice, for the
+ * chunk of heads bh0 .. bh0 + gridDim.x - 1; flash_tc_dq_sum_kernel then adds the slices. dQ's
+ * products need no second S and dP, and the keep bits are drawn once here instead of again in a
+ * dQ pass: twice a step with the forward's, not three times. Shared: pass 1's, then dS^T. */
+template <int HD>
+__global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::bwd_minb) flash_tc_bwd_kernel(float* dk_out, float* dv_out, size_t out_stride,
+                                                                   float k_scale, const uint16_t* dob,
+                                                                   size_t dob_stride, const uint16_t* qkv,
+                                                                   const float* lse,
+                                                                   const float* D, int T, int NH, int NKV,
+                                                                   uint32_t g0, uint64_t seed, uint32_t thr,
+                                                                   float scale, float sigma, float* dq_slices,
+                                                                   int bh0) {
+    tc_dkdv_block<HD, true>(dk_out, dv_out, out_stride, k_scale, dob, dob_stride, qkv, lse, D, T, NH, NKV, g0, seed,
+                            thr, scale, sigma, dq_slices, bh0);
 }
 
 /* One key tile of dQ for one warp: S = Q K^T, dP = dO V^T, ds = p (m scale dp - D_i), then
@@ -1294,6 +1392,35 @@ __global__ void __launch_bounds__(32 * NW, TcShape<HD>::dq_minb) flash_tc_dq_ker
     }
 }
 
+/* The one-kernel backward's second kernel: dq (b, i, h) = sigma (0 + the slices of key tiles
+ * kb = 0, 1, .., i / 64 in that order), for the chunk's n_bh heads (b, h) = bh0 + x; four dims a
+ * thread, 16-byte accesses. A fixed order, so the same bits every run; it writes over the bf16 dO
+ * in dq's columns (tc_dob), which the dK/dV kernel before it has finished reading. */
+template <int HD>
+__global__ void flash_tc_dq_sum_kernel(float* dqkv, const float* dq_slices, int bh0, int n_bh, int T, int NH, int NKV,
+                                       float sigma) {
+    constexpr int V = HD / 4;
+    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (size_t)n_bh * T * V) return;
+    const int c = (int)(e % V);
+    const size_t row = e / V;
+    const int i = (int)(row % (size_t)T), x = (int)(row / (size_t)T);
+    const int bh = bh0 + x, b = bh / NH, h = bh % NH, qt = i / TC_BQ;
+    const size_t tile = (size_t)TC_BQ * HD;
+    const float* src = dq_slices + (size_t)x * tc_dq_slice_tile((T + TC_BQ - 1) / TC_BQ, 0) * tile +
+                       tc_dq_slice_tile(qt, 0) * tile + (size_t)(i % TC_BQ) * HD + 4 * c;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int kb = 0; kb <= qt; kb++) {
+        float v[4];
+        ld_f4(src + kb * tile, v);
+        #pragma unroll
+        for (int w = 0; w < 4; w++) acc[w] += v[w];
+    }
+    #pragma unroll
+    for (int w = 0; w < 4; w++) acc[w] *= sigma;
+    st_f4(dqkv + ((size_t)b * T + i) * (size_t)(NH + 2 * NKV) * HD + (size_t)h * HD + 4 * c, acc);
+}
+
 /* qkv (fp32) rounded to bf16, to nearest even: the bits, or their values as fp32 (the fallback) */
 __global__ void flash_tc_round_bits_kernel(uint16_t* dst, const float* src, size_t n) {
     const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1336,6 +1463,21 @@ static int tc_baseline(void) { return sg_kernels_baseline(); }
 
 extern "C" const char* attention_tc_kernels(void) { return tc_baseline() ? "baseline" : "new"; }
 
+static int tc_fused_fits(int HD);
+static int tc_backward_fits(int HD);
+/* the fused backward, where SEEDGPT_ATTN_BACKWARD and the device's shared memory allow it: by
+ * default at head dims up to 64 (at 128 its kernel spills 4 bytes, tests/check_kernels.sh) */
+static int tc_use_fused(int HD) {
+    const int mode = sg_attn_backward_mode();
+    if (mode == SG_ATTN_BWD_SPLIT || (mode == SG_ATTN_BWD_AUTO && HD > 64)) return 0;
+    return tc_fused_fits(HD);
+}
+extern "C" const char* attention_tc_backward_kernels(int HD) {
+    const int fused = tc_use_fused(HD);   /* first: a wrong SEEDGPT_ATTN_BACKWARD is refused whatever runs */
+    if (tc_baseline() || !tc_backward_fits(HD)) return "baseline";
+    return fused ? "fused" : "split";
+}
+
 /* a kernel's dynamic shared memory above the default 48 KiB needs the opt-in */
 template <typename K>
 static void tc_smem_optin(K* kernel, size_t smem) {
@@ -1354,9 +1496,21 @@ template <int HD> static size_t tc_dkdv_smem(void) {   /* K, V, two stages of (Q
     return (size_t)(2 * TC_BK + 4 * TC_BQ) * (HD + 8) * sizeof(uint16_t) + (size_t)2 * 2 * TC_BQ * sizeof(float) +
            (size_t)TC_BQ * 2 * sizeof(uint32_t);
 }
+template <int HD> static size_t tc_fused_smem(void) {  /* dK/dV's, then dS^T (BK, TC_DS_LD) bf16 */
+    return tc_dkdv_smem<HD>() + (size_t)TC_BK * TC_DS_LD * sizeof(uint16_t);
+}
 template <int HD> static size_t tc_dq_smem(void) {     /* Q, dO, two stages of K, V, keep words */
     constexpr int BQ = 16 * TcShape<HD>::dq_nw;
     return (size_t)(2 * BQ + 4 * TC_BK) * (HD + 8) * sizeof(uint16_t) + (size_t)BQ * 2 * sizeof(uint32_t);
+}
+static int tc_fused_fits(int HD) {
+    const size_t limit = sg_smem_optin();
+    switch (HD) {
+    case 16: return tc_fused_smem<16>() <= limit;
+    case 32: return tc_fused_smem<32>() <= limit;
+    case 64: return tc_fused_smem<64>() <= limit;
+    default: return tc_fused_smem<128>() <= limit;
+    }
 }
 static int tc_backward_fits(int HD) {
     const size_t limit = sg_smem_optin();
@@ -1436,11 +1590,43 @@ extern "C" void attention_forward_tc_cuda(float* out, float* lse, const uint16_t
 
 static size_t tc_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-/* The scratch: D (B, NH, T); with grouped-query heads (NKV < NH) also the per-query-head partial
- * sums of dK and dV, (B, T, NH, HD) each, that pass 1 leaves for attention_group_sum_cuda. */
-extern "C" size_t attention_backward_tc_scratch_floats(int B, int T, int NH, int NKV, int HD) {
+/* The scratch of the split and baseline backward: D (B, NH, T); with grouped-query heads (NKV < NH)
+ * also the per-query-head partial sums of dK and dV, (B, T, NH, HD) each, that pass 1 leaves for
+ * attention_group_sum_cuda. */
+static size_t tc_split_scratch_floats(int B, int T, int NH, int NKV, int HD) {
     const size_t partial = NKV < NH ? 2 * tc_round16((size_t)B * T * NH * HD) : 0;
     return tc_round16((size_t)B * NH * T) + partial;
+}
+
+/* The one-kernel backward's dQ slices (tc_dq_slice_tile): a head's take nqt (nqt + 1) / 2 tiles of
+ * 64 x HD floats (2.2 MB at T 1024, HD 64). The kernel runs on a chunk of heads at a time: as many
+ * as the budget's floats hold, but never fewer than make min_blocks blocks (key tiles x heads: a
+ * launch of a few heads would leave most multiprocessors idle), at least one. By default 128 MiB
+ * and 1024 blocks: GPT-2 124M's B16 T1024 step runs 64 heads a launch (142 MB of slices, three
+ * launches), T 4096 D64 16 heads (545 MB). The tests change both to run several chunks. */
+static size_t tc_dq_budget = ATTENTION_TC_DQ_BUDGET;
+static int tc_dq_min_blocks = ATTENTION_TC_DQ_MIN_BLOCKS;
+extern "C" void attention_tc_dq_chunking(size_t budget_floats, int min_blocks) {
+    tc_dq_budget = budget_floats;
+    tc_dq_min_blocks = min_blocks;
+}
+static size_t tc_dq_head_floats(int T, int HD) {
+    return tc_dq_slice_tile((T + TC_BQ - 1) / TC_BQ, 0) * TC_BQ * (size_t)HD;
+}
+static int tc_dq_chunk(int B, int T, int NH, int HD) {
+    const size_t nkt = (size_t)(T + TC_BK - 1) / TC_BK, n_bh = (size_t)B * NH;
+    size_t chunk = tc_dq_budget / tc_dq_head_floats(T, HD);
+    const size_t least = ((size_t)(tc_dq_min_blocks > 0 ? tc_dq_min_blocks : 0) + nkt - 1) / nkt;
+    if (chunk < least) chunk = least;
+    return (int)(chunk < 1 ? 1 : chunk > n_bh ? n_bh : chunk);
+}
+
+/* The scratch: the split one, then the dQ slices of one chunk of heads (counted whatever
+ * SEEDGPT_ATTN_BACKWARD says, since it is read at every call). */
+extern "C" size_t attention_backward_tc_scratch_floats(int B, int T, int NH, int NKV, int HD) {
+    const size_t split = tc_split_scratch_floats(B, T, NH, NKV, HD);
+    if (B <= 0 || T <= 0 || !attention_tc_supports_hd(HD)) return split;
+    return split + tc_round16((size_t)tc_dq_chunk(B, T, NH, HD) * tc_dq_head_floats(T, HD));
 }
 
 /* Where the pipelined backward keeps dO rounded to bf16: in dqkv's dq columns, which nothing reads
@@ -1507,7 +1693,27 @@ static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* d
         tc_backward_baseline_launch<HD, TcBf16>(dqkv, scratch, dout, qkv, lse, B, T, NH, NKV, g0, seed, drop);
         return;
     }
-    /* dK/dV: K, V, two stages of (Q, dO: (BQ, LD) bf16 each; LSE, D: BQ floats each), keep words */
+    if (tc_use_fused(HD)) {
+        /* one kernel: dK, dV and the dQ slices of a chunk of heads, then the slices summed */
+        float* slices = scratch + tc_split_scratch_floats(B, T, NH, NKV, HD);
+        const int n_bh = B * NH, chunk = tc_dq_chunk(B, T, NH, HD);
+        const size_t smem = tc_fused_smem<HD>();
+        tc_smem_optin(flash_tc_bwd_kernel<HD>, smem);
+        for (int bh0 = 0; bh0 < n_bh; bh0 += chunk) {
+            const int n = min(chunk, n_bh - bh0);
+            SG_LAUNCH(flash_tc_bwd_kernel<HD>, dim3((unsigned)n, grid1.y), dim3(TC_THREADS), smem, dk_out, dv_out, out_stride, k_scale,
+                      dob, dob_stride, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma, slices, bh0);
+            SG_CHECK_LAUNCH();
+            const size_t threads = (size_t)n * T * (HD / 4);
+            SG_LAUNCH(flash_tc_dq_sum_kernel<HD>, dim3(sg_ceil_div(threads, 256)), dim3(256), 0, dqkv, slices, bh0, n,
+                      T, NH, NKV, sigma);
+            SG_CHECK_LAUNCH();
+        }
+        if (NKV != NH) attention_group_sum_cuda(dqkv, dKp, dVp, B, T, NH, NKV, HD, sigma);
+        return;
+    }
+    /* split: dK/dV (K, V, two stages of (Q, dO: (BQ, LD) bf16 each; LSE, D: BQ floats each), keep
+     * words), then dQ */
     const size_t smem1 = tc_dkdv_smem<HD>();
     tc_smem_optin(flash_tc_dkdv_kernel<HD>, smem1);
     SG_LAUNCH(flash_tc_dkdv_kernel<HD>, grid1, dim3(TC_THREADS), smem1, dk_out, dv_out, out_stride, k_scale, dob,
@@ -1882,7 +2088,7 @@ extern "C" void attention_forward_fp16_act_cuda(int tensor_cores, void* out, flo
 extern "C" size_t attention_backward_act_scratch_floats_fp16_cuda(int tensor_cores, int B, int T, int NH, int NKV,
                                                                   int HD, int nthreads) {
     (void)nthreads;   /* no per-thread tiles on the GPU */
-    if (tc_f16_path(tensor_cores, HD)) return attention_backward_tc_scratch_floats(B, T, NH, NKV, HD);
+    if (tc_f16_path(tensor_cores, HD)) return tc_split_scratch_floats(B, T, NH, NKV, HD);   /* baseline kernels */
     return act_fallback_backward_floats(B, T, NH, NKV, HD);
 }
 

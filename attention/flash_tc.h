@@ -31,13 +31,27 @@ int attention_tc_supports_hd(int HD);
  * empty or new: ldmatrix, cp.async, two-stage pipelines) or "baseline" (SEEDGPT_KERNELS=baseline:
  * the first version, the same bits). Another value is refused in one line by every call. */
 const char* attention_tc_kernels(void);
+/* Which backward attention_backward_tc_cuda runs at head dim HD now: "fused" (one kernel for dK,
+ * dV and dQ's per-key-tile slices, then their sum in a fixed order: SEEDGPT_ATTN_BACKWARD=fused,
+ * or unset at head dims up to 64), "split" (dK/dV, then dQ: SEEDGPT_ATTN_BACKWARD=split, unset at
+ * head dim 128, or a device whose shared memory does not hold the fused kernel's) or "baseline"
+ * (SEEDGPT_KERNELS=baseline). */
+const char* attention_tc_backward_kernels(int HD);
+/* The fused backward runs on a chunk of (b, h) heads at a time: as many as budget_floats of dQ
+ * slices hold, but enough for min_blocks blocks (a head has ceil(T / 64)), at least one; the
+ * scratch below counts one chunk. The defaults: 128 MiB of slices, 1024 blocks. For tests, which
+ * set smaller chunks (0, 0: one head a chunk) and then the defaults again. */
+#define ATTENTION_TC_DQ_BUDGET ((size_t)32 << 20)
+#define ATTENTION_TC_DQ_MIN_BLOCKS 1024
+void attention_tc_dq_chunking(size_t budget_floats, int min_blocks);
 
 void attention_forward_tc_cuda(float* out, float* lse, const uint16_t* qkv_bf16,
                                int B, int T, int NH, int NKV, int HD,
                                uint32_t g0, uint64_t attn_seed, Dropout drop);
 
-/* Floats of scratch attention_backward_tc_cuda needs: D (B, NH, T), and with NKV < NH the
- * per-query-head partial sums of dK and dV, 2 (B, T, NH, HD). */
+/* Floats of scratch attention_backward_tc_cuda needs: D (B, NH, T), with NKV < NH the
+ * per-query-head partial sums of dK and dV, 2 (B, T, NH, HD), and the fused backward's dQ slices
+ * of one chunk of heads (nqt (nqt + 1) / 2 tiles of 64 x HD a head, nqt = ceil(T / 64)). */
 size_t attention_backward_tc_scratch_floats(int B, int T, int NH, int NKV, int HD);
 /* out and lse: the forward's outputs (o after dropout); dout: the gradient of out. dqkv must start
  * on 16 bytes: until dQ's pass writes them, its dq columns hold dO rounded to bf16. */
@@ -49,7 +63,7 @@ void attention_backward_tc_cuda(float* dqkv, float* scratch, const float* dout, 
  * The same contract as attention_forward_tc_cuda / attention_backward_tc_cuda with fp16 in place
  * of bf16: qkv_f16 (B, T, (NH + 2 NKV) HD) holds fp16 bits (util/fp16.h, sg_fp16_from_float;
  * 16-byte aligned); out (fp32), lse (fp32: the softmax statistics never leave fp32), dout and
- * dqkv (fp32) as there; scratch: attention_backward_tc_scratch_floats. P (after dropout), dO,
+ * dqkv (fp32) as there; scratch: attention_backward_act_scratch_floats_fp16_cuda. P (after dropout), dO,
  * m p scale and ds are rounded to fp16 as they become mma operands, the rest is fp32. The keep
  * bits are philox_attn_draw's at (seed, g0 + b, h, i, j), the CPU's and every other kernel's.
  * Runs the baseline tensor-core kernels (plain shared-memory loads: Turing has no cp.async) on

@@ -140,4 +140,20 @@ static inline int sg_kernels_baseline(void) {
     exit(1);
 }
 
+/* SEEDGPT_ATTN_BACKWARD, read at every call like SEEDGPT_KERNELS: how the new tensor-core
+ * attention backward runs (attention/flash_tc.cu). "fused": one kernel for dK, dV and dQ's
+ * per-key-tile slices, then their sum in a fixed order; "split": the two kernels before it, dK/dV
+ * then dQ, kept so that one GPU run times both; unset or empty: fused where its kernel compiles
+ * without spills (head dims up to 64), split at 128. Anything else is refused in one line. */
+enum { SG_ATTN_BWD_AUTO = 0, SG_ATTN_BWD_FUSED = 1, SG_ATTN_BWD_SPLIT = 2 };
+static inline int sg_attn_backward_mode(void) {
+    const char* v = getenv("SEEDGPT_ATTN_BACKWARD");
+    if (v == NULL || v[0] == '\0') return SG_ATTN_BWD_AUTO;
+    if (strcmp(v, "fused") == 0) return SG_ATTN_BWD_FUSED;
+    if (strcmp(v, "split") == 0) return SG_ATTN_BWD_SPLIT;
+    fprintf(stderr, "seedgpt: SEEDGPT_ATTN_BACKWARD=%s: expected fused or split (or unset: fused up to head dim 64, "
+            "split at 128)\n", v);
+    exit(1);
+}
+
 #endif

@@ -174,6 +174,7 @@ static size_t cuda_scratch_bytes(const OpCalls* k) {
 }
 static void cuda_reserve_scratch(const OpCalls* k) {
     (void)kernels_baseline_cuda();   /* a wrong SEEDGPT_KERNELS is refused at the build, in one line */
+    (void)attention_tc_backward_kernels(k->HD);   /* and a wrong SEEDGPT_ATTN_BACKWARD */
     ops_reserve_scratch_cuda(k);
     device_reserve_differ_cuda();
 }

@@ -221,16 +221,23 @@ check_family() {
 # below the diagonal, those across it), dK/dV three (the diagonal tile, the main loop, a last
 # tile with rows past T). The ratchet started at the baseline kernels' figures (forward 38.30 /
 # 23.37, dK/dV 20.26 / 13.38, dQ 23.57 / 14.95 at head dims 64 / 128) and stands at the
-# pipelined kernels' (nvcc 13.0).
+# pipelined kernels' (nvcc 13.0). flash_tc_bwd_kernel is the one-kernel backward (dK/dV's three
+# bodies, each with its tile's share of dQ: 32 more mma.sync a body at 64; at 128 its loop over
+# head dims is left rolled, 8 a body); it has no baseline of its own.
 FLASH_TABLE="
 flash_tc_forward_kernel 64 128 26.02
 flash_tc_forward_kernel 128 256 15.55
 flash_tc_dkdv_kernel 64 384 12.36
 flash_tc_dkdv_kernel 128 768 7.68
+flash_tc_bwd_kernel 64 480 10.17
+flash_tc_bwd_kernel 128 792 7.53
 flash_tc_dq_kernel 64 192 13.47
 flash_tc_dq_kernel 128 384 8.48
 "
-FLASH_ALLOW=""
+# The fused backward at head dim 128 (dK/dV's 255 registers and dQ's share): 4 bytes spilled,
+# loaded twice, with its dQ loop over head dims rolled (unrolled: 16 bytes, 336 loads). It runs
+# only under SEEDGPT_ATTN_BACKWARD=fused; unset, head dim 128 takes the split kernels.
+FLASH_ALLOW="flash_tc_bwd_kernel 128 8 4 8"
 check_family flash attention/flash_tc.cu "ldmatrix cp.async" "$FLASH_TABLE" "$FLASH_ALLOW"
 
 echo "check_kernels: $N_OK ok, $N_FAIL failed"

@@ -6,13 +6,14 @@
  * --iters timed calls (CUDA events around each call, after --warmup calls, 3 by default), and TFLOP/s counted
  * as tools/torch_sdpa_bench.py counts them (causal forward 2 * 2 * B*H*T*T*D / 2, backward 2.5 x
  * that), so the two print comparable rows (scripts/gpu_check.sh, scripts/gpu_perf.sh). The
- * tensor-core runs name the kernels that ran (SEEDGPT_KERNELS: new or baseline) and print a hash
+ * tensor-core runs name the kernels that ran (SEEDGPT_KERNELS: new or baseline; the backward:
+ * fused, split or baseline, SEEDGPT_ATTN_BACKWARD) and print a hash
  * of the output's bits (o and dqkv, FNV-1a 64), so a script can tell whether two kernel sets gave
  * the same bits at the timed shape. Not a test.
  *   build/cuda/bench_attention_cuda [--precision fp32|bf16|bf16act] [--B 8] [--H 12] [--KV H]
  *                                   [--T 1024] [--D 64] [--p 0.1] [--iters 10] [--warmup 3]
  * Prints a table, then one JSON line:
- *   {"bench":"attention_cuda","precision":..,"kernels":..,"B":..,"H":..,"KV":..,"T":..,"D":..,"p":..,
+ *   {"bench":"attention_cuda","precision":..,"kernels":..,"backward":..,"B":..,"H":..,"KV":..,"T":..,"D":..,"p":..,
  *    "fwd_ms":..,"bwd_ms":..,"ms":..,"tflops":..,"out_hash":..,"dqkv_hash":..}
  */
 #include "cuda/device.h"
@@ -178,6 +179,7 @@ int main(int argc, char** argv) {
     const unsigned long long out_hash = act ? dev_hash(out16, n_out * sizeof(uint16_t)) : dev_hash(out, n_out * sizeof(float));
     const unsigned long long dqkv_hash = dev_hash(dqkv, n_qkv * sizeof(float));
     const char* kernels = bf16 ? attention_tc_kernels() : "fp32";
+    const char* backward = bf16 && attention_tc_supports_hd(D) ? attention_tc_backward_kernels(D) : "fp32";
 
     const double fwd_flop = 2.0 * 2.0 * B * H * (double)T * T * D / 2.0;
     const double tf_fwd = fwd_flop / (fwd_ms * 1e-3) / 1e12;
@@ -185,17 +187,17 @@ int main(int argc, char** argv) {
     const double tflops = 3.5 * fwd_flop / (ms * 1e-3) / 1e12;
 
     const char* what = act ? "bf16 tensor cores, the bf16 table's entries" : bf16 ? "bf16 tensor cores, fp32 interface" : "fp32";
-    printf("seedgpt CUDA attention, %s (kernels: %s), causal: B %d, H %d (kv %d), T %d, D %d, dropout %g, "
-           "median of %d\n", what, kernels, B, H, KV, T, D, p, iters);
+    printf("seedgpt CUDA attention, %s (kernels: %s, backward: %s), causal: B %d, H %d (kv %d), T %d, D %d, "
+           "dropout %g, median of %d\n", what, kernels, backward, B, H, KV, T, D, p, iters);
     printf("  %-10s %10s %10s\n", "pass", "ms", "TFLOP/s");
     printf("  %-10s %10.3f %10.2f\n", "forward", fwd_ms, tf_fwd);
     printf("  %-10s %10.3f %10.2f\n", "backward", bwd_ms, tf_bwd);
     printf("  %-10s %10.3f %10.2f\n", "fwd+bwd", ms, tflops);
-    printf("{\"bench\":\"attention_cuda\",\"precision\":\"%s\",\"kernels\":\"%s\",\"B\":%d,\"H\":%d,\"KV\":%d,\"T\":%d,"
-           "\"D\":%d,\"p\":%g,\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,\"ms\":%.4f,\"tflops\":%.2f,\"out_hash\":\"%016llx\","
-           "\"dqkv_hash\":\"%016llx\"}\n",
-           act ? "bf16act" : bf16 ? "bf16" : "fp32", kernels, B, H, KV, T, D, p, fwd_ms, bwd_ms, ms, tflops, out_hash,
-           dqkv_hash);
+    printf("{\"bench\":\"attention_cuda\",\"precision\":\"%s\",\"kernels\":\"%s\",\"backward\":\"%s\",\"B\":%d,"
+           "\"H\":%d,\"KV\":%d,\"T\":%d,\"D\":%d,\"p\":%g,\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,\"ms\":%.4f,\"tflops\":%.2f,"
+           "\"out_hash\":\"%016llx\",\"dqkv_hash\":\"%016llx\"}\n",
+           act ? "bf16act" : bf16 ? "bf16" : "fp32", kernels, backward, B, H, KV, T, D, p, fwd_ms, bwd_ms, ms, tflops,
+           out_hash, dqkv_hash);
     SG_CHECK(cudaFree(qkv)); SG_CHECK(cudaFree(dout)); SG_CHECK(cudaFree(out));
     SG_CHECK(cudaFree(lse)); SG_CHECK(cudaFree(dqkv)); SG_CHECK(cudaFree(scratch));
     if (act) { SG_CHECK(cudaFree(qkv16)); SG_CHECK(cudaFree(out16)); }

@@ -765,14 +765,49 @@ static void run_act_fallback(const Shape* s, double p, uint64_t data_seed) {
  * The entry points run the pipelined kernels (ldmatrix, cp.async, the causal compare only where
  * a tile crosses the diagonal, 128-query blocks); SEEDGPT_KERNELS=baseline runs the first
  * version. Same arithmetic, so the same bits: the forward's o (fp32, and the bf16 table's bf16 o)
- * and LSE, and the backward's dqkv (fp32 dout, so the D pass's rounding of dO is in play; the
- * bf16 table's entry too, on a bf16 o), every output poisoned with NaN before each launch. The
- * shapes reach every path: blocks with and without rows past T, tiles below the diagonal (the
- * unmasked bodies), query blocks whose first warps skip the last key tile, dK/dV's diagonal, middle
- * and padded last tiles, grouped-query heads, each head dim's shape (TcShape). */
+ * and LSE, and the split backward's dqkv (SEEDGPT_ATTN_BACKWARD=split; fp32 dout, so the D pass's
+ * rounding of dO is in play; the bf16 table's entry too, on a bf16 o), every output poisoned with
+ * NaN before each launch. The shapes reach every path: blocks with and without rows past T, tiles
+ * below the diagonal (the unmasked bodies), query blocks whose first warps skip the last key tile,
+ * dK/dV's diagonal, middle and padded last tiles, grouped-query heads, each head dim's shape
+ * (TcShape).
+ * The fused backward (SEEDGPT_ATTN_BACKWARD=fused; unset: fused up to head dim 64, split at 128)
+ * does dK/dV's arithmetic and sums dQ per key tile, then the
+ * tiles in ascending order: its dK and dV are the split kernels' bit for bit, its dq within
+ * FUSED_DQ_REL of theirs in norm (the fp32 sums grouped otherwise: about 2^-24 a term; a wrong
+ * slice or a tile left out moves it by O(1)), equal to itself run again, and equal bit for bit
+ * when the heads run in chunks (attention_tc_dq_chunking: one head a chunk, and three heads a
+ * chunk: four heads end with a short one). */
+#define FUSED_DQ_REL 0x1p-18
+
 static void set_kernels(const char* which) {
     if (which) setenv("SEEDGPT_KERNELS", which, 1);
     else unsetenv("SEEDGPT_KERNELS");
+}
+static void set_backward(const char* which) {
+    if (which) setenv("SEEDGPT_ATTN_BACKWARD", which, 1);
+    else unsetenv("SEEDGPT_ATTN_BACKWARD");
+}
+
+/* dq's columns of dqkv against another's: (elements differing in any bit, ||a - b|| / ||b||) over
+ * dq, and the elements of dk and dv differing in any bit */
+typedef struct { size_t dq_bits, dkv_bits; double dq_rel; } DqkvDiff;
+static DqkvDiff dqkv_diff(const float* a, const float* b, int B, int T, int NH, int NKV, int HD) {
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
+    DqkvDiff d = {0, 0, 0.0};
+    double num = 0.0, den = 0.0;
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (size_t c = 0; c < QKV; c++) {
+            const float x = a[r * QKV + c], y = b[r * QKV + c];
+            const int differ = memcmp(&x, &y, sizeof x) != 0;
+            if (c < C) {
+                d.dq_bits += differ;
+                num += ((double)x - y) * ((double)x - y);
+                den += (double)y * y;
+            } else d.dkv_bits += differ;
+        }
+    d.dq_rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    return d;
 }
 
 static void run_new_vs_baseline(const Shape* s, double p, int act, uint64_t data_seed) {
@@ -797,32 +832,47 @@ static void run_new_vs_baseline(const Shape* s, double p, int act, uint64_t data
     SG_CHECK(cudaMalloc((void**)&d_scratch, n_scratch * sizeof(float)));
     SG_CHECK(cudaMemcpy(d_qkv, bits, n_qkv * sizeof(uint16_t), cudaMemcpyHostToDevice));
     SG_CHECK(cudaMemcpy(d_dout, dout, n_out * sizeof(float), cudaMemcpyHostToDevice));
-    float *o[2], *l[2], *g[2], *ga[2];
+    /* the sides: 0 baseline, 1 split, 2 fused, 3 fused again, 4 fused a head a chunk, 5 fused three
+     * heads a chunk (the forward runs on sides 0 and 1 only: the backward switch leaves it alone) */
+    enum { NSIDE = 6 };
+#if defined(__SANITIZE_THREAD__)
+    const int nside = 3;   /* races, not values: the runs again and in chunks are the same launches */
+#else
+    const int nside = HD == 64 ? NSIDE : 3;   /* the chunks' arithmetic is the head dim's: once is enough */
+#endif
+    float *o[2], *l[2], *g[NSIDE], *ga[NSIDE];
     uint16_t* o16[2];
-    const char* which[2] = {"baseline", NULL};
-    char kernels[2][16];
-    for (int k = 0; k < 2; k++) {
-        o[k] = (float*)malloc(n_out * sizeof(float));
-        l[k] = (float*)malloc(n_lse * sizeof(float));
+    const char* kern[NSIDE] = {"baseline", NULL, NULL, NULL, NULL, NULL};
+    const char* bwd[NSIDE] = {NULL, "split", "fused", "fused", "fused", "fused"};
+    const size_t dflt = ATTENTION_TC_DQ_BUDGET;   /* one chunk at these shapes */
+    const size_t budget[NSIDE] = {dflt, dflt, dflt, dflt, 0,   /* 0: one head a chunk */
+                                  (size_t)3 * ((size_t)(T + 63) / 64) * ((T + 63) / 64 + 1) / 2 * 64 * HD};
+    char kernels[NSIDE][16], ran[NSIDE][16];
+    for (int k = 0; k < nside; k++) {
         g[k] = (float*)malloc(n_qkv * sizeof(float));
         ga[k] = (float*)malloc(n_qkv * sizeof(float));
-        o16[k] = (uint16_t*)malloc(n_out * sizeof(uint16_t));
-        set_kernels(which[k]);
+        set_kernels(kern[k]);
+        set_backward(bwd[k]);
+        attention_tc_dq_chunking(budget[k], k < 4 ? ATTENTION_TC_DQ_MIN_BLOCKS : 0);
         snprintf(kernels[k], sizeof(kernels[k]), "%s", attention_tc_kernels());
-        SG_CHECK(cudaMemset(d_out, 0xff, n_out * sizeof(float)));   /* NaN: unwritten fails */
-        SG_CHECK(cudaMemset(d_lse, 0xff, n_lse * sizeof(float)));
-        attention_forward_tc_cuda(d_out, d_lse, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
-        SG_CHECK(cudaMemcpy(o[k], d_out, n_out * sizeof(float), cudaMemcpyDeviceToHost));
-        SG_CHECK(cudaMemcpy(l[k], d_lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
-        SG_CHECK(cudaMemset(d_o16, 0xff, n_out * sizeof(uint16_t)));
-        if (act) attention_forward_bf16_act_cuda(d_o16, d_lse, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
-        SG_CHECK(cudaMemcpy(o16[k], d_o16, n_out * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        /* the backward on the baseline forward's o and LSE, both times */
-        if (k == 1) {
-            SG_CHECK(cudaMemcpy(d_out, o[0], n_out * sizeof(float), cudaMemcpyHostToDevice));
-            SG_CHECK(cudaMemcpy(d_lse, l[0], n_lse * sizeof(float), cudaMemcpyHostToDevice));
-            SG_CHECK(cudaMemcpy(d_o16, o16[0], n_out * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        snprintf(ran[k], sizeof(ran[k]), "%s", attention_tc_backward_kernels(HD));
+        if (k < 2) {
+            o[k] = (float*)malloc(n_out * sizeof(float));
+            l[k] = (float*)malloc(n_lse * sizeof(float));
+            o16[k] = (uint16_t*)malloc(n_out * sizeof(uint16_t));
+            SG_CHECK(cudaMemset(d_out, 0xff, n_out * sizeof(float)));   /* NaN: unwritten fails */
+            SG_CHECK(cudaMemset(d_lse, 0xff, n_lse * sizeof(float)));
+            attention_forward_tc_cuda(d_out, d_lse, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
+            SG_CHECK(cudaMemcpy(o[k], d_out, n_out * sizeof(float), cudaMemcpyDeviceToHost));
+            SG_CHECK(cudaMemcpy(l[k], d_lse, n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+            SG_CHECK(cudaMemset(d_o16, 0xff, n_out * sizeof(uint16_t)));
+            if (act) attention_forward_bf16_act_cuda(d_o16, d_lse, d_qkv, B, T, NH, NKV, HD, s->g0, SEED, drop);
+            SG_CHECK(cudaMemcpy(o16[k], d_o16, n_out * sizeof(uint16_t), cudaMemcpyDeviceToHost));
         }
+        /* the backward on the baseline forward's o and LSE, every time */
+        SG_CHECK(cudaMemcpy(d_out, o[0], n_out * sizeof(float), cudaMemcpyHostToDevice));
+        SG_CHECK(cudaMemcpy(d_lse, l[0], n_lse * sizeof(float), cudaMemcpyHostToDevice));
+        SG_CHECK(cudaMemcpy(d_o16, o16[0], n_out * sizeof(uint16_t), cudaMemcpyHostToDevice));
         SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));
         SG_CHECK(cudaMemset(d_scratch, 0xff, n_scratch * sizeof(float)));
         attention_backward_tc_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s->g0, SEED,
@@ -830,16 +880,21 @@ static void run_new_vs_baseline(const Shape* s, double p, int act, uint64_t data
         SG_CHECK(cudaMemcpy(g[k], d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
         SG_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * sizeof(float)));
         SG_CHECK(cudaMemset(d_scratch, 0xff, n_scratch * sizeof(float)));
-        if (act)
+        if (act && k < 3)   /* the runs again and in chunks: the fp32-o entry is enough */
             attention_backward_bf16_act_cuda(d_dqkv, d_scratch, d_dout, d_qkv, d_o16, d_lse, B, T, NH, NKV, HD, s->g0,
                                              SEED, drop);
         SG_CHECK(cudaMemcpy(ga[k], d_dqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
     }
     set_kernels(NULL);
+    set_backward(NULL);
+    attention_tc_dq_chunking(ATTENTION_TC_DQ_BUDGET, ATTENTION_TC_DQ_MIN_BLOCKS);
+    char unset[16];   /* what runs with SEEDGPT_ATTN_BACKWARD unset: fused up to head dim 64 */
+    snprintf(unset, sizeof(unset), "%s", attention_tc_backward_kernels(HD));
     size_t o16d = 0, nonfinite = 0, g_nonfinite = 0;
     for (size_t e = 0; e < n_out; e++) o16d += o16[0][e] != o16[1][e];
     for (size_t e = 0; e < n_out; e++) nonfinite += !isfinite(o[1][e]);
-    for (size_t e = 0; e < n_qkv; e++) g_nonfinite += !isfinite(g[1][e]) + (act && !isfinite(ga[1][e]));
+    for (int k = 1; k < nside; k++)
+        for (size_t e = 0; e < n_qkv; e++) g_nonfinite += !isfinite(g[k][e]) + (act && k < 3 && !isfinite(ga[k][e]));
     char name[160], shape[112];
     snprintf(shape, sizeof(shape), "B %d T %d NH %d NKV %d HD %d g0 %u p %g", B, T, NH, NKV, HD, (unsigned)s->g0, p);
     snprintf(name, sizeof(name), "flash_tc_pipelined_forward_equals_baseline_bitwise_hd%d_T%d_gqa%d_p%g", HD, T,
@@ -852,11 +907,40 @@ static void run_new_vs_baseline(const Shape* s, double p, int act, uint64_t data
            act ? "" : " (not run)", nonfinite);
     snprintf(name, sizeof(name), "flash_tc_pipelined_backward_equals_baseline_bitwise_hd%d_T%d_gqa%d_p%g", HD, T,
              NH / NKV, p);
-    expect(bits_differ(g[0], g[1], n_qkv) == 0 && (!act || bits_differ(ga[0], ga[1], n_qkv) == 0) &&
-           g_nonfinite == 0, name, "%s: %zu of %zu dqkv (fp32 o), %zu (the bf16 table's o%s) differ in any bit; %zu "
-           "non-finite", shape, bits_differ(g[0], g[1], n_qkv), n_qkv, bits_differ(ga[0], ga[1], n_qkv),
-           act ? "" : ": not run", g_nonfinite);
-    for (int k = 0; k < 2; k++) { free(o[k]); free(l[k]); free(g[k]); free(ga[k]); free(o16[k]); }
+    expect(!strcmp(ran[0], "baseline") && !strcmp(ran[1], "split") && bits_differ(g[0], g[1], n_qkv) == 0 &&
+           (!act || bits_differ(ga[0], ga[1], n_qkv) == 0) && g_nonfinite == 0, name,
+           "%s: backward '%s' then '%s'; %zu of %zu dqkv (fp32 o), %zu (the bf16 table's o%s) differ in any bit; "
+           "%zu non-finite", shape, ran[0], ran[1], bits_differ(g[0], g[1], n_qkv), n_qkv,
+           bits_differ(ga[0], ga[1], n_qkv), act ? "" : ": not run", g_nonfinite);
+    const DqkvDiff none = {0, 0, 0.0};
+    const DqkvDiff fs = dqkv_diff(g[2], g[1], B, T, NH, NKV, HD);
+    const DqkvDiff fsa = act ? dqkv_diff(ga[2], ga[1], B, T, NH, NKV, HD) : none;
+    snprintf(name, sizeof(name), "flash_tc_fused_backward_dkdv_bitwise_dq_near_split_hd%d_T%d_gqa%d_p%g", HD, T,
+             NH / NKV, p);
+    expect(!strcmp(ran[2], "fused") && fs.dkv_bits == 0 && fs.dq_rel <= FUSED_DQ_REL &&
+           (!act || (fsa.dkv_bits == 0 && fsa.dq_rel <= FUSED_DQ_REL)) && g_nonfinite == 0, name,
+           "%s: backward '%s' against the split one: %zu dk, dv differ in any bit; dq ||diff|| / ||dq|| %.2e (bound "
+           "%.2e; %zu elements differ); the bf16 table's entry: %zu dk, dv differ, dq %.2e%s", shape, ran[2],
+           fs.dkv_bits, fs.dq_rel, FUSED_DQ_REL, fs.dq_bits, fsa.dkv_bits, fsa.dq_rel, act ? "" : " (not run)");
+    size_t again = 0, chunked = 0;
+    for (int k = 3; k < nside; k++) {
+        const size_t d = bits_differ(g[k], g[2], n_qkv);
+        if (k == 3) again += d; else chunked += d;
+    }
+    snprintf(name, sizeof(name), "flash_tc_fused_backward_deterministic_and_chunked_bitwise_hd%d_T%d_gqa%d_p%g", HD,
+             T, NH / NKV, p);
+    if (nside == NSIDE) {
+        expect(!strcmp(ran[3], "fused") && !strcmp(ran[4], "fused") && !strcmp(ran[5], "fused") && again == 0 &&
+               chunked == 0 && !strcmp(unset, HD <= 64 ? "fused" : "split"), name, "%s: run again %zu elements "
+               "differ; %d heads in chunks of 1 and of 3: %zu differ from the run in one chunk; "
+               "SEEDGPT_ATTN_BACKWARD unset runs '%s' (want %s)", shape, again, B * NH, chunked, unset,
+               HD <= 64 ? "fused" : "split");
+    } else {
+        snprintf(name, sizeof(name), "flash_tc_attn_backward_unset_runs_%s_hd%d", HD <= 64 ? "fused" : "split", HD);
+        expect(!strcmp(unset, HD <= 64 ? "fused" : "split"), name, "SEEDGPT_ATTN_BACKWARD unset runs '%s'", unset);
+    }
+    for (int k = 0; k < 2; k++) { free(o[k]); free(l[k]); free(o16[k]); }
+    for (int k = 0; k < nside; k++) { free(g[k]); free(ga[k]); }
     SG_CHECK(cudaFree(d_qkv)); SG_CHECK(cudaFree(d_o16)); SG_CHECK(cudaFree(d_out)); SG_CHECK(cudaFree(d_lse));
     SG_CHECK(cudaFree(d_dout)); SG_CHECK(cudaFree(d_dqkv)); SG_CHECK(cudaFree(d_scratch));
     free(bits); free(dout);
@@ -871,6 +955,12 @@ static int refuse_kernels_child(void) {
     SG_CHECK(cudaMalloc((void**)&d_out, 16 * sizeof(float)));
     SG_CHECK(cudaMalloc((void**)&d_lse, sizeof(float)));
     attention_forward_tc_cuda(d_out, d_lse, d_qkv, 1, 1, 1, 1, 16, 0, 1, drop);
+    return 0;
+}
+
+static int refuse_backward_child(void) {
+    setenv("SEEDGPT_ATTN_BACKWARD", "both", 1);
+    (void)attention_tc_backward_kernels(64);
     return 0;
 }
 
@@ -901,7 +991,9 @@ static void test_refuses_T(const char* which) {
 int main(int argc, char** argv) {
     if (argc == 3 && !strcmp(argv[1], "--refuse-T")) return refuse_T_child(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--refuse-kernels")) return refuse_kernels_child();
+    if (argc == 3 && !strcmp(argv[1], "--refuse-backward")) return refuse_backward_child();
     set_kernels(NULL);   /* the pipelined kernels, whatever the caller's environment says */
+    set_backward(NULL);  /* and the fused backward */
     test_refuses_T("forward_tc");
     test_refuses_T("backward_tc");
     test_refuses_T("forward_bf16");
@@ -911,11 +1003,15 @@ int main(int argc, char** argv) {
 
     expect_refusal("seedgpt_kernels_refuses_an_unknown_value", "test_cuda_flash_tc", "--refuse-kernels", "x",
                    "SEEDGPT_KERNELS=fastest");
+    expect_refusal("seedgpt_attn_backward_refuses_an_unknown_value", "test_cuda_flash_tc", "--refuse-backward", "x",
+                   "SEEDGPT_ATTN_BACKWARD=both: expected fused or split");
 
     /* the pipelined kernels bit for bit the baseline ones (the CPU comparisons below run the
      * pipelined ones) */
     const Shape nvb[] = {
-        {2, 45, 2, 2, 64, 7},     /* B > 1, MHA (dK, dV straight into dqkv), one block of rows past T */
+        {2, 100, 2, 2, 64, 7},    /* B > 1, MHA (dK, dV straight into dqkv), one block of rows past T; two key
+                                   * tiles (under ThreadSanitizer the fused backward reuses its dS^T); four
+                                   * heads: the fused backward's chunks of three end short */
         {1, 260, 1, 1, 64, 3},    /* BQ 128: a padded block (256..), one with 2 clean tiles, dK/dV middle tiles */
         {1, 140, 2, 1, 128, 0},   /* BQ 64 at HD 128: a clean tile, padded last block, a dK/dV middle tile */
         {1, 200, 2, 1, 32, 1},    /* the HD 32 shape (Q, dO fragments held), dQ with BQ 128 */
