@@ -179,6 +179,8 @@ typedef struct {
     int refused;   /* no algorithm, or cublasLtMatmul said NOT_SUPPORTED: the fp32 op computes it */
     int reduction_allowed;   /* the heuristic had nothing without split-K: the documented schemes were allowed */
     float waves;             /* the heuristic's wavesCount: the tiles over the SMs' capacity (1.0: one full wave) */
+    int batch;               /* a strided batch of this many products (split-K's slices: lt_split), else 1 */
+    int64_t stride_a, stride_b, stride_d;   /* the batch's strides, in elements */
     cublasLtMatmulAlgo_t algo;
 } LtPlan;
 static LtPlan plans[LT_MAX_PLANS];
@@ -189,7 +191,8 @@ static int same_problem(const LtPlan* a, const LtPlan* b) {
     return a->transa == b->transa && a->transb == b->transb && a->m == b->m && a->n == b->n &&
            a->k == b->k && a->lda == b->lda && a->ldb == b->ldb && a->ldd == b->ldd &&
            a->epilogue == b->epilogue && a->beta_one == b->beta_one && a->dt == b->dt && a->d16 == b->d16 &&
-           a->align_a == b->align_a &&
+           a->align_a == b->align_a && a->batch == b->batch && a->stride_a == b->stride_a &&
+           a->stride_b == b->stride_b && a->stride_d == b->stride_d &&
            a->align_b == b->align_b && a->align_d == b->align_d && a->align_bias == b->align_bias;
 }
 
@@ -213,9 +216,10 @@ static void lt_note_refusal(const LtPlan* p, const char* what, const char* why, 
  * computes the product with the fp32 op. The real heuristic's choice depends on alignments and
  * shapes it does not document (C and OC odd make a 4-byte fp32 D), so a refusal is a slower
  * product, not the end of the run. Any other failure still ends the run with one line. */
-static int lt_gemm(const char* what, const char* instead, int dt, cublasOperation_t transa, cublasOperation_t transb,
-                   int m, int n, int k, const void* A, int64_t lda, const void* B, int64_t ldb,
-                   float beta, void* D, int d16, int64_t ldd, const float* bias) {
+static int lt_gemm_batched(const char* what, const char* instead, int dt, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, int k, const void* A, int64_t lda, const void* B,
+                           int64_t ldb, float beta, void* D, int d16, int64_t ldd, const float* bias, int batch,
+                           int64_t stride_a, int64_t stride_b, int64_t stride_d) {
     cublasLtHandle_t h = lt();
     const float alpha = 1.0f;
     LtPlan want;
@@ -236,6 +240,10 @@ static int lt_gemm(const char* what, const char* instead, int dt, cublasOperatio
     want.align_b = align_class(B, (size_t)ldb * 2);
     want.align_d = align_class(D, (size_t)ldd * (d16 ? 2 : 4));
     want.align_bias = bias != NULL ? align_class(bias, 0) : 0;
+    want.batch = batch;
+    want.stride_a = stride_a;
+    want.stride_b = stride_b;
+    want.stride_d = stride_d;
 
     LtPlan* plan = NULL;
     for (int i = 0; i < n_plans && plan == NULL; i++)
@@ -264,6 +272,17 @@ static int lt_gemm(const char* what, const char* instead, int dt, cublasOperatio
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, lt_type(dt), transb == CUBLAS_OP_N ? k : n,
                                                transb == CUBLAS_OP_N ? n : k, ldb));
     SG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, d16 ? lt_type(dt) : CUDA_R_32F, m, n, ldd));
+    if (batch > 1) {
+        const int32_t count = batch;
+        cublasLtMatrixLayout_t ls[3] = {la, lb, ld};
+        const int64_t strides[3] = {stride_a, stride_b, stride_d};
+        for (int i = 0; i < 3; i++) {
+            SG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                             sizeof(count)));
+            SG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                             &strides[i], sizeof(strides[i])));
+        }
+    }
 
     if (plan == NULL) {
         if (n_plans == LT_MAX_PLANS) {
@@ -330,6 +349,13 @@ static int lt_gemm(const char* what, const char* instead, int dt, cublasOperatio
     SG_CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
     last_plan = plan;
     return !plan->refused;
+}
+
+static int lt_gemm(const char* what, const char* instead, int dt, cublasOperation_t transa, cublasOperation_t transb,
+                   int m, int n, int k, const void* A, int64_t lda, const void* B, int64_t ldb,
+                   float beta, void* D, int d16, int64_t ldd, const float* bias) {
+    return lt_gemm_batched(what, instead, dt, transa, transb, m, n, k, A, lda, B, ldb, beta, D, d16, ldd, bias, 1, 0,
+                           0, 0);
 }
 
 /* ---- the ops ------------------------------------------------------------------------------ */
@@ -493,12 +519,86 @@ static void lt_gemm_or_own(const char* what, int dt, cublasOperation_t transa, c
     SG_CHECK_LAUNCH();
 }
 
+/* ---- deterministic split-K where the tiles are scarce ------------------------------------------
+ * Some products of a GPT-2 step have too few output tiles for the GPU's multiprocessors: the
+ * attention projection's dweight (768 x 768: 36 tiles of 128 x 128 on 132 SMs), fc's and fc
+ * projection's (144: 1.09 waves), qkv's (108), the classifier's dinp (768 x 1024 a chunk: 48).
+ * cuBLASLt's own split-K is excluded (the preference above), so seedgpt splits k itself: S equal
+ * slices of k as one strided batch of S products into S fp32 partials in the scratch (one launch,
+ * S times the tiles), then lt_split_sum_kernel adds them in slice order, the same order every run,
+ * and writes D (+ D when beta is 1). S depends on the shapes only, never on the device, so the bits
+ * are the same on any GPU that runs the same algorithm:
+ *   tiles = ceil(m / 128) ceil(n / 128); S = 1 when tiles >= LT_SPLIT_TILES (two waves of a
+ *   132-SM H100 or H200, 264) / 4 * 3; else the largest S <= min(LT_SPLIT_MAX, ceil(LT_SPLIT_TILES
+ *   / tiles), k / LT_SPLIT_MIN_K) that divides k into slices of a multiple of LT_PAD elements.
+ * At GPT-2 124M B16 T1024: the attention projection's dweight in 8 slices, qkv's, fc's and fc
+ * projection's in 2, the classifier's dinp in 6 (k = 50304). Only products with an fp32 D and no
+ * bias (the backward's dinp and dweight) are split; SEEDGPT_KERNELS=baseline splits none. The
+ * bits move against the unsplit product (its k summed in other groups), within fp32 rounding;
+ * the tests hold both to the fp32 reference and the split one to itself run again. */
+#define LT_SPLIT_TILES 264
+#define LT_SPLIT_MAX 8
+#define LT_SPLIT_MIN_K 1024
+static int lt_split(int m, int n, int k) {
+    const long tiles = (long)((m + 127) / 128) * (long)((n + 127) / 128);
+    if (tiles * 4 >= (long)LT_SPLIT_TILES * 3) return 1;
+    long S = (LT_SPLIT_TILES + tiles - 1) / tiles;
+    if (S > LT_SPLIT_MAX) S = LT_SPLIT_MAX;
+    if (S > k / LT_SPLIT_MIN_K) S = k / LT_SPLIT_MIN_K;
+    for (; S >= 2; S--)
+        if (k % S == 0 && (k / S) % LT_PAD == 0) return (int)S;
+    return 1;
+}
+/* the scratch the partials of a split (m, n, k) product take, 0 when it is not split */
+static size_t lt_split_bytes(int m, int n, int k) {
+    const int S = lt_split(m, n, k);
+    return S > 1 ? (size_t)S * m * n * sizeof(float) : 0;
+}
+
+/* D (m, n, ld ldd) = [D +] the S partials (m, n, ld m, m n apart) added in slice order */
+__global__ void lt_split_sum_kernel(float* D, int64_t ldd, const float* parts, int m, int n, int S, int accumulate) {
+    const size_t total = (size_t)m * n, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
+        float acc = parts[e];
+        for (int x = 1; x < S; x++) acc += parts[(size_t)x * total + e];
+        const size_t at = (e % m) + (e / m) * (size_t)ldd;
+        D[at] = accumulate ? D[at] + acc : acc;
+    }
+}
+
+/* lt_gemm_or_own for an fp32 D without bias, split as lt_split says, the partials at `parts` (the
+ * caller's scratch, lt_split_bytes of it). A batch cuBLASLt refuses runs unsplit (its refusal
+ * noted once, like any other). A stored A (transa N) is (m, k): slice x starts x ks columns in;
+ * transposed, x ks rows in; B likewise by transb. */
+static void lt_gemm_split_or_own(const char* what, int dt, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                 int n, int k, const void* A, int64_t lda, const void* B, int64_t ldb, float beta,
+                                 float* D, int64_t ldd, void* parts) {
+    const int S = kernels_baseline_cuda() ? 1 : lt_split(m, n, k);
+    if (S > 1 && m > 0 && n > 0) {
+        const int ks = k / S;
+        const int64_t sa = transa == CUBLAS_OP_N ? (int64_t)ks * lda : ks;
+        const int64_t sb = transb == CUBLAS_OP_N ? ks : (int64_t)ks * ldb;
+        if (lt_gemm_batched(what, "unsplit, as one product", dt, transa, transb, m, n, ks, A, lda, B, ldb, 0.0f, parts, 0, m, NULL, S,
+                            sa, sb, (int64_t)m * n)) {
+            unsigned blocks = sg_ceil_div((size_t)m * n, EW_THREADS);
+            if (blocks > EW_MAX_BLOCKS) blocks = EW_MAX_BLOCKS;
+            SG_LAUNCH(lt_split_sum_kernel, blocks, EW_THREADS, 0, D, ldd, (const float*)parts, m, n, S,
+                      beta != 0.0f);
+            SG_CHECK_LAUNCH();
+            return;
+        }
+    }
+    lt_gemm_or_own(what, dt, transa, transb, m, n, k, A, lda, B, ldb, beta, D, 0, ldd, NULL);
+}
+
 void gemm_bf16_describe_last_cuda(char* line, size_t cap) {
     const LtPlan* p = last_plan;
     if (p == NULL) { snprintf(line, cap, "no GEMM yet"); return; }
     if (p->refused) { snprintf(line, cap, "refused by cuBLASLt: seedgpt's own kernel"); return; }
 #ifdef SG_EMU
-    snprintf(line, cap, "emulated cuBLASLt (one algorithm: fp32 sums in ascending k)");
+    snprintf(line, cap, "emulated cuBLASLt (one algorithm: fp32 sums in ascending k)%s",
+             p->batch > 1 ? ", split-K by seedgpt" : "");
+    if (p->batch > 1) snprintf(line + strlen(line), cap - strlen(line), " into %d slices", p->batch);
 #else
     int32_t id = -1, splitk = -1;
     uint32_t tile = 0, reduction = 0, stages = 0, swizzle = 0;
@@ -514,14 +614,22 @@ void gemm_bf16_describe_last_cuda(char* line, size_t cap) {
     snprintf(line, cap, "algo %d tile %u stages %u cluster %u swizzle %u splitK %d reduction %u%s, %.2f waves", id,
              tile, stages, (unsigned)cluster, swizzle, splitk, reduction,
              p->reduction_allowed ? " (allowed: nothing without)" : "", p->waves);
+    if (p->batch > 1)
+        snprintf(line + strlen(line), cap - strlen(line), ", split-K by seedgpt into %d slices", p->batch);
 #endif
 }
 
 void gemm_bf16_cuda(int transa, int transb, int m, int n, int k, const void* A, long long lda,
                     const void* B, long long ldb, float beta, void* D, int d_bf16, long long ldd,
                     const float* bias) {
-    lt_gemm_or_own("benchmarked", DT_BF16, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
-                   n, k, A, lda, B, ldb, beta, D, d_bf16, ldd, bias);
+    const cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!d_bf16 && bias == NULL) {   /* as the backward's dinp and dweight run: split where lt_split says */
+        const size_t bytes = lt_split_bytes(m, n, k);
+        lt_gemm_split_or_own("benchmarked", DT_BF16, ta, tb, m, n, k, A, lda, B, ldb, beta, (float*)D, ldd,
+                             bytes > 0 ? lt_scratch(bytes) : NULL);
+        return;
+    }
+    lt_gemm_or_own("benchmarked", DT_BF16, ta, tb, m, n, k, A, lda, B, ldb, beta, D, d_bf16, ldd, bias);
 }
 
 /* the scratch's pieces (the ops below carve the same): the forward's padded weight and inp when C
@@ -544,6 +652,9 @@ __global__ void round_bf16_kernel(uint16_t* dst, const float* src, size_t n) {
 static void act_backward_carve(Carve* cv, int N, int C, int OC, int dinp) {
     size_t Cp = pad_to((size_t)C, LT_PAD), OCp = pad_to((size_t)OC, LT_PAD);
     carve(cv, 0, sizeof(uint16_t) * (size_t)N * OCp);
+    /* split-K's partials, for dweight (C, OC, k N) or dinp (C, N, k OC), whichever needs more */
+    size_t split = lt_split_bytes(C, OC, N), split_dinp = dinp ? lt_split_bytes(C, N, OC) : 0;
+    carve(cv, 3, split > split_dinp ? split : split_dinp);
     if (act_direct(C)) return;
     carve(cv, 1, sizeof(uint16_t) * (size_t)N * Cp);
     carve(cv, 2, dinp ? sizeof(uint16_t) * (size_t)OC * Cp : 0);
@@ -648,10 +759,11 @@ static void matmul_backward_act(int dt, float* dinp, float* dweight, float* dbia
     }
     /* in the forward, out = inp . weight^T + bias, so:
      * dinp (N,C) = dout (N,OC) . weight (OC,C), asked as dinp^T (C,N) = weight^T (C,OC) . dout^T */
+    void* parts = (unsigned char*)base + cv.off[3];
     if (dinp != NULL)
-        lt_gemm_or_own("dinp", dt, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, OCp, 0.0f, dinp, 0, C, NULL);
+        lt_gemm_split_or_own("dinp", dt, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, OCp, 0.0f, dinp, C, parts);
     /* dweight (OC,C) += dout^T (OC,N) . inp (N,C), asked as dweight^T (C,OC) += inp^T (C,N) . dout */
-    lt_gemm_or_own("dweight", dt, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, OCp, 1.0f, dweight, 0, C, NULL);
+    lt_gemm_split_or_own("dweight", dt, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, OCp, 1.0f, dweight, C, parts);
     /* dbias += the column sums of dout, fp32, in matmul_backward_cuda's order */
     if (dbias != NULL && !dbias_done) bias_backward_cuda(dbias, dout, N, OC);
 }
@@ -689,11 +801,12 @@ void matmul_backward_dout_bf16_act_cuda(float* dinp, float* dweight, float* dbia
         if (dinp != NULL) w = pad_cols16(base, cv.off[2], weight, OC, C, ldx);
     }
     /* the products of matmul_backward_bf16_act_cuda, on the given bf16 dout */
+    void* parts = (unsigned char*)base + cv.off[3];
     if (dinp != NULL)
-        lt_gemm_or_own("dinp", DT_BF16, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, ld_dout, 0.0f, dinp, 0, C,
-                       NULL);
-    lt_gemm_or_own("dweight", DT_BF16, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, ld_dout, 1.0f, dweight, 0, C,
-                   NULL);
+        lt_gemm_split_or_own("dinp", DT_BF16, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, ldx, g16, ld_dout, 0.0f, dinp, C,
+                             parts);
+    lt_gemm_split_or_own("dweight", DT_BF16, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, ldx, g16, ld_dout, 1.0f, dweight,
+                         C, parts);
 }
 
 size_t matmul_act_scratch_bytes_bf16_cuda(const OpCalls* k) {

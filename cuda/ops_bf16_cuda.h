@@ -103,15 +103,17 @@ void matmul_act_reserve_scratch_bf16_cuda(const OpCalls* calls);
  * tests/cuda/bench_ops_cuda.cu): D (m, n) column-major = op(A) (m, k) . op(B) (k, n) + beta D
  * [+ bias (m)], A and B bf16 column-major (ld lda, ldb) before their transposes (transa, transb:
  * 0 none, 1 transposed), D fp32 or, with d_bf16, bf16 (ld ldd); the same cached cuBLASLt plan, or
- * seedgpt's own kernel where cuBLASLt refuses. */
+ * seedgpt's own kernel where cuBLASLt refuses. An fp32 D without bias is split in k where the
+ * backward's products are (cuda/ops_bf16_cuda.cu, lt_split; not under SEEDGPT_KERNELS=baseline),
+ * its partials in the products' scratch. */
 void gemm_bf16_cuda(int transa, int transb, int m, int n, int k, const void* A, long long lda,
                     const void* B, long long ldb, float beta, void* D, int d_bf16, long long ldd,
                     const float* bias);
 
 /* The last GEMM problem's plan in one line: cuBLASLt's algorithm configuration (cublasLt.h's
  * CUBLASLT_ALGO_CONFIG_* ids: algorithm, tile, stages, cluster shape, swizzle, split-K count and
- * reduction scheme) and the heuristic's waves (tiles over what the SMs hold at once), for the
- * benchmarks' per-problem table */
+ * reduction scheme) and the heuristic's waves (tiles over what the SMs hold at once), and the
+ * slices seedgpt split it into, if any, for the benchmarks' per-problem table */
 void gemm_bf16_describe_last_cuda(char* line, size_t cap);
 
 /* cuBLASLt's workspace, allocated once through device_alloc_cuda (counted in the peak) */

@@ -89,9 +89,9 @@ step_checks() {
     fi
     # the whole training run, new kernels against baseline: fp32 bit for bit (every fp32 change keeps
     # the arithmetic); bf16 within 1e-4 (the classifier's one-pass cross-entropy computes its
-    # exponentials in fp32, the baseline in double, and the fused attention backward sums dq a key
-    # tile at a time: docs/cuda.md), every other bf16 kernel being held to its baseline bit for
-    # bit by the op tests
+    # exponentials in fp32, the baseline in double, the fused attention backward sums dq a key
+    # tile at a time, and the scarce backward products are split in k: docs/cuda.md), every other
+    # bf16 kernel being held to its baseline bit for bit by the op tests
     local prec
     for prec in fp32 bf16; do
         step_run "ab_${prec}_base" baseline "${STEP_SMALL[@]}" --precision $prec --dropout 0.1; local r1=$?
@@ -106,7 +106,7 @@ step_checks() {
         elif [ $same = 1 ]; then
             check_row "$prec run: new kernels vs baseline" "ok: $nb losses and the model file bit for bit (dropout 0.1)"
         elif [ $prec = bf16 ] && awk -v w="$w" 'BEGIN{exit !(w <= 1e-4)}'; then
-            check_row "$prec run: new kernels vs baseline" "ok: $nb losses, worst rel diff $w (<= 1e-4: fp32 exponentials in the cross-entropy, dq summed by key tile in the attention)"
+            check_row "$prec run: new kernels vs baseline" "ok: $nb losses, worst rel diff $w (<= 1e-4: fp32 exponentials in the cross-entropy, dq summed by key tile, products split in k)"
         else
             check_row "$prec run: new kernels vs baseline" "FAILED: worst rel loss diff $w; $(diff <(step_losses "$WORK/ab_${prec}_base.jsonl") <(step_losses "$WORK/ab_${prec}_new.jsonl") | head -2 | tr '\n' ' ') $(cmp "$WORK/ab_${prec}_base.bin" "$WORK/ab_${prec}_new.bin" 2>&1 | head -c 120)"
         fi

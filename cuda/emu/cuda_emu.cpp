@@ -1744,6 +1744,8 @@ struct sg_emu_lt_layout {
     cudaDataType_t type;
     uint64_t rows, cols;
     int64_t ld;
+    int32_t batch;    /* CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: 1 */
+    int64_t stride;   /* CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, in elements: 0 */
 };
 struct sg_emu_lt_pref {
     uint64_t max_workspace;
@@ -1813,8 +1815,27 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
     if (!layout) return CUBLAS_STATUS_INVALID_VALUE;
-    *layout = new sg_emu_lt_layout{type, rows, cols, ld};
+    *layout = new sg_emu_lt_layout{type, rows, cols, ld, 1, 0};
     return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t bytes) {
+    if (!layout || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
+        if (bytes != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&layout->batch, buf, sizeof(int32_t));
+        return layout->batch >= 1 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
+        if (bytes != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&layout->stride, buf, sizeof(int64_t));
+        return CUBLAS_STATUS_SUCCESS;
+    default:
+        fprintf(stderr, "seedgpt: CUDA emulation: cublasLtMatrixLayoutSetAttribute: attribute %d is not "
+                        "emulated (docs/cuda-emulation.md lists the subset)\n", (int)attr);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
@@ -1987,6 +2008,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         bits |= (uintptr_t)Adesc->ld * 2 | (uintptr_t)Bdesc->ld * 2 | (uintptr_t)Ddesc->ld * lt_type_bytes(Ddesc->type);
         if (b != 0.0f) bits |= (uintptr_t)C | (uintptr_t)Cdesc->ld * lt_type_bytes(Cdesc->type);
         if (bits % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    const int32_t batch = Ddesc->batch;
+    if (Adesc->batch != batch || Bdesc->batch != batch || Cdesc->batch != batch || (batch > 1 && bias)) {
+        fprintf(stderr, "seedgpt: CUDA emulation: cublasLtMatmul: batches of different counts, or a bias with a "
+                        "batch, are not emulated\n");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (batch > 1) {   /* each matrix of the strided batch as a problem of its own */
+        sg_emu_lt_layout la = *Adesc, lb = *Bdesc, lc = *Cdesc, ld = *Ddesc;
+        la.batch = lb.batch = lc.batch = ld.batch = 1;
+        for (int32_t x = 0; x < batch; x++) {
+            const size_t ea = lt_type_bytes(Adesc->type), eb = lt_type_bytes(Bdesc->type);
+            const size_t ec = lt_type_bytes(Cdesc->type), ed = lt_type_bytes(Ddesc->type);
+            st = cublasLtMatmul(handle, desc, alpha, (const char*)A + (size_t)x * Adesc->stride * ea, &la,
+                                (const char*)B + (size_t)x * Bdesc->stride * eb, &lb, beta,
+                                (const char*)C + (size_t)x * Cdesc->stride * ec, &lc,
+                                (char*)D + (size_t)x * Ddesc->stride * ed, &ld, algo, workspace, workspace_bytes,
+                                stream);
+            if (st != CUBLAS_STATUS_SUCCESS) return st;
+        }
+        return CUBLAS_STATUS_SUCCESS;
     }
     const uint16_t* Ab = (const uint16_t*)A;
     const uint16_t* Bb = (const uint16_t*)B;

@@ -192,7 +192,9 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 
 /* ---- cuBLASLt: the subset cuda/ops_bf16_cuda.cu uses (values as in cublasLt.h) ----------
  * bf16 (or fp16) A and B, C and D both fp32 or both of A's type, fp32 compute and scale,
- * column-major, transposes N/T, the DEFAULT and BIAS (fp32 bias) epilogues, on the default stream.
+ * column-major, transposes N/T, the DEFAULT and BIAS (fp32 bias) epilogues, on the default stream;
+ * strided batches (every layout's BATCH_COUNT equal, its STRIDED_BATCH_OFFSET in elements; no
+ * bias with a batch), each matrix of the batch computed as one problem.
  * The emulation computes each element of D as the fp32 sum of the exact 16-bit products in
  * ascending k, then alpha * sum + beta * C (C not read when beta is 0), then + bias[row], rounded
  * once to nearest even when D is 16-bit. Anything else is refused with
@@ -240,6 +242,10 @@ enum cublasLtReductionScheme_t {
     CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,
     CUBLASLT_REDUCTION_SCHEME_MASK = 0x7,
 };
+enum cublasLtMatrixLayoutAttribute_t {
+    CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5,
+    CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6,
+};
 struct sg_emu_lt;
 struct sg_emu_lt_desc;
 struct sg_emu_lt_layout;
@@ -268,6 +274,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld);
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout);
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t bytes);
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref);
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref);
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,

@@ -164,16 +164,24 @@ static void op_row(const Bench* b, const char* name, int calls, double bytes, do
 static void gemm_row(const Bench* b, const char* name, int calls, int M, int N, int K, int d_bf16,
                      float beta, int nsets, const std::function<void(int)>& f) {
     if (skipped(b, name)) return;
-    double ms = time_calls(NULL, f, nsets, b->warmup, b->reps);
-    double fl = 2.0 * M * N * K;
-    char plan[256];
-    gemm_bf16_describe_last_cuda(plan, sizeof plan);
-    printf("%-34s %5d %7d %7d %7d %5s %4.0f %9.4f %8.1f  %s\n", name, calls, M, N, K, d_bf16 ? "bf16" : "fp32",
-           beta, ms, fl / (ms * 1e9), plan);
-    printf("{\"bench\":\"gemm\",\"name\":\"%s\",\"M\":%d,\"N\":%d,\"K\":%d,\"d\":\"%s\",\"beta\":%g,\"calls\":%d,"
-           "\"ms\":%.5f,\"tflops\":%.2f,\"plan\":\"%s\"}\n", name, M, N, K, d_bf16 ? "bf16" : "fp32", beta, calls, ms,
-           fl / (ms * 1e9), plan);
-    fflush(stdout);
+    for (int side = 0; side < 2; side++) {
+        /* side 1: a product seedgpt split (split-K by seedgpt, cuda/ops_bf16_cuda.cu) again as one
+         * product (SEEDGPT_KERNELS=baseline), as "gemm_unsplit": not a problem of the step's sums */
+        if (side == 1) setenv("SEEDGPT_KERNELS", "baseline", 1);
+        double ms = time_calls(NULL, f, nsets, b->warmup, b->reps);
+        if (side == 1) unsetenv("SEEDGPT_KERNELS");
+        double fl = 2.0 * M * N * K;
+        char plan[256], label[96];
+        gemm_bf16_describe_last_cuda(plan, sizeof plan);
+        snprintf(label, sizeof label, "%s%s", name, side ? " (unsplit)" : "");
+        printf("%-34s %5d %7d %7d %7d %5s %4.0f %9.4f %8.1f  %s\n", label, calls, M, N, K, d_bf16 ? "bf16" : "fp32",
+               beta, ms, fl / (ms * 1e9), plan);
+        printf("{\"bench\":\"%s\",\"name\":\"%s\",\"M\":%d,\"N\":%d,\"K\":%d,\"d\":\"%s\",\"beta\":%g,\"calls\":%d,"
+               "\"ms\":%.5f,\"tflops\":%.2f,\"plan\":\"%s\"}\n", side ? "gemm_unsplit" : "gemm", name, M, N, K,
+               d_bf16 ? "bf16" : "fp32", beta, calls, ms, fl / (ms * 1e9), plan);
+        fflush(stdout);
+        if (strstr(plan, "slices") == NULL) break;   /* not split: nothing to compare */
+    }
 }
 
 static int parse_int(const char* flag, const char* v) {

@@ -12,6 +12,9 @@
  *     accumulating onto random values (twice), NULL dinp / dbias / bias;
  *   - the bias gradient bit for bit equal to matmul_backward_cuda's (same two-pass column sum);
  *   - determinism: the same call twice gives the same bits;
+ *   - split-K (a problem of few tiles and a long k in slices of a strided batch, then their
+ *     ordered sum): within the same tolerance, the same bits run again, in as many slices as
+ *     cuda/ops_bf16_cuda.cu says, and none under SEEDGPT_KERNELS=baseline;
  *   - the workspace and the operand copies counted in the device peak;
  *   - in the emulation only: its defined arithmetic (fp32 sum in ascending k, bit for bit) and its
  *     refusal of what it does not implement;
@@ -513,6 +516,65 @@ static void test_refusal(const char* mode, int N, int C, int OC, int bias_offset
 }
 #endif
 
+/* ---- split-K where the tiles are scarce (lt_split in cuda/ops_bf16_cuda.cu) ----------------------
+ * The bf16 table's backward (matmul_backward_bf16_act_cuda, inp and weight stored in bf16) on a
+ * problem with one output tile and a long k: dweight (C, OC, k N) when N is long, dinp (C, N,
+ * k OC) when OC is. The split product is within the float64 reference's fp32 tolerance (any order
+ * of the sums: dweight accumulating onto random values), its bits are the same run again, the
+ * dweight plan says into how many slices it ran, and under SEEDGPT_KERNELS=baseline (one product,
+ * no split) the bits differ (the sums grouped otherwise) while staying within the same tolerance. */
+static void test_split_k(int N, int C, int OC, int want_slices) {
+    char name[128];
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C, nd = (size_t)N * OC;
+    float *x = hrand(nx, 1.0), *w = hrand(nw, 0.3), *dout = hrand(nd, 1.0), *dw0 = hrand(nw, 1.0);
+    uint16_t *x16 = (uint16_t*)malloc(nx * 2), *w16 = (uint16_t*)malloc(nw * 2);
+    for (size_t i = 0; i < nx; i++) { x16[i] = sg_bf16_from_float(x[i]); x[i] = sg_bf16_to_float(x16[i]); }
+    for (size_t i = 0; i < nw; i++) { w16[i] = sg_bf16_from_float(w[i]); w[i] = sg_bf16_to_float(w16[i]); }
+    void* dx = device_alloc_cuda(nx * 2);
+    void* dw = device_alloc_cuda(nw * 2);
+    device_to_backend_cuda(dx, x16, nx * 2);
+    device_to_backend_cuda(dw, w16, nw * 2);
+    float* ddout = up(dout, nd);
+    float *gw[3], *gi[3];
+    char plan[3][200];
+    const char* side[3] = {NULL, NULL, "baseline"};
+    for (int k = 0; k < 3; k++) {
+        if (side[k]) setenv("SEEDGPT_KERNELS", side[k], 1);
+        else unsetenv("SEEDGPT_KERNELS");
+        float* ddw = up(dw0, nw);
+        float* ddi = dpoison(nx);
+        matmul_backward_bf16_act_cuda(ddi, ddw, NULL, ddout, dx, dw, N, C, OC);
+        gemm_bf16_describe_last_cuda(plan[k], sizeof(plan[k]));
+        gw[k] = down(ddw, nw);
+        gi[k] = down(ddi, nx);
+        device_free_cuda(ddw);
+        device_free_cuda(ddi);
+    }
+    unsetenv("SEEDGPT_KERNELS");
+    Ref rw = ref_dweight(dw0, dout, x, N, C, OC, 1), ri = ref_dinp(dout, w, N, C, OC);
+    const char* which = want_slices > 0 ? "dweight" : "dinp";
+    snprintf(name, sizeof(name), "lt_split_k_%s_N%d_C%d_OC%d_dweight_within_tolerance", which, N, C, OC);
+    expect_ref(name, gw[0], rw, nw);
+    snprintf(name, sizeof(name), "lt_split_k_%s_N%d_C%d_OC%d_dinp_within_tolerance", which, N, C, OC);
+    expect_ref(name, gi[0], ri, nx);
+    snprintf(name, sizeof(name), "lt_split_k_%s_N%d_C%d_OC%d_baseline_unsplit_within_tolerance", which, N, C, OC);
+    expect_ref(name, want_slices > 0 ? gw[2] : gi[2], want_slices > 0 ? rw : ri, want_slices > 0 ? nw : nx);
+    const int again = same_bits(gw[0], gw[1], nw) && same_bits(gi[0], gi[1], nx);
+    const int moved = want_slices > 0 ? !same_bits(gw[0], gw[2], nw) : !same_bits(gi[0], gi[2], nx);
+    char want[64] = "";
+    if (want_slices > 0) snprintf(want, sizeof(want), "into %d slices", want_slices);
+    const int plan_ok = want_slices > 0 ? strstr(plan[0], want) != NULL && strstr(plan[2], "slices") == NULL
+                                        : strstr(plan[0], "slices") == NULL;
+    snprintf(name, sizeof(name), "lt_split_k_%s_N%d_C%d_OC%d_deterministic_and_split", which, N, C, OC);
+    expect(again && moved && plan_ok, name, "run again: %s; bits %s the unsplit product's (SEEDGPT_KERNELS="
+           "baseline); dweight's plan: \"%s\", baseline's \"%s\" (want %s)", again ? "same bits" : "DIFFERENT bits",
+           moved ? "differ from" : "EQUAL to", plan[0], plan[2], want_slices > 0 ? want : "no split");
+    ref_free(rw); ref_free(ri);
+    for (int k = 0; k < 3; k++) { free(gw[k]); free(gi[k]); }
+    device_free_cuda(dx); device_free_cuda(dw); device_free_cuda(ddout);
+    free(x); free(w); free(dout); free(dw0); free(x16); free(w16);
+}
+
 int main(void) {
     test_peak_counts_workspace();   /* first: the first bf16 call allocates */
     test_shape(1, 37, 29, 1, 1);    /* one row; C, OC odd */
@@ -522,6 +584,10 @@ int main(void) {
     test_shape(32, 64, 48, 1, 1);   /* every dimension a multiple of 16 */
     test_shape(16, 96, 288, 1, 1);  /* a small model's MLP: C to 3C */
     test_forward_empty_product();
+    /* one output tile, long k: dweight's k (N 4096) in min(8, 264 tiles, 4096 / 1024) = 4 slices;
+     * dinp's k (OC 3072) in 3 (dweight's k, N 64, too short to split) */
+    test_split_k(4096, 64, 48, 4);
+    test_split_k(64, 40, 3072, 0);
 #ifdef SG_EMU
     test_emulation_refuses();
     /* last, on shapes of their own: a refusal is cached with its problem. N, C, OC, bias offset
