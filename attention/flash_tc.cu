@@ -1191,6 +1191,9 @@ __device__ __forceinline__ void tc_dkdv_block(float* dk_out, float* dv_out, size
     }
 }
 
+/* The split backward's pass 1 (SEEDGPT_ATTN_BACKWARD=split, or unset at head dim 128): dK, dV only;
+ * flash_tc_dq_kernel computes dQ after it. Two kernels of one body, so that each has its own name
+ * and launch bounds (tests/check_kernels.sh reads them apart). */
 template <int HD>
 __global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::dkdv_minb) flash_tc_dkdv_kernel(float* dk_out, float* dv_out, size_t out_stride,
                                                                     float k_scale, const uint16_t* dob,
@@ -1203,9 +1206,10 @@ __global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::dkdv_minb) flash_tc_d
                              thr, scale, sigma, nullptr, 0);
 }
 
-/* The one-kernel backward (SEEDGPT_ATTN_BACKWARD unset or fused): pass 1's blocks, each also
- * writing its share of dQ for every query tile it walks (tc_dq_part) into its own slice, for the
- * chunk of heads bh0 .. bh0 + gridDim.x - 1; flash_tc_dq_sum_kernel then adds the slices. dQ's
+/* The one-kernel backward (SEEDGPT_ATTN_BACKWARD=fused, or unset up to head dim 64): pass 1's
+ * blocks, each also writing its share of dQ for every query tile it walks (tc_dq_part) into its
+ * own slice, for the chunk of heads bh0 .. bh0 + gridDim.x - 1; flash_tc_dq_sum_kernel then adds
+ * the slices. dQ's
  * products need no second S and dP, and the keep bits are drawn once here instead of again in a
  * dQ pass: twice a step with the forward's, not three times. Shared: pass 1's, then dS^T. */
 template <int HD>
