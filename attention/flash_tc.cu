@@ -1209,9 +1209,9 @@ __global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::dkdv_minb) flash_tc_d
 /* The one-kernel backward (SEEDGPT_ATTN_BACKWARD=fused, or unset up to head dim 64): pass 1's
  * blocks, each also writing its share of dQ for every query tile it walks (tc_dq_part) into its
  * own slice, for the chunk of heads bh0 .. bh0 + gridDim.x - 1; flash_tc_dq_sum_kernel then adds
- * the slices. dQ's
- * products need no second S and dP, and the keep bits are drawn once here instead of again in a
- * dQ pass: twice a step with the forward's, not three times. Shared: pass 1's, then dS^T. */
+ * the slices. dQ's products need no second S and dP, and the keep bits are drawn once here
+ * instead of again in a dQ pass: twice a step with the forward's, not three times. Shared: pass
+ * 1's, then dS^T. */
 template <int HD>
 __global__ void __launch_bounds__(TC_THREADS, TcShape<HD>::bwd_minb) flash_tc_bwd_kernel(float* dk_out, float* dv_out, size_t out_stride,
                                                                    float k_scale, const uint16_t* dob,
