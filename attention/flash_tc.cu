@@ -927,8 +927,8 @@ __global__ void flash_tc_dot_kernel(float* D, uint16_t* dob, size_t dob_stride, 
     if (row < rows && lane == 0) D[row] = s;
 }
 
-/* The one-kernel backward's dQ share (SEEDGPT_ATTN_BACKWARD=fused, the default): the query tile's
- * dS (64 x 64, bf16, stored transposed in dSs by every warp's tc_dkdv_tile) times the block's K,
+/* The one-kernel backward's dQ share (SEEDGPT_ATTN_BACKWARD=fused; unset, up to head dim 64): the
+ * query tile's dS (64 x 64, bf16, stored transposed in dSs by every warp's tc_dkdv_tile) times the block's K,
  * dQ_part = dS K, without sigma, each element an fp32 chain over the block's 64 keys in ascending
  * order of 16 (as the split dQ kernel's tile) started from 0. Warp w takes queries 16 w .. + 15,
  * every head dim; dq_part (64 rows of HD floats) is the slice this block owns for this query tile
@@ -1705,8 +1705,9 @@ static void flash_tc_backward_launch(float* dqkv, float* scratch, const float* d
         tc_smem_optin(flash_tc_bwd_kernel<HD>, smem);
         for (int bh0 = 0; bh0 < n_bh; bh0 += chunk) {
             const int n = min(chunk, n_bh - bh0);
-            SG_LAUNCH(flash_tc_bwd_kernel<HD>, dim3((unsigned)n, grid1.y), dim3(TC_THREADS), smem, dk_out, dv_out, out_stride, k_scale,
-                      dob, dob_stride, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale, sigma, slices, bh0);
+            SG_LAUNCH(flash_tc_bwd_kernel<HD>, dim3((unsigned)n, grid1.y), dim3(TC_THREADS), smem, dk_out, dv_out,
+                      out_stride, k_scale, dob, dob_stride, qkv, lse, D, T, NH, NKV, g0, seed, drop.thr, drop.scale,
+                      sigma, slices, bh0);
             SG_CHECK_LAUNCH();
             const size_t threads = (size_t)n * T * (HD / 4);
             SG_LAUNCH(flash_tc_dq_sum_kernel<HD>, dim3(sg_ceil_div(threads, 256)), dim3(256), 0, dqkv, slices, bh0, n,
